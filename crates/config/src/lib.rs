@@ -1,0 +1,1 @@
+//! Loads and validates Flynn's YAML configuration.

@@ -1,0 +1,1 @@
+//! Context management for Flynn: token budgets and estimation.

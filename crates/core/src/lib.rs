@@ -1,0 +1,1 @@
+//! Embedding facade for Flynn: builds a runtime from a config value.

@@ -1,0 +1,97 @@
+use std::collections::HashMap;
+
+use flynn_protocol::ToolSpec;
+
+/// Maps dotted tool names (`shell.exec`) to names every provider accepts
+/// (`^[a-zA-Z0-9_-]{1,64}$`) and back. Built per request from the offered
+/// tools, so the mapping is reversible even when two names would collide.
+#[derive(Debug, Clone, Default)]
+pub struct ToolNameMap {
+    to_wire: HashMap<String, String>,
+    from_wire: HashMap<String, String>,
+}
+
+impl ToolNameMap {
+    pub fn new(tools: &[ToolSpec]) -> Self {
+        let mut map = ToolNameMap::default();
+        for tool in tools {
+            let base = sanitise(&tool.name);
+            let mut wire = base.clone();
+            let mut n = 2;
+            while map.from_wire.contains_key(&wire) {
+                let suffix = format!("_{n}");
+                let keep = base.len().min(64 - suffix.len());
+                wire = format!("{}{suffix}", &base[..keep]);
+                n += 1;
+            }
+            map.to_wire.insert(tool.name.clone(), wire.clone());
+            map.from_wire.insert(wire, tool.name.clone());
+        }
+        map
+    }
+
+    /// The name to send for a dotted tool name.
+    pub fn to_wire<'a>(&'a self, name: &'a str) -> &'a str {
+        self.to_wire.get(name).map_or(name, String::as_str)
+    }
+
+    /// The dotted name for a name the model sent back. Unknown names are
+    /// returned as they are, so the executor can report them to the model.
+    pub fn from_wire<'a>(&'a self, wire: &'a str) -> &'a str {
+        self.from_wire.get(wire).map_or(wire, String::as_str)
+    }
+}
+
+fn sanitise(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    out.truncate(64);
+    if out.is_empty() {
+        out.push('_');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str) -> ToolSpec {
+        ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            input_schema: serde_json::json!({"type": "object"}),
+        }
+    }
+
+    #[test]
+    fn dotted_names_round_trip() {
+        let map = ToolNameMap::new(&[spec("shell.exec"), spec("file.read")]);
+        assert_eq!(map.to_wire("shell.exec"), "shell_exec");
+        assert_eq!(map.from_wire("shell_exec"), "shell.exec");
+        assert_eq!(map.from_wire("file_read"), "file.read");
+    }
+
+    #[test]
+    fn colliding_names_stay_distinct() {
+        let map = ToolNameMap::new(&[spec("a.b"), spec("a_b")]);
+        assert_eq!(map.to_wire("a.b"), "a_b");
+        assert_eq!(map.to_wire("a_b"), "a_b_2");
+        assert_eq!(map.from_wire("a_b_2"), "a_b");
+        assert_eq!(map.from_wire("a_b"), "a.b");
+    }
+
+    #[test]
+    fn unknown_wire_names_pass_through() {
+        let map = ToolNameMap::new(&[spec("shell.exec")]);
+        assert_eq!(map.from_wire("nope"), "nope");
+    }
+}

@@ -1,0 +1,513 @@
+//! The configuration file's shape. Loading, `${VAR}` expansion and
+//! validation live in `flynn-config`; these are the plain types every crate
+//! receives its slice of.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::Tier;
+
+/// Current version of the configuration schema.
+pub const CONFIG_VERSION: u32 = 1;
+
+/// The whole configuration file. Every key is optional.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "Flynn configuration")]
+pub struct FlynnConfig {
+    /// Schema version of this file.
+    #[serde(default = "default_version")]
+    pub version: u32,
+    /// Model providers by name; models are referred to as `name/model`.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// Which models serve which tier.
+    #[serde(default)]
+    pub models: ModelsConfig,
+    /// The main agent.
+    #[serde(default)]
+    pub agents: AgentsConfig,
+    /// Built-in tools.
+    #[serde(default)]
+    pub tools: ToolsConfig,
+    /// Conversation storage.
+    #[serde(default)]
+    pub sessions: SessionsConfig,
+    /// The daemon's gateway (JSON-RPC, web UI).
+    #[serde(default)]
+    pub gateway: GatewayConfig,
+}
+
+impl Default for FlynnConfig {
+    fn default() -> Self {
+        FlynnConfig {
+            version: CONFIG_VERSION,
+            providers: BTreeMap::new(),
+            models: ModelsConfig::default(),
+            agents: AgentsConfig::default(),
+            tools: ToolsConfig::default(),
+            sessions: SessionsConfig::default(),
+            gateway: GatewayConfig::default(),
+        }
+    }
+}
+
+fn default_version() -> u32 {
+    CONFIG_VERSION
+}
+
+/// The wire protocol a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProviderKind {
+    /// Anthropic Messages API (`/v1/messages`).
+    Anthropic,
+    /// OpenAI Chat Completions (`/v1/chat/completions`).
+    Openai,
+    /// Any server speaking OpenAI Chat Completions (vLLM, LM Studio,
+    /// llama.cpp server, OpenRouter, Groq...). Needs `base_url`.
+    OpenaiCompatible,
+    /// Ollama's OpenAI-compatible endpoint (default `http://127.0.0.1:11434/v1`).
+    Ollama,
+    /// Google Gemini through its OpenAI-compatible endpoint.
+    Gemini,
+}
+
+impl ProviderKind {
+    pub const ALL: [ProviderKind; 5] = [
+        ProviderKind::Anthropic,
+        ProviderKind::Openai,
+        ProviderKind::OpenaiCompatible,
+        ProviderKind::Ollama,
+        ProviderKind::Gemini,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Openai => "openai",
+            ProviderKind::OpenaiCompatible => "openai-compatible",
+            ProviderKind::Ollama => "ollama",
+            ProviderKind::Gemini => "gemini",
+        }
+    }
+
+    /// The base URL used when the config names none, if the kind has one.
+    pub fn default_base_url(self) -> Option<&'static str> {
+        match self {
+            ProviderKind::Anthropic => Some("https://api.anthropic.com"),
+            ProviderKind::Openai => Some("https://api.openai.com/v1"),
+            ProviderKind::OpenaiCompatible => None,
+            ProviderKind::Ollama => Some("http://127.0.0.1:11434/v1"),
+            ProviderKind::Gemini => Some("https://generativelanguage.googleapis.com/v1beta/openai"),
+        }
+    }
+
+    /// Whether calls without an API key are refused before they are sent.
+    pub fn requires_api_key(self) -> bool {
+        matches!(
+            self,
+            ProviderKind::Anthropic | ProviderKind::Openai | ProviderKind::Gemini
+        )
+    }
+
+    /// The environment variable users usually keep this kind's key in.
+    pub fn api_key_env(self) -> Option<&'static str> {
+        match self {
+            ProviderKind::Anthropic => Some("ANTHROPIC_API_KEY"),
+            ProviderKind::Openai => Some("OPENAI_API_KEY"),
+            ProviderKind::Gemini => Some("GEMINI_API_KEY"),
+            ProviderKind::OpenaiCompatible | ProviderKind::Ollama => None,
+        }
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One model provider.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// The wire protocol this provider speaks.
+    pub kind: ProviderKind,
+    /// Base URL of the API; defaults to the kind's public endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// API key; usually `${SOME_API_KEY}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
+    /// Seconds to wait for a TCP/TLS connection.
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_secs: u64,
+    /// Seconds without any bytes from the server before a call fails.
+    #[serde(default = "default_read_timeout")]
+    pub read_timeout_secs: u64,
+    /// Extra HTTP headers sent with every request.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+}
+
+impl ProviderConfig {
+    pub fn new(kind: ProviderKind) -> Self {
+        ProviderConfig {
+            kind,
+            base_url: None,
+            api_key: None,
+            connect_timeout_secs: default_connect_timeout(),
+            read_timeout_secs: default_read_timeout(),
+            headers: BTreeMap::new(),
+        }
+    }
+}
+
+fn default_connect_timeout() -> u64 {
+    10
+}
+
+fn default_read_timeout() -> u64 {
+    120
+}
+
+/// A model named as `provider/model`, where `provider` is a key of
+/// `providers` and `model` is the provider's model id (which may itself
+/// contain slashes, as OpenRouter's do).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ModelRef {
+    provider: String,
+    model: String,
+}
+
+impl ModelRef {
+    pub fn new(provider: impl Into<String>, model: impl Into<String>) -> Self {
+        ModelRef {
+            provider: provider.into(),
+            model: model.into(),
+        }
+    }
+
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+}
+
+impl JsonSchema for ModelRef {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ModelRef".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^[^/\\s]+/\\S+$",
+            "description": "A model as `provider/model`, e.g. `anthropic/claude-sonnet-4-5`."
+        })
+    }
+}
+
+/// A string that is not `provider/model`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidModelRef(pub String);
+
+impl fmt::Display for InvalidModelRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid model '{}' (expected 'provider/model', e.g. 'anthropic/claude-sonnet-4-5')",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for InvalidModelRef {}
+
+impl FromStr for ModelRef {
+    type Err = InvalidModelRef;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.split_once('/') {
+            Some((provider, model))
+                if !provider.is_empty()
+                    && !model.is_empty()
+                    && !s.chars().any(char::is_whitespace) =>
+            {
+                Ok(ModelRef::new(provider, model))
+            }
+            _ => Err(InvalidModelRef(s.to_owned())),
+        }
+    }
+}
+
+impl TryFrom<String> for ModelRef {
+    type Error = InvalidModelRef;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        value.parse()
+    }
+}
+
+impl From<ModelRef> for String {
+    fn from(value: ModelRef) -> Self {
+        value.to_string()
+    }
+}
+
+impl fmt::Display for ModelRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.provider, self.model)
+    }
+}
+
+/// Models by tier, plus a last-resort chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelsConfig {
+    #[serde(default)]
+    pub tiers: TiersConfig,
+    /// Tried in order after every model of the requested tier failed.
+    #[serde(default)]
+    pub fallback: Vec<ModelRef>,
+    /// Largest answer, in tokens, asked of a model per call.
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: u32,
+}
+
+impl Default for ModelsConfig {
+    fn default() -> Self {
+        ModelsConfig {
+            tiers: TiersConfig::default(),
+            fallback: Vec::new(),
+            max_tokens: default_max_tokens(),
+        }
+    }
+}
+
+fn default_max_tokens() -> u32 {
+    4096
+}
+
+/// An ordered list of models for each tier; the first that answers wins.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TiersConfig {
+    #[serde(default)]
+    pub fast: Vec<ModelRef>,
+    #[serde(default)]
+    pub default: Vec<ModelRef>,
+    #[serde(default)]
+    pub complex: Vec<ModelRef>,
+    #[serde(default)]
+    pub local: Vec<ModelRef>,
+}
+
+impl TiersConfig {
+    pub fn get(&self, tier: Tier) -> &[ModelRef] {
+        match tier {
+            Tier::Fast => &self.fast,
+            Tier::Default => &self.default,
+            Tier::Complex => &self.complex,
+            Tier::Local => &self.local,
+        }
+    }
+
+    pub fn get_mut(&mut self, tier: Tier) -> &mut Vec<ModelRef> {
+        match tier {
+            Tier::Fast => &mut self.fast,
+            Tier::Default => &mut self.default,
+            Tier::Complex => &mut self.complex,
+            Tier::Local => &mut self.local,
+        }
+    }
+}
+
+/// The main agent's behaviour.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsConfig {
+    /// Tier for the main conversation.
+    #[serde(default)]
+    pub primary_tier: Tier,
+    /// Model calls per turn before Flynn stops with a partial answer.
+    #[serde(default = "default_max_iterations")]
+    pub max_iterations: u32,
+    /// Replaces the built-in system prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+}
+
+impl Default for AgentsConfig {
+    fn default() -> Self {
+        AgentsConfig {
+            primary_tier: Tier::Default,
+            max_iterations: default_max_iterations(),
+            system_prompt: None,
+        }
+    }
+}
+
+fn default_max_iterations() -> u32 {
+    10
+}
+
+/// Built-in tools.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// Tools offered to the model; all built-ins when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<Vec<String>>,
+    /// Tool output longer than this many bytes is cut, with a marker.
+    #[serde(default = "default_output_limit")]
+    pub output_limit_bytes: usize,
+    /// Directory that relative paths and commands start in; the current
+    /// directory when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<PathBuf>,
+    #[serde(default)]
+    pub shell: ShellToolConfig,
+    #[serde(default)]
+    pub files: FileToolConfig,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        ToolsConfig {
+            enabled: None,
+            output_limit_bytes: default_output_limit(),
+            workspace: None,
+            shell: ShellToolConfig::default(),
+            files: FileToolConfig::default(),
+        }
+    }
+}
+
+fn default_output_limit() -> usize {
+    50 * 1024
+}
+
+/// `shell.exec`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShellToolConfig {
+    /// Seconds before a command is killed.
+    #[serde(default = "default_shell_timeout")]
+    pub timeout_secs: u64,
+}
+
+impl Default for ShellToolConfig {
+    fn default() -> Self {
+        ShellToolConfig {
+            timeout_secs: default_shell_timeout(),
+        }
+    }
+}
+
+fn default_shell_timeout() -> u64 {
+    30
+}
+
+/// `file.*` tools.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileToolConfig {
+    /// Seconds before a file operation is abandoned.
+    #[serde(default = "default_file_timeout")]
+    pub timeout_secs: u64,
+}
+
+impl Default for FileToolConfig {
+    fn default() -> Self {
+        FileToolConfig {
+            timeout_secs: default_file_timeout(),
+        }
+    }
+}
+
+fn default_file_timeout() -> u64 {
+    10
+}
+
+/// Conversation storage.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsConfig {
+    /// SQLite database file; `FLYNN_HOME/sessions.db` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database: Option<PathBuf>,
+}
+
+/// The daemon's gateway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Address to listen on.
+    #[serde(default = "default_bind")]
+    pub bind: String,
+    /// Bearer token clients must present; generated when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            bind: default_bind(),
+            token: None,
+        }
+    }
+}
+
+fn default_bind() -> String {
+    "127.0.0.1:18800".to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_ref_keeps_slashes_in_the_model_id() {
+        let model: ModelRef = "openrouter/meta-llama/llama-3.1-8b"
+            .parse()
+            .unwrap_or_else(|_| ModelRef::new("", ""));
+        assert_eq!(
+            (model.provider(), model.model()),
+            ("openrouter", "meta-llama/llama-3.1-8b")
+        );
+        assert_eq!(model.to_string(), "openrouter/meta-llama/llama-3.1-8b");
+    }
+
+    #[test]
+    fn model_ref_rejects_strings_without_both_parts() {
+        for input in ["gpt-4o", "/gpt-4o", "openai/", "open ai/x"] {
+            assert_eq!(
+                input.parse::<ModelRef>(),
+                Err(InvalidModelRef(input.to_owned()))
+            );
+        }
+    }
+
+    #[test]
+    fn empty_config_fills_every_default() {
+        let config: FlynnConfig =
+            serde_json::from_str("{}").unwrap_or_else(|_| FlynnConfig::default());
+        assert_eq!(config, FlynnConfig::default());
+        assert_eq!(config.agents.max_iterations, 10);
+        assert_eq!(config.tools.output_limit_bytes, 51_200);
+        assert_eq!(config.tools.shell.timeout_secs, 30);
+        assert_eq!(config.gateway.bind, "127.0.0.1:18800");
+    }
+}

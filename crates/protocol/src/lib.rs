@@ -1,0 +1,21 @@
+//! Plain data shared by every Flynn crate.
+//!
+//! Messages and their content blocks, tool specs and calls, token usage,
+//! model tiers, session keys, agent events and the configuration structs.
+//! This crate does no I/O and knows nothing of tokio: it is serde and
+//! schemars types only, so every other crate can depend on it.
+
+pub mod config;
+mod event;
+mod message;
+mod session;
+mod tier;
+mod tool;
+mod usage;
+
+pub use event::{AgentEvent, ErrorCode, RunState, ToolCallSummary, TurnOutcome};
+pub use message::{ContentBlock, ImageSource, Message, Role};
+pub use session::{SessionKey, SessionKeyError};
+pub use tier::{Tier, UnknownTier};
+pub use tool::{ToolCall, ToolResult, ToolSpec};
+pub use usage::Usage;

@@ -1,0 +1,1 @@
+//! Session storage for Flynn on SQLite through sqlx.

@@ -1,0 +1,1 @@
+//! Test-only fake servers for the external APIs Flynn talks to.

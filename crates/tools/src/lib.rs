@@ -1,0 +1,1 @@
+//! Tools for Flynn: the Tool trait, registry, executor and built-ins.
