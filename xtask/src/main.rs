@@ -1,1 +1,34 @@
-fn main() {}
+//! Project automation for Flynn: `cargo xtask <codegen|tidy|ci|bench>`.
+
+use anyhow::{Result, bail};
+
+mod bench;
+mod codegen;
+mod tidy;
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("codegen") => codegen::run(),
+        Some("tidy") => tidy::run(),
+        Some("bench") => bench::run(&args[1..]),
+        Some("ci") => ci(),
+        _ => bail!(
+            "usage: cargo xtask <command>\n\ncommands:\n  codegen  regenerate config/flynn.schema.json\n  tidy     check the layer table, lints and crate docs\n  ci       run everything CI runs (same as .ci/run)\n  bench    run the whole-process benchmarks and write docs/benchmarks.md"
+        ),
+    }
+}
+
+fn ci() -> Result<()> {
+    let status = std::process::Command::new(project_root().join(".ci/run")).status()?;
+    if !status.success() {
+        bail!(".ci/run failed ({status})");
+    }
+    Ok(())
+}
+
+/// The workspace root (the parent of `xtask/`).
+pub fn project_root() -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    dir.parent().unwrap_or(dir).to_path_buf()
+}
