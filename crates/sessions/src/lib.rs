@@ -1,1 +1,13 @@
-//! Session storage for Flynn on SQLite through sqlx.
+//! Session storage for Flynn.
+//!
+//! A session is the conversation of one `channel:peer` key. [`SessionStore`]
+//! is the storage trait; [`SqliteStore`] implements it on a SQLite file
+//! through sqlx, in WAL mode, with migrations embedded in the binary.
+
+mod error;
+mod sqlite;
+mod store;
+
+pub use error::{Error, Result};
+pub use sqlite::SqliteStore;
+pub use store::{SessionInfo, SessionStore};
