@@ -9,7 +9,6 @@
 
 mod client;
 mod error;
-mod names;
 mod provider;
 mod router;
 
@@ -18,6 +17,6 @@ pub use client::{
     drain,
 };
 pub use error::{Error, Result};
-pub use names::ToolNameMap;
+pub use flynn_protocol::ToolNameMap;
 pub use provider::build_client;
 pub use router::{Attempt, ModelRouter, RoutedStream};

@@ -11,6 +11,7 @@ mod message;
 mod session;
 mod tier;
 mod tool;
+mod tool_names;
 mod usage;
 
 pub use event::{AgentEvent, ErrorCode, RunState, ToolCallSummary, TurnOutcome};
@@ -18,4 +19,5 @@ pub use message::{ContentBlock, ImageSource, Message, Role};
 pub use session::{SessionKey, SessionKeyError};
 pub use tier::{Tier, UnknownTier};
 pub use tool::{ToolCall, ToolResult, ToolSpec};
+pub use tool_names::ToolNameMap;
 pub use usage::Usage;

@@ -1,6 +1,6 @@
 use std::collections::HashMap;
 
-use flynn_protocol::ToolSpec;
+use crate::ToolSpec;
 
 /// Maps dotted tool names (`shell.exec`) to names every provider accepts
 /// (`^[a-zA-Z0-9_-]{1,64}$`) and back. Built per request from the offered
