@@ -1,0 +1,137 @@
+use std::process::Stdio;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+
+use crate::{ToolContext, ToolError, TypedTool};
+
+/// Bytes kept from each of stdout and stderr; the executor truncates
+/// further to the configured output limit.
+const CAPTURE_LIMIT: usize = 1024 * 1024;
+
+/// `shell.exec`: runs a command with `sh -c` and returns its output.
+#[derive(Debug, Clone)]
+pub struct ShellExec {
+    timeout: Duration,
+}
+
+impl ShellExec {
+    pub fn new(timeout: Duration) -> Self {
+        ShellExec { timeout }
+    }
+}
+
+/// Arguments of `shell.exec`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShellArgs {
+    /// The command line, run with `sh -c`.
+    command: String,
+    /// Working directory, relative to the workspace.
+    cwd: Option<String>,
+}
+
+#[async_trait]
+impl TypedTool for ShellExec {
+    type Args = ShellArgs;
+
+    fn name(&self) -> &str {
+        "shell.exec"
+    }
+
+    fn description(&self) -> &str {
+        "Run a shell command and return its stdout, stderr and exit code."
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    async fn run(&self, args: ShellArgs, ctx: &ToolContext) -> Result<String, ToolError> {
+        let cwd = match &args.cwd {
+            Some(dir) => ctx.resolve(dir),
+            None => ctx.workspace.clone(),
+        };
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(&args.command)
+            .current_dir(&cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        #[cfg(unix)]
+        command.process_group(0);
+        let mut child = command
+            .spawn()
+            .map_err(|e| ToolError::failed(format!("cannot start sh in {}: {e}", cwd.display())))?;
+        // Kills the whole process group when the call ends early (timeout
+        // or cancellation drop this future), so no grandchild outlives it.
+        let _group = ProcessGroup(child.id());
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let (status, stdout, stderr) = tokio::join!(child.wait(), capture(stdout), capture(stderr));
+        let status = status.map_err(|e| ToolError::failed(format!("waiting for sh: {e}")))?;
+
+        let mut out = stdout;
+        if !stderr.is_empty() {
+            if !out.is_empty() && !out.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str("[stderr]\n");
+            out.push_str(&stderr);
+        }
+        match status.code() {
+            Some(0) => {}
+            Some(code) => {
+                if !out.is_empty() && !out.ends_with('\n') {
+                    out.push('\n');
+                }
+                out.push_str(&format!("[exit code {code}]"));
+            }
+            None => {
+                if !out.is_empty() && !out.ends_with('\n') {
+                    out.push('\n');
+                }
+                out.push_str("[killed by a signal]");
+            }
+        }
+        Ok(out)
+    }
+}
+
+async fn capture(pipe: Option<impl AsyncRead + Unpin>) -> String {
+    let Some(pipe) = pipe else {
+        return String::new();
+    };
+    let mut buf = Vec::new();
+    let mut limited = pipe.take(CAPTURE_LIMIT as u64);
+    // A read error ends capture; what was read is still reported.
+    let _ = limited.read_to_end(&mut buf).await;
+    // Drain the rest so the command is not blocked on a full pipe.
+    let mut rest = limited.into_inner();
+    let mut sink = [0u8; 8192];
+    while matches!(rest.read(&mut sink).await, Ok(n) if n > 0) {}
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+struct ProcessGroup(Option<u32>);
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some(pid) = self
+            .0
+            .and_then(|id| i32::try_from(id).ok())
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            // The group may already be gone; nothing to do then.
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+}

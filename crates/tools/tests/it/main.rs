@@ -1,0 +1,282 @@
+//! Tool registry, executor and built-in tools, with real processes and files.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flynn_protocol::config::ToolsConfig;
+use flynn_protocol::{ToolCall, ToolResult};
+use flynn_tools::builtin::{self, FileRead, ShellExec};
+use flynn_tools::{ToolContext, ToolExecutor, ToolRegistry, truncate_output};
+use serde_json::{Value, json};
+
+fn call(name: &str, arguments: Value) -> ToolCall {
+    ToolCall {
+        id: "call-1".into(),
+        name: name.into(),
+        arguments,
+    }
+}
+
+fn executor_with(registry: ToolRegistry, limit: usize) -> ToolExecutor {
+    ToolExecutor::new(Arc::new(registry), limit)
+}
+
+fn default_executor() -> ToolExecutor {
+    executor_with(
+        builtin::registry(&ToolsConfig::default()).unwrap(),
+        50 * 1024,
+    )
+}
+
+fn ok(content: &str) -> ToolResult {
+    ToolResult {
+        tool_use_id: "call-1".into(),
+        content: content.into(),
+        is_error: false,
+    }
+}
+
+fn err(content: &str) -> ToolResult {
+    ToolResult {
+        tool_use_id: "call-1".into(),
+        content: content.into(),
+        is_error: true,
+    }
+}
+
+#[test]
+fn specs_carry_compact_argument_schemas() {
+    let registry = builtin::registry(&ToolsConfig::default()).unwrap();
+    let specs = registry.specs();
+    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["file.read", "shell.exec"]);
+    assert_eq!(
+        specs[1].input_schema,
+        json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "The command line, run with `sh -c`."},
+                "cwd": {"type": ["string", "null"], "description": "Working directory, relative to the workspace."}
+            },
+            "required": ["command"],
+            "additionalProperties": false
+        })
+    );
+}
+
+#[test]
+fn registry_serialises_for_both_providers_with_wire_names() {
+    let mut registry = ToolRegistry::new();
+    registry.register(FileRead::new(Duration::from_secs(1)));
+    let schema = registry.specs()[0].input_schema.clone();
+    assert_eq!(
+        registry.to_anthropic(),
+        json!([{
+            "name": "file_read",
+            "description": "Read a text file, optionally only `limit` lines from line `offset`.",
+            "input_schema": schema,
+        }])
+    );
+    assert_eq!(
+        registry.to_openai(),
+        json!([{
+            "type": "function",
+            "function": {
+                "name": "file_read",
+                "description": "Read a text file, optionally only `limit` lines from line `offset`.",
+                "parameters": schema,
+            }
+        }])
+    );
+}
+
+#[test]
+fn enabled_list_filters_and_rejects_unknown_names() {
+    let config = ToolsConfig {
+        enabled: Some(vec!["shell.exec".into()]),
+        ..ToolsConfig::default()
+    };
+    let names: Vec<String> = builtin::registry(&config)
+        .unwrap()
+        .names()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(names, ["shell.exec"]);
+    let config = ToolsConfig {
+        enabled: Some(vec!["shell.exec".into(), "web.fetsh".into()]),
+        ..ToolsConfig::default()
+    };
+    assert_eq!(builtin::registry(&config).unwrap_err(), ["web.fetsh"]);
+}
+
+#[tokio::test]
+async fn unknown_tools_and_bad_arguments_become_error_results() {
+    let executor = default_executor();
+    let ctx = ToolContext::new(std::env::temp_dir());
+    assert_eq!(
+        executor.execute(&call("shell.run", json!({})), &ctx).await,
+        err("unknown tool 'shell.run' (available: file.read, shell.exec)")
+    );
+    assert_eq!(
+        executor
+            .execute(&call("shell.exec", json!({"cmd": "ls"})), &ctx)
+            .await,
+        err("invalid arguments for shell.exec: unknown field `cmd`, expected `command` or `cwd`")
+    );
+}
+
+#[tokio::test]
+async fn shell_reports_stdout_stderr_and_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let executor = default_executor();
+    let ctx = ToolContext::new(dir.path());
+    let result = executor
+        .execute(
+            &call(
+                "shell.exec",
+                json!({"command": "pwd; echo oops >&2; exit 3", "cwd": "sub"}),
+            ),
+            &ctx,
+        )
+        .await;
+    let sub = dir.path().join("sub").canonicalize().unwrap();
+    assert_eq!(
+        result,
+        ok(&format!("{}\n[stderr]\noops\n[exit code 3]", sub.display()))
+    );
+}
+
+#[tokio::test]
+async fn shell_timeout_kills_the_whole_process_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut registry = ToolRegistry::new();
+    registry.register(ShellExec::new(Duration::from_millis(300)));
+    let executor = executor_with(registry, 1024);
+    let ctx = ToolContext::new(dir.path());
+    let result = executor
+        .execute(
+            &call(
+                "shell.exec",
+                json!({"command": "sleep 30 & echo $! > child.pid; wait"}),
+            ),
+            &ctx,
+        )
+        .await;
+    assert_eq!(result, err("shell.exec timed out after 300ms"));
+    let pid = std::fs::read_to_string(dir.path().join("child.pid")).unwrap();
+    let pid = pid.trim();
+    // The background sleep was in the killed group: it is gone (or a zombie
+    // about to be reaped by init), never still sleeping.
+    // SIGKILL is delivered asynchronously: wait (bounded) for it to land.
+    let sleeping = || {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        state
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with(['S', 'R']))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while sleeping() && std::time::Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    assert!(!sleeping(), "background process {pid} survived the timeout");
+}
+
+#[tokio::test]
+async fn cancellation_stops_a_running_tool() {
+    let executor = default_executor();
+    let ctx = ToolContext::new(std::env::temp_dir());
+    ctx.cancel.cancel();
+    assert_eq!(
+        executor
+            .execute(&call("shell.exec", json!({"command": "sleep 30"})), &ctx)
+            .await,
+        err("shell.exec was cancelled")
+    );
+}
+
+#[tokio::test]
+async fn long_output_is_truncated_with_a_marker() {
+    let executor = executor_with(builtin::registry(&ToolsConfig::default()).unwrap(), 1024);
+    let ctx = ToolContext::new(std::env::temp_dir());
+    let result = executor
+        .execute(
+            &call(
+                "shell.exec",
+                json!({"command": "head -c 5000 /dev/zero | tr '\\0' x"}),
+            ),
+            &ctx,
+        )
+        .await;
+    assert_eq!(
+        result,
+        ok(&format!(
+            "{}\n[output truncated: showed 1024 of 5000 bytes]",
+            "x".repeat(1024)
+        ))
+    );
+}
+
+#[test]
+fn truncation_respects_character_boundaries() {
+    assert_eq!(
+        truncate_output("aé", 2),
+        "a\n[output truncated: showed 1 of 3 bytes]"
+    );
+    assert_eq!(truncate_output("short", 10), "short");
+}
+
+#[tokio::test]
+async fn file_read_returns_whole_files_and_line_ranges() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "one\ntwo\nthree\nfour\n").unwrap();
+    let executor = default_executor();
+    let ctx = ToolContext::new(dir.path());
+    assert_eq!(
+        executor
+            .execute(&call("file.read", json!({"path": "a.txt"})), &ctx)
+            .await,
+        ok("one\ntwo\nthree\nfour\n")
+    );
+    assert_eq!(
+        executor
+            .execute(
+                &call(
+                    "file.read",
+                    json!({"path": "a.txt", "offset": 2, "limit": 2})
+                ),
+                &ctx
+            )
+            .await,
+        ok("two\nthree")
+    );
+}
+
+#[tokio::test]
+async fn file_read_failures_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("b.bin"), [0u8, 1, 2]).unwrap();
+    let executor = default_executor();
+    let ctx = ToolContext::new(dir.path());
+    let missing = dir.path().join("nope.txt");
+    assert_eq!(
+        executor
+            .execute(&call("file.read", json!({"path": "nope.txt"})), &ctx)
+            .await,
+        err(&format!(
+            "cannot open {}: No such file or directory (os error 2)",
+            missing.display()
+        ))
+    );
+    assert_eq!(
+        executor
+            .execute(&call("file.read", json!({"path": "b.bin"})), &ctx)
+            .await,
+        err(&format!(
+            "{} is a binary file, not text",
+            dir.path().join("b.bin").display()
+        ))
+    );
+}
