@@ -134,10 +134,10 @@ impl ModelRouter {
                 }
             }
         }
-        if failed.len() == 1 {
-            if let Some(attempt) = failed.pop() {
-                return Err(attempt.error);
-            }
+        if failed.len() == 1
+            && let Some(attempt) = failed.pop()
+        {
+            return Err(attempt.error);
         }
         Err(Error::AllFailed {
             attempts: failed
