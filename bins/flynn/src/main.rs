@@ -1,1 +1,60 @@
-fn main() {}
+//! `flynn`: send messages to Flynn, inspect sessions and config.
+
+mod cli;
+mod config_cmd;
+mod exit;
+mod send;
+mod sessions;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::exit::Failure;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            // --help and --version print to stdout and succeed; usage errors exit 2.
+            let _ = error.print();
+            return ExitCode::from(if error.use_stderr() { 2 } else { 0 });
+        }
+    };
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => failure.report(),
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Send(args) => send::run(args).await,
+        Command::Sessions(args) => sessions::run(args).await,
+        Command::Config(args) => config_cmd::run(args),
+    }
+}
+
+/// Logs go to stderr, filtered by `FLYNN_LOG` (e.g. `FLYNN_LOG=debug`);
+/// only errors are shown by default, as warnings reach the user as events.
+fn init_logging() {
+    let filter = std::env::var("FLYNN_LOG").unwrap_or_else(|_| "error".to_owned());
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,4 +1,71 @@
 //! Loads and validates Flynn's YAML configuration.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), flynn_config::Error> {
+//! let loaded = flynn_config::load(None, &flynn_config::ProcessEnv)?;
+//! println!("data in {}", loaded.paths.home.display());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! - [`load`] finds the file ([`Paths`]), parses it with [`parse_str`] and
+//!   applies `FLYNN_MODEL`; with no file at the default path it builds the
+//!   config from the environment instead ([`from_env`]).
+//! - The environment is always injected ([`Env`]): [`ProcessEnv`] in
+//!   binaries, [`MapEnv`] in tests. Nothing here reads or changes the
+//!   process environment by itself.
+//! - Errors are data: an invalid file gives [`Error::Invalid`] with one
+//!   [`Diagnostic`] per problem (file, line, column, key path, [`Problem`]),
+//!   printed as
+//!   `config.yaml:12:5: models.tiers.fast[0]: unknown provider 'anthropc' (did you mean 'anthropic'?), expected one of the configured providers: anthropic`.
+//!
+//! # `${VAR}` in values
+//!
+//! String values may refer to environment variables; keys may not.
+//! - `${NAME}` is the variable's value. An unset variable is an error that
+//!   names it and points at the reference's line and column.
+//! - `${NAME:-default}` is the value when it is set and not empty,
+//!   `default` otherwise (taken literally, up to the first `}`).
+//! - `$${` is a literal `${`. Any other `$` stays as it is.
+//! - A value made of references that expands to nothing counts as not
+//!   written: `api_key: ${OPENAI_API_KEY:-}` leaves an optional key unset,
+//!   and a key with a default keeps its default. (Inside a list, an empty
+//!   value stays an empty string.)
+//! - A number or boolean key may be given as a reference
+//!   (`max_iterations: ${MAX_ITERATIONS:-10}`); a quoted number without a
+//!   reference stays a string and is refused where a number is expected.
+//!
+//! Values from the environment are never shown in error messages: they
+//! may be secrets.
+//!
+//! # Without a config file
+//!
+//! When no file exists at the default path, [`from_env`] builds the config
+//! from `ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`, `OPENAI_API_KEY`,
+//! `OPENAI_BASE_URL`, `GEMINI_API_KEY` and `OLLAMA_HOST`, one provider per
+//! group of variables that is set. `FLYNN_MODEL=provider/model` picks the
+//! default tier, with or without a file ([`apply_model_override`]).
+//!
+//! # Other conveniences
+//!
+//! A block with nothing under it (`providers:` with every entry commented
+//! out) is an empty block. Booleans are YAML 1.2's `true`/`false` only.
+
+mod decode;
+mod document;
+mod env;
+mod error;
+mod expand;
+mod load;
+mod paths;
+mod validate;
+mod zero_config;
+
+pub use env::{Env, MapEnv, ProcessEnv};
+pub use error::{Diagnostic, Error, Problem, Result};
+pub use load::{Loaded, Source, load, parse_str};
+pub use paths::Paths;
+pub use zero_config::{apply_model_override, from_env};
 
 /// The JSON Schema of the configuration file, pretty-printed with a
 /// trailing newline (the content of `config/flynn.schema.json`).

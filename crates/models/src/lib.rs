@@ -7,8 +7,13 @@
 //! request/response types defined here. [`ModelRouter`] picks a model for a
 //! tier and falls back along the configured chain.
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+mod anthropic;
 mod client;
 mod error;
+mod http;
+mod openai;
 mod provider;
 mod router;
 

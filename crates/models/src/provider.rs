@@ -1,12 +1,67 @@
 use std::sync::Arc;
 
-use flynn_protocol::config::ProviderConfig;
+use flynn_protocol::config::{ProviderConfig, ProviderKind};
 
-use crate::{Error, ModelClient, Result};
+use crate::anthropic::AnthropicClient;
+use crate::openai::OpenAiClient;
+use crate::{ModelClient, Result};
 
-/// Builds the client for one configured provider.
+/// Builds the client for one configured provider: the Messages API client
+/// for `anthropic`, the Chat Completions client for every other kind.
+/// Fails with [`crate::Error::Config`] on a bad base URL or header; a
+/// missing API key is reported on the first call instead, so a provider
+/// kept only as a fallback does not stop the others from loading.
 pub fn build_client(name: &str, config: &ProviderConfig) -> Result<Arc<dyn ModelClient>> {
-    Err(Error::Config {
-        message: format!("provider '{name}' ({}): not implemented yet", config.kind),
+    Ok(match config.kind {
+        ProviderKind::Anthropic => Arc::new(AnthropicClient::new(name, config)?),
+        ProviderKind::Openai
+        | ProviderKind::OpenaiCompatible
+        | ProviderKind::Ollama
+        | ProviderKind::Gemini => Arc::new(OpenAiClient::new(name, config)?),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ClientInfo, Error};
+
+    #[test]
+    fn each_kind_gets_its_client_and_info() {
+        for kind in ProviderKind::ALL {
+            let client = build_client(
+                "p",
+                &ProviderConfig::new(kind).with_base("http://127.0.0.1:1/v1"),
+            );
+            assert_eq!(
+                client.map(|c| c.info().clone()),
+                Ok(ClientInfo {
+                    provider: "p".into(),
+                    kind,
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn a_bad_base_url_names_the_provider_and_the_url() {
+        let config = ProviderConfig::new(ProviderKind::Anthropic).with_base("api.anthropic.com");
+        assert_eq!(
+            build_client("claude", &config).map(|c| c.info().clone()),
+            Err(Error::Config {
+                message: "provider 'claude': invalid base_url 'api.anthropic.com': relative URL without a base".into()
+            })
+        );
+    }
+
+    trait WithBase {
+        fn with_base(self, url: &str) -> Self;
+    }
+
+    impl WithBase for ProviderConfig {
+        fn with_base(mut self, url: &str) -> Self {
+            self.base_url = Some(url.into());
+            self
+        }
+    }
 }

@@ -93,7 +93,7 @@ impl ModelRouter {
         if chain.is_empty() {
             return Err(Error::Config {
                 message: format!(
-                    "no model is configured for the '{tier}' tier (set models.tiers.{tier} or FLYNN_MODEL)"
+                    "no model is configured for the '{tier}' tier (set models.tiers.{tier} in the config file, or FLYNN_MODEL, or one of ANTHROPIC_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL, GEMINI_API_KEY, OLLAMA_HOST)"
                 ),
             });
         }

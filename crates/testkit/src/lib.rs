@@ -1,1 +1,33 @@
 //! Test-only fake servers for the external APIs Flynn talks to.
+//!
+//! Each fake binds `127.0.0.1:0` on a thread of its own, speaks its vendor's
+//! documented wire format (server-sent events included), records every
+//! request for assertions, and fails loudly on a protocol violation: it
+//! answers with the vendor's error and lists the problem in `violations()`.
+//! Replies are scripted: push one [`Reply`] per expected request.
+//!
+//! ```no_run
+//! # async fn example() {
+//! use flynn_testkit::{FakeOpenAi, Reply};
+//!
+//! let fake = FakeOpenAi::start().await;
+//! fake.push(Reply::Text("Hello!".into()));
+//! // ... point a client at fake.base_url() and make one call ...
+//! assert_eq!(fake.violations(), Vec::<String>::new());
+//! assert_eq!(fake.requests()[0].body["model"], "gpt-4o-mini");
+//! # }
+//! ```
+//!
+//! The documented examples the fakes reproduce are kept in `fixtures/` and
+//! exported as [`fixtures`].
+
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+mod anthropic;
+pub mod fixtures;
+mod openai;
+mod server;
+
+pub use anthropic::FakeAnthropic;
+pub use openai::FakeOpenAi;
+pub use server::{CapturedRequest, INPUT_TOKENS, OUTPUT_TOKENS, Reply};

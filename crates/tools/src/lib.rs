@@ -15,4 +15,4 @@ mod tool;
 pub use error::ToolError;
 pub use executor::{ToolExecutor, truncate_output};
 pub use registry::ToolRegistry;
-pub use tool::{Tool, ToolContext, TypedTool};
+pub use tool::{Tool, ToolContext, TypedTool, into_dyn};

@@ -4,7 +4,6 @@ use std::sync::Arc;
 use flynn_protocol::{ToolNameMap, ToolSpec};
 use serde_json::{Value, json};
 
-use crate::tool::Typed;
 use crate::{Tool, TypedTool};
 
 /// The tools offered to the model, by dotted name.
@@ -26,7 +25,7 @@ impl ToolRegistry {
 
     /// Adds a typed tool, replacing any tool of the same name.
     pub fn register<T: TypedTool>(&mut self, tool: T) -> &mut Self {
-        self.register_dyn(Arc::new(Typed::new(tool)))
+        self.register_dyn(crate::into_dyn(tool))
     }
 
     /// Adds an already type-erased tool (MCP bridges, user tools).

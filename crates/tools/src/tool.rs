@@ -66,6 +66,11 @@ pub trait Tool: Send + Sync {
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError>;
 }
 
+/// Erases a typed tool's argument type so it can sit in a registry.
+pub fn into_dyn<T: TypedTool>(tool: T) -> std::sync::Arc<dyn Tool> {
+    std::sync::Arc::new(Typed::new(tool))
+}
+
 /// Adapts a [`TypedTool`] to [`Tool`].
 pub(crate) struct Typed<T: TypedTool> {
     pub(crate) tool: T,

@@ -1,0 +1,91 @@
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use flynn_core::Tier;
+use flynn_core::protocol::config::ModelRef;
+
+/// Flynn: a personal AI agent you host yourself.
+#[derive(Debug, Parser)]
+#[command(name = "flynn", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Send a message and stream the answer to stdout.
+    Send(SendArgs),
+    /// List, show or reset conversations.
+    Sessions(SessionsArgs),
+    /// Check the config file or print its JSON Schema.
+    Config(ConfigArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// The message, or `-` to read it from stdin.
+    pub message: String,
+    /// Conversation to continue.
+    #[arg(long, default_value = "cli:default")]
+    pub session: String,
+    /// Model tier: fast, default, complex or local.
+    #[arg(long)]
+    pub tier: Option<Tier>,
+    /// One model as provider/model, with no fallback.
+    #[arg(long)]
+    pub model: Option<ModelRef>,
+    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Approve tool calls that need confirmation.
+    #[arg(long)]
+    pub yes: bool,
+    /// Print one JSON object instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    #[command(subcommand)]
+    pub command: SessionsCommand,
+    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// Every conversation, most recent first.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One conversation's messages.
+    Show {
+        key: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete one conversation's history.
+    Reset {
+        key: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    pub command: ConfigCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Check a config file (default: the one Flynn would load).
+    Validate { file: Option<PathBuf> },
+    /// Print the config file's JSON Schema.
+    Schema,
+}

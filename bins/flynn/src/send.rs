@@ -1,0 +1,175 @@
+use std::io::{IsTerminal, Read, Write};
+
+use flynn_core::config::{self, ProcessEnv};
+use flynn_core::{AgentEvent, CancellationToken, Flynn, SessionKey, TurnOutcome, TurnRequest};
+use serde_json::json;
+
+use crate::cli::SendArgs;
+use crate::exit::Failure;
+
+pub async fn run(args: SendArgs) -> Result<(), Failure> {
+    let message = read_message(&args.message)?;
+    let session: SessionKey =
+        args.session
+            .parse()
+            .map_err(|e: flynn_core::protocol::SessionKeyError| {
+                Failure::usage(format!("--session: {e}"))
+            })?;
+    let loaded = config::load(args.config.as_deref(), &ProcessEnv)?;
+    let flynn = Flynn::builder()
+        .config(loaded.config)
+        .home(loaded.paths.home)
+        .build()
+        .await?;
+
+    let cancel = CancellationToken::new();
+    let mut request = TurnRequest::text(session.clone(), message);
+    request.tier = args.tier;
+    request.model = args.model;
+    let mut printer = Printer::new(args.json);
+    let result = {
+        let mut on_event = |event| printer.event(event);
+        let turn = flynn.send(request, cancel.clone(), &mut on_event);
+        tokio::pin!(turn);
+        // Ctrl-C cancels the turn, which then ends promptly with every tool
+        // call paired with a result in the history.
+        tokio::select! {
+            result = &mut turn => result,
+            _ = tokio::signal::ctrl_c() => {
+                cancel.cancel();
+                turn.await
+            }
+        }
+    };
+    match result {
+        Ok(outcome) => {
+            printer.finish(&session, &outcome);
+            Ok(())
+        }
+        Err(error) => {
+            if args.json {
+                let out = json!({
+                    "session": session.as_str(),
+                    "error": {"code": error.code(), "message": error.to_string()},
+                });
+                println!("{out}");
+            }
+            printer.end_line();
+            Err(error.into())
+        }
+    }
+}
+
+fn read_message(arg: &str) -> Result<String, Failure> {
+    let message = if arg == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| Failure::usage(format!("cannot read the message from stdin: {e}")))?;
+        text
+    } else {
+        arg.to_owned()
+    };
+    if message.trim().is_empty() {
+        return Err(Failure::usage(
+            "the message is empty (expected text, or `-` to read it from stdin)",
+        ));
+    }
+    Ok(message)
+}
+
+/// Writes the answer to stdout as it streams, and progress to stderr.
+struct Printer {
+    json: bool,
+    color: bool,
+    /// Whether stdout's last byte was not a newline.
+    open_line: bool,
+}
+
+impl Printer {
+    fn new(json: bool) -> Self {
+        Printer {
+            json,
+            color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+            open_line: false,
+        }
+    }
+
+    fn event(&mut self, event: AgentEvent) {
+        match event {
+            AgentEvent::ContentDelta { text } if !self.json => {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(text.as_bytes());
+                let _ = out.flush();
+                if !text.is_empty() {
+                    self.open_line = !text.ends_with('\n');
+                }
+            }
+            AgentEvent::ToolStart { name, input, .. } => {
+                self.end_line();
+                let mut args = input.to_string();
+                if args.len() > 120 {
+                    let mut end = 117;
+                    while !args.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    args.truncate(end);
+                    args.push_str("...");
+                }
+                self.progress(&format!("→ {name} {args}"));
+            }
+            AgentEvent::ToolEnd {
+                name, ok, output, ..
+            } => {
+                if ok {
+                    self.progress(&format!("✓ {name}"));
+                } else {
+                    let first = output.lines().next().unwrap_or_default();
+                    self.progress(&format!("✗ {name}: {first}"));
+                }
+            }
+            AgentEvent::Warning { message } => {
+                self.end_line();
+                self.progress(&format!("warning: {message}"));
+            }
+            _ => {}
+        }
+    }
+
+    fn progress(&self, line: &str) {
+        if self.color {
+            eprintln!("\x1b[2m{line}\x1b[0m");
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
+    fn end_line(&mut self) {
+        if self.open_line {
+            println!();
+            self.open_line = false;
+        }
+    }
+
+    fn finish(&mut self, session: &SessionKey, outcome: &TurnOutcome) {
+        if self.json {
+            let mut out = json!({
+                "reply": outcome.reply,
+                "session": session.as_str(),
+                "provider": outcome.provider,
+                "model": outcome.model,
+                "usage": {
+                    "input_tokens": outcome.usage.input_tokens,
+                    "output_tokens": outcome.usage.output_tokens,
+                },
+                "tool_calls": outcome.tool_calls,
+            });
+            if let Some(warning) = &outcome.warning {
+                out["warning"] = json!(warning);
+            }
+            println!("{out}");
+        } else {
+            self.end_line();
+        }
+    }
+}

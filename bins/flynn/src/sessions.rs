@@ -1,0 +1,122 @@
+use flynn_core::config::{self, ProcessEnv};
+use flynn_core::protocol::{ContentBlock, Role};
+use flynn_core::{SessionKey, SessionStore, SqliteStore};
+use serde_json::json;
+
+use crate::cli::{SessionsArgs, SessionsCommand};
+use crate::exit::Failure;
+
+pub async fn run(args: SessionsArgs) -> Result<(), Failure> {
+    let loaded = config::load(args.config.as_deref(), &ProcessEnv)?;
+    let path = loaded
+        .config
+        .sessions
+        .database
+        .clone()
+        .unwrap_or_else(|| loaded.paths.home.join("sessions.db"));
+    let store = SqliteStore::open(&path).await.map_err(storage_error)?;
+    match args.command {
+        SessionsCommand::List { json } => list(&store, json).await,
+        SessionsCommand::Show { key, json } => show(&store, &parse_key(&key)?, json).await,
+        SessionsCommand::Reset { key, json } => {
+            let key = parse_key(&key)?;
+            let existed = store.clear(&key).await.map_err(storage_error)?;
+            if json {
+                println!("{}", json!({"session": key.as_str(), "reset": existed}));
+            } else if existed {
+                println!("reset {key}");
+            } else {
+                println!("no session {key}");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn parse_key(key: &str) -> Result<SessionKey, Failure> {
+    key.parse()
+        .map_err(|e: flynn_core::protocol::SessionKeyError| Failure::usage(e.to_string()))
+}
+
+fn storage_error(error: flynn_core::SessionsError) -> Failure {
+    Failure::other(error.to_string())
+}
+
+async fn list(store: &SqliteStore, json: bool) -> Result<(), Failure> {
+    let sessions = store.list().await.map_err(storage_error)?;
+    if json {
+        let out: Vec<_> = sessions
+            .iter()
+            .map(|s| {
+                json!({
+                    "session": s.key.as_str(),
+                    "messages": s.message_count,
+                    "created_at": timestamp(s.created_at),
+                    "updated_at": timestamp(s.updated_at),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(out));
+        return Ok(());
+    }
+    if sessions.is_empty() {
+        println!("no sessions yet");
+        return Ok(());
+    }
+    let width = sessions
+        .iter()
+        .map(|s| s.key.as_str().len())
+        .max()
+        .unwrap_or(0)
+        .max(7);
+    println!("{:<width$}  {:>8}  UPDATED", "SESSION", "MESSAGES");
+    for s in &sessions {
+        println!(
+            "{:<width$}  {:>8}  {}",
+            s.key.as_str(),
+            s.message_count,
+            timestamp(s.updated_at)
+        );
+    }
+    Ok(())
+}
+
+async fn show(store: &SqliteStore, key: &SessionKey, json: bool) -> Result<(), Failure> {
+    let history = store.history(key).await.map_err(storage_error)?;
+    if json {
+        println!("{}", json!({"session": key.as_str(), "messages": history}));
+        return Ok(());
+    }
+    if history.is_empty() {
+        return Err(Failure::other(format!("no session {key}")));
+    }
+    for message in &history {
+        let who = match message.role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        for block in &message.content {
+            match block {
+                ContentBlock::Text { text } => println!("{who}: {text}"),
+                ContentBlock::ToolUse { name, input, .. } => println!("{who}: → {name} {input}"),
+                ContentBlock::ToolResult {
+                    content, is_error, ..
+                } => {
+                    let mark = if *is_error { "✗" } else { "✓" };
+                    let first = content.lines().next().unwrap_or_default();
+                    println!("{who}: {mark} {first}");
+                }
+                ContentBlock::Image { .. } => println!("{who}: [image]"),
+                ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. } => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Unix milliseconds as `YYYY-MM-DDTHH:MM:SSZ`.
+fn timestamp(millis: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(millis)
+        .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default()
+}

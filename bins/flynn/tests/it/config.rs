@@ -1,0 +1,81 @@
+use serde_json::Value;
+
+use crate::{Env, stderr, stdout};
+
+#[test]
+fn an_invalid_config_exits_2_with_line_and_column() {
+    let env = Env::new();
+    let path = env.path().join("config.yaml");
+    std::fs::write(
+        &path,
+        "providers:\n  local:\n    kind: openai-compatible\n    base_url: http://127.0.0.1:1/v1\n    api_kye: x\n",
+    )
+    .unwrap();
+    let output = env.run(&["send", "--config", path.to_str().unwrap(), "hello"]);
+    assert_eq!(output.status.code(), Some(2));
+    let message = stderr(&output);
+    assert!(
+        message.starts_with(&format!(
+            "error: {}:5:5: providers.local.api_kye: ",
+            path.display()
+        )),
+        "{message}"
+    );
+    assert!(message.contains("did you mean 'api_key'?"), "{message}");
+
+    let output = env.run(&["config", "validate", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(stderr(&output), message);
+}
+
+#[test]
+fn a_valid_config_validates() {
+    let env = Env::new();
+    let path = env.path().join("flynn.yaml");
+    std::fs::write(
+        &path,
+        "providers:\n  local: { kind: openai-compatible, base_url: \"http://127.0.0.1:8080/v1\" }\nmodels:\n  tiers:\n    default: [local/qwen2.5]\n",
+    )
+    .unwrap();
+    let output = env.run(&["config", "validate", path.to_str().unwrap()]);
+    assert_eq!(
+        (output.status.code(), stdout(&output)),
+        (Some(0), format!("{}: ok\n", path.display()))
+    );
+}
+
+#[test]
+fn a_named_config_file_that_is_missing_is_an_error() {
+    let env = Env::new();
+    let output = env.run(&["send", "--config", "/nonexistent/flynn.yaml", "hi"]);
+    assert_eq!(
+        (output.status.code(), stderr(&output).as_str()),
+        (
+            Some(2),
+            "error: /nonexistent/flynn.yaml: no such config file\n"
+        )
+    );
+}
+
+#[test]
+fn config_schema_prints_the_generated_schema() {
+    let output = Env::new().run(&["config", "schema"]);
+    assert_eq!(output.status.code(), Some(0));
+    let schema: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(schema["title"], "Flynn configuration");
+    let committed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../config/flynn.schema.json"
+    ))
+    .unwrap();
+    assert_eq!(stdout(&output), committed);
+}
+
+#[test]
+fn version_prints_the_crate_version() {
+    let output = Env::new().run(&["--version"]);
+    assert_eq!(
+        (output.status.code(), stdout(&output)),
+        (Some(0), format!("flynn {}\n", env!("CARGO_PKG_VERSION")))
+    );
+}

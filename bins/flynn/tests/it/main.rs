@@ -1,0 +1,71 @@
+//! The real `flynn` binary against the fake model servers.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod config;
+mod send;
+mod sessions;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use tempfile::TempDir;
+
+/// A scratch home for one test: `FLYNN_HOME`, `HOME` and the config dir all
+/// live in it, and the child sees no variable of the developer's own.
+pub struct Env {
+    pub dir: TempDir,
+    vars: Vec<(String, String)>,
+}
+
+impl Default for Env {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Env {
+    pub fn new() -> Self {
+        Env {
+            dir: tempfile::tempdir().unwrap(),
+            vars: Vec::new(),
+        }
+    }
+
+    pub fn var(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.vars.push((name.to_owned(), value.into()));
+        self
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_flynn"));
+        command
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.path())
+            .env("FLYNN_HOME", self.path().join("home"))
+            .env("XDG_CONFIG_HOME", self.path().join("config"))
+            .current_dir(self.path())
+            .stdin(Stdio::null());
+        for (name, value) in &self.vars {
+            command.env(name, value);
+        }
+        command
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}

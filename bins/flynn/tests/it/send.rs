@@ -1,0 +1,270 @@
+use std::io::Write;
+use std::process::Stdio;
+
+use flynn_testkit::{FakeAnthropic, FakeOpenAi, INPUT_TOKENS, OUTPUT_TOKENS, Reply};
+use serde_json::{Value, json};
+
+use crate::{Env, stderr, stdout};
+
+fn openai_env(fake: &FakeOpenAi) -> Env {
+    Env::new()
+        .var("OPENAI_BASE_URL", fake.base_url())
+        .var("OPENAI_API_KEY", "sk-x")
+}
+
+#[tokio::test]
+async fn a_plain_answer_streams_to_stdout_from_an_openai_server() {
+    let fake = FakeOpenAi::start_with_key("sk-x").await;
+    fake.push(Reply::Text("Hello from the fake model.".into()));
+    let env = openai_env(&fake);
+    let output = env.run(&["send", "hello"]);
+    assert_eq!(
+        (
+            output.status.code(),
+            stdout(&output).as_str(),
+            stderr(&output).as_str()
+        ),
+        (Some(0), "Hello from the fake model.\n", "")
+    );
+    assert_eq!(fake.violations(), Vec::<String>::new());
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].path, "/v1/chat/completions");
+    assert_eq!(requests[0].header("authorization"), Some("Bearer sk-x"));
+    assert_eq!(requests[0].body["model"], "gpt-4o-mini");
+    assert_eq!(requests[0].body["stream"], true);
+    let messages = requests[0].body["messages"].as_array().unwrap();
+    assert_eq!(
+        messages.last().unwrap(),
+        &json!({"role": "user", "content": "hello"})
+    );
+}
+
+#[tokio::test]
+async fn json_output_reports_the_anthropic_answer_usage_and_model() {
+    let fake = FakeAnthropic::start_with_key("sk-ant-x").await;
+    fake.push(Reply::Text("Streamed from Anthropic.".into()));
+    let env = Env::new()
+        .var("ANTHROPIC_BASE_URL", fake.base_url())
+        .var("ANTHROPIC_API_KEY", "sk-ant-x");
+    let output = env.run(&["send", "--json", "hello"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let reply: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(
+        reply,
+        json!({
+            "reply": "Streamed from Anthropic.",
+            "session": "cli:default",
+            "provider": "anthropic",
+            "model": "claude-sonnet-4-5",
+            "usage": {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS},
+            "tool_calls": [],
+        })
+    );
+    assert_eq!(fake.violations(), Vec::<String>::new());
+    let request = &fake.requests()[0];
+    assert_eq!(request.path, "/v1/messages");
+    assert_eq!(request.header("x-api-key"), Some("sk-ant-x"));
+    assert_eq!(request.header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(request.body["stream"], true);
+}
+
+#[tokio::test]
+async fn a_tool_round_trip_runs_shell_exec_and_returns_its_output() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::ToolCalls(vec![(
+        "shell_exec".into(),
+        json!({"command": "echo tool-ran"}),
+    )]));
+    fake.push(Reply::Text("The command printed tool-ran.".into()));
+    let env = openai_env(&fake);
+    let output = env.run(&["send", "--json", "run echo"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let reply: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(reply["reply"], "The command printed tool-ran.");
+    assert_eq!(
+        reply["tool_calls"],
+        json!([{"name": "shell.exec", "ok": true}])
+    );
+    assert_eq!(
+        reply["usage"],
+        json!({"input_tokens": 2 * INPUT_TOKENS, "output_tokens": 2 * OUTPUT_TOKENS})
+    );
+    assert_eq!(
+        stderr(&output),
+        "→ shell.exec {\"command\":\"echo tool-ran\"}\n✓ shell.exec\n"
+    );
+    assert_eq!(fake.violations(), Vec::<String>::new());
+
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    let tools: Vec<&str> = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["file_read", "shell_exec"]);
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    let assistant = &messages[messages.len() - 2];
+    let call_id = assistant["tool_calls"][0]["id"].as_str().unwrap();
+    assert_eq!(assistant["tool_calls"][0]["function"]["name"], "shell_exec");
+    assert_eq!(
+        messages.last().unwrap(),
+        &json!({"role": "tool", "tool_call_id": call_id, "content": "tool-ran\n"})
+    );
+}
+
+#[tokio::test]
+async fn a_continued_session_sends_the_first_exchange_again() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::Text("First answer.".into()));
+    fake.push(Reply::Text("Second answer.".into()));
+    let env = openai_env(&fake);
+    let first = env.run(&["send", "--session", "cli:work", "first question"]);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let second = env.run(&["send", "--session", "cli:work", "second question"]);
+    assert_eq!(stdout(&second), "Second answer.\n");
+
+    let requests = fake.requests();
+    let history: Vec<(String, String)> = requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap().to_owned(),
+                m["content"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        history,
+        [
+            ("user".into(), "first question".into()),
+            ("assistant".into(), "First answer.".into()),
+            ("user".into(), "second question".into()),
+        ]
+    );
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn the_message_can_come_from_stdin() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::Text("Got it.".into()));
+    let env = openai_env(&fake);
+    let mut child = env
+        .command(&["send", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"from a pipe\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(stdout(&output), "Got it.\n");
+    let body = &fake.requests()[0].body;
+    let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last, json!({"role": "user", "content": "from a pipe\n"}));
+}
+
+#[tokio::test]
+async fn an_unreachable_server_exits_3_with_a_clear_message() {
+    // Bind a port, then free it: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let env = Env::new()
+        .var("OPENAI_BASE_URL", &url)
+        .var("OPENAI_API_KEY", "sk-x");
+    let output = env.run(&["send", "hello"]);
+    assert_eq!(output.status.code(), Some(3));
+    assert_eq!(stdout(&output), "");
+    let message = stderr(&output);
+    assert!(
+        message.starts_with(&format!(
+            "error: openai: cannot connect to {url}/chat/completions"
+        )),
+        "{message}"
+    );
+    assert!(!message.contains("panicked"), "{message}");
+}
+
+#[tokio::test]
+async fn a_rejected_key_exits_3_and_names_the_variable() {
+    let fake = FakeAnthropic::start_with_key("the-right-key").await;
+    let env = Env::new()
+        .var("ANTHROPIC_BASE_URL", fake.base_url())
+        .var("ANTHROPIC_API_KEY", "a-wrong-key");
+    let output = env.run(&["send", "--json", "hello"]);
+    assert_eq!(output.status.code(), Some(3));
+    let message = stderr(&output);
+    assert!(
+        message.starts_with("error: anthropic: the API key was rejected (HTTP 401)"),
+        "{message}"
+    );
+    assert!(
+        message.trim_end().ends_with("(check ANTHROPIC_API_KEY)"),
+        "{message}"
+    );
+    let json: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(json["error"]["code"], "provider");
+    assert_eq!(fake.requests().len(), 1, "an auth failure is not retried");
+}
+
+#[tokio::test]
+async fn no_provider_at_all_is_a_config_error() {
+    let output = Env::new().run(&["send", "hello"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        stderr(&output),
+        "error: no model is configured for the 'default' tier (set models.tiers.default in the config file, or FLYNN_MODEL, or one of ANTHROPIC_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL, GEMINI_API_KEY, OLLAMA_HOST)\n"
+    );
+}
+
+#[tokio::test]
+async fn usage_errors_exit_2() {
+    let env = Env::new();
+    let output = env.run(&["send", "--tier", "fastest", "hi"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("unknown tier 'fastest'"),
+        "{}",
+        stderr(&output)
+    );
+    let output = env.run(&["send", "--session", "nocolon", "hi"]);
+    assert_eq!(
+        (output.status.code(), stderr(&output).as_str()),
+        (
+            Some(2),
+            "error: --session: invalid session key 'nocolon': missing ':' between channel and peer (expected 'channel:peer', e.g. 'cli:default')\n"
+        )
+    );
+    let output = env.run(&["send", "  "]);
+    assert_eq!(output.status.code(), Some(2));
+}
+
+#[tokio::test]
+async fn model_flag_pins_a_model_and_json_names_it() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::Text("pinned".into()));
+    let env = openai_env(&fake);
+    let output = env.run(&["send", "--json", "--model", "openai/my-local-model", "hi"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let reply: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(
+        (reply["provider"].clone(), reply["model"].clone()),
+        (json!("openai"), json!("my-local-model"))
+    );
+    assert_eq!(fake.requests()[0].body["model"], "my-local-model");
+}

@@ -1,0 +1,43 @@
+use flynn_testkit::{FakeOpenAi, Reply};
+use serde_json::{Value, json};
+
+use crate::{Env, stderr, stdout};
+
+#[tokio::test]
+async fn sessions_list_show_and_reset_reflect_what_was_said() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::Text("Hi there.".into()));
+    let env = Env::new()
+        .var("OPENAI_BASE_URL", fake.base_url())
+        .var("OPENAI_API_KEY", "sk-x");
+    let sent = env.run(&["send", "--session", "cli:notes", "hello"]);
+    assert_eq!(sent.status.code(), Some(0), "{}", stderr(&sent));
+
+    let listed = env.run(&["sessions", "list", "--json"]);
+    let listed: Value = serde_json::from_str(&stdout(&listed)).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert_eq!(listed[0]["session"], "cli:notes");
+    assert_eq!(listed[0]["messages"], 2);
+
+    let shown = env.run(&["sessions", "show", "cli:notes"]);
+    assert_eq!(stdout(&shown), "user: hello\nassistant: Hi there.\n");
+    let shown = env.run(&["sessions", "show", "--json", "cli:notes"]);
+    let shown: Value = serde_json::from_str(&stdout(&shown)).unwrap();
+    assert_eq!(
+        shown,
+        json!({"session": "cli:notes", "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hello"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Hi there."}]},
+        ]})
+    );
+
+    let reset = env.run(&["sessions", "reset", "cli:notes"]);
+    assert_eq!(stdout(&reset), "reset cli:notes\n");
+    let listed = env.run(&["sessions", "list"]);
+    assert_eq!(stdout(&listed), "no sessions yet\n");
+    let missing = env.run(&["sessions", "show", "cli:notes"]);
+    assert_eq!(
+        (missing.status.code(), stderr(&missing).as_str()),
+        (Some(1), "error: no session cli:notes\n")
+    );
+}

@@ -1,0 +1,265 @@
+//! A configuration from the usual environment variables, for running
+//! without a config file, and the `FLYNN_MODEL` override.
+
+use flynn_protocol::config::{FlynnConfig, ModelRef, ProviderConfig, ProviderKind};
+
+use crate::env::{Env, non_empty};
+use crate::error::{Error, Problem, Result};
+use crate::validate::{is_http_url, unknown_provider};
+
+/// The providers zero-config knows, in the order the default tier prefers
+/// them, with the model the default tier gets and the variable holding the
+/// provider's key (if it takes one).
+const KNOWN: [(&str, &str, Option<&str>); 4] = [
+    ("anthropic", "claude-sonnet-4-5", Some("ANTHROPIC_API_KEY")),
+    ("openai", "gpt-4o-mini", Some("OPENAI_API_KEY")),
+    ("gemini", "gemini-2.5-flash", Some("GEMINI_API_KEY")),
+    ("ollama", "llama3.2", None),
+];
+
+/// Ollama's port when `OLLAMA_HOST` names none.
+const OLLAMA_PORT: u16 = 11434;
+
+/// The configuration Flynn runs with when there is no config file.
+///
+/// One provider for each group of variables that is set (an empty value
+/// counts as unset):
+/// - `anthropic` (kind `anthropic`) from `ANTHROPIC_API_KEY` and/or
+///   `ANTHROPIC_BASE_URL`;
+/// - `openai` from `OPENAI_API_KEY` and/or `OPENAI_BASE_URL`: kind `openai`
+///   for a key alone or a key with an `api.openai.com` base URL, otherwise
+///   `openai-compatible` (so a local server works without a key);
+/// - `gemini` (kind `gemini`) from `GEMINI_API_KEY`;
+/// - `ollama` (kind `ollama`) from `OLLAMA_HOST`, read as Ollama reads it
+///   (`host`, `host:port`, `:port` or a URL) and normalised to
+///   `http://host:port/v1`: a bare host gets port 11434, a URL keeps its
+///   scheme's port, and `0.0.0.0` (a server's bind address) becomes
+///   `127.0.0.1`.
+///
+/// The default tier is `FLYNN_MODEL` when set (see [`apply_model_override`]
+/// for its rules); otherwise the first provider in the order anthropic,
+/// openai, gemini, ollama that can be called (it has a key, or its kind
+/// needs none) with `claude-sonnet-4-5`, `gpt-4o-mini`, `gemini-2.5-flash`
+/// or `llama3.2`. With none of these variables set, the config has no
+/// providers and an empty default tier.
+pub fn from_env(env: &dyn Env) -> Result<FlynnConfig> {
+    let mut config = FlynnConfig::default();
+    for (name, _, _) in KNOWN {
+        if let Some(provider) = provider_from_env(name, env)? {
+            config.providers.insert(name.to_owned(), provider);
+        }
+    }
+    if non_empty(env, "FLYNN_MODEL").is_some() {
+        apply_model_override(&mut config, env)?;
+    } else if let Some((name, model, _)) = KNOWN.into_iter().find(|(name, _, _)| {
+        config
+            .providers
+            .get(*name)
+            .is_some_and(|p| p.api_key.is_some() || !p.kind.requires_api_key())
+    }) {
+        config.models.tiers.default = vec![ModelRef::new(name, model)];
+    }
+    Ok(config)
+}
+
+/// Applies `FLYNN_MODEL=provider/model`, when set, as the whole default
+/// tier.
+///
+/// A provider that is not configured but is one of `anthropic`, `openai`,
+/// `gemini`, `ollama` is made from the environment as [`from_env`] would
+/// (`ollama` needs nothing: it falls back to `http://127.0.0.1:11434/v1`);
+/// a well-known provider whose variables are unset, or any other unknown
+/// provider, is an [`Error::Env`].
+pub fn apply_model_override(config: &mut FlynnConfig, env: &dyn Env) -> Result<()> {
+    const VAR: &str = "FLYNN_MODEL";
+    let Some(value) = non_empty(env, VAR) else {
+        return Ok(());
+    };
+    let env_error = |problem: Problem| Error::Env {
+        name: VAR.to_owned(),
+        problem,
+    };
+    let model: ModelRef = value
+        .parse()
+        .map_err(|e: flynn_protocol::config::InvalidModelRef| {
+            env_error(Problem::Other {
+                message: e.to_string(),
+            })
+        })?;
+    let name = model.provider();
+    if !config.providers.contains_key(name) {
+        match KNOWN.iter().find(|(known, _, _)| *known == name) {
+            Some((_, _, key_var)) => {
+                let provider = match (provider_from_env(name, env)?, key_var) {
+                    (Some(provider), _) => provider,
+                    (None, None) => ProviderConfig::new(ProviderKind::Ollama),
+                    (None, Some(key_var)) => {
+                        return Err(env_error(Problem::ProviderUnavailable {
+                            name: name.to_owned(),
+                            variable: (*key_var).to_owned(),
+                        }));
+                    }
+                };
+                config.providers.insert(name.to_owned(), provider);
+            }
+            None => {
+                let mut available: Vec<String> = config.providers.keys().cloned().collect();
+                for (known, _, _) in KNOWN {
+                    if !available.iter().any(|a| a == known)
+                        && (known == "ollama" || provider_from_env(known, env)?.is_some())
+                    {
+                        available.push(known.to_owned());
+                    }
+                }
+                available.sort();
+                if let Some(problem) = unknown_provider(name, &available) {
+                    return Err(env_error(problem));
+                }
+            }
+        }
+    }
+    config.models.tiers.default = vec![model];
+    Ok(())
+}
+
+/// The provider `name` made from its environment variables, if any is set.
+fn provider_from_env(name: &str, env: &dyn Env) -> Result<Option<ProviderConfig>> {
+    let provider = match name {
+        "anthropic" => {
+            let api_key = non_empty(env, "ANTHROPIC_API_KEY");
+            let base_url = url_var(env, "ANTHROPIC_BASE_URL")?;
+            (api_key.is_some() || base_url.is_some()).then(|| ProviderConfig {
+                api_key,
+                base_url,
+                ..ProviderConfig::new(ProviderKind::Anthropic)
+            })
+        }
+        "openai" => {
+            let api_key = non_empty(env, "OPENAI_API_KEY");
+            let base_url = url_var(env, "OPENAI_BASE_URL")?;
+            let kind = match (&api_key, &base_url) {
+                (Some(_), None) => ProviderKind::Openai,
+                (Some(_), Some(url)) if is_openai_api(url) => ProviderKind::Openai,
+                _ => ProviderKind::OpenaiCompatible,
+            };
+            (api_key.is_some() || base_url.is_some()).then(|| ProviderConfig {
+                api_key,
+                base_url,
+                ..ProviderConfig::new(kind)
+            })
+        }
+        "gemini" => non_empty(env, "GEMINI_API_KEY").map(|api_key| ProviderConfig {
+            api_key: Some(api_key),
+            ..ProviderConfig::new(ProviderKind::Gemini)
+        }),
+        "ollama" => match non_empty(env, "OLLAMA_HOST") {
+            Some(host) => Some(ProviderConfig {
+                base_url: Some(ollama_base_url(&host).ok_or_else(|| Error::Env {
+                    name: "OLLAMA_HOST".to_owned(),
+                    problem: Problem::InvalidUrl { url: host.clone() },
+                })?),
+                ..ProviderConfig::new(ProviderKind::Ollama)
+            }),
+            None => None,
+        },
+        _ => None,
+    };
+    Ok(provider)
+}
+
+/// A base URL variable's value, which must be an http(s) URL.
+fn url_var(env: &dyn Env, name: &str) -> Result<Option<String>> {
+    match non_empty(env, name) {
+        Some(url) if !is_http_url(&url) => Err(Error::Env {
+            name: name.to_owned(),
+            problem: Problem::InvalidUrl { url },
+        }),
+        url => Ok(url),
+    }
+}
+
+fn is_openai_api(url: &str) -> bool {
+    let lower = url.to_ascii_lowercase();
+    let rest = lower
+        .strip_prefix("https://")
+        .or_else(|| lower.strip_prefix("http://"))
+        .unwrap_or(&lower);
+    let host = rest.split(['/', ':', '?', '#']).next().unwrap_or_default();
+    host == "api.openai.com"
+}
+
+/// `OLLAMA_HOST` as Ollama's own client reads it, as the base URL of its
+/// OpenAI-compatible API: `host`, `host:port` and `:port` get `http://`
+/// and port 11434 when they name none; a URL keeps its scheme's port.
+fn ollama_base_url(host: &str) -> Option<String> {
+    let host = host.trim().trim_end_matches('/');
+    let (scheme, rest, default_port) = match host.split_once("://") {
+        Some((scheme, rest)) => (scheme.to_ascii_lowercase(), rest, None),
+        None => ("http".to_owned(), host, Some(OLLAMA_PORT)),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    let has_port = match authority.rfind(']') {
+        Some(end) => authority[end..].contains(':'),
+        None => authority.contains(':'),
+    };
+    let mut authority = match authority.strip_prefix("0.0.0.0") {
+        Some(port) => format!("127.0.0.1{port}"),
+        None if authority.is_empty() || authority.starts_with(':') => {
+            format!("127.0.0.1{authority}")
+        }
+        None => authority.to_owned(),
+    };
+    if let (false, Some(port)) = (has_port, default_port) {
+        authority = format!("{authority}:{port}");
+    }
+    let path = if path.ends_with("/v1") {
+        path.to_owned()
+    } else {
+        format!("{path}/v1")
+    };
+    let url = format!("{scheme}://{authority}{path}");
+    is_http_url(&url).then_some(url)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ollama_host_is_normalised_to_a_v1_url() {
+        for (host, url) in [
+            ("127.0.0.1:11434", "http://127.0.0.1:11434/v1"),
+            ("gpu-box", "http://gpu-box:11434/v1"),
+            ("gpu-box:8000", "http://gpu-box:8000/v1"),
+            (":9999", "http://127.0.0.1:9999/v1"),
+            ("0.0.0.0", "http://127.0.0.1:11434/v1"),
+            ("0.0.0.0:11434", "http://127.0.0.1:11434/v1"),
+            ("http://gpu-box:11434", "http://gpu-box:11434/v1"),
+            ("http://gpu-box:11434/", "http://gpu-box:11434/v1"),
+            (
+                "https://ollama.example.org",
+                "https://ollama.example.org/v1",
+            ),
+            ("http://gpu-box:11434/v1", "http://gpu-box:11434/v1"),
+            ("http://proxy/ollama", "http://proxy/ollama/v1"),
+            ("[::1]:11434", "http://[::1]:11434/v1"),
+            ("[::1]", "http://[::1]:11434/v1"),
+        ] {
+            assert_eq!(ollama_base_url(host).as_deref(), Some(url), "{host}");
+        }
+        assert_eq!(ollama_base_url("ftp://x"), None);
+        assert_eq!(ollama_base_url("host:port"), None);
+    }
+
+    #[test]
+    fn only_the_openai_host_counts_as_openai() {
+        assert!(is_openai_api("https://api.openai.com/v1"));
+        assert!(is_openai_api("https://API.openai.com"));
+        assert!(!is_openai_api("https://api.openai.com.evil.org/v1"));
+        assert!(!is_openai_api("http://127.0.0.1:8080/v1"));
+    }
+}

@@ -1,0 +1,218 @@
+//! Every kind of error, as the whole message a user reads.
+
+use std::path::PathBuf;
+
+use flynn_config::{Diagnostic, Error, MapEnv, Problem, parse_str};
+
+use crate::parse;
+
+#[track_caller]
+fn assert_error(text: &str, expected: &str) {
+    assert_eq!(parse(text), Err(expected.to_owned()), "for:\n{text}");
+}
+
+#[test]
+fn unknown_key_suggests_the_closest_and_lists_the_valid_ones() {
+    assert_error(
+        "providers:\n  anthropic:\n    kind: anthropic\n    api_kye: sk-123\n",
+        "config.yaml:4:5: providers.anthropic.api_kye: unknown key 'api_kye' (did you mean 'api_key'?), expected one of: kind, base_url, api_key, connect_timeout_secs, read_timeout_secs, headers",
+    );
+    assert_error(
+        "version: 1\nmodel:\n  tiers: {}\n",
+        "config.yaml:2:1: model: unknown key 'model' (did you mean 'models'?), expected one of: version, providers, models, agents, tools, sessions, gateway",
+    );
+    assert_error(
+        "models:\n  tiers:\n    fats: []\n",
+        "config.yaml:3:5: models.tiers.fats: unknown key 'fats' (did you mean 'fast'?), expected one of: fast, default, complex, local",
+    );
+    assert_error(
+        "tools:\n  colour: blue\n",
+        "config.yaml:2:3: tools.colour: unknown key 'colour', expected one of: enabled, output_limit_bytes, workspace, shell, files",
+    );
+}
+
+#[test]
+fn unknown_enum_value_suggests_and_lists_the_valid_ones() {
+    assert_error(
+        "providers:\n  anthropic: {kind: antropic}\n",
+        "config.yaml:2:21: providers.anthropic.kind: unknown provider kind 'antropic' (did you mean 'anthropic'?), expected one of: anthropic, openai, openai-compatible, ollama, gemini",
+    );
+    assert_error(
+        "agents:\n  primary_tier: fasst\n",
+        "config.yaml:2:17: agents.primary_tier: unknown tier 'fasst' (did you mean 'fast'?), expected one of: fast, default, complex, local",
+    );
+    assert_error(
+        "agents:\n  primary_tier: [fast]\n",
+        "config.yaml:2:17: agents.primary_tier: found a list, expected one of: fast, default, complex, local",
+    );
+}
+
+#[test]
+fn wrong_type_says_what_was_found_and_what_was_expected() {
+    assert_error(
+        "agents:\n  max_iterations: ten\n",
+        "config.yaml:2:19: agents.max_iterations: found the string 'ten', expected a whole number from 0 to 4294967295",
+    );
+    assert_error(
+        "models:\n  tiers:\n    fast: anthropic/claude-haiku-4-5\n",
+        "config.yaml:3:11: models.tiers.fast: found the string 'anthropic/claude-haiku-4-5', expected a list",
+    );
+    assert_error(
+        "gateway: 127.0.0.1:18800\n",
+        "config.yaml:1:10: gateway: found the string '127.0.0.1:18800', expected a mapping with keys from: bind, token",
+    );
+    assert_error(
+        "tools:\n  output_limit_bytes: 1.5e6\n",
+        "config.yaml:2:23: tools.output_limit_bytes: found the number 1.5e6, expected a whole number, 0 or more",
+    );
+    assert_error(
+        "providers:\n  local:\n    kind: ollama\n    headers: [x]\n",
+        "config.yaml:4:14: providers.local.headers: found a list, expected a mapping",
+    );
+    assert_error(
+        "- version: 1\n",
+        "config.yaml:1:1: found a list, expected a mapping with keys from: version, providers, models, agents, tools, sessions, gateway",
+    );
+}
+
+#[test]
+fn invalid_model_reference_names_the_expected_form() {
+    assert_error(
+        "models:\n  fallback:\n    - gpt-4o\n",
+        "config.yaml:3:7: models.fallback[0]: invalid model 'gpt-4o' (expected 'provider/model', e.g. 'anthropic/claude-sonnet-4-5')",
+    );
+}
+
+#[test]
+fn model_naming_an_unknown_provider_suggests_a_configured_one() {
+    assert_error(
+        "providers:\n  anthropic: {kind: anthropic}\n  local: {kind: openai-compatible, base_url: 'http://127.0.0.1:8080/v1'}\nmodels:\n  tiers:\n    fast:\n      - anthropc/claude-haiku-4-5\n",
+        "config.yaml:7:9: models.tiers.fast[0]: unknown provider 'anthropc' (did you mean 'anthropic'?), expected one of the configured providers: anthropic, local",
+    );
+    assert_error(
+        "models:\n  fallback: [ollama/llama3.2]\n",
+        "config.yaml:2:14: models.fallback[0]: unknown provider 'ollama', expected a provider configured under 'providers' (none are)",
+    );
+}
+
+#[test]
+fn missing_and_duplicate_keys() {
+    assert_error(
+        "providers:\n  local:\n    base_url: http://127.0.0.1:8080/v1\n",
+        "config.yaml:3:5: providers.local: missing key 'kind', expected it in this block",
+    );
+    assert_error(
+        "agents:\n  max_iterations: 5\n  max_iterations: 6\n",
+        "config.yaml:3:3: agents.max_iterations: duplicate key 'max_iterations', expected each key once",
+    );
+}
+
+#[test]
+fn unset_environment_variable_is_named_at_its_reference() {
+    assert_error(
+        "providers:\n  anthropic:\n    kind: anthropic\n    api_key: \"${ANTHROPIC_API_KEY}\"\n",
+        "config.yaml:4:15: providers.anthropic.api_key: environment variable ANTHROPIC_API_KEY is not set, expected it to be set or a default as in ${ANTHROPIC_API_KEY:-default}",
+    );
+    assert_error(
+        "gateway:\n  bind: ${FLYNN_HOST:-127.0.0.1}:${FLYNN_PORT}\n",
+        "config.yaml:2:34: gateway.bind: environment variable FLYNN_PORT is not set, expected it to be set or a default as in ${FLYNN_PORT:-default}",
+    );
+    assert_error(
+        "gateway:\n  token: ${TOKEN:?required}\n",
+        "config.yaml:2:10: gateway.token: unsupported reference '${TOKEN:?required}', expected ${NAME} or ${NAME:-default} (write $${ for a literal ${)",
+    );
+}
+
+#[test]
+fn yaml_syntax_error_has_a_line_and_column() {
+    assert_error(
+        "models:\n  tiers:\n    fast: [anthropic/claude-haiku-4-5\n  fallback: []\n",
+        "config.yaml:4:11: invalid YAML: illegal placement of ':' indicator",
+    );
+    assert_error(
+        "gateway:\n  bind: \"127.0.0.1\n",
+        "config.yaml:2:9: invalid YAML: unclosed quote",
+    );
+    assert_error(
+        "agents:\n  max_iterations: 5\n max_tokens: 1\n",
+        "config.yaml:3:2: invalid YAML: while parsing a block mapping, did not find expected key",
+    );
+}
+
+#[test]
+fn version_newer_than_supported_is_refused_before_anything_else() {
+    assert_error(
+        "version: 2\nprovider_pools: {}\n",
+        "config.yaml:1:10: version: config version 2 is newer than this Flynn understands, expected version 1 or lower (upgrade Flynn to use this file)",
+    );
+    assert_error(
+        "version: 0\n",
+        "config.yaml:1:10: version: config version 0 does not exist, expected version 1",
+    );
+}
+
+#[test]
+fn semantic_checks_point_at_the_offending_key() {
+    assert_error(
+        "providers:\n  local:\n    kind: openai-compatible\n",
+        "config.yaml:3:5: providers.local: a provider of kind 'openai-compatible' needs a base_url, expected e.g. base_url: http://127.0.0.1:8080/v1",
+    );
+    assert_error(
+        "providers:\n  local:\n    kind: ollama\n    base_url: localhost:11434\n",
+        "config.yaml:4:15: providers.local.base_url: invalid URL 'localhost:11434', expected an http:// or https:// URL with a host",
+    );
+    assert_error(
+        "agents:\n  max_iterations: 0\n",
+        "config.yaml:2:19: agents.max_iterations: 0 is too small, expected at least 1",
+    );
+    assert_error(
+        "tools:\n  output_limit_bytes: 100\n",
+        "config.yaml:2:23: tools.output_limit_bytes: 100 is too small, expected at least 1024",
+    );
+    assert_error(
+        "providers:\n  my local:\n    kind: ollama\n",
+        "config.yaml:3:5: providers[\"my local\"]: invalid provider name 'my local', expected a name without '/' or spaces",
+    );
+}
+
+#[test]
+fn every_semantic_problem_is_listed_in_file_order() {
+    let text = "\
+providers:
+  anthropic:
+    kind: anthropic
+  local:
+    kind: openai-compatible
+models:
+  tiers:
+    fast: [anthropc/claude-haiku-4-5]
+    default: [anthropic/claude-sonnet-4-5, locl/qwen2.5]
+  fallback: [ollama/llama3.2]
+agents:
+  max_iterations: 0
+tools:
+  output_limit_bytes: 10
+";
+    insta::assert_snapshot!(parse(text).unwrap_err());
+}
+
+#[test]
+fn errors_carry_typed_fields() {
+    let error = parse_str(
+        "agents:\n  max_iterations: 0\n",
+        std::path::Path::new("/etc/flynn/config.yaml"),
+        &MapEnv::new(),
+    )
+    .unwrap_err();
+    assert!(matches!(error, Error::Invalid { .. }));
+    assert_eq!(
+        error.diagnostics(),
+        [Diagnostic {
+            path: PathBuf::from("/etc/flynn/config.yaml"),
+            line: 2,
+            column: 19,
+            key_path: "agents.max_iterations".to_owned(),
+            problem: Problem::TooSmall { value: 0, min: 1 },
+        }]
+    );
+}

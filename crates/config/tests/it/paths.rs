@@ -1,0 +1,183 @@
+//! Where the files are, and `load` choosing between file and environment.
+
+use std::path::{Path, PathBuf};
+
+use flynn_config::{Loaded, MapEnv, Paths, Source, load};
+use flynn_protocol::config::{FlynnConfig, ModelRef, ProviderConfig, ProviderKind};
+
+fn env(vars: &[(&str, &str)]) -> MapEnv {
+    vars.iter().copied().collect()
+}
+
+fn paths(home: &str, config_file: &str) -> Paths {
+    Paths {
+        home: PathBuf::from(home),
+        config_file: PathBuf::from(config_file),
+    }
+}
+
+#[test]
+fn defaults_live_under_home() {
+    assert_eq!(
+        Paths::resolve(None, &env(&[("HOME", "/home/u")])).unwrap(),
+        paths(
+            "/home/u/.local/share/flynn",
+            "/home/u/.config/flynn/config.yaml"
+        )
+    );
+}
+
+#[test]
+fn xdg_directories_win_over_home_when_absolute() {
+    let vars = [
+        ("HOME", "/home/u"),
+        ("XDG_DATA_HOME", "/data"),
+        ("XDG_CONFIG_HOME", "/cfg"),
+    ];
+    assert_eq!(
+        Paths::resolve(None, &env(&vars)).unwrap(),
+        paths("/data/flynn", "/cfg/flynn/config.yaml")
+    );
+    let relative = [
+        ("HOME", "/home/u"),
+        ("XDG_DATA_HOME", "data"),
+        ("XDG_CONFIG_HOME", ""),
+    ];
+    assert_eq!(
+        Paths::resolve(None, &env(&relative)).unwrap(),
+        paths(
+            "/home/u/.local/share/flynn",
+            "/home/u/.config/flynn/config.yaml"
+        )
+    );
+}
+
+#[test]
+fn flynn_variables_win_over_xdg_and_explicit_config_wins_over_all() {
+    let vars = [
+        ("HOME", "/home/u"),
+        ("XDG_DATA_HOME", "/data"),
+        ("XDG_CONFIG_HOME", "/cfg"),
+        ("FLYNN_HOME", "/srv/flynn"),
+        ("FLYNN_CONFIG", "/etc/flynn.yaml"),
+    ];
+    assert_eq!(
+        Paths::resolve(None, &env(&vars)).unwrap(),
+        paths("/srv/flynn", "/etc/flynn.yaml")
+    );
+    assert_eq!(
+        Paths::resolve(Some(Path::new("./my.yaml")), &env(&vars)).unwrap(),
+        paths("/srv/flynn", "./my.yaml")
+    );
+}
+
+#[test]
+fn no_home_is_an_error_unless_the_flynn_variables_say_where() {
+    assert_eq!(
+        Paths::resolve(None, &MapEnv::new()).map_err(|e| e.to_string()),
+        Err("cannot find a home directory for FLYNN_HOME: HOME is not set, expected HOME or FLYNN_HOME to be set".to_owned())
+    );
+    assert_eq!(
+        Paths::resolve(None, &env(&[("FLYNN_HOME", "/srv/flynn")])).map_err(|e| e.to_string()),
+        Err("cannot find a home directory for FLYNN_CONFIG: HOME is not set, expected HOME or FLYNN_CONFIG to be set".to_owned())
+    );
+    assert_eq!(
+        Paths::resolve(Some(Path::new("c.yaml")), &env(&[("FLYNN_HOME", "/srv")])).unwrap(),
+        paths("/srv", "c.yaml")
+    );
+}
+
+#[test]
+fn missing_default_file_means_zero_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().to_str().unwrap();
+    let loaded = load(None, &env(&[("HOME", home), ("GEMINI_API_KEY", "g")])).unwrap();
+    let mut expected = FlynnConfig::default();
+    expected.providers.insert(
+        "gemini".to_owned(),
+        ProviderConfig {
+            api_key: Some("g".to_owned()),
+            ..ProviderConfig::new(ProviderKind::Gemini)
+        },
+    );
+    expected.models.tiers.default = vec![ModelRef::new("gemini", "gemini-2.5-flash")];
+    assert_eq!(
+        loaded,
+        Loaded {
+            config: expected,
+            source: Source::Environment,
+            paths: Paths {
+                home: dir.path().join(".local/share/flynn"),
+                config_file: dir.path().join(".config/flynn/config.yaml"),
+            },
+        }
+    );
+}
+
+#[test]
+fn a_named_file_must_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.yaml");
+    let vars = [("HOME", "/home/u")];
+    assert_eq!(
+        load(Some(&missing), &env(&vars)).map_err(|e| e.to_string()),
+        Err(format!("{}: no such config file", missing.display()))
+    );
+    let via_env = [
+        ("HOME", "/home/u"),
+        ("FLYNN_CONFIG", missing.to_str().unwrap()),
+    ];
+    assert_eq!(
+        load(None, &env(&via_env)).map_err(|e| e.to_string()),
+        Err(format!("{}: no such config file", missing.display()))
+    );
+}
+
+#[test]
+fn a_file_is_loaded_and_flynn_model_overrides_its_default_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.yaml");
+    std::fs::write(
+        &file,
+        "providers:\n  local: {kind: openai-compatible, base_url: 'http://127.0.0.1:8080/v1'}\nmodels:\n  tiers:\n    default: [local/qwen2.5]\n",
+    )
+    .unwrap();
+    let vars = [
+        ("FLYNN_HOME", "/srv/flynn"),
+        ("FLYNN_MODEL", "anthropic/claude-opus-4-6"),
+        ("ANTHROPIC_API_KEY", "a"),
+    ];
+    let loaded = load(Some(&file), &env(&vars)).unwrap();
+    assert_eq!(loaded.source, Source::File(file.clone()));
+    assert_eq!(
+        loaded.config.providers.keys().collect::<Vec<_>>(),
+        ["anthropic", "local"]
+    );
+    assert_eq!(
+        loaded.config.models.tiers.default,
+        [ModelRef::new("anthropic", "claude-opus-4-6")]
+    );
+
+    let unknown = [
+        ("FLYNN_HOME", "/srv/flynn"),
+        ("FLYNN_MODEL", "loca/qwen2.5"),
+    ];
+    assert_eq!(
+        load(Some(&file), &env(&unknown)).map_err(|e| e.to_string()),
+        Err("FLYNN_MODEL: unknown provider 'loca' (did you mean 'local'?), expected one of the configured providers: local, ollama".to_owned())
+    );
+}
+
+#[test]
+fn errors_in_a_loaded_file_name_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.yaml");
+    std::fs::write(&file, "agents:\n  max_iteratons: 3\n").unwrap();
+    assert_eq!(
+        load(Some(&file), &env(&[("FLYNN_HOME", "/srv/flynn")])).map_err(|e| e.to_string()),
+        Err(format!(
+            "{}:2:3: agents.max_iteratons: unknown key 'max_iteratons' (did you mean 'max_iterations'?), expected one of: primary_tier, max_iterations, system_prompt",
+            file.display()
+        ))
+    );
+}

@@ -1,0 +1,34 @@
+use flynn_protocol::ErrorCode;
+
+/// Why building or running Flynn failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The configuration cannot be used as it is.
+    #[error("{0}")]
+    Config(String),
+    /// A model provider could not be set up.
+    #[error(transparent)]
+    Model(#[from] flynn_models::Error),
+    /// The session store could not be opened.
+    #[error(transparent)]
+    Storage(#[from] flynn_sessions::Error),
+    /// A turn failed.
+    #[error(transparent)]
+    Turn(#[from] flynn_orchestrator::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The stable code for events, JSON output and exit codes.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::Config(_) | Error::Model(flynn_models::Error::Config { .. }) => {
+                ErrorCode::Config
+            }
+            Error::Model(_) => ErrorCode::Provider,
+            Error::Storage(_) => ErrorCode::Storage,
+            Error::Turn(error) => error.code(),
+        }
+    }
+}

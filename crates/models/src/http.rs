@@ -1,0 +1,700 @@
+//! The HTTP transport both providers share: a `reqwest` client built from a
+//! provider's config, a JSON POST that turns HTTP failures into typed
+//! [`Error`]s, and the loop that reads a server-sent event stream into
+//! [`StreamEvent`]s.
+
+use std::error::Error as StdError;
+use std::time::{Duration, SystemTime};
+
+use eventsource_stream::{Event, EventStreamError, Eventsource};
+use flynn_protocol::config::{ProviderConfig, ProviderKind};
+use futures::StreamExt;
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::{Error, ModelResponse, ModelStream, Result, StreamEvent};
+
+/// Longest piece of an unparsed error body quoted in an error message.
+const MAX_BODY_QUOTE: usize = 300;
+
+/// What a vendor's error body says, read from whichever of the documented
+/// shapes it uses: `{"error":{"message","type","code"}}` (OpenAI and
+/// Anthropic), `{"error":"text"}` (Ollama), or a bare `{"message"}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct VendorError {
+    pub message: String,
+    /// `error.type`, e.g. `invalid_request_error` or `overloaded_error`.
+    pub kind: Option<String>,
+    /// `error.code`, e.g. `context_length_exceeded`.
+    pub code: Option<String>,
+}
+
+impl VendorError {
+    /// Reads an error body; a body that is not one of the known shapes
+    /// becomes its own (trimmed, shortened) text.
+    pub fn parse(body: &str) -> VendorError {
+        let parsed = serde_json::from_str::<Value>(body).ok();
+        // Some OpenAI-compatible servers (Gemini's among them) wrap the
+        // error object in a one-element array.
+        let object = match parsed {
+            Some(Value::Array(mut items)) if !items.is_empty() => items.swap_remove(0),
+            Some(value) => value,
+            None => Value::Null,
+        };
+        if let Some(found) = VendorError::from_value(&object) {
+            return found;
+        }
+        VendorError {
+            message: quote(body),
+            kind: None,
+            code: None,
+        }
+    }
+
+    /// Reads an already-parsed value holding an `error` (or a `message`).
+    pub fn from_value(value: &Value) -> Option<VendorError> {
+        match value.get("error") {
+            Some(Value::Object(error)) => Some(VendorError {
+                message: error.get("message").and_then(Value::as_str).map_or_else(
+                    || quote(&Value::Object(error.clone()).to_string()),
+                    str::to_owned,
+                ),
+                kind: error.get("type").and_then(as_text),
+                code: error.get("code").and_then(as_text),
+            }),
+            Some(Value::String(message)) => Some(VendorError {
+                message: message.clone(),
+                kind: None,
+                code: None,
+            }),
+            _ => value
+                .get("message")
+                .and_then(Value::as_str)
+                .map(|message| VendorError {
+                    message: message.to_owned(),
+                    kind: None,
+                    code: None,
+                }),
+        }
+    }
+}
+
+/// A string field, or a number written as text (some servers send numeric
+/// codes).
+fn as_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Number(number) => Some(number.to_string()),
+        _ => None,
+    }
+}
+
+/// Trims `text` and cuts it to [`MAX_BODY_QUOTE`] bytes on a character
+/// boundary.
+pub(crate) fn quote(text: &str) -> String {
+    let text = text.trim();
+    if text.len() <= MAX_BODY_QUOTE {
+        return text.to_owned();
+    }
+    let mut end = MAX_BODY_QUOTE;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// Decides whether an error body means the prompt does not fit the model's
+/// context window. Each vendor module supplies its own, from the fields its
+/// vendor documents.
+pub(crate) type OverflowCheck = fn(status: u16, error: &VendorError) -> bool;
+
+/// A `reqwest` client configured for one provider.
+#[derive(Debug, Clone)]
+pub(crate) struct Transport {
+    provider: String,
+    kind: ProviderKind,
+    client: reqwest::Client,
+    read_timeout: Duration,
+}
+
+impl Transport {
+    pub fn new(provider: &str, config: &ProviderConfig) -> Result<Transport> {
+        let mut headers = HeaderMap::new();
+        for (name, value) in &config.headers {
+            let header_name =
+                HeaderName::from_bytes(name.as_bytes()).map_err(|_| Error::Config {
+                    message: format!(
+                        "providers.{provider}.headers: '{name}' is not a valid HTTP header name"
+                    ),
+                })?;
+            let header_value = HeaderValue::from_str(value).map_err(|_| Error::Config {
+                message: format!(
+                    "providers.{provider}.headers.{name}: the value is not a valid HTTP header value (printable ASCII only)"
+                ),
+            })?;
+            headers.insert(header_name, header_value);
+        }
+        let read_timeout = Duration::from_secs(config.read_timeout_secs);
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(config.connect_timeout_secs))
+            .read_timeout(read_timeout)
+            .default_headers(headers)
+            .build()
+            .map_err(|error| Error::Config {
+                message: format!(
+                    "provider '{provider}': cannot set up the HTTP client: {}",
+                    chain(&error)
+                ),
+            })?;
+        Ok(Transport {
+            provider: provider.to_owned(),
+            kind: config.kind,
+            client,
+            read_timeout,
+        })
+    }
+
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    /// POSTs `body` as JSON and returns the response if it succeeded, or the
+    /// typed error its status and body describe.
+    pub async fn post_json(
+        &self,
+        url: &str,
+        headers: HeaderMap,
+        body: &impl Serialize,
+        overflow: OverflowCheck,
+    ) -> Result<reqwest::Response> {
+        let response = self
+            .client
+            .post(url)
+            .headers(headers)
+            .json(body)
+            .send()
+            .await
+            .map_err(|error| self.request_error(url, &error))?;
+        let status = response.status().as_u16();
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let headers = response.headers().clone();
+        // The body is only read for its message; a body that cannot be read
+        // still leaves the status to classify the failure.
+        let body = response.text().await.unwrap_or_default();
+        Err(status_error(
+            &self.provider,
+            self.kind,
+            status,
+            &headers,
+            &body,
+            overflow,
+        ))
+    }
+
+    /// The error for a request that got no HTTP response.
+    fn request_error(&self, url: &str, error: &reqwest::Error) -> Error {
+        if error.is_connect() {
+            Error::Connect {
+                provider: self.provider.clone(),
+                url: url.to_owned(),
+                message: chain(error),
+            }
+        } else if error.is_timeout() {
+            Error::Timeout {
+                provider: self.provider.clone(),
+                after: self.read_timeout,
+            }
+        } else {
+            Error::Stream {
+                provider: self.provider.clone(),
+                message: format!("the request to {url} failed: {}", chain(error)),
+            }
+        }
+    }
+
+    /// Reads a successful response as a server-sent event stream, feeding
+    /// each event to `assembler`. The stream ends with the assembled
+    /// response, or with the first error.
+    pub fn event_stream<A: Assembler>(
+        &self,
+        response: reqwest::Response,
+        mut assembler: A,
+    ) -> ModelStream {
+        let provider = self.provider.clone();
+        let read_timeout = self.read_timeout;
+        let content_type = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        Box::pin(async_stream::stream! {
+            // A success that is not a stream (a server that ignored
+            // `"stream": true`, a proxy's page): say what it said. A missing
+            // content type is given the benefit of the doubt.
+            if !content_type.is_empty() && !content_type.starts_with("text/event-stream") {
+                let body = response.text().await.unwrap_or_default();
+                let said = VendorError::parse(&body).message;
+                yield Err(Error::Protocol {
+                    provider,
+                    message: format!(
+                        "expected an event stream (text/event-stream) but got '{content_type}': {said}"
+                    ),
+                });
+                return;
+            }
+            let mut events = response.bytes_stream().eventsource();
+            let mut out = Vec::new();
+            loop {
+                match events.next().await {
+                    Some(Ok(event)) => {
+                        let fed = assembler.feed(&event, &mut out);
+                        for delta in out.drain(..) {
+                            yield Ok(delta);
+                        }
+                        match fed {
+                            Ok(Fed::More) => {}
+                            Ok(Fed::Done) => {
+                                yield assembler.finish(true).map(StreamEvent::Completed);
+                                return;
+                            }
+                            Err(error) => {
+                                yield Err(error);
+                                return;
+                            }
+                        }
+                    }
+                    Some(Err(error)) => {
+                        yield Err(sse_error(&provider, read_timeout, &error));
+                        return;
+                    }
+                    None => {
+                        yield assembler.finish(false).map(StreamEvent::Completed);
+                        return;
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// Whether a stream has more to say after an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fed {
+    More,
+    /// The vendor's end-of-stream marker arrived.
+    Done,
+}
+
+/// Turns one vendor's server-sent events into [`StreamEvent`]s and, at the
+/// end, the assembled [`ModelResponse`].
+pub(crate) trait Assembler: Send + 'static {
+    /// Reads one event, pushing any deltas it carries onto `out`.
+    fn feed(&mut self, event: &Event, out: &mut Vec<StreamEvent>) -> Result<Fed>;
+
+    /// The assembled answer. `marked` says whether the vendor's end marker
+    /// arrived (`false`: the body simply ended).
+    fn finish(&mut self, marked: bool) -> Result<ModelResponse>;
+}
+
+fn sse_error(
+    provider: &str,
+    read_timeout: Duration,
+    error: &EventStreamError<reqwest::Error>,
+) -> Error {
+    match error {
+        EventStreamError::Transport(error) if error.is_timeout() => Error::Timeout {
+            provider: provider.to_owned(),
+            after: read_timeout,
+        },
+        EventStreamError::Transport(error) => Error::Stream {
+            provider: provider.to_owned(),
+            message: format!("reading the stream failed: {}", chain(error)),
+        },
+        EventStreamError::Utf8(error) => Error::Stream {
+            provider: provider.to_owned(),
+            message: format!("the stream is not valid UTF-8: {error}"),
+        },
+        EventStreamError::Parser(error) => Error::Stream {
+            provider: provider.to_owned(),
+            message: format!("the stream is not valid server-sent events: {error}"),
+        },
+    }
+}
+
+/// Classifies a failed HTTP response.
+pub(crate) fn status_error(
+    provider: &str,
+    kind: ProviderKind,
+    status: u16,
+    headers: &HeaderMap,
+    body: &str,
+    overflow: OverflowCheck,
+) -> Error {
+    let error = VendorError::parse(body);
+    let message = if error.message.is_empty() {
+        reqwest::StatusCode::from_u16(status)
+            .ok()
+            .and_then(|status| status.canonical_reason())
+            .unwrap_or("no message")
+            .to_owned()
+    } else {
+        error.message.clone()
+    };
+    let provider = provider.to_owned();
+    match status {
+        401 | 403 => Error::Auth {
+            provider,
+            status,
+            message,
+            env: kind.api_key_env(),
+        },
+        429 => Error::RateLimited {
+            provider,
+            retry_after: retry_after(headers),
+            message,
+        },
+        503 | 529 => Error::Overloaded {
+            provider,
+            status,
+            retry_after: retry_after(headers),
+            message,
+        },
+        500..=599 => Error::Server {
+            provider,
+            status,
+            message,
+        },
+        400..=499 if overflow(status, &error) => Error::ContextOverflow { provider, message },
+        400..=499 => Error::InvalidRequest {
+            provider,
+            status,
+            message,
+        },
+        _ => Error::Protocol {
+            provider,
+            message: format!("unexpected HTTP status {status}: {message}"),
+        },
+    }
+}
+
+/// How long the server asked us to wait: `retry-after-ms` (OpenAI) when
+/// present, else `Retry-After` as delta-seconds or an HTTP-date.
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(millis) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
+        && millis.is_finite()
+        && millis >= 0.0
+    {
+        return Some(Duration::from_secs_f64(millis / 1000.0));
+    }
+    let value = text("retry-after")?;
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    if let Ok(seconds) = value.parse::<f64>()
+        && seconds.is_finite()
+        && seconds >= 0.0
+    {
+        return Some(Duration::from_secs_f64(seconds));
+    }
+    let when = httpdate::parse_http_date(value).ok()?;
+    Some(
+        when.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// An error and its sources, joined with ": " (reqwest's own message is
+/// only the outermost layer).
+pub(crate) fn chain(error: &dyn StdError) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(next) = source {
+        let text = next.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = next.source();
+    }
+    out
+}
+
+/// A header value from configuration or a key, or a config error naming
+/// the provider.
+pub(crate) fn header_value(provider: &str, what: &str, value: &str) -> Result<HeaderValue> {
+    HeaderValue::from_str(value).map_err(|_| Error::Config {
+        message: format!(
+            "provider '{provider}': the {what} is not a valid HTTP header value (printable ASCII only)"
+        ),
+    })
+}
+
+/// The configured base URL (or the kind's default), checked and without a
+/// trailing slash.
+pub(crate) fn base_url(provider: &str, config: &ProviderConfig) -> Result<String> {
+    let Some(base) = config
+        .base_url
+        .as_deref()
+        .filter(|url| !url.trim().is_empty())
+        .or(config.kind.default_base_url())
+    else {
+        return Err(Error::Config {
+            message: format!(
+                "provider '{provider}' ({}): base_url is required for this kind (e.g. http://127.0.0.1:8080/v1)",
+                config.kind
+            ),
+        });
+    };
+    let base = base.trim().trim_end_matches('/');
+    match reqwest::Url::parse(base) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => {
+            Ok(base.to_owned())
+        }
+        Ok(_) => Err(Error::Config {
+            message: format!(
+                "provider '{provider}': invalid base_url '{base}': expected an http:// or https:// URL"
+            ),
+        }),
+        Err(error) => Err(Error::Config {
+            message: format!("provider '{provider}': invalid base_url '{base}': {error}"),
+        }),
+    }
+}
+
+/// The configured API key; an empty one (an unset `${VAR}`) counts as none.
+pub(crate) fn api_key(config: &ProviderConfig) -> Option<String> {
+    config
+        .api_key
+        .as_deref()
+        .map(str::trim)
+        .filter(|key| !key.is_empty())
+        .map(str::to_owned)
+}
+
+/// Parses the data of one event as JSON, or says which event was not.
+pub(crate) fn event_json(provider: &str, event: &Event) -> Result<Value> {
+    serde_json::from_str(&event.data).map_err(|error| Error::Protocol {
+        provider: provider.to_owned(),
+        message: format!(
+            "event '{}' does not hold valid JSON ({error}): {}",
+            event.event,
+            quote(&event.data)
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn never(_: u16, _: &VendorError) -> bool {
+        false
+    }
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    #[test]
+    fn reads_each_documented_error_shape() {
+        assert_eq!(
+            VendorError::parse(
+                r#"{"error":{"message":"too long","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#
+            ),
+            VendorError {
+                message: "too long".into(),
+                kind: Some("invalid_request_error".into()),
+                code: Some("context_length_exceeded".into()),
+            }
+        );
+        assert_eq!(
+            VendorError::parse(
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":"req_1"}"#
+            ),
+            VendorError {
+                message: "Overloaded".into(),
+                kind: Some("overloaded_error".into()),
+                code: None,
+            }
+        );
+        assert_eq!(
+            VendorError::parse(r#"{"error":"model 'x' not found"}"#),
+            VendorError {
+                message: "model 'x' not found".into(),
+                kind: None,
+                code: None,
+            }
+        );
+        assert_eq!(
+            VendorError::parse(
+                r#"[{"error":{"code":400,"message":"bad","status":"INVALID_ARGUMENT"}}]"#
+            ),
+            VendorError {
+                message: "bad".into(),
+                kind: None,
+                code: Some("400".into()),
+            }
+        );
+        assert_eq!(
+            VendorError::parse("  <html>Bad Gateway</html>\n"),
+            VendorError {
+                message: "<html>Bad Gateway</html>".into(),
+                kind: None,
+                code: None,
+            }
+        );
+    }
+
+    #[test]
+    fn long_bodies_are_cut_on_a_character_boundary() {
+        let body = "é".repeat(400);
+        let quoted = quote(&body);
+        assert_eq!(quoted, format!("{}…", "é".repeat(150)));
+    }
+
+    #[test]
+    fn statuses_map_to_typed_errors() {
+        let kind = ProviderKind::Openai;
+        let error = |status, pairs: &[(&'static str, &'static str)], body: &str| {
+            status_error("p", kind, status, &headers(pairs), body, never)
+        };
+        assert_eq!(
+            error(401, &[], r#"{"error":{"message":"bad key"}}"#),
+            Error::Auth {
+                provider: "p".into(),
+                status: 401,
+                message: "bad key".into(),
+                env: Some("OPENAI_API_KEY"),
+            }
+        );
+        assert_eq!(
+            error(429, &[("retry-after", "7")], "slow down"),
+            Error::RateLimited {
+                provider: "p".into(),
+                retry_after: Some(Duration::from_secs(7)),
+                message: "slow down".into(),
+            }
+        );
+        assert_eq!(
+            error(529, &[], ""),
+            Error::Overloaded {
+                provider: "p".into(),
+                status: 529,
+                retry_after: None,
+                message: "no message".into(),
+            }
+        );
+        assert_eq!(
+            error(503, &[], ""),
+            Error::Overloaded {
+                provider: "p".into(),
+                status: 503,
+                retry_after: None,
+                message: "Service Unavailable".into(),
+            }
+        );
+        assert_eq!(
+            error(502, &[], "bad gateway"),
+            Error::Server {
+                provider: "p".into(),
+                status: 502,
+                message: "bad gateway".into(),
+            }
+        );
+        assert_eq!(
+            error(404, &[], r#"{"error":"model 'x' not found"}"#),
+            Error::InvalidRequest {
+                provider: "p".into(),
+                status: 404,
+                message: "model 'x' not found".into(),
+            }
+        );
+        let overflow = status_error("p", kind, 400, &HeaderMap::new(), "{}", |_, _| true);
+        assert!(overflow.is_context_overflow());
+    }
+
+    #[test]
+    fn retry_after_reads_every_documented_form() {
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "7")])),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            retry_after(&headers(&[
+                ("retry-after", "7"),
+                ("retry-after-ms", "1500")
+            ])),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            retry_after(&headers(&[(
+                "retry-after",
+                "Wed, 21 Oct 2015 07:28:00 GMT"
+            )])),
+            Some(Duration::ZERO)
+        );
+        let later = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(120));
+        let mut map = HeaderMap::new();
+        map.insert(
+            "retry-after",
+            HeaderValue::from_str(&later).unwrap_or(HeaderValue::from_static("")),
+        );
+        let waited = retry_after(&map).unwrap_or_default();
+        assert!(
+            waited > Duration::from_secs(110) && waited <= Duration::from_secs(120),
+            "{waited:?}"
+        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "soon")])), None);
+        assert_eq!(retry_after(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn base_urls_are_checked_and_trimmed() {
+        let mut config = ProviderConfig::new(ProviderKind::OpenaiCompatible);
+        assert_eq!(
+            base_url("local", &config),
+            Err(Error::Config {
+                message: "provider 'local' (openai-compatible): base_url is required for this kind (e.g. http://127.0.0.1:8080/v1)".into()
+            })
+        );
+        config.base_url = Some("http://127.0.0.1:8080/v1/".into());
+        assert_eq!(
+            base_url("local", &config),
+            Ok("http://127.0.0.1:8080/v1".into())
+        );
+        config.base_url = Some("not a url".into());
+        assert_eq!(
+            base_url("local", &config),
+            Err(Error::Config {
+                message:
+                    "provider 'local': invalid base_url 'not a url': relative URL without a base"
+                        .into()
+            })
+        );
+        config.base_url = Some("ftp://example.com".into());
+        assert_eq!(
+            base_url("local", &config),
+            Err(Error::Config {
+                message: "provider 'local': invalid base_url 'ftp://example.com': expected an http:// or https:// URL".into()
+            })
+        );
+        assert_eq!(
+            base_url("o", &ProviderConfig::new(ProviderKind::Ollama)),
+            Ok("http://127.0.0.1:11434/v1".into())
+        );
+    }
+}

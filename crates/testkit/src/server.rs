@@ -1,0 +1,400 @@
+//! The machinery every fake shares: a server on its own thread, the request
+//! log, the reply script and the list of protocol violations.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use axum::response::Response;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+/// One request a fake received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapturedRequest {
+    pub method: String,
+    /// The path, without the query string.
+    pub path: String,
+    /// Every header, names in lower case, in the order received.
+    pub headers: Vec<(String, String)>,
+    /// The body as JSON; `Value::Null` when it was empty or not JSON (which
+    /// is recorded as a violation).
+    pub body: Value,
+}
+
+impl CapturedRequest {
+    /// The first value of a header (`name` in lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// What a fake answers to one request. Replies are used in the order they
+/// were pushed, one per request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// An answer in text: streamed in several SSE chunks, or a JSON body
+    /// when the request does not ask for `"stream": true`.
+    Text(String),
+    /// Tool calls as `(wire tool name, arguments)`. Ids are generated:
+    /// `call_1`, `call_2`... (OpenAI) or `toolu_01`, `toolu_02`...
+    /// (Anthropic), counting across the fake's lifetime.
+    ToolCalls(Vec<(String, Value)>),
+    /// Anthropic: a thinking block with its signature, then a text block.
+    /// OpenAI: `reasoning_content` deltas, then the text (the signature has
+    /// no place there).
+    Thinking {
+        thinking: String,
+        signature: String,
+        text: String,
+    },
+    /// An HTTP error: this status, these headers, this body, verbatim.
+    Error {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: String,
+    },
+    /// A `200 text/event-stream` response whose body is exactly these bytes
+    /// (truncated or malformed streams, error events).
+    RawSse(String),
+}
+
+/// Token counts every scripted answer reports, so tests can assert them.
+pub const INPUT_TOKENS: u64 = 12;
+/// See [`INPUT_TOKENS`].
+pub const OUTPUT_TOKENS: u64 = 5;
+
+#[derive(Debug, Default)]
+struct State {
+    script: VecDeque<Reply>,
+    requests: Vec<CapturedRequest>,
+    violations: Vec<String>,
+    counters: HashMap<&'static str, u64>,
+}
+
+/// The state a fake shares with its server thread.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    state: Mutex<State>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn push(&self, reply: Reply) {
+        self.lock().script.push_back(reply);
+    }
+
+    pub fn next_reply(&self) -> Option<Reply> {
+        self.lock().script.pop_front()
+    }
+
+    pub fn record(&self, request: CapturedRequest) {
+        self.lock().requests.push(request);
+    }
+
+    pub fn violation(&self, message: String) {
+        self.lock().violations.push(message);
+    }
+
+    pub fn requests(&self) -> Vec<CapturedRequest> {
+        self.lock().requests.clone()
+    }
+
+    pub fn violations(&self) -> Vec<String> {
+        self.lock().violations.clone()
+    }
+
+    /// 1, 2, 3... per kind of id, across the fake's lifetime.
+    pub fn next_id(&self, kind: &'static str) -> u64 {
+        let mut state = self.lock();
+        let counter = state.counters.entry(kind).or_default();
+        *counter += 1;
+        *counter
+    }
+}
+
+/// Answers one captured request.
+pub(crate) type Handler = Arc<dyn Fn(&CapturedRequest) -> Response + Send + Sync>;
+
+/// An HTTP server on `127.0.0.1:0`, run on a thread of its own so that it
+/// keeps answering whatever the test's runtime is doing (a test may block
+/// on a child process). Stopped when dropped.
+#[derive(Debug)]
+pub(crate) struct Server {
+    addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    pub fn start(name: &str, shared: Arc<Shared>, handler: Handler) -> Server {
+        let listener = match std::net::TcpListener::bind("127.0.0.1:0") {
+            Ok(listener) => listener,
+            Err(error) => panic!("flynn-testkit: cannot bind 127.0.0.1:0: {error}"),
+        };
+        let addr = match listener.local_addr() {
+            Ok(addr) => addr,
+            Err(error) => panic!("flynn-testkit: cannot read the bound address: {error}"),
+        };
+        if let Err(error) = listener.set_nonblocking(true) {
+            panic!("flynn-testkit: cannot make the listener non-blocking: {error}");
+        }
+        let router = Router::new().fallback(move |request: Request| {
+            let shared = Arc::clone(&shared);
+            let handler = Arc::clone(&handler);
+            async move { capture_and_answer(&shared, &handler, request).await }
+        });
+        let (shutdown, stopped) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name(format!("flynn-testkit-{name}"))
+            .spawn(move || serve(listener, router, stopped));
+        let thread = match thread {
+            Ok(thread) => thread,
+            Err(error) => panic!("flynn-testkit: cannot start the server thread: {error}"),
+        };
+        Server {
+            addr,
+            shutdown: Some(shutdown),
+            thread: Some(thread),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            // The thread may already be gone; nothing else to do then.
+            let _ = shutdown.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            // Dropping the thread's runtime ends every connection at once.
+            let _ = thread.join();
+        }
+    }
+}
+
+fn serve(listener: std::net::TcpListener, router: Router, stopped: oneshot::Receiver<()>) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => panic!("flynn-testkit: cannot start a runtime: {error}"),
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(listener) => listener,
+            Err(error) => panic!("flynn-testkit: cannot use the listener: {error}"),
+        };
+        tokio::select! {
+            result = axum::serve(listener, router) => {
+                if let Err(error) = result {
+                    panic!("flynn-testkit: the server failed: {error}");
+                }
+            }
+            _ = stopped => {}
+        }
+    });
+}
+
+async fn capture_and_answer(shared: &Shared, handler: &Handler, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let headers = parts
+        .headers
+        .iter()
+        .map(|(name, value)| {
+            (
+                name.as_str().to_owned(),
+                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let bytes = axum::body::to_bytes(body, 64 * 1024 * 1024)
+        .await
+        .unwrap_or_default();
+    let (body, unreadable) = if bytes.is_empty() {
+        (Value::Null, None)
+    } else {
+        match serde_json::from_slice::<Value>(&bytes) {
+            Ok(value) => (value, None),
+            Err(error) => (Value::Null, Some(error)),
+        }
+    };
+    let captured = CapturedRequest {
+        method: parts.method.as_str().to_owned(),
+        path: parts.uri.path().to_owned(),
+        headers,
+        body,
+    };
+    shared.record(captured.clone());
+    if let Some(error) = unreadable {
+        shared.violation(format!(
+            "{} {}: the body is not JSON ({error})",
+            captured.method, captured.path
+        ));
+    }
+    handler(&captured)
+}
+
+/// A JSON response.
+pub(crate) fn json(status: u16, value: &Value) -> Response {
+    respond(
+        status,
+        &[("content-type", "application/json")],
+        Body::from(value.to_string()),
+    )
+}
+
+/// A `200 text/event-stream` response sending each event as its own chunk.
+pub(crate) fn event_stream(events: Vec<String>, extra: &[(&str, &str)]) -> Response {
+    let chunks = futures::stream::iter(
+        events
+            .into_iter()
+            .map(|event| Ok::<_, Infallible>(Bytes::from(event))),
+    );
+    let mut headers = vec![
+        ("content-type", "text/event-stream; charset=utf-8"),
+        ("cache-control", "no-cache"),
+    ];
+    headers.extend_from_slice(extra);
+    respond(200, &headers, Body::from_stream(chunks))
+}
+
+/// `Reply::RawSse`: exactly these bytes.
+pub(crate) fn raw_sse(body: &str) -> Response {
+    respond(
+        200,
+        &[("content-type", "text/event-stream; charset=utf-8")],
+        Body::from(body.to_owned()),
+    )
+}
+
+/// `Reply::Error`: the status, headers and body as scripted; a JSON body
+/// gets a JSON content type unless the script set one.
+pub(crate) fn scripted_error(status: u16, headers: &[(String, String)], body: &str) -> Response {
+    let mut all: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()))
+        .collect();
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("content-type"))
+    {
+        let kind = if serde_json::from_str::<Value>(body).is_ok() {
+            "application/json"
+        } else {
+            "text/plain; charset=utf-8"
+        };
+        all.push(("content-type", kind));
+    }
+    respond(status, &all, Body::from(body.to_owned()))
+}
+
+fn respond(status: u16, headers: &[(&str, &str)], body: Body) -> Response {
+    let mut response = Response::new(body);
+    *response.status_mut() =
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    for (name, value) in headers {
+        match (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            (Ok(name), Ok(value)) => {
+                response.headers_mut().append(name, value);
+            }
+            _ => panic!("flynn-testkit: invalid scripted header {name}: {value}"),
+        }
+    }
+    if !response.headers().contains_key(CONTENT_TYPE) {
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    }
+    response
+}
+
+/// Whether `name` is a tool name every vendor accepts:
+/// `^[a-zA-Z0-9_-]{1,64}$`.
+pub(crate) fn valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The problem with a tool name at `at`, if it has one.
+pub(crate) fn tool_name_problem(at: &str, name: Option<&str>) -> Option<String> {
+    match name {
+        Some(name) if valid_tool_name(name) => None,
+        Some(name) => Some(format!(
+            "{at}: '{name}' does not match '^[a-zA-Z0-9_-]{{1,64}}$'"
+        )),
+        None => Some(format!("{at}: Field required")),
+    }
+}
+
+/// `text` cut into the pieces a model would stream: word by word, keeping
+/// the spaces. Never empty.
+pub(crate) fn pieces(text: &str) -> Vec<String> {
+    let pieces: Vec<String> = text.split_inclusive(' ').map(str::to_owned).collect();
+    if pieces.is_empty() {
+        vec![String::new()]
+    } else {
+        pieces
+    }
+}
+
+/// JSON text cut into three roughly equal pieces on character boundaries,
+/// the way tool arguments stream.
+pub(crate) fn json_pieces(json: &str) -> Vec<String> {
+    let chars: Vec<char> = json.chars().collect();
+    let size = chars.len().div_ceil(3).max(1);
+    chars
+        .chunks(size)
+        .map(|chunk| chunk.iter().collect())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_names_follow_the_documented_pattern() {
+        assert!(valid_tool_name("shell_exec"));
+        assert!(valid_tool_name("get-weather-2"));
+        assert!(!valid_tool_name("shell.exec"));
+        assert!(!valid_tool_name(""));
+        assert!(!valid_tool_name(&"a".repeat(65)));
+    }
+
+    #[test]
+    fn text_and_json_are_cut_into_pieces_that_join_back() {
+        assert_eq!(
+            pieces("Hello there, friend"),
+            vec!["Hello ", "there, ", "friend"]
+        );
+        assert_eq!(pieces(""), vec![""]);
+        let json = r#"{"command":"ls -la"}"#;
+        let cut = json_pieces(json);
+        assert_eq!(cut.len(), 3);
+        assert_eq!(cut.concat(), json);
+    }
+}

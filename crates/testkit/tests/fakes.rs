@@ -1,0 +1,349 @@
+//! The fakes over real HTTP: their streams have the documented shapes, and
+//! they record requests and violations as promised.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+
+use flynn_testkit::{FakeAnthropic, FakeOpenAi, Reply, fixtures};
+use serde_json::{Value, json};
+
+/// One server-sent event: its name (empty when unnamed) and data.
+#[derive(Debug, Clone, PartialEq)]
+struct Sse {
+    event: String,
+    data: String,
+}
+
+/// A small SSE reader: enough for the documented bodies.
+fn parse_sse(body: &str) -> Vec<Sse> {
+    body.split("\n\n")
+        .filter_map(|block| {
+            let mut event = String::new();
+            let mut data = Vec::new();
+            for line in block.lines() {
+                if let Some(name) = line.strip_prefix("event: ") {
+                    event = name.to_owned();
+                } else if let Some(value) = line.strip_prefix("data: ") {
+                    data.push(value);
+                }
+            }
+            (!data.is_empty()).then(|| Sse {
+                event,
+                data: data.join("\n"),
+            })
+        })
+        .collect()
+}
+
+/// The structure of a JSON value: keys and value types, not the values.
+fn shape(value: &Value) -> Value {
+    match value {
+        Value::Null => json!("null"),
+        Value::Bool(_) => json!("bool"),
+        Value::Number(_) => json!("number"),
+        Value::String(_) => json!("string"),
+        Value::Array(items) => Value::Array(items.iter().take(1).map(shape).collect()),
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), shape(v))).collect())
+        }
+    }
+}
+
+/// What kind of event this is: its type, block type and delta type.
+fn signature(event: &Sse, data: &Value) -> String {
+    let inner = |field: &str| {
+        data.get(field)
+            .and_then(|v| v.get("type"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    let choice_delta = data["choices"][0]["delta"]
+        .as_object()
+        .map(|delta| delta.keys().cloned().collect::<Vec<_>>().join(","))
+        .unwrap_or_default();
+    format!(
+        "{}|{}|{}|{}|{}",
+        event.event,
+        data["type"].as_str().unwrap_or(""),
+        inner("content_block"),
+        inner("delta"),
+        choice_delta
+    )
+}
+
+/// Every shape the documentation shows for each kind of event.
+fn documented(bodies: &[&str]) -> BTreeMap<String, Vec<Value>> {
+    let mut shapes: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for body in bodies {
+        for event in parse_sse(body) {
+            let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
+                continue;
+            };
+            shapes
+                .entry(signature(&event, &data))
+                .or_default()
+                .push(shape(&data));
+        }
+    }
+    shapes
+}
+
+/// Checks every event of `body` against the documented shapes.
+fn assert_documented(body: &str, documented: &BTreeMap<String, Vec<Value>>) {
+    for event in parse_sse(body) {
+        if event.data == "[DONE]" {
+            continue;
+        }
+        let data: Value = serde_json::from_str(&event.data).unwrap();
+        if data["choices"] == json!([]) {
+            // The usage chunk: documented in prose ("the choices field will
+            // always be an empty array") with the usage object.
+            assert_eq!(
+                shape(&data["usage"]),
+                json!({"prompt_tokens": "number", "completion_tokens": "number", "total_tokens": "number"})
+            );
+            continue;
+        }
+        let signature = signature(&event, &data);
+        let known = documented
+            .get(&signature)
+            .unwrap_or_else(|| panic!("no documented event like {signature}: {}", event.data));
+        assert!(
+            known.contains(&shape(&data)),
+            "{signature}: {} has shape {}, documented: {known:?}",
+            event.data,
+            shape(&data)
+        );
+    }
+}
+
+async fn post(url: &str, headers: &[(&str, &str)], body: &Value) -> (u16, String, String) {
+    let mut request = reqwest::Client::new().post(url).json(body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, content_type, response.text().await.unwrap())
+}
+
+fn anthropic_request() -> Value {
+    json!({
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 1024,
+        "messages": [{"role": "user", "content": "What is the weather like in San Francisco?"}],
+        "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
+        "stream": true
+    })
+}
+
+const ANTHROPIC_HEADERS: &[(&str, &str)] = &[("anthropic-version", "2023-06-01")];
+
+#[tokio::test]
+async fn anthropic_streams_have_the_documented_shapes() {
+    let documented = documented(&[
+        fixtures::ANTHROPIC_STREAMING_TEXT,
+        fixtures::ANTHROPIC_STREAMING_TOOL_USE,
+        fixtures::ANTHROPIC_STREAMING_THINKING,
+    ]);
+    let fake = FakeAnthropic::start().await;
+    fake.push(Reply::Text("It is sunny.".into()));
+    fake.push(Reply::ToolCalls(vec![(
+        "get_weather".into(),
+        json!({"location": "San Francisco, CA"}),
+    )]));
+    fake.push(Reply::Thinking {
+        thinking: "Check the forecast.".into(),
+        signature: "EqQBCgIYAhIM".into(),
+        text: "Sunny.".into(),
+    });
+    let url = format!("{}/v1/messages", fake.base_url());
+    for _ in 0..3 {
+        let (status, content_type, body) =
+            post(&url, ANTHROPIC_HEADERS, &anthropic_request()).await;
+        assert_eq!(
+            (status, content_type.as_str()),
+            (200, "text/event-stream; charset=utf-8")
+        );
+        assert_documented(&body, &documented);
+        let names: Vec<String> = parse_sse(&body).into_iter().map(|e| e.event).collect();
+        assert_eq!(names.first().map(String::as_str), Some("message_start"));
+        assert_eq!(names.last().map(String::as_str), Some("message_stop"));
+    }
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn anthropic_answers_without_stream_in_one_message() {
+    let fake = FakeAnthropic::start().await;
+    fake.push(Reply::ToolCalls(vec![(
+        "get_weather".into(),
+        json!({"location": "Paris"}),
+    )]));
+    let mut request = anthropic_request();
+    request["stream"] = json!(false);
+    let (status, _, body) = post(
+        &format!("{}/v1/messages", fake.base_url()),
+        ANTHROPIC_HEADERS,
+        &request,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({
+            "id": "msg_01", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+            "content": [{"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"location": "Paris"}}],
+            "stop_reason": "tool_use", "stop_sequence": null,
+            "usage": {"input_tokens": 12, "output_tokens": 5}
+        })
+    );
+}
+
+#[tokio::test]
+async fn openai_streams_have_the_documented_shapes() {
+    let documented = documented(&[
+        fixtures::OPENAI_STREAMING_TEXT,
+        fixtures::OPENAI_STREAMING_TOOL_CALLS,
+    ]);
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::Text("It is sunny.".into()));
+    fake.push(Reply::ToolCalls(vec![(
+        "get_weather".into(),
+        json!({"location": "Paris, France"}),
+    )]));
+    let url = format!("{}/chat/completions", fake.base_url());
+    let request = json!({
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "user", "content": "What's the weather like in Paris today?"}],
+        "stream": true,
+        "stream_options": {"include_usage": true}
+    });
+    for _ in 0..2 {
+        let (status, content_type, body) = post(&url, &[], &request).await;
+        assert_eq!(
+            (status, content_type.as_str()),
+            (200, "text/event-stream; charset=utf-8")
+        );
+        assert_documented(&body, &documented);
+        assert!(body.ends_with("data: [DONE]\n\n"), "{body}");
+    }
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn openai_answers_without_stream_in_one_completion() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::Text(
+        "Hello there, how may I assist you today?".into(),
+    ));
+    let (status, _, body) = post(
+        &format!("{}/chat/completions", fake.base_url()),
+        &[],
+        &json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hello!"}]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1694268190,
+            "model": "gpt-4o-mini", "system_fingerprint": "fp_44709d6fcb",
+            "choices": [{"index": 0, "message": {"role": "assistant",
+                "content": "Hello there, how may I assist you today?", "refusal": null},
+                "logprobs": null, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}
+        })
+    );
+}
+
+#[tokio::test]
+async fn requests_are_recorded_in_order_and_violations_answered_in_the_vendors_shape() {
+    let fake = FakeAnthropic::start_with_key("right").await;
+    let url = format!("{}/v1/messages", fake.base_url());
+
+    // A wrong key: the vendor's 401, and no violation.
+    let (status, _, body) = post(
+        &url,
+        &[("x-api-key", "wrong"), ("anthropic-version", "2023-06-01")],
+        &anthropic_request(),
+    )
+    .await;
+    assert_eq!(status, 401);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}})
+    );
+    assert_eq!(fake.violations(), Vec::<String>::new());
+
+    // No version header and no max_tokens: 400 and two violations.
+    let mut request = anthropic_request();
+    request.as_object_mut().unwrap().remove("max_tokens");
+    let (status, _, body) = post(&url, &[("x-api-key", "right")], &request).await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "the anthropic-version header is missing"}})
+    );
+
+    // A well-formed request with nothing scripted: 500 and a violation.
+    let (status, _, _) = post(
+        &url,
+        &[("x-api-key", "right"), ("anthropic-version", "2023-06-01")],
+        &anthropic_request(),
+    )
+    .await;
+    assert_eq!(status, 500);
+
+    assert_eq!(
+        fake.violations(),
+        vec![
+            "the anthropic-version header is missing",
+            "max_tokens: Field required (a positive integer)",
+            "flynn-testkit: the fake Anthropic server has no scripted reply left for this request (push a Reply first)",
+        ]
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[0].header("x-api-key"), Some("wrong"));
+    assert_eq!(requests[1].body.get("max_tokens"), None);
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.path == "/v1/messages" && r.method == "POST")
+    );
+    assert!(
+        requests[0]
+            .headers
+            .iter()
+            .all(|(name, _)| *name == name.to_lowercase())
+    );
+}
+
+#[tokio::test]
+async fn openai_flags_a_missing_key_and_unknown_paths() {
+    let fake = FakeOpenAi::start_with_key("sk-right").await;
+    let body = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hi"}]});
+    let (status, _, _) = post(&format!("{}/chat/completions", fake.base_url()), &[], &body).await;
+    assert_eq!(status, 401);
+    let (status, _, text) = post(&format!("{}/completions", fake.base_url()), &[], &body).await;
+    assert_eq!(status, 404);
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["error"]["type"],
+        json!("invalid_request_error")
+    );
+    assert_eq!(
+        fake.violations(),
+        vec![
+            "the Authorization header is missing (expected 'Bearer <key>')",
+            "unexpected request POST /v1/completions (only POST /v1/chat/completions is served)",
+        ]
+    );
+}
