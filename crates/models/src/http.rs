@@ -4,6 +4,7 @@
 //! [`StreamEvent`]s.
 
 use std::error::Error as StdError;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use eventsource_stream::{Event, EventStreamError, Eventsource};
@@ -110,12 +111,21 @@ pub(crate) fn quote(text: &str) -> String {
 pub(crate) type OverflowCheck = fn(status: u16, error: &VendorError) -> bool;
 
 /// A `reqwest` client configured for one provider.
+///
+/// The client itself is built on first use: loading the system's root
+/// certificates costs milliseconds, which a provider that is configured but
+/// never called (a fallback) should not cost every `flynn send`. A provider
+/// whose base URL is plain `http://` (a local server) gets no certificate
+/// store at all.
 #[derive(Debug, Clone)]
 pub(crate) struct Transport {
     provider: String,
     kind: ProviderKind,
-    client: reqwest::Client,
+    headers: HeaderMap,
+    connect_timeout: Duration,
     read_timeout: Duration,
+    plain_http: bool,
+    client: Arc<OnceLock<Result<reqwest::Client>>>,
 }
 
 impl Transport {
@@ -135,24 +145,39 @@ impl Transport {
             })?;
             headers.insert(header_name, header_value);
         }
-        let read_timeout = Duration::from_secs(config.read_timeout_secs);
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(config.connect_timeout_secs))
-            .read_timeout(read_timeout)
-            .default_headers(headers)
-            .build()
-            .map_err(|error| Error::Config {
-                message: format!(
-                    "provider '{provider}': cannot set up the HTTP client: {}",
-                    chain(&error)
-                ),
-            })?;
+        let plain_http = base_url(provider, config)?.starts_with("http://");
         Ok(Transport {
             provider: provider.to_owned(),
             kind: config.kind,
-            client,
-            read_timeout,
+            headers,
+            connect_timeout: Duration::from_secs(config.connect_timeout_secs),
+            read_timeout: Duration::from_secs(config.read_timeout_secs),
+            plain_http,
+            client: Arc::default(),
         })
+    }
+
+    /// The HTTP client, built on the first call.
+    fn client(&self) -> Result<&reqwest::Client> {
+        self.client
+            .get_or_init(|| {
+                let mut builder = reqwest::Client::builder()
+                    .connect_timeout(self.connect_timeout)
+                    .read_timeout(self.read_timeout)
+                    .default_headers(self.headers.clone());
+                if self.plain_http {
+                    builder = builder.tls_certs_only([]);
+                }
+                builder.build().map_err(|error| Error::Config {
+                    message: format!(
+                        "provider '{}': cannot set up the HTTP client: {}",
+                        self.provider,
+                        chain(&error)
+                    ),
+                })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     pub fn provider(&self) -> &str {
@@ -169,7 +194,7 @@ impl Transport {
         overflow: OverflowCheck,
     ) -> Result<reqwest::Response> {
         let response = self
-            .client
+            .client()?
             .post(url)
             .headers(headers)
             .json(body)

@@ -20,7 +20,9 @@ impl Error {
     /// The stable code for events and JSON output.
     pub fn code(&self) -> ErrorCode {
         match self {
-            Error::Model(flynn_models::Error::Config { .. }) => ErrorCode::Config,
+            Error::Model(
+                flynn_models::Error::Config { .. } | flynn_models::Error::MissingApiKey { .. },
+            ) => ErrorCode::Config,
             Error::Model(_) => ErrorCode::Provider,
             Error::Storage(_) => ErrorCode::Storage,
             Error::Cancelled => ErrorCode::Cancelled,

@@ -268,3 +268,95 @@ async fn model_flag_pins_a_model_and_json_names_it() {
     );
     assert_eq!(fake.requests()[0].body["model"], "my-local-model");
 }
+
+#[tokio::test]
+async fn ctrl_c_cancels_a_running_tool_and_exits_130() {
+    use std::io::{BufRead, BufReader};
+
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::ToolCalls(vec![(
+        "shell_exec".into(),
+        json!({"command": "sleep 30"}),
+    )]));
+    let env = openai_env(&fake);
+    let started = std::time::Instant::now();
+    let mut child = env
+        .command(&["send", "--session", "cli:slow", "wait"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr_lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = stderr_lines.next().unwrap().unwrap();
+    assert_eq!(first, "→ shell.exec {\"command\":\"sleep 30\"}");
+    let pid = child.id().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    let rest: Vec<String> = stderr_lines.map(Result::unwrap).collect();
+    assert_eq!(status.code(), Some(130), "{rest:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert_eq!(
+        rest,
+        [
+            "✗ shell.exec: shell.exec was cancelled",
+            "error: the turn was cancelled"
+        ]
+    );
+
+    // The history pairs the tool call with its (cancelled) result.
+    let shown = env.run(&["sessions", "show", "cli:slow"]);
+    assert_eq!(
+        stdout(&shown),
+        "user: wait\nassistant: → shell.exec {\"command\":\"sleep 30\"}\nuser: ✗ shell.exec was cancelled\n"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_key_is_a_config_error_naming_the_variable() {
+    let fake = FakeAnthropic::start().await;
+    let env = Env::new();
+    let path = env.path().join("flynn.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "providers:\n  anthropic:\n    kind: anthropic\n    base_url: {}\n    api_key: ${{ANTHROPIC_API_KEY:-}}\nmodels:\n  tiers:\n    default: [anthropic/claude-sonnet-4-5]\n",
+            fake.base_url()
+        ),
+    )
+    .unwrap();
+    let output = env.run(&["send", "--config", path.to_str().unwrap(), "hi"]);
+    assert_eq!(
+        (output.status.code(), stderr(&output).as_str()),
+        (
+            Some(2),
+            "error: anthropic: no API key configured (check ANTHROPIC_API_KEY)\n"
+        )
+    );
+    assert_eq!(fake.requests().len(), 0, "nothing is sent without a key");
+}
+
+#[tokio::test]
+async fn a_misbehaving_server_gets_a_clear_error_not_a_panic() {
+    let fake = FakeOpenAi::start().await;
+    // A stream cut off in the middle of the answer.
+    fake.push(Reply::RawSse(
+        "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hel\"},\"finish_reason\":null}]}\n\n".into(),
+    ));
+    // Then a body that is not JSON at all.
+    fake.push(Reply::RawSse("data: {not json\n\n".into()));
+    let env = openai_env(&fake);
+    for _ in 0..2 {
+        let output = env.run(&["send", "hello"]);
+        let message = stderr(&output);
+        assert_eq!(output.status.code(), Some(3), "{message}");
+        assert!(message.starts_with("error: openai: "), "{message}");
+        assert!(
+            !message.contains("panicked") && !message.contains("RUST_BACKTRACE"),
+            "{message}"
+        );
+    }
+}
