@@ -14,10 +14,14 @@ use crate::{ModelClient, Result};
 pub fn build_client(name: &str, config: &ProviderConfig) -> Result<Arc<dyn ModelClient>> {
     Ok(match config.kind {
         ProviderKind::Anthropic => Arc::new(AnthropicClient::new(name, config)?),
-        ProviderKind::Openai
-        | ProviderKind::OpenaiCompatible
-        | ProviderKind::Ollama
-        | ProviderKind::Gemini => Arc::new(OpenAiClient::new(name, config)?),
+        ProviderKind::Bedrock => {
+            return Err(crate::Error::Config {
+                message: format!(
+                    "provider '{name}': kind 'bedrock' needs a Flynn built with the `bedrock` feature (cargo install --features bedrock)"
+                ),
+            });
+        }
+        _ => Arc::new(OpenAiClient::new(name, config)?),
     })
 }
 
@@ -28,7 +32,10 @@ mod tests {
 
     #[test]
     fn each_kind_gets_its_client_and_info() {
-        for kind in ProviderKind::ALL {
+        for kind in ProviderKind::ALL
+            .into_iter()
+            .filter(|k| *k != ProviderKind::Bedrock)
+        {
             let client = build_client(
                 "p",
                 &ProviderConfig::new(kind).with_base("http://127.0.0.1:1/v1"),
