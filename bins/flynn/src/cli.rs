@@ -20,6 +20,20 @@ pub enum Command {
     Sessions(SessionsArgs),
     /// Check the config file or print its JSON Schema.
     Config(ConfigArgs),
+    /// Tokens and cost per model tier, over every session or one.
+    Usage(UsageArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UsageArgs {
+    /// Only this conversation.
+    #[arg(long)]
+    pub session: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -44,6 +44,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Send(args) => send::run(args).await,
         Command::Sessions(args) => sessions::run(args).await,
         Command::Config(args) => config_cmd::run(args),
+        Command::Usage(args) => sessions::usage(args).await,
     }
 }
 

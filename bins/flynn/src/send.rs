@@ -164,12 +164,29 @@ impl Printer {
                 },
                 "tool_calls": outcome.tool_calls,
             });
+            if let Some(cost) = outcome.cost_usd {
+                out["cost_usd"] = json!(cost);
+            }
             if let Some(warning) = &outcome.warning {
                 out["warning"] = json!(warning);
             }
             println!("{out}");
         } else {
             self.end_line();
+            // On a terminal, say which model answered and what it cost.
+            if self.color {
+                let cost = outcome
+                    .cost_usd
+                    .map(|c| format!(" · ${c:.4}"))
+                    .unwrap_or_default();
+                self.progress(&format!(
+                    "{}/{} · {} in / {} out{cost}",
+                    outcome.provider,
+                    outcome.model,
+                    outcome.usage.input_tokens,
+                    outcome.usage.output_tokens
+                ));
+            }
         }
     }
 }

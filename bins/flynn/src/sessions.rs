@@ -3,18 +3,23 @@ use flynn_core::protocol::{ContentBlock, Role};
 use flynn_core::{SessionKey, SessionStore, SqliteStore};
 use serde_json::json;
 
-use crate::cli::{SessionsArgs, SessionsCommand};
+use crate::cli::{SessionsArgs, SessionsCommand, UsageArgs};
 use crate::exit::Failure;
 
-pub async fn run(args: SessionsArgs) -> Result<(), Failure> {
-    let loaded = config::load(args.config.as_deref(), &ProcessEnv)?;
+/// Opens the session database the config points at.
+async fn open_store(config_file: Option<&std::path::Path>) -> Result<SqliteStore, Failure> {
+    let loaded = config::load(config_file, &ProcessEnv)?;
     let path = loaded
         .config
         .sessions
         .database
         .clone()
         .unwrap_or_else(|| loaded.paths.home.join("sessions.db"));
-    let store = SqliteStore::open(&path).await.map_err(storage_error)?;
+    SqliteStore::open(&path).await.map_err(storage_error)
+}
+
+pub async fn run(args: SessionsArgs) -> Result<(), Failure> {
+    let store = open_store(args.config.as_deref()).await?;
     match args.command {
         SessionsCommand::List { json } => list(&store, json).await,
         SessionsCommand::Show { key, json } => show(&store, &parse_key(&key)?, json).await,
@@ -119,4 +124,68 @@ fn timestamp(millis: i64) -> String {
     chrono::DateTime::from_timestamp_millis(millis)
         .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
         .unwrap_or_default()
+}
+
+pub async fn usage(args: UsageArgs) -> Result<(), Failure> {
+    let session = args.session.as_deref().map(parse_key).transpose()?;
+    let store = open_store(args.config.as_deref()).await?;
+    let totals = store
+        .usage_by_tier(session.as_ref())
+        .await
+        .map_err(storage_error)?;
+    if args.json {
+        let tiers: serde_json::Map<String, serde_json::Value> = totals
+            .iter()
+            .map(|(tier, total)| {
+                (
+                    tier.to_string(),
+                    json!({
+                        "calls": total.calls,
+                        "input_tokens": total.usage.input_tokens,
+                        "output_tokens": total.usage.output_tokens,
+                        "cache_read_tokens": total.usage.cache_read_tokens,
+                        "cache_write_tokens": total.usage.cache_write_tokens,
+                        "cost_usd": total.cost_usd,
+                        "unpriced_calls": total.unpriced_calls,
+                    }),
+                )
+            })
+            .collect();
+        let mut out = json!({ "tiers": tiers });
+        if let Some(session) = &session {
+            out["session"] = json!(session.as_str());
+        }
+        println!("{out}");
+        return Ok(());
+    }
+    if totals.is_empty() {
+        println!("no model calls recorded yet");
+        return Ok(());
+    }
+    println!(
+        "{:<8} {:>6} {:>12} {:>12} {:>12}",
+        "TIER", "CALLS", "INPUT", "OUTPUT", "COST (USD)"
+    );
+    let mut sum = 0.0;
+    let mut unpriced = 0;
+    for (tier, total) in &totals {
+        sum += total.cost_usd;
+        unpriced += total.unpriced_calls;
+        println!(
+            "{:<8} {:>6} {:>12} {:>12} {:>12.4}",
+            tier.as_str(),
+            total.calls,
+            total.usage.input_tokens,
+            total.usage.output_tokens,
+            total.cost_usd
+        );
+    }
+    println!(
+        "{:<8} {:>6} {:>12} {:>12} {:>12.4}",
+        "total", "", "", "", sum
+    );
+    if unpriced > 0 {
+        println!("({unpriced} call(s) with no known price are not in the cost; set models.prices)");
+    }
+    Ok(())
 }

@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use flynn_models::ModelRouter;
+use flynn_models::{ModelRouter, PriceTable};
 use flynn_orchestrator::{Agent, AgentSettings, DEFAULT_SYSTEM_PROMPT, TurnRequest};
 use flynn_protocol::config::FlynnConfig;
 use flynn_protocol::{AgentEvent, TurnOutcome};
@@ -120,6 +120,7 @@ impl FlynnBuilder {
             max_tokens: config.models.max_tokens,
             workspace,
             tier: config.agents.primary_tier,
+            prices: PriceTable::new(&config.providers, &config.models.prices),
         };
         Ok(Flynn {
             agent: Agent::new(Arc::new(router), executor, store, settings),

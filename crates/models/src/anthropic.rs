@@ -1,6 +1,6 @@
 //! The Anthropic Messages API client, written on the shared transport.
 
-mod wire;
+pub(crate) mod wire;
 
 use async_trait::async_trait;
 use flynn_protocol::config::ProviderConfig;
@@ -39,10 +39,7 @@ impl AnthropicClient {
             })
             .transpose()?;
         Ok(AnthropicClient {
-            info: ClientInfo {
-                provider: name.to_owned(),
-                kind: config.kind,
-            },
+            info: ClientInfo::for_provider(name, config),
             transport: Transport::new(name, config)?,
             url,
             api_key,

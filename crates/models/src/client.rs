@@ -1,18 +1,39 @@
 use std::pin::Pin;
 
 use async_trait::async_trait;
-use flynn_protocol::config::ProviderKind;
+use flynn_protocol::config::{ProviderConfig, ProviderKind};
 use flynn_protocol::{Message, ToolSpec, Usage};
 use futures::{Stream, StreamExt};
 
 use crate::{Error, Result};
 
-/// What a client is, as data: the configured provider name and its kind.
+/// What a client is, as data: the configured provider name, its kind, and
+/// whether it runs on a machine the user controls.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientInfo {
     /// The key of `providers` in config (`anthropic`, `local`...).
     pub provider: String,
     pub kind: ProviderKind,
+    /// Whether the server is on this machine or its private network: the
+    /// `local` tier uses only these while `models.local_only` is on.
+    pub local: bool,
+}
+
+impl ClientInfo {
+    pub fn new(provider: impl Into<String>, kind: ProviderKind, local: bool) -> Self {
+        ClientInfo {
+            provider: provider.into(),
+            kind,
+            local,
+        }
+    }
+
+    /// The info of a client built from a provider's config: its `local`
+    /// setting, else a guess from its base URL (a loopback, private or
+    /// `.local` host; the kind's default URL when none is set).
+    pub fn for_provider(provider: &str, config: &ProviderConfig) -> Self {
+        ClientInfo::new(provider, config.kind, crate::locality::is_local(config))
+    }
 }
 
 /// One call to a model.
@@ -96,6 +117,15 @@ pub trait ModelClient: Send + Sync {
     /// byte of the answer come back here; errors after it come through the
     /// stream.
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream>;
+
+    /// The context window, in tokens, the server says it serves `model`
+    /// with, when the provider can be asked (Ollama, llama.cpp); `None`
+    /// when it cannot, or did not answer. Implementations cache answers per
+    /// model. Configuration and the built-in table are
+    /// [`crate::ContextWindows`]' business, not the client's.
+    async fn context_window(&self, _model: &str) -> Option<u32> {
+        None
+    }
 
     /// Sends the request and waits for the whole answer.
     async fn complete(&self, request: ModelRequest) -> Result<ModelResponse> {

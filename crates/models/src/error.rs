@@ -1,5 +1,7 @@
 use std::time::Duration;
 
+use crate::Attempt;
+
 /// Why a model call failed. Every variant names the provider (the key of
 /// `providers` in config) so aggregated errors read well.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -69,9 +71,19 @@ pub enum Error {
     /// The configuration does not allow the call (unknown provider, bad URL).
     #[error("{message}")]
     Config { message: String },
-    /// Every model tried failed; one entry per attempt, in order.
+    /// The router skipped the provider: its circuit breaker is open after
+    /// `failures` infrastructure failures in a row. `retry_in` is how long
+    /// until a trial call is let through; `None` while a trial call is
+    /// already under way.
+    #[error("{provider}: skipped: {}", circuit_hint(*.failures, .retry_in))]
+    CircuitOpen {
+        provider: String,
+        failures: u32,
+        retry_in: Option<Duration>,
+    },
+    /// Every model tried failed; one entry per model, in order.
     #[error("every model failed:\n{}", format_attempts(.attempts))]
-    AllFailed { attempts: Vec<(String, Error)> },
+    AllFailed { attempts: Vec<Attempt> },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -90,12 +102,32 @@ fn retry_hint(after: &Option<Duration>) -> String {
     }
 }
 
-fn format_attempts(attempts: &[(String, Error)]) -> String {
+fn circuit_hint(failures: u32, retry_in: &Option<Duration>) -> String {
+    let failures = match failures {
+        1 => "1 failure".to_owned(),
+        n => format!("{n} failures in a row"),
+    };
+    match retry_in {
+        // Rounded up: "in 0s" would read as "now".
+        Some(wait) => format!(
+            "circuit open after {failures}, next try in {}s",
+            wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
+        ),
+        None => format!("circuit open after {failures}, a trial call is under way"),
+    }
+}
+
+fn format_attempts(attempts: &[Attempt]) -> String {
     attempts
         .iter()
-        .map(|(model, error)| format!("  - {model}: {error}"))
+        .map(|attempt| format!("  - {attempt}"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Whether `attempts` is not empty and `test` holds for each one's error.
+fn every(attempts: &[Attempt], test: impl Fn(&Error) -> bool) -> bool {
+    !attempts.is_empty() && attempts.iter().all(|attempt| test(&attempt.error))
 }
 
 impl Error {
@@ -107,8 +139,9 @@ impl Error {
             | Error::Server { .. }
             | Error::Connect { .. }
             | Error::Timeout { .. }
-            | Error::Stream { .. } => true,
-            Error::AllFailed { attempts } => attempts.iter().all(|(_, e)| e.is_retryable()),
+            | Error::Stream { .. }
+            | Error::CircuitOpen { .. } => true,
+            Error::AllFailed { attempts } => every(attempts, Error::is_retryable),
             Error::MissingApiKey { .. }
             | Error::Auth { .. }
             | Error::ContextOverflow { .. }
@@ -118,21 +151,34 @@ impl Error {
         }
     }
 
-    /// Whether the fix is a different key.
+    /// Whether the fix is a different key (for an aggregate: every model
+    /// failed on its key).
     pub fn is_auth(&self) -> bool {
-        matches!(self, Error::Auth { .. } | Error::MissingApiKey { .. })
+        match self {
+            Error::Auth { .. } | Error::MissingApiKey { .. } => true,
+            Error::AllFailed { attempts } => every(attempts, Error::is_auth),
+            _ => false,
+        }
     }
 
+    /// Whether the conversation is too long (for an aggregate: too long for
+    /// every model tried), so compacting it is the fix.
     pub fn is_context_overflow(&self) -> bool {
-        matches!(self, Error::ContextOverflow { .. })
+        match self {
+            Error::ContextOverflow { .. } => true,
+            Error::AllFailed { attempts } => every(attempts, Error::is_context_overflow),
+            _ => false,
+        }
     }
 
-    /// How long the server asked us to wait, if it said.
+    /// How long the server asked us to wait, if it said; for a skipped
+    /// provider, how long until its circuit breaker lets a call through.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Error::RateLimited { retry_after, .. } | Error::Overloaded { retry_after, .. } => {
                 *retry_after
             }
+            Error::CircuitOpen { retry_in, .. } => *retry_in,
             _ => None,
         }
     }
@@ -140,6 +186,8 @@ impl Error {
 
 #[cfg(test)]
 mod tests {
+    use flynn_protocol::config::ModelRef;
+
     use super::*;
 
     #[test]
@@ -162,27 +210,123 @@ mod tests {
     fn aggregated_error_lists_every_attempt() {
         let error = Error::AllFailed {
             attempts: vec![
-                (
-                    "a/m1".into(),
-                    Error::Server {
+                Attempt {
+                    model: ModelRef::new("a", "m1"),
+                    tries: 3,
+                    error: Error::Server {
                         provider: "a".into(),
                         status: 500,
                         message: "boom".into(),
                     },
-                ),
-                (
-                    "b/m2".into(),
-                    Error::Timeout {
+                },
+                Attempt {
+                    model: ModelRef::new("b", "m2"),
+                    tries: 1,
+                    error: Error::Timeout {
                         provider: "b".into(),
                         after: Duration::from_secs(5),
                     },
-                ),
+                },
+                Attempt {
+                    model: ModelRef::new("c", "m3"),
+                    tries: 0,
+                    error: Error::CircuitOpen {
+                        provider: "c".into(),
+                        failures: 3,
+                        retry_in: Some(Duration::from_millis(11_200)),
+                    },
+                },
             ],
         };
         assert_eq!(
             error.to_string(),
-            "every model failed:\n  - a/m1: a: server error (HTTP 500): boom\n  - b/m2: b: no response within 5s"
+            "every model failed:\n  \
+             - a/m1 (3 tries): a: server error (HTTP 500): boom\n  \
+             - b/m2: b: no response within 5s\n  \
+             - c/m3: c: skipped: circuit open after 3 failures in a row, next try in 12s"
         );
         assert!(error.is_retryable());
+        assert!(!error.is_auth());
+        assert_eq!(error.retry_after(), None);
+    }
+
+    fn attempt(model: &str, error: Error) -> Attempt {
+        Attempt {
+            model: model.parse().unwrap(),
+            tries: 1,
+            error,
+        }
+    }
+
+    #[test]
+    fn an_aggregate_is_auth_or_overflow_only_when_every_attempt_is() {
+        let auth = |provider: &str| Error::Auth {
+            provider: provider.into(),
+            status: 401,
+            message: "bad key".into(),
+            env: None,
+        };
+        let missing = Error::MissingApiKey {
+            provider: "b".into(),
+            env: Some("OPENAI_API_KEY"),
+        };
+        let overflow = |provider: &str| Error::ContextOverflow {
+            provider: provider.into(),
+            message: "too long".into(),
+        };
+        let down = Error::Connect {
+            provider: "c".into(),
+            url: "http://127.0.0.1:9".into(),
+            message: "refused".into(),
+        };
+        let all = |errors: Vec<Error>| Error::AllFailed {
+            attempts: errors
+                .into_iter()
+                .enumerate()
+                .map(|(i, e)| attempt(&format!("p{i}/m"), e))
+                .collect(),
+        };
+        let flags = |e: &Error| (e.is_auth(), e.is_context_overflow(), e.is_retryable());
+        assert_eq!(
+            [
+                flags(&all(vec![auth("a"), missing.clone()])),
+                flags(&all(vec![auth("a"), down.clone()])),
+                flags(&all(vec![overflow("a"), overflow("b")])),
+                flags(&all(vec![overflow("a"), down.clone()])),
+                flags(&all(vec![down.clone(), down])),
+                flags(&all(vec![])),
+            ],
+            [
+                (true, false, false),
+                (false, false, false),
+                (false, true, false),
+                (false, false, false),
+                (false, false, true),
+                (false, false, false),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_skipped_provider_says_why_and_when() {
+        let open = Error::CircuitOpen {
+            provider: "anthropic".into(),
+            failures: 1,
+            retry_in: Some(Duration::from_secs(30)),
+        };
+        let trial = Error::CircuitOpen {
+            provider: "anthropic".into(),
+            failures: 4,
+            retry_in: None,
+        };
+        assert_eq!(
+            [open.to_string(), trial.to_string()],
+            [
+                "anthropic: skipped: circuit open after 1 failure, next try in 30s",
+                "anthropic: skipped: circuit open after 4 failures in a row, a trial call is under way",
+            ]
+        );
+        assert!(open.is_retryable());
+        assert_eq!(open.retry_after(), Some(Duration::from_secs(30)));
     }
 }

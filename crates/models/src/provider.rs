@@ -14,10 +14,13 @@ use crate::{ModelClient, Result};
 pub fn build_client(name: &str, config: &ProviderConfig) -> Result<Arc<dyn ModelClient>> {
     Ok(match config.kind {
         ProviderKind::Anthropic => Arc::new(AnthropicClient::new(name, config)?),
+        #[cfg(feature = "bedrock")]
+        ProviderKind::Bedrock => Arc::new(crate::bedrock::BedrockClient::new(name, config)?),
+        #[cfg(not(feature = "bedrock"))]
         ProviderKind::Bedrock => {
             return Err(crate::Error::Config {
                 message: format!(
-                    "provider '{name}': kind 'bedrock' needs a Flynn built with the `bedrock` feature (cargo install --features bedrock)"
+                    "provider '{name}': kind 'bedrock' needs a Flynn built with the `bedrock` feature (cargo install --path bins/flynn --features bedrock)"
                 ),
             });
         }
@@ -34,7 +37,7 @@ mod tests {
     fn each_kind_gets_its_client_and_info() {
         for kind in ProviderKind::ALL
             .into_iter()
-            .filter(|k| *k != ProviderKind::Bedrock)
+            .filter(|k| cfg!(feature = "bedrock") || *k != ProviderKind::Bedrock)
         {
             let client = build_client(
                 "p",
@@ -45,6 +48,7 @@ mod tests {
                 Ok(ClientInfo {
                     provider: "p".into(),
                     kind,
+                    local: true,
                 })
             );
         }

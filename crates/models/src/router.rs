@@ -1,31 +1,80 @@
-use std::collections::HashMap;
+//! [`ModelRouter`]: picks the model for a tier, retries it, skips
+//! providers that keep failing, and falls back along the configured chain.
+//!
+//! For each model of the chain, in order:
+//! - a provider whose circuit breaker is open is skipped (recorded as an
+//!   attempt with [`Error::CircuitOpen`]);
+//! - the call is sent and the router waits for the stream's first event;
+//! - a retryable failure before that event ([`Error::is_retryable`]: rate
+//!   limited, overloaded, 5xx, no connection, timeout, broken stream) is
+//!   retried on the same model up to `models.retry.max_retries` times,
+//!   after the server's `Retry-After` when it gave one (or the next model
+//!   at once when that is longer than `max_retry_after_secs`), else after
+//!   an exponential backoff with full jitter;
+//! - any other failure moves on to the next model without a retry: a bad
+//!   or missing key (another provider has its own), an unknown provider, a
+//!   rejected request or a context overflow (another model may accept it),
+//!   a malformed answer.
+//!
+//! Once the first event has arrived the answer belongs to the caller: a
+//! stream that fails later is not replayed (the caller has already shown
+//! part of it), and its error reaches the caller unchanged. Its outcome
+//! still counts for the provider's circuit breaker.
+
+mod backoff;
+mod breaker;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use flynn_protocol::Tier;
 use flynn_protocol::config::{ModelRef, ModelsConfig, ProviderConfig};
-use futures::StreamExt;
-use std::collections::BTreeMap;
+use futures::{Stream, StreamExt};
 
-use crate::{Error, ModelClient, ModelRequest, ModelStream, Result, build_client};
+use backoff::Backoff;
+pub use backoff::Jitter;
+use breaker::{Breakers, Health, Permit};
 
-/// One failed try of a routed call.
+use crate::{Error, ModelClient, ModelRequest, ModelStream, Result, StreamEvent, build_client};
+
+/// One model the router tried that did not answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Attempt {
     pub model: ModelRef,
+    /// Calls made to it: 1 plus its retries; 0 when it was skipped or
+    /// could not be called at all.
+    pub tries: u32,
+    /// Why it failed (the last try's error).
     pub error: Error,
+}
+
+impl fmt::Display for Attempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.tries {
+            0 | 1 => write!(f, "{}: {}", self.model, self.error),
+            tries => write!(f, "{} ({tries} tries): {}", self.model, self.error),
+        }
+    }
 }
 
 /// A stream from whichever model accepted the call.
 pub struct RoutedStream {
     /// The model that is answering.
     pub model: ModelRef,
+    /// The answer. An error after the first event is the model's own,
+    /// passed through unchanged: the router does not replay a stream that
+    /// has started.
     pub stream: ModelStream,
     /// Models tried before it, and why they failed.
     pub failed: Vec<Attempt>,
 }
 
-impl std::fmt::Debug for RoutedStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for RoutedStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RoutedStream")
             .field("model", &self.model)
             .field("failed", &self.failed)
@@ -34,18 +83,22 @@ impl std::fmt::Debug for RoutedStream {
 }
 
 /// Routes a call for a tier to the first model of that tier that answers,
-/// then along the global fallback chain.
+/// then along the global fallback chain, with retries and a circuit
+/// breaker per provider (see the module docs). Share one router (`Arc`)
+/// between calls: the breakers live in it.
 pub struct ModelRouter {
     clients: HashMap<String, Arc<dyn ModelClient>>,
     models: ModelsConfig,
+    breakers: Arc<Breakers>,
+    backoff: Backoff,
 }
 
-impl std::fmt::Debug for ModelRouter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for ModelRouter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ModelRouter")
             .field("providers", &self.clients.keys().collect::<Vec<_>>())
             .field("models", &self.models)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -63,8 +116,25 @@ impl ModelRouter {
         Ok(Self::new(clients, models.clone()))
     }
 
+    /// A router over these clients, keyed by provider name. Which of them
+    /// the `local` tier may use comes from each client's
+    /// [`ClientInfo::local`](crate::ClientInfo::local).
     pub fn new(clients: HashMap<String, Arc<dyn ModelClient>>, models: ModelsConfig) -> Self {
-        ModelRouter { clients, models }
+        let breakers = Arc::new(Breakers::new(&models.circuit_breaker, clients.keys()));
+        let backoff = Backoff::new(&models.retry, Jitter::default());
+        ModelRouter {
+            clients,
+            models,
+            breakers,
+            backoff,
+        }
+    }
+
+    /// Replaces the jitter of retry delays (full jitter by default):
+    /// [`Jitter::Off`] or [`Jitter::Seeded`] make waits predictable.
+    pub fn with_jitter(mut self, jitter: Jitter) -> Self {
+        self.backoff = Backoff::new(&self.models.retry, jitter);
+        self
     }
 
     pub fn max_tokens(&self) -> u32 {
@@ -72,13 +142,23 @@ impl ModelRouter {
     }
 
     /// The models tried for a tier, in order: the tier's own list (the
-    /// default tier's when it has none), then the fallback chain.
+    /// default tier's when it has none), then the fallback chain, each
+    /// model once. For the `local` tier with `models.local_only`, only
+    /// models of local providers.
     pub fn chain(&self, tier: Tier) -> Vec<ModelRef> {
+        let mut chain = self.unfiltered_chain(tier);
+        if self.local_only(tier) {
+            chain.retain(|model| self.is_local(model));
+        }
+        chain
+    }
+
+    fn unfiltered_chain(&self, tier: Tier) -> Vec<ModelRef> {
         let mut own = self.models.tiers.get(tier);
         if own.is_empty() {
             own = self.models.tiers.get(Tier::Default);
         }
-        let mut chain: Vec<ModelRef> = Vec::new();
+        let mut chain: Vec<ModelRef> = Vec::with_capacity(own.len() + self.models.fallback.len());
         for model in own.iter().chain(&self.models.fallback) {
             if !chain.contains(model) {
                 chain.push(model.clone());
@@ -87,20 +167,46 @@ impl ModelRouter {
         chain
     }
 
+    fn local_only(&self, tier: Tier) -> bool {
+        tier == Tier::Local && self.models.local_only
+    }
+
+    fn is_local(&self, model: &ModelRef) -> bool {
+        self.clients
+            .get(model.provider())
+            .is_some_and(|client| client.info().local)
+    }
+
     /// Streams from the first model of `tier` that accepts the call.
     pub async fn stream(&self, tier: Tier, request: ModelRequest) -> Result<RoutedStream> {
         let chain = self.chain(tier);
         if chain.is_empty() {
-            return Err(Error::Config {
-                message: format!(
-                    "no model is configured for the '{tier}' tier (set models.tiers.{tier} in the config file, or FLYNN_MODEL, or one of ANTHROPIC_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL, GEMINI_API_KEY, OLLAMA_HOST)"
-                ),
-            });
+            return Err(self.no_model(tier));
         }
         self.stream_chain(&chain, request).await
     }
 
-    /// Streams from one named model, with no fallback.
+    fn no_model(&self, tier: Tier) -> Error {
+        let remote = self.unfiltered_chain(tier);
+        if self.local_only(tier) && !remote.is_empty() {
+            let names: Vec<String> = remote.iter().map(ModelRef::to_string).collect();
+            return Error::Config {
+                message: format!(
+                    "the '{tier}' tier has no model on a local provider: models.local_only is true and {} {} not local (list a model of a local provider under models.tiers.{tier}, mark its provider `local: true`, or set models.local_only: false)",
+                    names.join(", "),
+                    if names.len() == 1 { "is" } else { "are" },
+                ),
+            };
+        }
+        Error::Config {
+            message: format!(
+                "no model is configured for the '{tier}' tier (set models.tiers.{tier} in the config file, or FLYNN_MODEL, or one of ANTHROPIC_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL, GEMINI_API_KEY, OLLAMA_HOST)"
+            ),
+        }
+    }
+
+    /// Streams from one named model, with retries but no fallback (the
+    /// CLI's `--model`).
     pub async fn stream_model(
         &self,
         model: &ModelRef,
@@ -110,6 +216,9 @@ impl ModelRouter {
             .await
     }
 
+    /// Tries each model in turn. When every one fails, a single attempt
+    /// returns its own error (so the CLI's messages stay as they are) and
+    /// several return [`Error::AllFailed`].
     async fn stream_chain(
         &self,
         chain: &[ModelRef],
@@ -117,7 +226,7 @@ impl ModelRouter {
     ) -> Result<RoutedStream> {
         let mut failed = Vec::new();
         for model in chain {
-            match self.try_model(model, request.clone()).await {
+            match self.attempt(model, &request).await {
                 Ok(stream) => {
                     return Ok(RoutedStream {
                         model: model.clone(),
@@ -125,12 +234,14 @@ impl ModelRouter {
                         failed,
                     });
                 }
-                Err(error) => {
-                    tracing::warn!(model = %model, %error, "model call failed");
-                    failed.push(Attempt {
-                        model: model.clone(),
-                        error,
-                    });
+                Err(attempt) => {
+                    tracing::warn!(
+                        model = %model,
+                        tries = attempt.tries,
+                        error = %attempt.error,
+                        "model failed"
+                    );
+                    failed.push(attempt);
                 }
             }
         }
@@ -139,36 +250,81 @@ impl ModelRouter {
         {
             return Err(attempt.error);
         }
-        Err(Error::AllFailed {
-            attempts: failed
-                .into_iter()
-                .map(|a| (a.model.to_string(), a.error))
-                .collect(),
-        })
+        Err(Error::AllFailed { attempts: failed })
     }
 
-    /// Starts a call and waits for its first event, so that a stream that
-    /// fails before its first token can fail over to the next model.
-    async fn try_model(&self, model: &ModelRef, mut request: ModelRequest) -> Result<ModelStream> {
-        let client = self
-            .clients
-            .get(model.provider())
-            .ok_or_else(|| Error::Config {
-                message: format!(
-                    "model '{model}' names provider '{}', which is not configured (known: {})",
-                    model.provider(),
-                    self.known_providers()
-                ),
-            })?;
-        request.model = model.model().to_owned();
-        let mut stream = client.stream(request).await?;
-        match stream.next().await {
-            Some(Ok(first)) => Ok(Box::pin(futures::stream::iter([Ok(first)]).chain(stream))),
-            Some(Err(error)) => Err(error),
-            None => Err(Error::Stream {
-                provider: model.provider().to_owned(),
-                message: "the server closed the stream without sending anything".to_owned(),
-            }),
+    /// One model: calls it, retrying retryable failures, until its stream
+    /// yields a first event.
+    async fn attempt(
+        &self,
+        model: &ModelRef,
+        request: &ModelRequest,
+    ) -> std::result::Result<ModelStream, Attempt> {
+        let failed = |tries, error| Attempt {
+            model: model.clone(),
+            tries,
+            error,
+        };
+        let provider = model.provider();
+        let Some(client) = self.clients.get(provider) else {
+            return Err(failed(
+                0,
+                Error::Config {
+                    message: format!(
+                        "model '{model}' names provider '{provider}', which is not configured (known: {})",
+                        self.known_providers()
+                    ),
+                },
+            ));
+        };
+        let mut tries = 0;
+        let mut last_error = None;
+        loop {
+            let permit = match self.breakers.admit(provider) {
+                Ok(permit) => permit,
+                // The breaker opened during the retries: keep their error.
+                Err(skipped) => return Err(failed(tries, last_error.unwrap_or(skipped))),
+            };
+            tries += 1;
+            let mut request = request.clone();
+            request.model = model.model().to_owned();
+            let error = match first_event(client.as_ref(), provider, request).await {
+                Ok((first, rest)) => {
+                    return Ok(Box::pin(Watched {
+                        first: Some(first),
+                        rest,
+                        permit: Some(permit),
+                    }));
+                }
+                Err(error) => error,
+            };
+            permit.settle(Health::of(&error));
+            let Some(wait) = self.wait_before_retry(&error, tries) else {
+                return Err(failed(tries, error));
+            };
+            tracing::info!(
+                model = %model,
+                tries,
+                wait_ms = wait.as_millis() as u64,
+                %error,
+                "retrying the model"
+            );
+            tokio::time::sleep(wait).await;
+            last_error = Some(error);
+        }
+    }
+
+    /// How long to wait before trying the same model again after its
+    /// `tries`-th failure, or `None` to move on.
+    fn wait_before_retry(&self, error: &Error, tries: u32) -> Option<Duration> {
+        let retry = &self.models.retry;
+        if !error.is_retryable() || tries > retry.max_retries {
+            return None;
+        }
+        match error.retry_after() {
+            Some(after) if after > Duration::from_secs(retry.max_retry_after_secs) => None,
+            Some(after) => Some(after),
+            None => Some(self.backoff.delay(tries - 1)),
         }
     }
 
@@ -180,5 +336,61 @@ impl ModelRouter {
         } else {
             names.join(", ")
         }
+    }
+}
+
+/// Starts a call and waits for its first event, so that a stream that
+/// fails before its first token can be retried or fail over.
+async fn first_event(
+    client: &dyn ModelClient,
+    provider: &str,
+    request: ModelRequest,
+) -> Result<(StreamEvent, ModelStream)> {
+    let mut stream = client.stream(request).await?;
+    match stream.next().await {
+        Some(Ok(first)) => Ok((first, stream)),
+        Some(Err(error)) => Err(error),
+        None => Err(Error::Stream {
+            provider: provider.to_owned(),
+            message: "the server closed the stream without sending anything".to_owned(),
+        }),
+    }
+}
+
+/// The answering stream: its first event (already received), then the
+/// rest, unchanged. How it ends settles the call's breaker permit: a
+/// complete answer is a success, an error counts as what it is, an end
+/// without `Completed` is a failure, and a stream dropped early proves
+/// nothing either way.
+struct Watched {
+    first: Option<StreamEvent>,
+    rest: ModelStream,
+    permit: Option<Permit>,
+}
+
+impl Watched {
+    fn settle(&mut self, health: Health) {
+        if let Some(permit) = self.permit.take() {
+            permit.settle(health);
+        }
+    }
+}
+
+impl Stream for Watched {
+    type Item = Result<StreamEvent>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let item = match this.first.take() {
+            Some(first) => Some(Ok(first)),
+            None => ready!(this.rest.poll_next_unpin(cx)),
+        };
+        match &item {
+            Some(Ok(StreamEvent::Completed(_))) => this.settle(Health::Up),
+            Some(Ok(_)) => {}
+            Some(Err(error)) => this.settle(Health::of(error)),
+            None => this.settle(Health::Down),
+        }
+        Poll::Ready(item)
     }
 }

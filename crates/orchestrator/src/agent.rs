@@ -1,13 +1,15 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use flynn_models::{ModelRequest, ModelResponse, ModelRouter, RoutedStream, StreamEvent};
+use flynn_models::{
+    ModelRequest, ModelResponse, ModelRouter, PriceTable, RoutedStream, StreamEvent,
+};
 use flynn_protocol::config::ModelRef;
 use flynn_protocol::{
     AgentEvent, ContentBlock, Message, Role, RunState, SessionKey, Tier, ToolCall, ToolCallSummary,
     TurnOutcome, Usage,
 };
-use flynn_sessions::SessionStore;
+use flynn_sessions::{SessionStore, UsageRecord};
 use flynn_tools::{ToolContext, ToolExecutor};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
@@ -29,6 +31,8 @@ pub struct AgentSettings {
     pub workspace: PathBuf,
     /// Tier used when a turn names none.
     pub tier: Tier,
+    /// What model calls cost, for the usage records.
+    pub prices: PriceTable,
 }
 
 impl Default for AgentSettings {
@@ -39,6 +43,7 @@ impl Default for AgentSettings {
             max_tokens: 4096,
             workspace: PathBuf::from("."),
             tier: Tier::Default,
+            prices: PriceTable::default(),
         }
     }
 }
@@ -172,6 +177,7 @@ impl Agent {
             cancel: cancel.child_token(),
         };
         let mut usage = Usage::default();
+        let mut cost: Option<f64> = None;
         let mut tool_calls = Vec::new();
         let mut texts = Vec::new();
         let mut last_model = None;
@@ -195,6 +201,24 @@ impl Agent {
                 )
                 .await?;
             usage.add(step.response.usage);
+            let call_cost = self.settings.prices.cost(
+                step.model.provider(),
+                step.model.model(),
+                &step.response.usage,
+            );
+            if let Some(call_cost) = call_cost {
+                *cost.get_or_insert(0.0) += call_cost;
+            }
+            self.store
+                .record_usage(&UsageRecord {
+                    session: key.clone(),
+                    provider: step.model.provider().to_owned(),
+                    model: step.model.model().to_owned(),
+                    tier,
+                    usage: step.response.usage,
+                    cost_usd: call_cost,
+                })
+                .await?;
             let message = step.response.message;
             last_model = Some(step.model);
             self.store
@@ -215,7 +239,7 @@ impl Agent {
             history.push(message);
 
             if calls.is_empty() {
-                return Ok(outcome(text, last_model, usage, tool_calls, None));
+                return Ok(outcome(text, last_model, (usage, cost), tool_calls, None));
             }
             let results = self
                 .run_tools(&calls, &ctx, on_event, &mut tool_calls)
@@ -243,7 +267,7 @@ impl Agent {
         Ok(outcome(
             texts.join("\n\n"),
             last_model,
-            usage,
+            (usage, cost),
             tool_calls,
             Some(warning),
         ))
@@ -347,7 +371,7 @@ impl Agent {
 fn outcome(
     reply: String,
     model: Option<ModelRef>,
-    usage: Usage,
+    (usage, cost_usd): (Usage, Option<f64>),
     tool_calls: Vec<ToolCallSummary>,
     warning: Option<String>,
 ) -> TurnOutcome {
@@ -359,6 +383,7 @@ fn outcome(
         provider,
         model,
         usage,
+        cost_usd,
         tool_calls,
         warning,
     }

@@ -48,6 +48,9 @@ pub struct TurnOutcome {
     pub model: String,
     /// Usage summed over every model call of the turn.
     pub usage: Usage,
+    /// What the turn's model calls cost in USD, when their prices are known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
     pub tool_calls: Vec<ToolCallSummary>,
     /// Set when the turn stopped early (say, at `max_iterations`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

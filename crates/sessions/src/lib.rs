@@ -10,4 +10,4 @@ mod store;
 
 pub use error::{Error, Result};
 pub use sqlite::SqliteStore;
-pub use store::{SessionInfo, SessionStore};
+pub use store::{SessionInfo, SessionStore, UsageRecord, UsageTotal};

@@ -3,11 +3,11 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use flynn_protocol::{Message, Role, SessionKey};
+use flynn_protocol::{Message, Role, SessionKey, Tier, Usage};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 
-use crate::{Error, Result, SessionInfo, SessionStore};
+use crate::{Error, Result, SessionInfo, SessionStore, UsageRecord, UsageTotal};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -211,5 +211,69 @@ impl SessionStore for SqliteStore {
         Self::insert(&mut tx, key, messages, now_millis()).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn record_usage(&self, record: &UsageRecord) -> Result<()> {
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        sqlx::query(
+            "INSERT INTO usage (session_key, provider, model, tier, input_tokens, output_tokens,
+                 cache_read_tokens, cache_write_tokens, cost_usd, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        )
+        .bind(record.session.as_str())
+        .bind(&record.provider)
+        .bind(&record.model)
+        .bind(record.tier.as_str())
+        .bind(count(record.usage.input_tokens))
+        .bind(count(record.usage.output_tokens))
+        .bind(count(record.usage.cache_read_tokens))
+        .bind(count(record.usage.cache_write_tokens))
+        .bind(record.cost_usd)
+        .bind(now_millis())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn usage_by_tier(&self, session: Option<&SessionKey>) -> Result<Vec<(Tier, UsageTotal)>> {
+        let rows = sqlx::query(
+            "SELECT tier, COUNT(*) AS calls,
+                    SUM(input_tokens) AS input, SUM(output_tokens) AS output,
+                    SUM(cache_read_tokens) AS cache_read, SUM(cache_write_tokens) AS cache_write,
+                    COALESCE(SUM(cost_usd), 0.0) AS cost,
+                    SUM(cost_usd IS NULL) AS unpriced
+             FROM usage WHERE ?1 IS NULL OR session_key = ?1
+             GROUP BY tier",
+        )
+        .bind(session.map(SessionKey::as_str))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut totals = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let tier: String = row.try_get("tier")?;
+            // Rows are written from `Tier::as_str`; anything else is skipped.
+            let Ok(tier) = tier.parse::<Tier>() else {
+                continue;
+            };
+            let count = |name: &str| -> Result<u64> {
+                Ok(u64::try_from(row.try_get::<i64, _>(name)?).unwrap_or(0))
+            };
+            totals.push((
+                tier,
+                UsageTotal {
+                    calls: count("calls")?,
+                    usage: Usage {
+                        input_tokens: count("input")?,
+                        output_tokens: count("output")?,
+                        cache_read_tokens: count("cache_read")?,
+                        cache_write_tokens: count("cache_write")?,
+                    },
+                    cost_usd: row.try_get("cost")?,
+                    unpriced_calls: count("unpriced")?,
+                },
+            ));
+        }
+        totals.sort_by_key(|(tier, _)| *tier);
+        Ok(totals)
     }
 }

@@ -319,6 +319,7 @@ pub(crate) fn check(body: &Value) -> Vec<String> {
             None => problems.push("tools: must be a list".to_owned()),
         }
     }
+    check_cache_control(object, &mut problems);
     match object.get("messages") {
         Some(Value::Array(messages)) if !messages.is_empty() => {
             check_messages(messages, &mut problems);
@@ -329,6 +330,71 @@ pub(crate) fn check(body: &Value) -> Vec<String> {
         _ => problems.push("messages: Field required".to_owned()),
     }
     problems
+}
+
+/// "Prompt caching": a breakpoint is `{"type": "ephemeral"}` with an
+/// optional `ttl` of `5m` or `1h`, on a system, tool or content block (never
+/// on a thinking block), and a request holds at most four.
+fn check_cache_control(object: &serde_json::Map<String, Value>, problems: &mut Vec<String>) {
+    let blocks = |key: &'static str| {
+        object
+            .get(key)
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .map(move |(i, block)| (format!("{key}.{i}"), block))
+    };
+    let content = object
+        .get("messages")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .flat_map(|(i, message)| {
+            message["content"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .enumerate()
+                .map(move |(j, block)| (format!("messages.{i}.content.{j}"), block))
+        });
+    let mut breakpoints = 0;
+    for (at, block) in blocks("system").chain(blocks("tools")).chain(content) {
+        let Some(cache_control) = block.get("cache_control") else {
+            continue;
+        };
+        breakpoints += 1;
+        let ok = cache_control["type"] == "ephemeral"
+            && cache_control.as_object().is_some_and(|c| {
+                c.keys().all(|k| k == "type" || k == "ttl")
+                    && matches!(
+                        c.get("ttl").map(Value::as_str),
+                        None | Some(Some("5m" | "1h"))
+                    )
+            });
+        if !ok {
+            problems.push(format!(
+                "{at}.cache_control: expected {{\"type\": \"ephemeral\"}} with an optional ttl of \"5m\" or \"1h\", got {cache_control}"
+            ));
+        }
+        if matches!(
+            block["type"].as_str(),
+            Some("thinking" | "redacted_thinking")
+        ) {
+            problems.push(format!(
+                "{at}.cache_control: thinking blocks cannot be marked for caching"
+            ));
+        }
+    }
+    if breakpoints > 4 {
+        problems.push(format!(
+            "A maximum of 4 blocks with cache_control may be provided. Found {breakpoints}."
+        ));
+    }
 }
 
 fn check_messages(messages: &[Value], problems: &mut Vec<String>) {
@@ -509,6 +575,42 @@ mod tests {
             ]
         });
         assert_eq!(check(&body), Vec::<String>::new());
+    }
+
+    #[test]
+    fn cache_breakpoints_are_checked() {
+        let marked = json!({"type": "ephemeral"});
+        let body = json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 1024,
+            "system": [{"type": "text", "text": "Be brief.", "cache_control": marked}],
+            "tools": [{"name": "a", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": marked}]}
+            ]
+        });
+        assert_eq!(check(&body), Vec::<String>::new());
+        let body = json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 1024,
+            "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "persistent"}}],
+            "tools": [
+                {"name": "a", "input_schema": {"type": "object"}, "cache_control": marked},
+                {"name": "b", "input_schema": {"type": "object"}, "cache_control": marked}
+            ],
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": marked}]},
+                {"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm", "signature": "s", "cache_control": marked}, {"type": "text", "text": "yes"}]}
+            ]
+        });
+        assert_eq!(
+            check(&body),
+            vec![
+                "system.0.cache_control: expected {\"type\": \"ephemeral\"} with an optional ttl of \"5m\" or \"1h\", got {\"type\":\"persistent\"}",
+                "messages.1.content.0.cache_control: thinking blocks cannot be marked for caching",
+                "A maximum of 4 blocks with cache_control may be provided. Found 5.",
+            ]
+        );
     }
 
     #[test]

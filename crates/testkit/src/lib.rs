@@ -24,10 +24,18 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod anthropic;
+#[cfg(feature = "bedrock")]
+pub mod bedrock;
 pub mod fixtures;
+mod llamacpp;
+mod ollama;
 mod openai;
 mod server;
 
 pub use anthropic::FakeAnthropic;
+#[cfg(feature = "bedrock")]
+pub use bedrock::{FakeBedrock, bedrock_error};
+pub use llamacpp::FakeLlamaCpp;
+pub use ollama::FakeOllama;
 pub use openai::FakeOpenAi;
 pub use server::{CapturedRequest, INPUT_TOKENS, OUTPUT_TOKENS, Reply};

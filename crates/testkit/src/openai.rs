@@ -84,7 +84,7 @@ fn error_body(message: &str, kind: &str, code: Option<&str>) -> Value {
     json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
 }
 
-fn answer(shared: &Shared, key: Option<&str>, request: &CapturedRequest) -> Response {
+pub(crate) fn answer(shared: &Shared, key: Option<&str>, request: &CapturedRequest) -> Response {
     if request.method != "POST" || request.path != "/v1/chat/completions" {
         let message = format!("Invalid URL ({} {})", request.method, request.path);
         shared.violation(format!(

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use flynn_testkit::{FakeAnthropic, FakeOpenAi, Reply, fixtures};
+use flynn_testkit::{FakeAnthropic, FakeLlamaCpp, FakeOllama, FakeOpenAi, Reply, fixtures};
 use serde_json::{Value, json};
 
 /// One server-sent event: its name (empty when unnamed) and data.
@@ -345,5 +345,264 @@ async fn openai_flags_a_missing_key_and_unknown_paths() {
             "the Authorization header is missing (expected 'Bearer <key>')",
             "unexpected request POST /v1/completions (only POST /v1/chat/completions is served)",
         ]
+    );
+}
+
+#[tokio::test]
+async fn ollama_shows_its_models_as_documented() {
+    let fake = FakeOllama::start().await;
+    fake.add_model("qwen3:8b", 40_960, Some(16_384));
+    let root = format!("http://{}", fake.addr());
+    let (status, content_type, text) = post(
+        &format!("{root}/api/show"),
+        &[],
+        &json!({"model": "llama3.2"}),
+    )
+    .await;
+    assert_eq!((status, content_type.as_str()), (200, "application/json"));
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap(),
+        serde_json::from_str::<Value>(fixtures::OLLAMA_SHOW).unwrap()
+    );
+    let (_, _, text) = post(
+        &format!("{root}/api/show"),
+        &[],
+        &json!({"model": "qwen3:8b"}),
+    )
+    .await;
+    let shown: Value = serde_json::from_str(&text).unwrap();
+    let documented: Value = serde_json::from_str(fixtures::OLLAMA_SHOW).unwrap();
+    assert_eq!(shape(&shown), shape(&documented));
+    assert_eq!(shown["model_info"]["llama.context_length"], json!(40_960));
+    assert!(
+        shown["parameters"]
+            .as_str()
+            .unwrap()
+            .starts_with("num_ctx                        16384\n")
+    );
+    let (status, _, text) = post(
+        &format!("{root}/api/show"),
+        &[],
+        &json!({"model": "nope:7b"}),
+    )
+    .await;
+    assert_eq!(
+        (status, serde_json::from_str::<Value>(&text).unwrap()),
+        (404, json!({"error": "model 'nope:7b' not found"}))
+    );
+    let (status, _, _) = post(
+        &format!("{root}/api/show"),
+        &[],
+        &json!({"name": "llama3.2"}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        fake.violations(),
+        vec![
+            "POST /api/show: the body must name the model as {\"model\": ...}, got {\"name\":\"llama3.2\"}"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn llamacpp_props_are_read_only_and_documented() {
+    let fake = FakeLlamaCpp::start().await;
+    let url = format!("http://{}/props", fake.addr());
+    let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap(),
+        serde_json::from_str::<Value>(fixtures::LLAMACPP_PROPS).unwrap()
+    );
+    let (status, _, _) = post(&url, &[], &json!({})).await;
+    assert_eq!(status, 501);
+    assert_eq!(
+        fake.violations(),
+        vec!["POST /props: the server was not started with --props, so /props is read-only"]
+    );
+}
+
+/// A SigV4 header of the documented form (the fake does not verify the
+/// signature itself).
+#[cfg(feature = "bedrock")]
+const SIGV4: &[(&str, &str)] = &[
+    (
+        "authorization",
+        "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20240101/us-east-1/bedrock/aws4_request, SignedHeaders=content-type;host;x-amz-date, Signature=5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7",
+    ),
+    ("x-amz-date", "20240101T000000Z"),
+];
+
+/// What kind of Bedrock event this is: its type and, for deltas, the delta
+/// member and its inner member (`contentBlockDelta|reasoningContent.signature`).
+#[cfg(feature = "bedrock")]
+fn bedrock_signature(kind: &str, payload: &Value) -> String {
+    let inner = payload["delta"]
+        .as_object()
+        .and_then(|delta| delta.iter().next())
+        .map(|(member, value)| match value.as_object() {
+            Some(map) => format!(
+                "{member}.{}",
+                map.keys().cloned().collect::<Vec<_>>().join(",")
+            ),
+            None => member.clone(),
+        })
+        .unwrap_or_default();
+    format!("{kind}|{inner}")
+}
+
+#[cfg(feature = "bedrock")]
+#[tokio::test]
+async fn bedrock_streams_have_the_documented_shapes() {
+    use flynn_testkit::FakeBedrock;
+    use flynn_testkit::bedrock::{EVENT_STREAM, decode_frames};
+
+    let mut documented: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for fixture in [
+        fixtures::BEDROCK_STREAM_TEXT,
+        fixtures::BEDROCK_STREAM_TOOL_USE,
+        fixtures::BEDROCK_STREAM_REASONING,
+    ] {
+        let events: Vec<Value> = serde_json::from_str(fixture).unwrap();
+        for event in events {
+            let (kind, payload) = event.as_object().unwrap().iter().next().unwrap();
+            documented
+                .entry(bedrock_signature(kind, payload))
+                .or_default()
+                .push(shape(payload));
+        }
+    }
+    let fake = FakeBedrock::start().await;
+    fake.push(Reply::Text("It is sunny.".into()));
+    fake.push(Reply::ToolCalls(vec![(
+        "top_song".into(),
+        json!({"sign": "WZPZ"}),
+    )]));
+    fake.push(Reply::Thinking {
+        thinking: "Check the charts.".into(),
+        signature: "EqoBCkgIARAB".into(),
+        text: "Elemental Hotel.".into(),
+    });
+    let url = format!(
+        "{}/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse-stream",
+        fake.endpoint_url()
+    );
+    let request: Value = serde_json::from_str(fixtures::BEDROCK_TOOL_USE_REQUEST).unwrap();
+    for _ in 0..3 {
+        let mut post = reqwest::Client::new().post(&url).json(&request);
+        for (name, value) in SIGV4 {
+            post = post.header(*name, *value);
+        }
+        let response = post.send().await.unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        assert_eq!(
+            response.headers()["content-type"].to_str().unwrap(),
+            EVENT_STREAM
+        );
+        let frames = decode_frames(&response.bytes().await.unwrap()).unwrap();
+        let kinds: Vec<&str> = frames
+            .iter()
+            .map(|f| f.header(":event-type").unwrap())
+            .collect();
+        assert_eq!(kinds.first(), Some(&"messageStart"));
+        assert_eq!(kinds[kinds.len() - 2..], ["messageStop", "metadata"]);
+        for frame in &frames {
+            assert_eq!(
+                (frame.header(":message-type"), frame.header(":content-type")),
+                (Some("event"), Some("application/json"))
+            );
+            let mut payload: Value = serde_json::from_slice(&frame.payload).unwrap();
+            // The padding the service adds to every event.
+            assert!(payload.as_object_mut().unwrap().remove("p").is_some());
+            let kind = frame.header(":event-type").unwrap();
+            let signature = bedrock_signature(kind, &payload);
+            let known = documented
+                .get(&signature)
+                .unwrap_or_else(|| panic!("no documented event like {signature}: {payload}"));
+            // The fake adds no cache counts to its usage.
+            let mut documented_shapes = known.clone();
+            for shape in &mut documented_shapes {
+                if let Some(usage) = shape.get_mut("usage").and_then(Value::as_object_mut) {
+                    usage.remove("cacheReadInputTokens");
+                    usage.remove("cacheWriteInputTokens");
+                }
+            }
+            assert!(
+                documented_shapes.contains(&shape(&payload)),
+                "{signature}: {payload} has shape {}, documented: {known:?}",
+                shape(&payload)
+            );
+        }
+    }
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[cfg(feature = "bedrock")]
+#[tokio::test]
+async fn bedrock_takes_the_documented_requests_and_answers_converse_in_one_message() {
+    use flynn_testkit::FakeBedrock;
+
+    let fake = FakeBedrock::start().await;
+    fake.push(Reply::ToolCalls(vec![(
+        "top_song".into(),
+        json!({"sign": "WZPZ"}),
+    )]));
+    fake.push(Reply::Text(
+        "The most popular song on WZPZ is Elemental Hotel by 8 Storey Hike.".into(),
+    ));
+    let url = format!(
+        "{}/model/amazon.nova-lite-v1:0/converse",
+        fake.endpoint_url()
+    );
+    let documented: Value = serde_json::from_str(fixtures::BEDROCK_TOOL_USE_RESPONSE).unwrap();
+
+    let request: Value = serde_json::from_str(fixtures::BEDROCK_TOOL_USE_REQUEST).unwrap();
+    let (status, _, body) = post(&url, SIGV4, &request).await;
+    assert_eq!(status, 200);
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(shape(&answer["output"]), shape(&documented["output"]));
+    assert_eq!(answer["stopReason"], documented["stopReason"]);
+    assert_eq!(
+        answer["output"]["message"]["content"][0]["toolUse"],
+        json!({"toolUseId": "tooluse_01", "name": "top_song", "input": {"sign": "WZPZ"}})
+    );
+
+    let request: Value = serde_json::from_str(fixtures::BEDROCK_TOOL_RESULT_REQUEST).unwrap();
+    let (status, _, body) = post(&url, SIGV4, &request).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({
+            "output": {"message": {"role": "assistant", "content": [
+                {"text": "The most popular song on WZPZ is Elemental Hotel by 8 Storey Hike."}
+            ]}},
+            "stopReason": "end_turn",
+            "usage": {"inputTokens": 12, "outputTokens": 5, "totalTokens": 17},
+            "metrics": {"latencyMs": 42}
+        })
+    );
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[cfg(feature = "bedrock")]
+#[tokio::test]
+async fn bedrock_flags_an_unsigned_request_in_the_aws_error_shape() {
+    use flynn_testkit::FakeBedrock;
+
+    let fake = FakeBedrock::start().await;
+    let url = format!(
+        "{}/model/amazon.nova-lite-v1:0/converse",
+        fake.endpoint_url()
+    );
+    let request: Value = serde_json::from_str(fixtures::BEDROCK_TOOL_USE_REQUEST).unwrap();
+    let (status, content_type, body) = post(&url, &[], &request).await;
+    assert_eq!((status, content_type.as_str()), (403, "application/json"));
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"message": "Authorization: not an AWS4-HMAC-SHA256 signature (got \"\")"})
+    );
+    assert_eq!(
+        fake.violations(),
+        vec!["Authorization: not an AWS4-HMAC-SHA256 signature (got \"\")"]
     );
 }

@@ -49,7 +49,12 @@ async fn json_output_reports_the_anthropic_answer_usage_and_model() {
         .var("ANTHROPIC_API_KEY", "sk-ant-x");
     let output = env.run(&["send", "--json", "hello"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    let reply: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    let mut reply: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    // Claude Sonnet 4.5 from the built-in table: $3 in, $15 out per million.
+    let cost = reply["cost_usd"].as_f64().unwrap();
+    let expected = INPUT_TOKENS as f64 * 3.0 / 1e6 + OUTPUT_TOKENS as f64 * 15.0 / 1e6;
+    assert!((cost - expected).abs() < 1e-12, "{cost} != {expected}");
+    reply["cost_usd"] = json!("checked");
     assert_eq!(
         reply,
         json!({
@@ -59,8 +64,16 @@ async fn json_output_reports_the_anthropic_answer_usage_and_model() {
             "model": "claude-sonnet-4-5",
             "usage": {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS},
             "tool_calls": [],
+            "cost_usd": "checked",
         })
     );
+
+    let usage = env.run(&["usage", "--json"]);
+    let usage: Value = serde_json::from_str(&stdout(&usage)).unwrap();
+    assert_eq!(usage["tiers"]["default"]["calls"], 1);
+    assert_eq!(usage["tiers"]["default"]["input_tokens"], INPUT_TOKENS);
+    assert_eq!(usage["tiers"]["default"]["output_tokens"], OUTPUT_TOKENS);
+    assert_eq!(usage["tiers"]["default"]["cost_usd"].as_f64(), Some(cost));
     assert_eq!(fake.violations(), Vec::<String>::new());
     let request = &fake.requests()[0];
     assert_eq!(request.path, "/v1/messages");
@@ -259,7 +272,15 @@ async fn model_flag_pins_a_model_and_json_names_it() {
     let fake = FakeOpenAi::start().await;
     fake.push(Reply::Text("pinned".into()));
     let env = openai_env(&fake);
-    let output = env.run(&["send", "--json", "--model", "openai/my-local-model", "hi"]);
+    let output = env.run(&[
+        "send",
+        "--json",
+        "--tier",
+        "fast",
+        "--model",
+        "openai/my-local-model",
+        "hi",
+    ]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let reply: Value = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!(
@@ -267,6 +288,16 @@ async fn model_flag_pins_a_model_and_json_names_it() {
         (json!("openai"), json!("my-local-model"))
     );
     assert_eq!(fake.requests()[0].body["model"], "my-local-model");
+    // An unknown model has no price, and the call is counted under its tier.
+    assert_eq!(reply.get("cost_usd"), None);
+    let usage = env.run(&["usage"]);
+    assert_eq!(
+        stdout(&usage),
+        format!(
+            "TIER      CALLS        INPUT       OUTPUT   COST (USD)\nfast          1 {:>12} {:>12}       0.0000\ntotal                                           0.0000\n(1 call(s) with no known price are not in the cost; set models.prices)\n",
+            INPUT_TOKENS, OUTPUT_TOKENS
+        )
+    );
 }
 
 #[tokio::test]

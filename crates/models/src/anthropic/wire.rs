@@ -29,8 +29,9 @@ pub(crate) fn is_context_overflow(status: u16, error: &VendorError) -> bool {
 pub(crate) struct MessagesRequest {
     model: String,
     max_tokens: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    system: Option<String>,
+    /// One text block, so that it can carry a cache breakpoint.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    system: Vec<SystemBlock>,
     messages: Vec<WireMessage>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool>,
@@ -39,10 +40,36 @@ pub(crate) struct MessagesRequest {
     stream: bool,
 }
 
+/// A prompt-cache breakpoint: everything up to and including the block
+/// that carries it is cached for five minutes ("Prompt caching").
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum CacheControl {
+    Ephemeral,
+}
+
+#[derive(Debug, Serialize)]
+struct SystemBlock {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
+}
+
 #[derive(Debug, Serialize)]
 struct WireMessage {
     role: &'static str,
-    content: Vec<WireBlock>,
+    content: Vec<CachedBlock>,
+}
+
+/// A content block, with the breakpoint it may carry.
+#[derive(Debug, Serialize)]
+struct CachedBlock {
+    #[serde(flatten)]
+    block: WireBlock,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
 }
 
 #[derive(Debug, Serialize)]
@@ -85,18 +112,32 @@ struct WireTool {
     name: String,
     description: String,
     input_schema: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
 }
 
 /// The request body for one call.
+///
+/// Three prompt-cache breakpoints are set, of the four the API allows: on
+/// the last tool (the tool list rarely changes), on the system prompt (tools
+/// and system together), and on the last block of the last message, so that
+/// each call of an agent loop reads the conversation so far from the cache
+/// and writes only what is new ("Prompt caching": "Large context caching"
+/// and "Multi-turn conversation"). Prompts shorter than the model's minimum
+/// cacheable length are simply not cached; nothing fails.
 pub(crate) fn request_body(request: &ModelRequest, names: &ToolNameMap) -> MessagesRequest {
-    let messages = request
+    let mut messages: Vec<WireMessage> = request
         .messages
         .iter()
         .filter_map(|message| {
-            let content: Vec<WireBlock> = message
+            let content: Vec<CachedBlock> = message
                 .content
                 .iter()
                 .filter_map(|block| wire_block(block, names))
+                .map(|block| CachedBlock {
+                    block,
+                    cache_control: None,
+                })
                 .collect();
             // The API refuses messages with no content.
             (!content.is_empty()).then(|| WireMessage {
@@ -105,20 +146,47 @@ pub(crate) fn request_body(request: &ModelRequest, names: &ToolNameMap) -> Messa
             })
         })
         .collect();
+    // Thinking blocks cannot carry a breakpoint themselves.
+    if let Some(last) = messages
+        .last_mut()
+        .and_then(|message| message.content.last_mut())
+        .filter(|last| {
+            !matches!(
+                last.block,
+                WireBlock::Thinking { .. } | WireBlock::RedactedThinking { .. }
+            )
+        })
+    {
+        last.cache_control = Some(CacheControl::Ephemeral);
+    }
+    let mut tools: Vec<WireTool> = request
+        .tools
+        .iter()
+        .map(|tool| WireTool {
+            name: names.to_wire(&tool.name).to_owned(),
+            description: tool.description.clone(),
+            input_schema: tool.input_schema.clone(),
+            cache_control: None,
+        })
+        .collect();
+    if let Some(last) = tools.last_mut() {
+        last.cache_control = Some(CacheControl::Ephemeral);
+    }
     MessagesRequest {
         model: request.model.clone(),
         max_tokens: request.max_tokens,
-        system: request.system.clone().filter(|system| !system.is_empty()),
-        messages,
-        tools: request
-            .tools
+        system: request
+            .system
             .iter()
-            .map(|tool| WireTool {
-                name: names.to_wire(&tool.name).to_owned(),
-                description: tool.description.clone(),
-                input_schema: tool.input_schema.clone(),
+            .filter(|system| !system.is_empty())
+            .map(|system| SystemBlock {
+                kind: "text",
+                text: system.clone(),
+                cache_control: Some(CacheControl::Ephemeral),
             })
             .collect(),
+        messages,
+        tools,
         temperature: request.temperature,
         stream: true,
     }
@@ -503,14 +571,21 @@ impl MessagesAssembler {
 
 impl Assembler for MessagesAssembler {
     fn feed(&mut self, event: &Event, out: &mut Vec<StreamEvent>) -> Result<Fed> {
-        let value = event_json(&self.provider, event)?;
-        let parsed: WireEvent = serde_json::from_value(value).map_err(|error| {
-            self.protocol(format!(
-                "event '{}' has an unexpected shape ({error}): {}",
-                event.event,
-                quote(&event.data)
-            ))
-        })?;
+        // Straight from the text in the common case; parsed again the slow
+        // way only to say what is wrong with an event.
+        let parsed: WireEvent = match serde_json::from_str(&event.data) {
+            Ok(parsed) => parsed,
+            Err(_) => {
+                let value = event_json(&self.provider, event)?;
+                serde_json::from_value(value).map_err(|error| {
+                    self.protocol(format!(
+                        "event '{}' has an unexpected shape ({error}): {}",
+                        event.event,
+                        quote(&event.data)
+                    ))
+                })?
+            }
+        };
         match parsed {
             WireEvent::MessageStart { message } => {
                 self.started = true;
@@ -696,7 +771,7 @@ mod tests {
             json!({
                 "model": "claude-sonnet-4-5",
                 "max_tokens": 1024,
-                "system": "Be brief.",
+                "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
                 "messages": [
                     {"role": "user", "content": [
                         {"type": "text", "text": "What is in this picture?"},
@@ -709,10 +784,12 @@ mod tests {
                         {"type": "tool_use", "id": "toolu_01", "name": "shell_exec", "input": {"command": "ls"}}
                     ]},
                     {"role": "user", "content": [
-                        {"type": "tool_result", "tool_use_id": "toolu_01", "content": "no such file", "is_error": true}
+                        {"type": "tool_result", "tool_use_id": "toolu_01", "content": "no such file", "is_error": true,
+                         "cache_control": {"type": "ephemeral"}}
                     ]}
                 ],
-                "tools": [{"name": "shell_exec", "description": "Run a command", "input_schema": {"type": "object"}}],
+                "tools": [{"name": "shell_exec", "description": "Run a command", "input_schema": {"type": "object"},
+                           "cache_control": {"type": "ephemeral"}}],
                 "stream": true
             })
         );
@@ -726,9 +803,52 @@ mod tests {
             json!({
                 "model": "claude-haiku-4-5",
                 "max_tokens": 4096,
-                "messages": [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}],
+                "messages": [{"role": "user", "content": [
+                    {"type": "text", "text": "Hello", "cache_control": {"type": "ephemeral"}}
+                ]}],
                 "stream": true
             })
+        );
+    }
+
+    #[test]
+    fn only_the_last_tool_carries_a_breakpoint_and_thinking_never_does() {
+        let tool = |name: &str| ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            input_schema: json!({"type": "object"}),
+        };
+        let mut request = ModelRequest::new(
+            "claude-sonnet-4-5",
+            vec![
+                Message::user("Think first."),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![ContentBlock::Thinking {
+                        thinking: "Prefilled.".into(),
+                        signature: Some("sig".into()),
+                    }],
+                },
+            ],
+        );
+        request.tools = vec![tool("a"), tool("b")];
+        let body = body(&request);
+        assert_eq!(
+            (&body["tools"], &body["messages"], body.get("system")),
+            (
+                &json!([
+                    {"name": "a", "description": "", "input_schema": {"type": "object"}},
+                    {"name": "b", "description": "", "input_schema": {"type": "object"},
+                     "cache_control": {"type": "ephemeral"}}
+                ]),
+                &json!([
+                    {"role": "user", "content": [{"type": "text", "text": "Think first."}]},
+                    {"role": "assistant", "content": [
+                        {"type": "thinking", "thinking": "Prefilled.", "signature": "sig"}
+                    ]}
+                ]),
+                None
+            )
         );
     }
 

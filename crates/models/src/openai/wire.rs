@@ -14,11 +14,18 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::http::{Assembler, Fed, VendorError, event_json};
+use crate::preset::{MaxTokensField, preset};
 use crate::{Error, ModelRequest, ModelResponse, Result, StopReason, StreamEvent, ToolNameMap};
 
-/// OpenAI documents context overflow as `code: "context_length_exceeded"`.
+/// Whether an error says the prompt does not fit the context window, by
+/// the documented codes: `context_length_exceeded` (OpenAI, Groq),
+/// `tokens_limit_reached` (GitHub Models' per-request limit) and llama.cpp's
+/// `exceed_context_size_error` type.
 pub(crate) fn is_context_overflow(_status: u16, error: &VendorError) -> bool {
-    error.code.as_deref() == Some("context_length_exceeded")
+    matches!(
+        error.code.as_deref(),
+        Some("context_length_exceeded" | "tokens_limit_reached")
+    ) || error.kind.as_deref() == Some("exceed_context_size_error")
 }
 
 // ---------------------------------------------------------------------------
@@ -37,7 +44,8 @@ pub(crate) struct ChatRequest {
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f32>,
     stream: bool,
-    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
 }
 
 #[derive(Debug, Serialize)]
@@ -114,13 +122,14 @@ struct ChatFunction {
     parameters: Value,
 }
 
-/// The request body for one call. Thinking blocks are not sent: Chat
-/// Completions has no field for them.
+/// The request body for one call, shaped by the kind's [`Preset`].
+/// Thinking blocks are not sent: Chat Completions has no field for them.
 pub(crate) fn request_body(
     kind: ProviderKind,
     request: &ModelRequest,
     names: &ToolNameMap,
 ) -> ChatRequest {
+    let preset = preset(kind);
     let mut messages = Vec::new();
     if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
         messages.push(ChatMessage::System {
@@ -145,13 +154,9 @@ pub(crate) fn request_body(
             },
         })
         .collect();
-    // OpenAI's own API replaced `max_tokens` with `max_completion_tokens`
-    // (its reasoning models refuse the old name); compatible servers mostly
-    // know only the old one.
-    let (max_tokens, max_completion_tokens) = if kind == ProviderKind::Openai {
-        (None, Some(request.max_tokens))
-    } else {
-        (Some(request.max_tokens), None)
+    let (max_tokens, max_completion_tokens) = match preset.max_tokens_field {
+        MaxTokensField::MaxTokens => (Some(request.max_tokens), None),
+        MaxTokensField::MaxCompletionTokens => (None, Some(request.max_tokens)),
     };
     ChatRequest {
         model: request.model.clone(),
@@ -161,9 +166,9 @@ pub(crate) fn request_body(
         max_completion_tokens,
         temperature: request.temperature,
         stream: true,
-        stream_options: StreamOptions {
+        stream_options: preset.stream_usage.then_some(StreamOptions {
             include_usage: true,
-        },
+        }),
     }
 }
 
@@ -255,7 +260,15 @@ struct Chunk {
     model: Option<String>,
     choices: Option<Vec<Choice>>,
     usage: Option<WireUsage>,
+    /// Groq's own envelope; its `usage` arrives in the last chunk.
+    x_groq: Option<XGroq>,
     error: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct XGroq {
+    usage: Option<WireUsage>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -272,7 +285,7 @@ struct Delta {
     content: Option<String>,
     /// DeepSeek, vLLM and llama.cpp.
     reasoning_content: Option<String>,
-    /// Ollama and OpenRouter.
+    /// Ollama, OpenRouter, Groq (`reasoning_format: parsed`) and newer vLLM.
     reasoning: Option<String>,
     refusal: Option<String>,
     tool_calls: Option<Vec<ToolCallDelta>>,
@@ -365,7 +378,7 @@ impl ChatAssembler {
         if self.model.is_none() {
             self.model = chunk.model.filter(|model| !model.is_empty());
         }
-        if let Some(usage) = chunk.usage {
+        if let Some(usage) = chunk.usage.or(chunk.x_groq.and_then(|x| x.usage)) {
             let cached = usage
                 .prompt_tokens_details
                 .and_then(|details| details.cached_tokens)
@@ -441,11 +454,10 @@ fn call_id(index: usize) -> String {
     format!("call_{index}")
 }
 
-impl Assembler for ChatAssembler {
-    fn feed(&mut self, event: &Event, out: &mut Vec<StreamEvent>) -> Result<Fed> {
-        if event.data.trim() == "[DONE]" {
-            return Ok(Fed::Done);
-        }
+impl ChatAssembler {
+    /// An event that is not a well-formed chunk: an error event, or the
+    /// error that says what is wrong with it.
+    fn slow_chunk(&self, event: &Event) -> Result<Chunk> {
         let value = event_json(&self.provider, event)?;
         if event.event == "error" {
             let message = VendorError::from_value(&value)
@@ -455,12 +467,29 @@ impl Assembler for ChatAssembler {
                 message,
             });
         }
-        let chunk: Chunk = serde_json::from_value(value).map_err(|error| {
+        serde_json::from_value(value).map_err(|error| {
             self.protocol(format!(
                 "a chat.completion.chunk has an unexpected shape ({error}): {}",
                 crate::http::quote(&event.data)
             ))
-        })?;
+        })
+    }
+}
+
+impl Assembler for ChatAssembler {
+    fn feed(&mut self, event: &Event, out: &mut Vec<StreamEvent>) -> Result<Fed> {
+        if event.data.trim() == "[DONE]" {
+            return Ok(Fed::Done);
+        }
+        // The common case parses straight into a chunk; anything else is
+        // parsed again the slow way, to say what is wrong with it.
+        let parsed = (event.event != "error")
+            .then(|| serde_json::from_str::<Chunk>(&event.data).ok())
+            .flatten();
+        let chunk = match parsed {
+            Some(chunk) => chunk,
+            None => self.slow_chunk(event)?,
+        };
         self.read_chunk(chunk, out)?;
         Ok(Fed::More)
     }

@@ -78,8 +78,10 @@ async fn streams_text_with_usage() {
         json!({
             "model": MODEL,
             "max_tokens": 256,
-            "system": "Be brief.",
-            "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+            "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral"}}
+            ]}],
             "stream": true
         })
     );
@@ -149,7 +151,8 @@ async fn a_tool_call_comes_back_with_its_dotted_name_and_its_result_goes_out() {
                 "type": "object",
                 "properties": {"command": {"type": "string"}},
                 "required": ["command"]
-            }
+            },
+            "cache_control": {"type": "ephemeral"}
         }])
     );
     assert_eq!(
@@ -160,7 +163,8 @@ async fn a_tool_call_comes_back_with_its_dotted_name_and_its_result_goes_out() {
                 {"type": "tool_use", "id": "toolu_01", "name": "shell_exec", "input": {"command": "ls -la"}}
             ]},
             {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_01", "content": "a.txt\nb.txt", "is_error": false}
+                {"type": "tool_result", "tool_use_id": "toolu_01", "content": "a.txt\nb.txt", "is_error": false,
+                 "cache_control": {"type": "ephemeral"}}
             ]}
         ])
     );
@@ -424,5 +428,191 @@ async fn a_base_url_ending_in_v1_is_accepted() {
         .await;
     assert_eq!(response.map(|r| r.message), Ok(Message::assistant("ok")));
     assert_eq!(fake.requests()[0].path, "/v1/messages");
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+/// A streamed answer that thinks, then calls a tool, with cache usage in
+/// `message_start`, in the documented event shapes (extended thinking with
+/// tool use: the thinking block, its signature delta, then the tool_use).
+fn thinking_then_tool_use() -> String {
+    let events = [
+        json!({"type": "message_start", "message": {"id": "msg_01", "type": "message", "role": "assistant", "content": [], "model": MODEL, "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": 12, "cache_creation_input_tokens": 1800, "cache_read_input_tokens": 2400, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "I should list the files."}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_01", "name": "shell_exec", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"command\": \"ls\"}"}}),
+        json!({"type": "content_block_stop", "index": 1}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 40}}),
+        json!({"type": "message_stop"}),
+    ];
+    events
+        .iter()
+        .map(|event| {
+            format!(
+                "event: {}\ndata: {event}\n\n",
+                event["type"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn thinking_goes_back_before_its_tool_use_with_its_signature() {
+    let fake = fake().await;
+    fake.push(Reply::RawSse(thinking_then_tool_use()));
+    fake.push(Reply::Text("Two files.".into()));
+    let client = anthropic(&fake);
+    let mut request = ModelRequest::new(MODEL, vec![Message::user("List the files")]);
+    request.tools = vec![shell_tool()];
+
+    let (_, response) = run(&client, request.clone()).await;
+    let response = response.unwrap();
+    let thinking = ContentBlock::Thinking {
+        thinking: "I should list the files.".into(),
+        signature: Some("EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds".into()),
+    };
+    assert_eq!(
+        (
+            response.message.content.clone(),
+            response.stop_reason.clone(),
+            response.usage
+        ),
+        (
+            vec![
+                thinking,
+                ContentBlock::ToolUse {
+                    id: "toolu_01".into(),
+                    name: "shell.exec".into(),
+                    input: json!({"command": "ls"}),
+                },
+            ],
+            StopReason::ToolUse,
+            Usage {
+                input_tokens: 12,
+                output_tokens: 40,
+                cache_read_tokens: 2400,
+                cache_write_tokens: 1800,
+            }
+        )
+    );
+
+    request.messages.push(response.message);
+    request.messages.push(Message {
+        role: Role::User,
+        content: vec![ContentBlock::ToolResult {
+            tool_use_id: "toolu_01".into(),
+            content: "a.txt\nb.txt".into(),
+            is_error: false,
+        }],
+    });
+    let (_, response) = run(&client, request).await;
+    assert_eq!(
+        response.map(|r| r.message),
+        Ok(Message::assistant("Two files."))
+    );
+    assert_eq!(
+        fake.requests()[1].body["messages"][1],
+        json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "I should list the files.",
+             "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"},
+            {"type": "tool_use", "id": "toolu_01", "name": "shell_exec", "input": {"command": "ls"}}
+        ]})
+    );
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn system_tools_and_the_conversation_carry_cache_breakpoints() {
+    let fake = fake().await;
+    fake.push(Reply::Text("Done.".into()));
+    let client = anthropic(&fake);
+    let mut request = ModelRequest::new(
+        MODEL,
+        vec![
+            Message::user("First"),
+            Message::assistant("Answer"),
+            Message::user("Second"),
+        ],
+    );
+    request.system = Some("You are Flynn.".into());
+    request.tools = vec![
+        flynn_protocol::ToolSpec {
+            name: "file.read".into(),
+            description: "Read a file".into(),
+            input_schema: json!({"type": "object"}),
+        },
+        shell_tool(),
+    ];
+    let (_, response) = run(&client, request).await;
+    assert_eq!(response.map(|r| r.message), Ok(Message::assistant("Done.")));
+    let body = &fake.requests()[0].body;
+    let marked = json!({"type": "ephemeral"});
+    assert_eq!(
+        body["system"],
+        json!([{"type": "text", "text": "You are Flynn.", "cache_control": marked}])
+    );
+    assert_eq!(
+        body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|tool| (tool["name"].clone(), tool.get("cache_control").cloned()))
+            .collect::<Vec<_>>(),
+        vec![
+            (json!("file_read"), None),
+            (json!("shell_exec"), Some(marked.clone())),
+        ]
+    );
+    assert_eq!(
+        body["messages"],
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "First"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Answer"}]},
+            {"role": "user", "content": [{"type": "text", "text": "Second", "cache_control": marked}]}
+        ])
+    );
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn images_go_inline_and_by_url() {
+    let fake = fake().await;
+    fake.push(Reply::Text("Two cats.".into()));
+    let request = ModelRequest::new(
+        MODEL,
+        vec![Message {
+            role: Role::User,
+            content: vec![
+                ContentBlock::Image {
+                    source: flynn_protocol::ImageSource::Base64 {
+                        media_type: "image/jpeg".into(),
+                        data: "/9j/4AAQ".into(),
+                    },
+                },
+                ContentBlock::Image {
+                    source: flynn_protocol::ImageSource::Url {
+                        url: "https://example.com/cat.png".into(),
+                    },
+                },
+                ContentBlock::text("What are these?"),
+            ],
+        }],
+    );
+    let response = anthropic(&fake).complete(request).await;
+    assert_eq!(
+        response.map(|r| r.message),
+        Ok(Message::assistant("Two cats."))
+    );
+    assert_eq!(
+        fake.requests()[0].body["messages"],
+        json!([{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}},
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}},
+            {"type": "text", "text": "What are these?", "cache_control": {"type": "ephemeral"}}
+        ]}])
+    );
     assert_eq!(fake.violations(), Vec::<String>::new());
 }

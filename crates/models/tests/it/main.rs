@@ -5,7 +5,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod anthropic;
+mod bedrock;
+mod context_windows;
 mod openai;
+mod presets;
+mod router;
 mod transport;
 
 use std::sync::Arc;

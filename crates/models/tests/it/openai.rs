@@ -493,3 +493,36 @@ async fn a_json_answer_where_a_stream_was_asked_for_is_a_protocol_error() {
         }
     );
 }
+
+#[tokio::test]
+async fn images_by_url_go_as_urls() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::Text("A dog.".into()));
+    let request = ModelRequest::new(
+        MODEL,
+        vec![Message {
+            role: Role::User,
+            content: vec![
+                ContentBlock::Image {
+                    source: flynn_protocol::ImageSource::Url {
+                        url: "https://example.com/dog.png".into(),
+                    },
+                },
+                ContentBlock::text("And this?"),
+            ],
+        }],
+    );
+    let response = openai(&fake).complete(request).await;
+    assert_eq!(
+        response.map(|r| r.message),
+        Ok(Message::assistant("A dog."))
+    );
+    assert_eq!(
+        fake.requests()[0].body["messages"],
+        json!([{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "https://example.com/dog.png"}},
+            {"type": "text", "text": "And this?"}
+        ]}])
+    );
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}

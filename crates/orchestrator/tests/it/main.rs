@@ -29,10 +29,7 @@ struct Scripted {
 impl Scripted {
     fn new(name: &str, replies: Vec<Result<Message, ModelError>>) -> Arc<Self> {
         Arc::new(Scripted {
-            info: ClientInfo {
-                provider: name.into(),
-                kind: ProviderKind::OpenaiCompatible,
-            },
+            info: ClientInfo::new(name, ProviderKind::OpenaiCompatible, false),
             replies: Mutex::new(replies.into()),
             requests: Mutex::new(Vec::new()),
         })
@@ -110,6 +107,14 @@ async fn harness(
     models: ModelsConfig,
     max_iterations: u32,
 ) -> Harness {
+    harness_with(clients, models, |s| s.max_iterations = max_iterations).await
+}
+
+async fn harness_with(
+    clients: Vec<Arc<Scripted>>,
+    models: ModelsConfig,
+    tweak: impl FnOnce(&mut AgentSettings),
+) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
     let clients: HashMap<String, Arc<dyn ModelClient>> = clients
@@ -119,11 +124,11 @@ async fn harness(
     let router = Arc::new(ModelRouter::new(clients, models));
     let registry = flynn_tools::builtin::registry(&Default::default()).unwrap();
     let executor = ToolExecutor::new(Arc::new(registry), 50 * 1024);
-    let settings = AgentSettings {
-        max_iterations,
+    let mut settings = AgentSettings {
         workspace: dir.path().to_path_buf(),
         ..AgentSettings::default()
     };
+    tweak(&mut settings);
     let agent = Agent::new(router, executor, store.clone(), settings);
     Harness {
         _dir: dir,
@@ -262,16 +267,21 @@ async fn max_iterations_ends_with_a_partial_answer_and_a_warning() {
 
 #[tokio::test]
 async fn a_failing_model_falls_back_and_says_so() {
-    let broken = Scripted::new(
-        "a",
-        vec![Err(ModelError::Server {
+    // A 500 is retried (twice by default, here after 1 ms) before the
+    // router moves on.
+    let boom = || {
+        Err(ModelError::Server {
             provider: "a".into(),
             status: 500,
             message: "boom".into(),
-        })],
-    );
+        })
+    };
+    let broken = Scripted::new("a", vec![boom(), boom(), boom()]);
     let good = Scripted::new("b", vec![Ok(Message::assistant("from b"))]);
-    let h = harness(vec![broken, good], tiers(&["a/x", "b/y"]), 10).await;
+    let mut models = tiers(&["a/x", "b/y"]);
+    models.retry.initial_backoff_ms = 1;
+    models.retry.max_backoff_ms = 1;
+    let h = harness(vec![broken, good], models, 10).await;
     let (result, events) = run(&h, "hi").await;
     let outcome = result.unwrap();
     assert_eq!(
@@ -345,5 +355,54 @@ async fn cancelling_during_a_tool_stops_quickly_and_pairs_every_call() {
                 is_error: true,
             }],
         })
+    );
+}
+
+#[tokio::test]
+async fn every_model_call_is_recorded_with_its_tier_and_cost() {
+    use flynn_models::PriceTable;
+    use flynn_protocol::Tier;
+    use flynn_protocol::config::Price;
+    use flynn_sessions::UsageTotal;
+
+    let model = Scripted::new(
+        "m",
+        vec![Ok(tool_use("t1", "true")), Ok(Message::assistant("done"))],
+    );
+    let mut prices = std::collections::BTreeMap::new();
+    // $1 per million input tokens, $2 per million output tokens.
+    prices.insert(
+        "m/one".to_owned(),
+        Price {
+            input_per_mtok: 1.0,
+            output_per_mtok: 2.0,
+            cache_read_per_mtok: None,
+            cache_write_per_mtok: None,
+        },
+    );
+    let h = harness_with(vec![model], tiers(&["m/one"]), |s| {
+        s.prices = PriceTable::new(&Default::default(), &prices);
+    })
+    .await;
+    let (result, _) = run(&h, "go").await;
+    let outcome = result.unwrap();
+    // Two calls of 10 input and 3 output tokens each.
+    let expected_cost = 2.0 * (10.0 * 1.0 + 3.0 * 2.0) / 1_000_000.0;
+    assert_eq!(outcome.cost_usd, Some(expected_cost));
+    assert_eq!(
+        h.store.usage_by_tier(Some(&key())).await.unwrap(),
+        vec![(
+            Tier::Default,
+            UsageTotal {
+                calls: 2,
+                usage: Usage {
+                    input_tokens: 20,
+                    output_tokens: 6,
+                    ..Usage::default()
+                },
+                cost_usd: expected_cost,
+                unpriced_calls: 0,
+            }
+        )]
     );
 }

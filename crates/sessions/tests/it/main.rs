@@ -171,3 +171,81 @@ async fn a_directory_in_place_of_the_file_is_a_clear_error() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn usage_is_totalled_per_tier_per_session_and_survives_a_reset() {
+    use flynn_protocol::{Tier, Usage};
+    use flynn_sessions::{UsageRecord, UsageTotal};
+
+    let (_dir, store) = open().await;
+    let record = |session: &str, tier, input, cost| UsageRecord {
+        session: key(session),
+        provider: "anthropic".into(),
+        model: "claude-haiku-4-5".into(),
+        tier,
+        usage: Usage {
+            input_tokens: input,
+            output_tokens: 10,
+            cache_read_tokens: 1,
+            cache_write_tokens: 2,
+        },
+        cost_usd: cost,
+    };
+    store
+        .record_usage(&record("cli:a", Tier::Default, 100, Some(0.5)))
+        .await
+        .unwrap();
+    store
+        .record_usage(&record("cli:a", Tier::Default, 50, None))
+        .await
+        .unwrap();
+    store
+        .record_usage(&record("cli:a", Tier::Fast, 7, Some(0.25)))
+        .await
+        .unwrap();
+    store
+        .record_usage(&record("cli:b", Tier::Default, 1, Some(1.0)))
+        .await
+        .unwrap();
+
+    let totals = store.usage_by_tier(Some(&key("cli:a"))).await.unwrap();
+    assert_eq!(
+        totals,
+        vec![
+            (
+                Tier::Fast,
+                UsageTotal {
+                    calls: 1,
+                    usage: Usage {
+                        input_tokens: 7,
+                        output_tokens: 10,
+                        cache_read_tokens: 1,
+                        cache_write_tokens: 2
+                    },
+                    cost_usd: 0.25,
+                    unpriced_calls: 0,
+                }
+            ),
+            (
+                Tier::Default,
+                UsageTotal {
+                    calls: 2,
+                    usage: Usage {
+                        input_tokens: 150,
+                        output_tokens: 20,
+                        cache_read_tokens: 2,
+                        cache_write_tokens: 4
+                    },
+                    cost_usd: 0.5,
+                    unpriced_calls: 1,
+                }
+            ),
+        ]
+    );
+    store.clear(&key("cli:a")).await.unwrap();
+    let all = store.usage_by_tier(None).await.unwrap();
+    assert_eq!(
+        all.iter().map(|(t, u)| (*t, u.calls)).collect::<Vec<_>>(),
+        vec![(Tier::Fast, 1), (Tier::Default, 3)]
+    );
+}
