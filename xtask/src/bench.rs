@@ -40,10 +40,109 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let results: Value = serde_json::from_str(&std::fs::read_to_string(&out)?)?;
     let _ = std::fs::remove_file(&out);
-    let markdown = render(&results, &machine());
+
+    let status = Command::new(&cargo)
+        .args([
+            "bench",
+            "-p",
+            "flynn-models",
+            "--bench",
+            "router",
+            "--bench",
+            "sse",
+        ])
+        .current_dir(&root)
+        .status()
+        .context("running cargo bench")?;
+    if !status.success() {
+        bail!("cargo bench -p flynn-models failed ({status})");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), std::path::PathBuf::from);
+    let micro = micro_results(&target.join("criterion"))?;
+
+    let mut markdown = render(&results, &machine());
+    markdown.push_str(&render_micro(&micro));
     std::fs::write(root.join("docs/benchmarks.md"), &markdown)?;
     print!("{markdown}");
     Ok(())
+}
+
+/// Median time (ns) and throughput (bytes or elements per iteration) of
+/// one criterion benchmark, read from its `new/` estimates.
+#[derive(Debug, Clone, PartialEq)]
+struct Micro {
+    id: String,
+    median_ns: f64,
+    throughput: Option<(String, f64)>,
+}
+
+const MICRO: &[&str] = &[
+    "router/direct",
+    "router/routed",
+    "router/routed_after_failover",
+    "sse_bytes/openai",
+    "sse_bytes/anthropic",
+    "sse_events/openai",
+    "sse_events/anthropic",
+];
+
+fn micro_results(criterion: &std::path::Path) -> Result<Vec<Micro>> {
+    MICRO
+        .iter()
+        .map(|id| {
+            let dir = criterion.join(id).join("new");
+            let estimates: Value = serde_json::from_str(
+                &std::fs::read_to_string(dir.join("estimates.json"))
+                    .with_context(|| format!("reading {}", dir.display()))?,
+            )?;
+            let benchmark: Value =
+                serde_json::from_str(&std::fs::read_to_string(dir.join("benchmark.json"))?)?;
+            let throughput = benchmark["throughput"].as_object().and_then(|t| {
+                t.iter()
+                    .next()
+                    .and_then(|(kind, n)| n.as_f64().map(|n| (kind.clone(), n)))
+            });
+            Ok(Micro {
+                id: (*id).to_owned(),
+                median_ns: estimates["median"]["point_estimate"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN),
+                throughput,
+            })
+        })
+        .collect()
+}
+
+fn render_micro(micro: &[Micro]) -> String {
+    let mut md = String::from(
+        "\n## Model layer (criterion, in process)\n\n| benchmark | median | throughput |\n|---|---|---|\n",
+    );
+    for m in micro {
+        let throughput = match &m.throughput {
+            Some((kind, n)) if kind == "Bytes" => {
+                format!("{:.0} MiB/s", n / (m.median_ns / 1e9) / (1024.0 * 1024.0))
+            }
+            Some((_, n)) => format!("{:.0} events/s", n / (m.median_ns / 1e9)),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            md,
+            "| `{}` | {:.2} µs | {throughput} |",
+            m.id,
+            m.median_ns / 1000.0
+        );
+    }
+    let by_id = |id: &str| micro.iter().find(|m| m.id == id).map(|m| m.median_ns);
+    if let (Some(direct), Some(routed)) = (by_id("router/direct"), by_id("router/routed")) {
+        let overhead = (routed - direct) / 1000.0;
+        let verdict = if overhead < 100.0 { "meets" } else { "misses" };
+        let _ = writeln!(
+            md,
+            "\nRouter overhead per call (routed minus direct, zero-latency client): {overhead:.2} µs; target under 100 µs: {verdict}."
+        );
+    }
+    md
 }
 
 fn machine() -> String {
@@ -98,6 +197,43 @@ fn render(results: &Value, machine: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn micro_results_report_throughput_and_router_overhead() {
+        let micro = vec![
+            Micro {
+                id: "router/direct".into(),
+                median_ns: 2_000.0,
+                throughput: None,
+            },
+            Micro {
+                id: "router/routed".into(),
+                median_ns: 5_500.0,
+                throughput: None,
+            },
+            Micro {
+                id: "sse_bytes/openai".into(),
+                median_ns: 1e9,
+                throughput: Some(("Bytes".into(), 2.0 * 1024.0 * 1024.0)),
+            },
+            Micro {
+                id: "sse_events/openai".into(),
+                median_ns: 5e8,
+                throughput: Some(("Elements".into(), 1000.0)),
+            },
+        ];
+        let md = render_micro(&micro);
+        assert!(md.contains("| `router/routed` | 5.50 µs |  |"), "{md}");
+        assert!(
+            md.contains("| `sse_bytes/openai` | 1000000.00 µs | 2 MiB/s |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| `sse_events/openai` | 500000.00 µs | 2000 events/s |"),
+            "{md}"
+        );
+        assert!(md.contains("overhead per call (routed minus direct, zero-latency client): 3.50 µs; target under 100 µs: meets."), "{md}");
+    }
 
     #[test]
     fn renders_a_row_per_case_with_a_verdict() {
