@@ -391,3 +391,81 @@ async fn a_misbehaving_server_gets_a_clear_error_not_a_panic() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_failing_model_falls_back_and_json_names_the_model_that_answered() {
+    let primary = FakeAnthropic::start_with_key("k").await;
+    primary.push(Reply::Error {
+        status: 529,
+        headers: vec![],
+        body: r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+            .into(),
+    });
+    let backup = FakeOpenAi::start().await;
+    backup.push(Reply::Text("from the backup".into()));
+    let env = Env::new();
+    let path = env.path().join("flynn.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "providers:\n  primary: {{kind: anthropic, base_url: \"{}\", api_key: k}}\n  backup: {{kind: openai-compatible, base_url: \"{}\"}}\nmodels:\n  tiers:\n    default: [primary/claude-sonnet-4-5]\n  fallback: [backup/qwen2.5]\n  retry: {{max_retries: 0}}\n",
+            primary.base_url(),
+            backup.base_url()
+        ),
+    )
+    .unwrap();
+    let output = env.run(&["send", "--json", "--config", path.to_str().unwrap(), "hi"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let reply: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(
+        (
+            reply["reply"].clone(),
+            reply["provider"].clone(),
+            reply["model"].clone()
+        ),
+        (json!("from the backup"), json!("backup"), json!("qwen2.5"))
+    );
+    assert_eq!(
+        stderr(&output),
+        "warning: primary/claude-sonnet-4-5 failed, fell back to backup/qwen2.5: primary: overloaded (HTTP 529): Overloaded\n"
+    );
+    assert_eq!(primary.requests().len(), 1);
+    assert_eq!(backup.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn when_every_model_fails_the_error_names_each_attempt_and_exits_3() {
+    let primary = FakeAnthropic::start_with_key("right").await;
+    let backup = FakeOpenAi::start().await;
+    backup.push(Reply::Error {
+        status: 500,
+        headers: vec![],
+        body: r#"{"error":{"message":"boom","type":"server_error"}}"#.into(),
+    });
+    let env = Env::new();
+    let path = env.path().join("flynn.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "providers:\n  primary: {{kind: anthropic, base_url: \"{}\", api_key: wrong}}\n  backup: {{kind: openai-compatible, base_url: \"{}\"}}\nmodels:\n  tiers:\n    default: [primary/claude-sonnet-4-5, backup/qwen2.5]\n  retry: {{max_retries: 0}}\n",
+            primary.base_url(),
+            backup.base_url()
+        ),
+    )
+    .unwrap();
+    let output = env.run(&["send", "--config", path.to_str().unwrap(), "hi"]);
+    assert_eq!(output.status.code(), Some(3));
+    let message = stderr(&output);
+    assert!(
+        message.starts_with("error: every model failed:\n"),
+        "{message}"
+    );
+    assert!(message.contains("primary/claude-sonnet-4-5"), "{message}");
+    assert!(message.contains("(check ANTHROPIC_API_KEY)"), "{message}");
+    assert!(message.contains("backup/qwen2.5"), "{message}");
+    assert!(
+        message.contains("server error (HTTP 500): boom"),
+        "{message}"
+    );
+    assert_eq!((primary.requests().len(), backup.requests().len()), (1, 1));
+}
