@@ -16,6 +16,15 @@
 //!   rejected request or a context overflow (another model may accept it),
 //!   a malformed answer.
 //!
+//! Before a model is called, the request's estimated size is checked
+//! against the model's context window when that window is known for sure
+//! (configured, or reported by the server, as Ollama and llama.cpp do): a
+//! request that cannot fit is not sent, because some servers (Ollama)
+//! silently cut the oldest part of the prompt instead of refusing. The
+//! model is recorded as a [`Error::ContextOverflow`] attempt and the next
+//! one is tried. Windows that are only assumed (the built-in table, a
+//! kind's default) are left to the server to enforce.
+//!
 //! Once the first event has arrived the answer belongs to the caller: a
 //! stream that fails later is not replayed (the caller has already shown
 //! part of it), and its error reaches the caller unchanged. Its outcome
@@ -39,6 +48,8 @@ use backoff::Backoff;
 pub use backoff::Jitter;
 use breaker::{Breakers, Health, Permit};
 
+use crate::context_window::{ContextWindows, WindowSource};
+use crate::tokens::token_counter;
 use crate::{Error, ModelClient, ModelRequest, ModelStream, Result, StreamEvent, build_client};
 
 /// One model the router tried that did not answer.
@@ -91,6 +102,7 @@ pub struct ModelRouter {
     models: ModelsConfig,
     breakers: Arc<Breakers>,
     backoff: Backoff,
+    windows: ContextWindows,
 }
 
 impl fmt::Debug for ModelRouter {
@@ -113,7 +125,14 @@ impl ModelRouter {
         for (name, config) in providers {
             clients.insert(name.clone(), build_client(name, config)?);
         }
-        Ok(Self::new(clients, models.clone()))
+        Ok(Self::new(clients, models.clone()).with_windows(ContextWindows::new(providers, models)))
+    }
+
+    /// Replaces the context-window resolver (by default it knows only
+    /// `models.context_windows`).
+    pub fn with_windows(mut self, windows: ContextWindows) -> Self {
+        self.windows = windows;
+        self
     }
 
     /// A router over these clients, keyed by provider name. Which of them
@@ -122,11 +141,13 @@ impl ModelRouter {
     pub fn new(clients: HashMap<String, Arc<dyn ModelClient>>, models: ModelsConfig) -> Self {
         let breakers = Arc::new(Breakers::new(&models.circuit_breaker, clients.keys()));
         let backoff = Backoff::new(&models.retry, Jitter::default());
+        let windows = ContextWindows::new(&BTreeMap::new(), &models);
         ModelRouter {
             clients,
             models,
             breakers,
             backoff,
+            windows,
         }
     }
 
@@ -277,6 +298,9 @@ impl ModelRouter {
                 },
             ));
         };
+        if let Some(error) = self.too_long(client.as_ref(), model, request).await {
+            return Err(failed(0, error));
+        }
         let mut tries = 0;
         let mut last_error = None;
         loop {
@@ -312,6 +336,39 @@ impl ModelRouter {
             tokio::time::sleep(wait).await;
             last_error = Some(error);
         }
+    }
+
+    /// A context overflow when `request` cannot fit a window known for sure.
+    async fn too_long(
+        &self,
+        client: &dyn ModelClient,
+        model: &ModelRef,
+        request: &ModelRequest,
+    ) -> Option<Error> {
+        let window = self.windows.resolve(client, model.model()).await;
+        let found = match window.source {
+            WindowSource::ConfiguredModel | WindowSource::ConfiguredBareModel => {
+                "set in models.context_windows"
+            }
+            WindowSource::ConfiguredProvider => "set in the provider's context_window",
+            WindowSource::Server => "as the server reports it",
+            WindowSource::Table | WindowSource::Default => return None,
+        };
+        let needed = token_counter(self.models.token_counting, model.model()).count_request(
+            request.system.as_deref(),
+            &request.messages,
+            &request.tools,
+        );
+        if needed <= window.tokens as usize {
+            return None;
+        }
+        Some(Error::ContextOverflow {
+            provider: model.provider().to_owned(),
+            message: format!(
+                "the request is about {needed} tokens, more than the {}-token context window of {model} ({found}); not sent. Start a new session, or raise models.context_windows.\"{model}\" if the model takes more",
+                window.tokens
+            ),
+        })
     }
 
     /// How long to wait before trying the same model again after its

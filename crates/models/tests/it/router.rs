@@ -1178,7 +1178,7 @@ async fn the_local_tier_never_touches_a_remote_provider() {
     let cloud = FakeAnthropic::start_with_key(ANTHROPIC_KEY).await;
     let mut cloud_config = anthropic(&cloud, ANTHROPIC_KEY);
     cloud_config.local = Some(false);
-    // Ollama's base URL is on this machine: local without saying so.
+    // This server's base URL is on this machine: local without saying so.
     let ollama = FakeOpenAi::start().await;
     for _ in 0..3 {
         ollama.push(openai_error(500, "model crashed", &[]));
@@ -1194,7 +1194,7 @@ async fn the_local_tier_never_touches_a_remote_provider() {
             ("cloud", cloud_config),
             (
                 "ollama",
-                config(ProviderKind::Ollama, &ollama.base_url(), None),
+                config(ProviderKind::OpenaiCompatible, &ollama.base_url(), None),
             ),
         ],
         settings,
@@ -1214,4 +1214,74 @@ async fn the_local_tier_never_touches_a_remote_provider() {
     );
     assert_eq!((cloud.requests().len(), ollama.requests().len()), (0, 4));
     no_violations(&[cloud.violations(), ollama.violations()]);
+}
+
+// ---------------------------------------------------------------------------
+// Context windows
+
+/// A request that cannot fit a window known for sure is not sent: the model
+/// is skipped as a context overflow and the next one answers.
+#[tokio::test]
+async fn a_request_too_long_for_a_known_window_is_not_sent_and_falls_over() {
+    let small = FakeOpenAi::start().await;
+    let big = FakeOpenAi::start().await;
+    big.push(Reply::Text("fits here".into()));
+    let mut providers = BTreeMap::new();
+    let mut small_config = config(ProviderKind::OpenaiCompatible, &small.base_url(), None);
+    small_config.context_window = Some(100);
+    providers.insert("small".to_owned(), small_config);
+    providers.insert(
+        "big".to_owned(),
+        config(ProviderKind::OpenaiCompatible, &big.base_url(), None),
+    );
+    let router =
+        ModelRouter::from_config(&providers, &settings(&["small/m", "big/m"], &[])).unwrap();
+    // About 500 tokens by the estimate (four bytes a token).
+    let request = ModelRequest::new("", vec![Message::user("x".repeat(2000))]);
+    let routed = within(router.stream(Tier::Default, request)).await.unwrap();
+    assert_eq!(routed.model.to_string(), "big/m");
+    assert_eq!(routed.failed.len(), 1);
+    assert_eq!(routed.failed[0].tries, 0);
+    assert_eq!(
+        routed.failed[0].error,
+        Error::ContextOverflow {
+            provider: "small".into(),
+            message: "the request is about 504 tokens, more than the 100-token context window of small/m (set in the provider's context_window); not sent. Start a new session, or raise models.context_windows.\"small/m\" if the model takes more".into(),
+        }
+    );
+    assert_eq!(small.requests().len(), 0);
+    assert_eq!(big.requests().len(), 1);
+
+    // A short request goes to the first model as usual.
+    small.push(Reply::Text("short".into()));
+    let routed = within(router.stream(
+        Tier::Default,
+        ModelRequest::new("", vec![Message::user("hi")]),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(routed.model.to_string(), "small/m");
+}
+
+/// Ollama reports the model's window (`num_ctx`) through `/api/show`; an
+/// overflowing request is refused before Ollama could silently cut it.
+#[tokio::test]
+async fn ollama_reported_window_is_enforced() {
+    let ollama = flynn_testkit::FakeOllama::start().await;
+    let mut providers = BTreeMap::new();
+    providers.insert(
+        "ollama".to_owned(),
+        config(ProviderKind::Ollama, &ollama.base_url(), None),
+    );
+    let router =
+        ModelRouter::from_config(&providers, &settings(&["ollama/llama3.2"], &[])).unwrap();
+    let request = ModelRequest::new("", vec![Message::user("x".repeat(40_000))]);
+    let error = within(router.stream(Tier::Default, request))
+        .await
+        .unwrap_err();
+    assert!(error.is_context_overflow(), "{error}");
+    assert!(
+        error.to_string().contains("(as the server reports it)"),
+        "{error}"
+    );
 }
