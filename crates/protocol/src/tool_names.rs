@@ -35,6 +35,16 @@ impl ToolNameMap {
         self.to_wire.get(name).map_or(name, String::as_str)
     }
 
+    /// The name to send for a tool the history mentions. A tool that is no
+    /// longer offered is not in the map; its name is still made acceptable
+    /// to every provider (the same way, so it stays recognisable).
+    pub fn to_wire_or_sanitised(&self, name: &str) -> String {
+        match self.to_wire.get(name) {
+            Some(wire) => wire.clone(),
+            None => sanitise(name),
+        }
+    }
+
     /// The dotted name for a name the model sent back. Unknown names are
     /// returned as they are, so the executor can report them to the model.
     pub fn from_wire<'a>(&'a self, wire: &'a str) -> &'a str {
@@ -87,6 +97,14 @@ mod tests {
         assert_eq!(map.to_wire("a_b"), "a_b_2");
         assert_eq!(map.from_wire("a_b_2"), "a_b");
         assert_eq!(map.from_wire("a_b"), "a.b");
+    }
+
+    #[test]
+    fn tools_no_longer_offered_still_get_acceptable_names() {
+        let map = ToolNameMap::new(&[spec("shell.exec")]);
+        assert_eq!(map.to_wire_or_sanitised("shell.exec"), "shell_exec");
+        assert_eq!(map.to_wire_or_sanitised("web.fetch"), "web_fetch");
+        assert_eq!(map.to_wire_or_sanitised("mcp:git/log"), "mcp_git_log");
     }
 
     #[test]

@@ -6,7 +6,6 @@
 //! type for each status.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::response::Response;
@@ -24,6 +23,8 @@ pub struct FakeAnthropic {
 }
 
 impl FakeAnthropic {
+    crate::server::scripted_fake_methods!();
+
     /// Starts a fake that accepts any (or no) API key.
     pub async fn start() -> Self {
         Self::start_inner(None)
@@ -50,26 +51,6 @@ impl FakeAnthropic {
     /// The base URL to configure, without `/v1` (as `ANTHROPIC_BASE_URL` is).
     pub fn base_url(&self) -> String {
         format!("http://{}", self.server.addr())
-    }
-
-    /// The address the fake listens on.
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
-    /// Adds a reply to the script; each request takes the next one.
-    pub fn push(&self, reply: Reply) {
-        self.shared.push(reply);
-    }
-
-    /// Every request received, in order.
-    pub fn requests(&self) -> Vec<CapturedRequest> {
-        self.shared.requests()
-    }
-
-    /// Every protocol violation seen; empty when the client behaved.
-    pub fn violations(&self) -> Vec<String> {
-        self.shared.violations()
     }
 }
 

@@ -3,13 +3,12 @@
 //! and `GET /props`, answered with the documented response
 //! (`fixtures/llamacpp/props.json`).
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use crate::server::{self, CapturedRequest, Reply, Server, Shared};
+use crate::server::{self, CapturedRequest, Server, Shared};
 
 /// A fake `llama-server` on `127.0.0.1`, serving one model with the
 /// documented slot context of 1024 tokens until the test sets another.
@@ -21,6 +20,8 @@ pub struct FakeLlamaCpp {
 }
 
 impl FakeLlamaCpp {
+    crate::server::scripted_fake_methods!();
+
     pub async fn start() -> Self {
         let shared = Arc::new(Shared::default());
         let n_ctx = Arc::new(Mutex::new(1024));
@@ -49,29 +50,9 @@ impl FakeLlamaCpp {
         format!("http://{}/v1", self.server.addr())
     }
 
-    /// The address the fake listens on.
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
     /// The context of one slot (`-c` divided by `--parallel`).
     pub fn set_n_ctx(&self, n_ctx: u64) {
         *self.n_ctx.lock().unwrap_or_else(PoisonError::into_inner) = n_ctx;
-    }
-
-    /// Adds a reply to the chat completions script.
-    pub fn push(&self, reply: Reply) {
-        self.shared.push(reply);
-    }
-
-    /// Every request received (chat completions and `/props`), in order.
-    pub fn requests(&self) -> Vec<CapturedRequest> {
-        self.shared.requests()
-    }
-
-    /// Every protocol violation seen; empty when the client behaved.
-    pub fn violations(&self) -> Vec<String> {
-        self.shared.violations()
     }
 }
 

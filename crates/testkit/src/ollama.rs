@@ -4,13 +4,12 @@
 //! (`fixtures/ollama/show.json`) for the models the test adds.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use crate::server::{self, CapturedRequest, Reply, Server, Shared};
+use crate::server::{self, CapturedRequest, Server, Shared};
 
 /// What `/api/show` says of one model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +29,8 @@ pub struct FakeOllama {
 }
 
 impl FakeOllama {
+    crate::server::scripted_fake_methods!();
+
     pub async fn start() -> Self {
         let shared = Arc::new(Shared::default());
         let models = Arc::new(Mutex::new(BTreeMap::from([(
@@ -65,11 +66,6 @@ impl FakeOllama {
         format!("http://{}/v1", self.server.addr())
     }
 
-    /// The address the fake listens on.
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
     /// Makes `name` known: its trained context length
     /// (`model_info["llama.context_length"]`) and, when set, the `num_ctx`
     /// parameter its Modelfile sets.
@@ -84,21 +80,6 @@ impl FakeOllama {
                     num_ctx,
                 },
             );
-    }
-
-    /// Adds a reply to the chat completions script.
-    pub fn push(&self, reply: Reply) {
-        self.shared.push(reply);
-    }
-
-    /// Every request received (chat completions and `/api/show`), in order.
-    pub fn requests(&self) -> Vec<CapturedRequest> {
-        self.shared.requests()
-    }
-
-    /// Every protocol violation seen; empty when the client behaved.
-    pub fn violations(&self) -> Vec<String> {
-        self.shared.violations()
     }
 }
 

@@ -7,7 +7,6 @@
 //! DeepSeek's API documents and vLLM and llama.cpp serve.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::response::Response;
@@ -30,6 +29,8 @@ pub struct FakeOpenAi {
 }
 
 impl FakeOpenAi {
+    crate::server::scripted_fake_methods!();
+
     /// Starts a fake that accepts any (or no) API key.
     pub async fn start() -> Self {
         Self::start_inner(None)
@@ -56,26 +57,6 @@ impl FakeOpenAi {
     /// The base URL to configure, ending in `/v1` (as `OPENAI_BASE_URL` does).
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.server.addr())
-    }
-
-    /// The address the fake listens on.
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
-    /// Adds a reply to the script; each request takes the next one.
-    pub fn push(&self, reply: Reply) {
-        self.shared.push(reply);
-    }
-
-    /// Every request received, in order.
-    pub fn requests(&self) -> Vec<CapturedRequest> {
-        self.shared.requests()
-    }
-
-    /// Every protocol violation seen; empty when the client behaved.
-    pub fn violations(&self) -> Vec<String> {
-        self.shared.violations()
     }
 }
 

@@ -69,6 +69,33 @@ pub enum Reply {
     RawSse(String),
 }
 
+/// The methods every scripted fake shares. Expands inside `impl FakeX`
+/// for a struct with fields `shared: Arc<Shared>` and `server: Server`.
+macro_rules! scripted_fake_methods {
+    () => {
+        /// The address the fake listens on.
+        pub fn addr(&self) -> std::net::SocketAddr {
+            self.server.addr()
+        }
+
+        /// Adds a reply to the script; each request takes the next one.
+        pub fn push(&self, reply: $crate::Reply) {
+            self.shared.push(reply);
+        }
+
+        /// Every request received, in order.
+        pub fn requests(&self) -> Vec<$crate::CapturedRequest> {
+            self.shared.requests()
+        }
+
+        /// Every protocol violation seen; empty when the client behaved.
+        pub fn violations(&self) -> Vec<String> {
+            self.shared.violations()
+        }
+    };
+}
+pub(crate) use scripted_fake_methods;
+
 /// Token counts every scripted answer reports, so tests can assert them.
 pub const INPUT_TOKENS: u64 = 12;
 /// See [`INPUT_TOKENS`].

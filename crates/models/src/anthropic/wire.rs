@@ -208,7 +208,7 @@ fn wire_block(block: &ContentBlock, names: &ToolNameMap) -> Option<WireBlock> {
         },
         ContentBlock::ToolUse { id, name, input } => WireBlock::ToolUse {
             id: id.clone(),
-            name: wire_name(names, name),
+            name: names.to_wire_or_sanitised(name),
             input: input.clone(),
         },
         ContentBlock::ToolResult {
@@ -237,22 +237,6 @@ fn wire_block(block: &ContentBlock, names: &ToolNameMap) -> Option<WireBlock> {
             WireBlock::RedactedThinking { data: data.clone() }
         }
     })
-}
-
-/// The wire name of a tool the history mentions. A tool no longer offered
-/// is not in the map; its dotted name is still made acceptable.
-fn wire_name(names: &ToolNameMap, name: &str) -> String {
-    names
-        .to_wire(name)
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 // ---------------------------------------------------------------------------

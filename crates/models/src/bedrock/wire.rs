@@ -125,7 +125,7 @@ fn wire_block(
             provider,
             sdk::ToolUseBlock::builder()
                 .tool_use_id(id)
-                .name(wire_name(names, name))
+                .name(names.to_wire_or_sanitised(name))
                 .input(to_document(input))
                 .build(),
         )?),
@@ -239,22 +239,6 @@ fn image_format(media_type: &str) -> Option<sdk::ImageFormat> {
         "image/webp" => Some(sdk::ImageFormat::Webp),
         _ => None,
     }
-}
-
-/// The wire name of a tool the history mentions. A tool no longer offered
-/// is not in the map; its dotted name is still made acceptable.
-fn wire_name(names: &ToolNameMap, name: &str) -> String {
-    names
-        .to_wire(name)
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// An SDK builder's result. Builders only fail on a missing required field,

@@ -219,7 +219,7 @@ fn assistant(message: &Message, names: &ToolNameMap) -> ChatMessage {
             id: id.to_owned(),
             kind: "function",
             function: WireFunctionCall {
-                name: wire_name(names, name),
+                name: names.to_wire_or_sanitised(name),
                 arguments: input.to_string(),
             },
         })
@@ -233,22 +233,6 @@ fn assistant(message: &Message, names: &ToolNameMap) -> ChatMessage {
         content,
         tool_calls,
     }
-}
-
-/// The wire name of a tool the history mentions. A tool no longer offered
-/// is not in the map; its dotted name is still made acceptable.
-fn wire_name(names: &ToolNameMap, name: &str) -> String {
-    names
-        .to_wire(name)
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 // ---------------------------------------------------------------------------
