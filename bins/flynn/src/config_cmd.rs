@@ -8,8 +8,8 @@ pub fn run(args: ConfigArgs) -> Result<(), Failure> {
         ConfigCommand::Validate { file } => {
             let loaded = config::load(file.as_deref(), &ProcessEnv)?;
             match loaded.source {
-                Source::File(path) => println!("{}: ok", path.display()),
-                Source::Environment => println!(
+                Source::File(path) => outln!("{}: ok", path.display()),
+                Source::Environment => outln!(
                     "no config file at {}: using the environment, ok",
                     loaded.paths.config_file.display()
                 ),
@@ -17,7 +17,7 @@ pub fn run(args: ConfigArgs) -> Result<(), Failure> {
             Ok(())
         }
         ConfigCommand::Schema => {
-            print!("{}", config::schema_json());
+            out!("{}", config::schema_json());
             Ok(())
         }
     }

@@ -1,5 +1,28 @@
 //! `flynn`: send messages to Flynn, inspect sessions and config.
 
+/// Like `println!`, but a closed stdout (`flynn sessions list | head -1`)
+/// is not an error worth a panic: the output is simply not wanted.
+macro_rules! outln {
+    () => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock());
+    }};
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// Like `print!`, without the panic on a closed stdout.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        let _ = write!(stdout, $($arg)*);
+        let _ = stdout.flush();
+    }};
+}
+
 mod cli;
 mod config_cmd;
 mod exit;

@@ -52,7 +52,7 @@ pub async fn run(args: SendArgs) -> Result<(), Failure> {
                     "session": session.as_str(),
                     "error": {"code": error.code(), "message": error.to_string()},
                 });
-                println!("{out}");
+                outln!("{out}");
             }
             printer.end_line();
             Err(error.into())
@@ -146,7 +146,7 @@ impl Printer {
 
     fn end_line(&mut self) {
         if self.open_line {
-            println!();
+            outln!();
             self.open_line = false;
         }
     }
@@ -170,7 +170,7 @@ impl Printer {
             if let Some(warning) = &outcome.warning {
                 out["warning"] = json!(warning);
             }
-            println!("{out}");
+            outln!("{out}");
         } else {
             self.end_line();
             // On a terminal, say which model answered and what it cost.

@@ -27,11 +27,11 @@ pub async fn run(args: SessionsArgs) -> Result<(), Failure> {
             let key = parse_key(&key)?;
             let existed = store.clear(&key).await.map_err(storage_error)?;
             if json {
-                println!("{}", json!({"session": key.as_str(), "reset": existed}));
+                outln!("{}", json!({"session": key.as_str(), "reset": existed}));
             } else if existed {
-                println!("reset {key}");
+                outln!("reset {key}");
             } else {
-                println!("no session {key}");
+                outln!("no session {key}");
             }
             Ok(())
         }
@@ -61,11 +61,11 @@ async fn list(store: &SqliteStore, json: bool) -> Result<(), Failure> {
                 })
             })
             .collect();
-        println!("{}", serde_json::Value::Array(out));
+        outln!("{}", serde_json::Value::Array(out));
         return Ok(());
     }
     if sessions.is_empty() {
-        println!("no sessions yet");
+        outln!("no sessions yet");
         return Ok(());
     }
     let width = sessions
@@ -74,9 +74,9 @@ async fn list(store: &SqliteStore, json: bool) -> Result<(), Failure> {
         .max()
         .unwrap_or(0)
         .max(7);
-    println!("{:<width$}  {:>8}  UPDATED", "SESSION", "MESSAGES");
+    outln!("{:<width$}  {:>8}  UPDATED", "SESSION", "MESSAGES");
     for s in &sessions {
-        println!(
+        outln!(
             "{:<width$}  {:>8}  {}",
             s.key.as_str(),
             s.message_count,
@@ -89,7 +89,7 @@ async fn list(store: &SqliteStore, json: bool) -> Result<(), Failure> {
 async fn show(store: &SqliteStore, key: &SessionKey, json: bool) -> Result<(), Failure> {
     let history = store.history(key).await.map_err(storage_error)?;
     if json {
-        println!("{}", json!({"session": key.as_str(), "messages": history}));
+        outln!("{}", json!({"session": key.as_str(), "messages": history}));
         return Ok(());
     }
     if history.is_empty() {
@@ -102,16 +102,16 @@ async fn show(store: &SqliteStore, key: &SessionKey, json: bool) -> Result<(), F
         };
         for block in &message.content {
             match block {
-                ContentBlock::Text { text } => println!("{who}: {text}"),
-                ContentBlock::ToolUse { name, input, .. } => println!("{who}: → {name} {input}"),
+                ContentBlock::Text { text } => outln!("{who}: {text}"),
+                ContentBlock::ToolUse { name, input, .. } => outln!("{who}: → {name} {input}"),
                 ContentBlock::ToolResult {
                     content, is_error, ..
                 } => {
                     let mark = if *is_error { "✗" } else { "✓" };
                     let first = content.lines().next().unwrap_or_default();
-                    println!("{who}: {mark} {first}");
+                    outln!("{who}: {mark} {first}");
                 }
-                ContentBlock::Image { .. } => println!("{who}: [image]"),
+                ContentBlock::Image { .. } => outln!("{who}: [image]"),
                 ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. } => {}
             }
         }
@@ -155,23 +155,27 @@ pub async fn usage(args: UsageArgs) -> Result<(), Failure> {
         if let Some(session) = &session {
             out["session"] = json!(session.as_str());
         }
-        println!("{out}");
+        outln!("{out}");
         return Ok(());
     }
     if totals.is_empty() {
-        println!("no model calls recorded yet");
+        outln!("no model calls recorded yet");
         return Ok(());
     }
-    println!(
+    outln!(
         "{:<8} {:>6} {:>12} {:>12} {:>12}",
-        "TIER", "CALLS", "INPUT", "OUTPUT", "COST (USD)"
+        "TIER",
+        "CALLS",
+        "INPUT",
+        "OUTPUT",
+        "COST (USD)"
     );
     let mut sum = 0.0;
     let mut unpriced = 0;
     for (tier, total) in &totals {
         sum += total.cost_usd;
         unpriced += total.unpriced_calls;
-        println!(
+        outln!(
             "{:<8} {:>6} {:>12} {:>12} {:>12.4}",
             tier.as_str(),
             total.calls,
@@ -180,12 +184,16 @@ pub async fn usage(args: UsageArgs) -> Result<(), Failure> {
             total.cost_usd
         );
     }
-    println!(
+    outln!(
         "{:<8} {:>6} {:>12} {:>12} {:>12.4}",
-        "total", "", "", "", sum
+        "total",
+        "",
+        "",
+        "",
+        sum
     );
     if unpriced > 0 {
-        println!("({unpriced} call(s) with no known price are not in the cost; set models.prices)");
+        outln!("({unpriced} call(s) with no known price are not in the cost; set models.prices)");
     }
     Ok(())
 }

@@ -41,3 +41,39 @@ async fn sessions_list_show_and_reset_reflect_what_was_said() {
         (Some(1), "error: no session cli:notes\n")
     );
 }
+
+/// `flynn ... | head -1` closes stdout early: Flynn must not panic or abort.
+#[tokio::test]
+async fn a_closed_stdout_is_not_a_crash() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::Text("an answer nobody reads".into()));
+    let env = Env::new()
+        .var("OPENAI_BASE_URL", fake.base_url())
+        .var("OPENAI_API_KEY", "sk-x");
+    for args in [
+        &["send", "hello"][..],
+        &["sessions", "list"][..],
+        &["sessions", "show", "cli:default"][..],
+        &["config", "schema"][..],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let output = env
+            .command(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            !stderr(&output).contains("panicked"),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+}
