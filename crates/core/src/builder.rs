@@ -76,12 +76,8 @@ impl FlynnBuilder {
         let config = self.config;
         let router = ModelRouter::from_config(&config.providers, &config.models)?;
 
-        let mut registry = flynn_tools::builtin::registry(&config.tools).map_err(|unknown| {
-            Error::Config(format!(
-                "tools.enabled: unknown tool(s) {} (built-in tools: file.read, shell.exec)",
-                unknown.join(", ")
-            ))
-        })?;
+        let mut registry = flynn_tools::builtin::registry(&config.tools)
+            .map_err(|unknown| Error::Config(unknown.to_string()))?;
         for tool in self.tools {
             registry.register_dyn(tool);
         }

@@ -107,7 +107,10 @@ fn enabled_list_filters_and_rejects_unknown_names() {
         enabled: Some(vec!["shell.exec".into(), "web.fetsh".into()]),
         ..ToolsConfig::default()
     };
-    assert_eq!(builtin::registry(&config).unwrap_err(), ["web.fetsh"]);
+    assert_eq!(
+        builtin::registry(&config).unwrap_err().to_string(),
+        "tools.enabled: unknown tool(s) web.fetsh, expected built-in tools: file.read, shell.exec"
+    );
 }
 
 #[tokio::test]
