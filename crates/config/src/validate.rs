@@ -119,6 +119,39 @@ pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located>
         );
     }
 
+    let retry = &config.models.retry;
+    if retry.max_backoff_ms < retry.initial_backoff_ms {
+        report(
+            KeyPath::keys(&["models", "retry", "max_backoff_ms"]),
+            Problem::TooSmall {
+                value: retry.max_backoff_ms,
+                min: retry.initial_backoff_ms,
+            },
+        );
+    }
+    for (model, price) in &config.models.prices {
+        let rates = [
+            ("input_per_mtok", Some(price.input_per_mtok)),
+            ("output_per_mtok", Some(price.output_per_mtok)),
+            ("cache_read_per_mtok", price.cache_read_per_mtok),
+            ("cache_write_per_mtok", price.cache_write_per_mtok),
+        ];
+        for (key, rate) in rates {
+            if let Some(rate) = rate
+                && !(rate.is_finite() && rate >= 0.0)
+            {
+                report(
+                    KeyPath::keys(&["models", "prices"]).key(model).key(key),
+                    Problem::Other {
+                        message: format!(
+                            "price {rate} is not a price, expected a number of USD per million tokens, 0 or more"
+                        ),
+                    },
+                );
+            }
+        }
+    }
+
     problems.sort_by_key(|p| (p.line, p.column));
     problems
 }

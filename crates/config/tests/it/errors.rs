@@ -216,3 +216,15 @@ fn errors_carry_typed_fields() {
         }]
     );
 }
+
+#[test]
+fn retry_and_price_settings_are_checked() {
+    assert_error(
+        "models:\n  retry:\n    initial_backoff_ms: 1000\n    max_backoff_ms: 10\n",
+        "config.yaml:4:21: models.retry.max_backoff_ms: 10 is too small, expected at least 1000",
+    );
+    assert_error(
+        "models:\n  prices:\n    local/qwen2.5:\n      input_per_mtok: -1\n      output_per_mtok: 0\n",
+        "config.yaml:4:23: models.prices[\"local/qwen2.5\"].input_per_mtok: price -1 is not a price, expected a number of USD per million tokens, 0 or more",
+    );
+}
