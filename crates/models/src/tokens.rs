@@ -4,9 +4,7 @@
 //!
 //! [`Estimate`] (the default) is one token per four bytes, rounded up, plus
 //! a few tokens of framing per message: free, and within a few tens of
-//! percent for English prose and code. It counts exactly what
-//! `flynn_context::estimate_*` counts, so that crate can move onto
-//! [`TokenCounter`] without changing a number. With the `tiktoken` cargo
+//! percent for English prose and code. With the `tiktoken` cargo
 //! feature and `models.token_counting: tiktoken`, OpenAI model families are
 //! counted exactly with their BPE (`o200k_base` for GPT-4o, GPT-4.1, the
 //! o-series and GPT-5; `cl100k_base` for GPT-4 and GPT-3.5), compiled in
