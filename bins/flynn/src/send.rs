@@ -81,6 +81,8 @@ fn read_message(arg: &str) -> Result<String, Failure> {
 /// Writes the answer to stdout as it streams, and progress to stderr.
 struct Printer {
     json: bool,
+    /// stderr is a terminal: a person is watching.
+    tty: bool,
     color: bool,
     /// Whether stdout's last byte was not a newline.
     open_line: bool,
@@ -90,6 +92,7 @@ impl Printer {
     fn new(json: bool) -> Self {
         Printer {
             json,
+            tty: std::io::stderr().is_terminal(),
             color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
             open_line: false,
         }
@@ -174,7 +177,7 @@ impl Printer {
         } else {
             self.end_line();
             // On a terminal, say which model answered and what it cost.
-            if self.color {
+            if self.tty {
                 let cost = outcome
                     .cost_usd
                     .map(|c| format!(" · ${c:.4}"))

@@ -9,13 +9,9 @@ use crate::exit::Failure;
 /// Opens the session database the config points at.
 async fn open_store(config_file: Option<&std::path::Path>) -> Result<SqliteStore, Failure> {
     let loaded = config::load(config_file, &ProcessEnv)?;
-    let path = loaded
-        .config
-        .sessions
-        .database
-        .clone()
-        .unwrap_or_else(|| loaded.paths.home.join("sessions.db"));
-    SqliteStore::open(&path).await.map_err(storage_error)
+    SqliteStore::open_configured(&loaded.config.sessions, &loaded.paths.home)
+        .await
+        .map_err(storage_error)
 }
 
 pub async fn run(args: SessionsArgs) -> Result<(), Failure> {

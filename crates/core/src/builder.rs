@@ -86,16 +86,14 @@ impl FlynnBuilder {
         let store = match self.store {
             Some(store) => store,
             None => {
-                let path = match (&config.sessions.database, &self.home) {
-                    (Some(path), _) => path.clone(),
-                    (None, Some(home)) => home.join("sessions.db"),
-                    (None, None) => {
-                        return Err(Error::Config(
-                            "no place for the session database: set sessions.database or give FlynnBuilder::home"
-                                .to_owned(),
-                        ));
-                    }
-                };
+                if config.sessions.database.is_none() && self.home.is_none() {
+                    return Err(Error::Config(
+                        "no place for the session database: set sessions.database or give FlynnBuilder::home"
+                            .to_owned(),
+                    ));
+                }
+                let home = self.home.clone().unwrap_or_default();
+                let path = flynn_sessions::database_path(&config.sessions, &home);
                 Arc::new(SqliteStore::open(&path).await?) as Arc<dyn SessionStore>
             }
         };

@@ -9,5 +9,5 @@ mod sqlite;
 mod store;
 
 pub use error::{Error, Result};
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, database_path};
 pub use store::{SessionInfo, SessionStore, UsageRecord, UsageTotal};

@@ -3,6 +3,7 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
+use flynn_protocol::config::SessionsConfig;
 use flynn_protocol::{Message, Role, SessionKey, Tier, Usage};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
@@ -51,6 +52,12 @@ impl SqliteStore {
             pool,
             path: path.to_path_buf(),
         })
+    }
+
+    /// Opens the database `sessions.database` names, else
+    /// `<home>/sessions.db`.
+    pub async fn open_configured(config: &SessionsConfig, home: &Path) -> Result<Self> {
+        Self::open(&database_path(config, home)).await
     }
 
     /// The database file.
@@ -104,6 +111,15 @@ impl SqliteStore {
         }
         Ok(())
     }
+}
+
+/// Where the session database lives: `sessions.database`, else
+/// `<home>/sessions.db`.
+pub fn database_path(config: &SessionsConfig, home: &Path) -> PathBuf {
+    config
+        .database
+        .clone()
+        .unwrap_or_else(|| home.join("sessions.db"))
 }
 
 fn now_millis() -> i64 {

@@ -249,3 +249,22 @@ async fn usage_is_totalled_per_tier_per_session_and_survives_a_reset() {
         vec![(Tier::Fast, 1), (Tier::Default, 3)]
     );
 }
+
+#[test]
+fn the_database_is_in_home_unless_the_config_names_one() {
+    use flynn_protocol::config::SessionsConfig;
+    use std::path::{Path, PathBuf};
+
+    let home = Path::new("/data/flynn");
+    assert_eq!(
+        flynn_sessions::database_path(&SessionsConfig::default(), home),
+        PathBuf::from("/data/flynn/sessions.db")
+    );
+    let named = SessionsConfig {
+        database: Some(PathBuf::from("/var/lib/flynn/s.db")),
+    };
+    assert_eq!(
+        flynn_sessions::database_path(&named, home),
+        PathBuf::from("/var/lib/flynn/s.db")
+    );
+}
