@@ -5,7 +5,7 @@
 #   scripts/llama-server.sh            # installs on first use (~20 min build on 2 cores), then starts
 #   FLYNN_LIVE_OPENAI_BASE_URL=http://127.0.0.1:18090/v1 \
 #   FLYNN_LIVE_ANTHROPIC_BASE_URL=http://127.0.0.1:18090 \
-#     cargo test -p flynn --test it live
+#     cargo test -p flynn --test it live -- --ignored
 #
 # Everything goes under ${FLYNN_LLAMA_DIR:-$HOME/.cache/flynn-llama}; nothing
 # is installed system-wide. The model (SmolLM2-135M) writes nonsense, so the

@@ -18,6 +18,9 @@ const CASES: &[(&str, &str, f64)] = &[
     ),
 ];
 
+/// The most a plain turn may send to the model, in bytes (3.5 KB).
+const PLAIN_TURN_BYTES: u64 = 3584;
+
 pub fn run(args: &[String]) -> Result<()> {
     let root = crate::project_root();
     let runs = args
@@ -186,10 +189,15 @@ fn render(results: &Value, machine: &str) -> String {
             case["min_ms"].as_f64().unwrap_or(f64::NAN),
         );
     }
+    let bytes = results["send_request_bytes"].as_u64().unwrap_or(0);
+    let verdict = if bytes > 0 && bytes <= PLAIN_TURN_BYTES {
+        "meets"
+    } else {
+        "misses"
+    };
     let _ = writeln!(
         md,
-        "\nA plain `flynn send` turn sent {} bytes of JSON to the model (target: at most 3.5 KB\nwith the default tools offered).",
-        results["send_request_bytes"]
+        "\nA plain `flynn send` turn sent {bytes} bytes of JSON to the model: the system prompt assembled\nfor the turn, the default tools' schemas and the message (target: at most 3.5 KB = {PLAIN_TURN_BYTES} bytes): {verdict}."
     );
     md
 }
@@ -256,6 +264,11 @@ mod tests {
             md.contains("| ≤ 10 ms | 12.25 ms | 15.00 ms | 11.00 ms | misses |"),
             "{md}"
         );
-        assert!(md.contains("sent 1234 bytes"), "{md}");
+        assert!(
+            md.contains("sent 1234 bytes of JSON to the model: the system prompt assembled\nfor the turn, the default tools' schemas and the message (target: at most 3.5 KB = 3584 bytes): meets."),
+            "{md}"
+        );
+        let heavy = serde_json::json!({"runs": 1, "send_request_bytes": 4000});
+        assert!(render(&heavy, "m").contains("(target: at most 3.5 KB = 3584 bytes): misses."));
     }
 }

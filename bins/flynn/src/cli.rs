@@ -49,10 +49,14 @@ pub struct SendArgs {
     /// One model as provider/model, with no fallback.
     #[arg(long)]
     pub model: Option<ModelRef>,
+    /// Answer with this agent (from agents.list) instead of the routed one.
+    #[arg(long)]
+    pub agent: Option<String>,
     /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Approve tool calls that need confirmation.
+    /// Approve tool calls that need confirmation (without it, Flynn asks
+    /// on the terminal, or denies them when there is none).
     #[arg(long)]
     pub yes: bool,
     /// Print one JSON object instead of streaming text.

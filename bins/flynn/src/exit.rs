@@ -25,7 +25,8 @@ impl Failure {
         }
     }
 
-    /// The exit code for an error code: 2 config, 3 provider, 130 cancelled.
+    /// The exit code for an error code: 2 config, 3 provider, 4 refused,
+    /// 130 cancelled.
     pub fn from_code(code: ErrorCode, message: impl Into<String>) -> Self {
         Failure {
             code: exit_code(code),
@@ -45,6 +46,7 @@ pub fn exit_code(code: ErrorCode) -> u8 {
     match code {
         ErrorCode::Config => 2,
         ErrorCode::Provider => 3,
+        ErrorCode::Refused => 4,
         ErrorCode::Cancelled => 130,
         ErrorCode::Storage | ErrorCode::Internal => 1,
     }

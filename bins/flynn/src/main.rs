@@ -23,6 +23,7 @@ macro_rules! out {
     }};
 }
 
+mod approve;
 mod cli;
 mod config_cmd;
 mod exit;

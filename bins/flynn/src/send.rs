@@ -26,6 +26,8 @@ pub async fn run(args: SendArgs) -> Result<(), Failure> {
     let mut request = TurnRequest::text(session.clone(), message);
     request.tier = args.tier;
     request.model = args.model;
+    request.agent = args.agent;
+    request.approver = Some(crate::approve::for_run(args.yes));
     let mut printer = Printer::new(args.json);
     let result = {
         let mut on_event = |event| printer.event(event);
@@ -86,6 +88,8 @@ struct Printer {
     color: bool,
     /// Whether stdout's last byte was not a newline.
     open_line: bool,
+    /// The chat command answered, when the message was one.
+    command: Option<String>,
 }
 
 impl Printer {
@@ -95,6 +99,7 @@ impl Printer {
             tty: std::io::stderr().is_terminal(),
             color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
             open_line: false,
+            command: None,
         }
     }
 
@@ -131,9 +136,13 @@ impl Printer {
                     self.progress(&format!("✗ {name}: {first}"));
                 }
             }
-            AgentEvent::Warning { message } => {
+            AgentEvent::Warning { message } | AgentEvent::Interrupted { message, .. } => {
                 self.end_line();
                 self.progress(&format!("warning: {message}"));
+            }
+            AgentEvent::Command { name, .. } => self.command = Some(name),
+            AgentEvent::Queued { ahead } => {
+                self.progress(&format!("queued behind {ahead} turn(s) of this session"));
             }
             _ => {}
         }
@@ -155,6 +164,19 @@ impl Printer {
     }
 
     fn finish(&mut self, session: &SessionKey, outcome: &TurnOutcome) {
+        if let Some(command) = &self.command {
+            if self.json {
+                let out = json!({
+                    "reply": outcome.reply,
+                    "session": session.as_str(),
+                    "command": command,
+                });
+                outln!("{out}");
+            } else {
+                outln!("{}", outcome.reply);
+            }
+            return;
+        }
         if self.json {
             let mut out = json!({
                 "reply": outcome.reply,

@@ -1,15 +1,19 @@
 use flynn_core::config::{self, ProcessEnv};
 use flynn_core::protocol::{ContentBlock, Role};
-use flynn_core::{SessionKey, SessionStore, SqliteStore};
+use std::sync::Arc;
+
+use flynn_core::{SessionKey, SessionStore};
 use serde_json::json;
 
 use crate::cli::{SessionsArgs, SessionsCommand, UsageArgs};
 use crate::exit::Failure;
 
-/// Opens the session database the config points at.
-async fn open_store(config_file: Option<&std::path::Path>) -> Result<SqliteStore, Failure> {
+/// Opens the session store the config points at.
+async fn open_store(
+    config_file: Option<&std::path::Path>,
+) -> Result<Arc<dyn SessionStore>, Failure> {
     let loaded = config::load(config_file, &ProcessEnv)?;
-    SqliteStore::open_configured(&loaded.config.sessions, &loaded.paths.home)
+    flynn_core::sessions::open(&loaded.config.sessions, &loaded.paths.home)
         .await
         .map_err(storage_error)
 }
@@ -43,7 +47,7 @@ fn storage_error(error: flynn_core::SessionsError) -> Failure {
     Failure::other(error.to_string())
 }
 
-async fn list(store: &SqliteStore, json: bool) -> Result<(), Failure> {
+async fn list(store: &Arc<dyn SessionStore>, json: bool) -> Result<(), Failure> {
     let sessions = store.list().await.map_err(storage_error)?;
     if json {
         let out: Vec<_> = sessions
@@ -82,8 +86,14 @@ async fn list(store: &SqliteStore, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-async fn show(store: &SqliteStore, key: &SessionKey, json: bool) -> Result<(), Failure> {
-    let history = store.history(key).await.map_err(storage_error)?;
+async fn show(store: &Arc<dyn SessionStore>, key: &SessionKey, json: bool) -> Result<(), Failure> {
+    let history: Vec<flynn_core::Message> = store
+        .history(key)
+        .await
+        .map_err(storage_error)?
+        .into_iter()
+        .map(|stored| stored.message)
+        .collect();
     if json {
         outln!("{}", json!({"session": key.as_str(), "messages": history}));
         return Ok(());

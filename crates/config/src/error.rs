@@ -11,6 +11,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use flynn_protocol::config::MAIN_AGENT;
+
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -153,6 +155,31 @@ pub enum Problem {
     TooSmall { value: u64, min: u64 },
     /// A `version` this Flynn cannot read.
     UnsupportedVersion { found: u64, supported: u32 },
+    /// An agent name that `/agent`, `--agent` and routes could not use:
+    /// empty, or with characters other than letters, digits, `-` and `_`.
+    InvalidAgentName { name: String },
+    /// An agent name used by an earlier entry of `agents.list`, which
+    /// starts at `first_line`.
+    DuplicateAgent { name: String, first_line: u64 },
+    /// A reference to an agent that does not exist. `configured` holds the
+    /// names in `agents.list`; when it is empty the only agent is the
+    /// built-in `main`.
+    UnknownAgent {
+        name: String,
+        suggestion: Option<String>,
+        configured: Vec<String>,
+    },
+    /// An empty name glob; `example` is a glob that would fit there.
+    EmptyPattern { example: String },
+    /// Two keys that are alternatives to each other are both set.
+    ConflictingKeys { key: String, other: String },
+    /// A session store URL this build cannot open: `scheme` is the
+    /// lowercased text before the first `:`, `None` when the text is not a
+    /// URL at all. The URL itself is not kept: it may hold a password.
+    InvalidSessionsUrl { scheme: Option<String> },
+    /// A `postgres://` session store URL; this build stores sessions in
+    /// SQLite only.
+    PostgresUnavailable,
     /// Any other message, e.g. from a type's own parser.
     Other { message: String },
 }
@@ -249,10 +276,69 @@ impl fmt::Display for Problem {
                     )
                 }
             }
+            Problem::InvalidAgentName { name } if name.is_empty() => {
+                f.write_str("empty agent name, expected a name of letters, digits, '-' and '_'")
+            }
+            Problem::InvalidAgentName { name } => write!(
+                f,
+                "invalid agent name '{name}', expected only letters, digits, '-' and '_'"
+            ),
+            Problem::DuplicateAgent { name, first_line } => write!(
+                f,
+                "duplicate agent name '{name}' (first at line {first_line}), expected each agent name once"
+            ),
+            Problem::UnknownAgent {
+                name,
+                suggestion,
+                configured,
+            } => {
+                write!(f, "unknown agent '{name}'{}, ", DidYouMean(suggestion))?;
+                if configured.is_empty() {
+                    write!(
+                        f,
+                        "expected '{MAIN_AGENT}' (the only agent while agents.list is empty)"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "expected one of the agents in agents.list: {}",
+                        configured.join(", ")
+                    )
+                }
+            }
+            Problem::EmptyPattern { example } => write!(
+                f,
+                "empty pattern, expected a name or a glob such as '{example}'"
+            ),
+            Problem::ConflictingKeys { key, other } => write!(
+                f,
+                "'{key}' and '{other}' cannot both be set, expected only one of them: keep one and remove the other"
+            ),
+            Problem::InvalidSessionsUrl { scheme } => match scheme.as_deref() {
+                None => write!(
+                    f,
+                    "not a URL, expected {SQLITE_URL_FORMS} (a plain file path goes in sessions.database)"
+                ),
+                Some("sqlite") => write!(
+                    f,
+                    "a SQLite URL is 'sqlite://' and a file path, expected {SQLITE_URL_FORMS}"
+                ),
+                Some(scheme) => write!(
+                    f,
+                    "unsupported URL scheme '{scheme}:', expected {SQLITE_URL_FORMS}"
+                ),
+            },
+            Problem::PostgresUnavailable => write!(
+                f,
+                "PostgreSQL sessions are not available in this build; use {SQLITE_URL_FORMS}"
+            ),
             Problem::Other { message } => f.write_str(message),
         }
     }
 }
+
+/// The session store URLs this build opens, for messages.
+const SQLITE_URL_FORMS: &str = "sqlite:///absolute/path.db or sqlite://relative/path.db";
 
 struct DidYouMean<'a>(&'a Option<String>);
 

@@ -1,8 +1,8 @@
-//! Checks that need the whole config: references between blocks, URLs,
+//! Checks that need the whole config: references between blocks, names, URLs,
 //! minimums, the schema version.
 
 use flynn_protocol::Tier;
-use flynn_protocol::config::{CONFIG_VERSION, FlynnConfig, ModelRef, ProviderKind};
+use flynn_protocol::config::{CONFIG_VERSION, FlynnConfig, MAIN_AGENT, ModelRef, ProviderKind};
 
 use crate::document::{Document, KeyPath, Located, NodeKind};
 use crate::error::{Problem, did_you_mean};
@@ -98,6 +98,8 @@ pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located>
         &config.models.fallback,
     );
 
+    check_agents(config, doc, &configured, &mut report);
+
     if config.agents.max_iterations < 1 {
         report(
             KeyPath::keys(&["agents", "max_iterations"]),
@@ -118,6 +120,9 @@ pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located>
             },
         );
     }
+
+    check_tools(config, &mut report);
+    check_sessions(config, doc, &mut report);
 
     let retry = &config.models.retry;
     if retry.max_backoff_ms < retry.initial_backoff_ms {
@@ -154,6 +159,206 @@ pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located>
 
     problems.sort_by_key(|p| (p.line, p.column));
     problems
+}
+
+/// Agent names; the agents `agents.default` and the routes name; each
+/// agent's model and limits.
+fn check_agents(
+    config: &FlynnConfig,
+    doc: &Document<'_>,
+    providers: &[String],
+    report: &mut impl FnMut(KeyPath, Problem),
+) {
+    let agents = &config.agents;
+    let list = KeyPath::keys(&["agents", "list"]);
+    // Each name once, in list order: what references may name.
+    let mut names: Vec<String> = Vec::new();
+    for (index, agent) in agents.list.iter().enumerate() {
+        let path = list.index(index);
+        if !is_agent_name(&agent.name) {
+            report(
+                path.key("name"),
+                Problem::InvalidAgentName {
+                    name: agent.name.clone(),
+                },
+            );
+        } else if let Some(first) = agents.list[..index]
+            .iter()
+            .position(|earlier| earlier.name == agent.name)
+        {
+            report(
+                path.key("name"),
+                Problem::DuplicateAgent {
+                    name: agent.name.clone(),
+                    first_line: doc.locate(&list.index(first).key("name")).0,
+                },
+            );
+        }
+        if !names.contains(&agent.name) {
+            names.push(agent.name.clone());
+        }
+        if let Some(model) = &agent.model
+            && let Some(problem) = unknown_provider(model.provider(), providers)
+        {
+            report(path.key("model"), problem);
+        }
+        if agent.max_iterations == Some(0) {
+            report(
+                path.key("max_iterations"),
+                Problem::TooSmall { value: 0, min: 1 },
+            );
+        }
+    }
+
+    let known: Vec<&str> = if agents.list.is_empty() {
+        vec![MAIN_AGENT]
+    } else {
+        names.iter().map(String::as_str).collect()
+    };
+    let unknown_agent = |name: &str| {
+        (!known.contains(&name)).then(|| Problem::UnknownAgent {
+            name: name.to_owned(),
+            suggestion: did_you_mean(name, known.iter().copied()),
+            configured: names.clone(),
+        })
+    };
+    if let Some(problem) = agents.default.as_deref().and_then(unknown_agent) {
+        report(KeyPath::keys(&["agents", "default"]), problem);
+    }
+    let routes = KeyPath::keys(&["agents", "routes"]);
+    for (index, route) in agents.routes.iter().enumerate() {
+        let path = routes.index(index);
+        if let Some(problem) = unknown_agent(&route.agent) {
+            report(path.key("agent"), problem);
+        }
+        for (key, glob, example) in [
+            ("channel", &route.channel, "slack*"),
+            ("sender", &route.sender, "team-*"),
+        ] {
+            if glob.trim().is_empty() {
+                report(
+                    path.key(key),
+                    Problem::EmptyPattern {
+                        example: example.to_owned(),
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// Hooks and the confirmation timeout.
+fn check_tools(config: &FlynnConfig, report: &mut impl FnMut(KeyPath, Problem)) {
+    let tools = &config.tools;
+    for (index, hook) in tools.hooks.iter().enumerate() {
+        if hook.tool.trim().is_empty() {
+            report(
+                KeyPath::keys(&["tools", "hooks"]).index(index).key("tool"),
+                Problem::EmptyPattern {
+                    example: "shell.*".to_owned(),
+                },
+            );
+        }
+    }
+    if tools.confirm_timeout_secs < 1 {
+        report(
+            KeyPath::keys(&["tools", "confirm_timeout_secs"]),
+            Problem::TooSmall {
+                value: tools.confirm_timeout_secs,
+                min: 1,
+            },
+        );
+    }
+}
+
+/// Where sessions are stored, and the lanes' limits.
+fn check_sessions(
+    config: &FlynnConfig,
+    doc: &Document<'_>,
+    report: &mut impl FnMut(KeyPath, Problem),
+) {
+    let sessions = &config.sessions;
+    let url_path = KeyPath::keys(&["sessions", "url"]);
+    if let Some(url) = &sessions.url {
+        if let Some(problem) = sessions_url_problem(url) {
+            report(url_path.clone(), problem);
+        }
+        if sessions.database.is_some() {
+            // Reported at whichever of the two comes second in the file.
+            let database_path = KeyPath::keys(&["sessions", "database"]);
+            let (path, key, other) = if doc.locate(&url_path) > doc.locate(&database_path) {
+                (url_path, "url", "database")
+            } else {
+                (database_path, "database", "url")
+            };
+            report(
+                path,
+                Problem::ConflictingKeys {
+                    key: key.to_owned(),
+                    other: other.to_owned(),
+                },
+            );
+        }
+    }
+    let queue_limit = u64::try_from(sessions.queue_limit).unwrap_or(u64::MAX);
+    for (key, value) in [
+        ("queue_limit", queue_limit),
+        ("lane_idle_secs", sessions.lane_idle_secs),
+    ] {
+        if value < 1 {
+            report(
+                KeyPath::keys(&["sessions", key]),
+                Problem::TooSmall { value, min: 1 },
+            );
+        }
+    }
+}
+
+/// Why a session store URL cannot be opened, if it cannot: this build
+/// opens `sqlite://` followed by a file path.
+fn sessions_url_problem(url: &str) -> Option<Problem> {
+    let Some((scheme, rest)) = url
+        .split_once(':')
+        .filter(|(scheme, _)| is_url_scheme(scheme))
+    else {
+        return Some(Problem::InvalidSessionsUrl { scheme: None });
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    match scheme.as_str() {
+        "sqlite" => {
+            let path = rest
+                .strip_prefix("//")
+                .and_then(|path| path.split(['?', '#']).next())
+                .unwrap_or_default();
+            path.trim_start_matches('/')
+                .is_empty()
+                .then_some(Problem::InvalidSessionsUrl {
+                    scheme: Some(scheme),
+                })
+        }
+        "postgres" | "postgresql" => Some(Problem::PostgresUnavailable),
+        _ => Some(Problem::InvalidSessionsUrl {
+            scheme: Some(scheme),
+        }),
+    }
+}
+
+/// A URL scheme (RFC 3986) of two characters or more, so that a Windows
+/// drive (`C:\`) is not taken for one.
+fn is_url_scheme(text: &str) -> bool {
+    text.len() >= 2
+        && text.starts_with(|c: char| c.is_ascii_alphabetic())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// A name `/agent`, `--agent` and routes can use.
+fn is_agent_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 /// `Some(problem)` when `name` is not among the `configured` providers.
@@ -207,6 +412,49 @@ pub(crate) fn is_http_url(url: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sessions_urls_are_sqlite_with_a_path() {
+        for url in [
+            "sqlite:///var/lib/flynn/sessions.db",
+            "sqlite://sessions.db",
+            "SQLite://data/sessions.db?mode=rwc",
+        ] {
+            assert_eq!(sessions_url_problem(url), None, "{url}");
+        }
+        let invalid = |scheme: Option<&str>| {
+            Some(Problem::InvalidSessionsUrl {
+                scheme: scheme.map(str::to_owned),
+            })
+        };
+        for (url, problem) in [
+            ("sqlite://", invalid(Some("sqlite"))),
+            ("sqlite:///", invalid(Some("sqlite"))),
+            ("sqlite:sessions.db", invalid(Some("sqlite"))),
+            ("sqlite://?mode=rwc", invalid(Some("sqlite"))),
+            ("mysql://localhost/flynn", invalid(Some("mysql"))),
+            ("/var/lib/flynn/sessions.db", invalid(None)),
+            ("C:\\flynn\\sessions.db", invalid(None)),
+            ("", invalid(None)),
+            (
+                "postgres://flynn:secret@localhost/flynn",
+                Some(Problem::PostgresUnavailable),
+            ),
+            ("PostgreSQL://localhost", Some(Problem::PostgresUnavailable)),
+        ] {
+            assert_eq!(sessions_url_problem(url), problem, "{url}");
+        }
+    }
+
+    #[test]
+    fn agent_names_are_letters_digits_dashes_and_underscores() {
+        for name in ["main", "coder-2", "home_assistant", "A"] {
+            assert!(is_agent_name(name), "{name}");
+        }
+        for name in ["", "my agent", "coder/2", "héllo", "a.b"] {
+            assert!(!is_agent_name(name), "{name}");
+        }
+    }
 
     #[test]
     fn http_urls_need_a_scheme_and_a_host() {

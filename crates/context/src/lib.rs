@@ -1,10 +1,112 @@
 //! Context management for Flynn: shaping the history before it is sent.
 //!
+//! [`normalize`] merges what a failed turn left behind, [`repair`] pairs
+//! every tool call with a result so a history cut short by a crash is
+//! still one that providers accept, and [`prepare`] does both.
 //! Token counting lives with the models (`flynn_models::TokenCounter`),
 //! since how tokens are counted depends on the model; compaction, which
 //! uses it, arrives here later.
 
-use flynn_protocol::Message;
+use std::collections::HashSet;
+
+use flynn_protocol::{ContentBlock, Message, Role};
+
+/// The result given to a tool call whose result never arrived: the process
+/// stopped (a crash, a kill) while the tool ran.
+pub const INTERRUPTED_RESULT: &str = "interrupted: the tool did not finish because Flynn stopped while it ran; it may or may not have had an effect";
+
+/// A stored history made ready to send: [`normalize`], then [`repair`].
+pub fn prepare(history: Vec<Message>) -> Vec<Message> {
+    repair(normalize(history))
+}
+
+/// Makes every tool call answered and every tool result asked for, as
+/// providers require: a `tool_use` whose `tool_result` is missing from the
+/// next message gets a synthetic error result ([`INTERRUPTED_RESULT`]),
+/// placed first in that message (or in a new user message), and a
+/// `tool_result` that answers no call of the previous message is dropped.
+pub fn repair(history: Vec<Message>) -> Vec<Message> {
+    repair_reporting(history).0
+}
+
+/// [`repair`], also returning the ids of the calls given a synthetic result.
+pub fn repair_reporting(history: Vec<Message>) -> (Vec<Message>, Vec<String>) {
+    let mut out: Vec<Message> = Vec::with_capacity(history.len() + 1);
+    let mut interrupted = Vec::new();
+    let mut asked: Vec<String> = Vec::new();
+    let mut iter = history.into_iter().peekable();
+    while let Some(mut message) = iter.next() {
+        match message.role {
+            Role::Assistant => {
+                asked = message
+                    .tool_uses()
+                    .map(|(id, _, _)| id.to_owned())
+                    .collect();
+                out.push(message);
+                let next_is_user = iter.peek().is_some_and(|m| m.role == Role::User);
+                if !asked.is_empty() && !next_is_user {
+                    // The results never arrived and nothing followed.
+                    let content = synthetic(&asked, &mut interrupted);
+                    out.push(Message {
+                        role: Role::User,
+                        content,
+                    });
+                    asked.clear();
+                }
+            }
+            Role::User => {
+                let answered: HashSet<String> = message
+                    .content
+                    .iter()
+                    .filter_map(|block| match block {
+                        ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                // Drop results that answer nothing the previous message asked.
+                message.content.retain(|block| match block {
+                    ContentBlock::ToolResult { tool_use_id, .. } => asked.contains(tool_use_id),
+                    _ => true,
+                });
+                let missing: Vec<String> = asked
+                    .iter()
+                    .filter(|id| !answered.contains(*id))
+                    .cloned()
+                    .collect();
+                if !missing.is_empty() {
+                    let mut content = synthetic(&missing, &mut interrupted);
+                    // Results first, as Anthropic requires.
+                    let (results, rest): (Vec<_>, Vec<_>) = message
+                        .content
+                        .into_iter()
+                        .partition(|block| matches!(block, ContentBlock::ToolResult { .. }));
+                    let mut merged = results;
+                    merged.append(&mut content);
+                    merged.extend(rest);
+                    message.content = merged;
+                }
+                asked.clear();
+                if !message.content.is_empty() {
+                    out.push(message);
+                }
+            }
+        }
+    }
+    (out, interrupted)
+}
+
+fn synthetic(ids: &[String], interrupted: &mut Vec<String>) -> Vec<ContentBlock> {
+    ids.iter()
+        .map(|id| {
+            interrupted.push(id.clone());
+            ContentBlock::ToolResult {
+                tool_use_id: id.clone(),
+                content: INTERRUPTED_RESULT.to_owned(),
+                is_error: true,
+            }
+        })
+        .collect()
+}
 
 /// Makes a stored history safe to send: merges consecutive messages of the
 /// same role (left behind when a turn failed before the model answered)
@@ -26,7 +128,94 @@ pub fn normalize(history: Vec<Message>) -> Vec<Message> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flynn_protocol::{ContentBlock, Role};
+    use serde_json::json;
+
+    fn call(id: &str) -> ContentBlock {
+        ContentBlock::ToolUse {
+            id: id.into(),
+            name: "shell.exec".into(),
+            input: json!({"command": "sleep 30"}),
+        }
+    }
+
+    fn result(id: &str, content: &str, is_error: bool) -> ContentBlock {
+        ContentBlock::ToolResult {
+            tool_use_id: id.into(),
+            content: content.into(),
+            is_error,
+        }
+    }
+
+    fn assistant(content: Vec<ContentBlock>) -> Message {
+        Message {
+            role: Role::Assistant,
+            content,
+        }
+    }
+
+    fn user(content: Vec<ContentBlock>) -> Message {
+        Message {
+            role: Role::User,
+            content,
+        }
+    }
+
+    #[test]
+    fn a_call_cut_off_at_the_end_gets_an_interrupted_result() {
+        let history = vec![
+            Message::user("wait"),
+            assistant(vec![call("t1"), call("t2")]),
+        ];
+        let (repaired, ids) = repair_reporting(history.clone());
+        assert_eq!(ids, ["t1", "t2"]);
+        let mut expected = history;
+        expected.push(user(vec![
+            result("t1", INTERRUPTED_RESULT, true),
+            result("t2", INTERRUPTED_RESULT, true),
+        ]));
+        assert_eq!(repaired, expected);
+    }
+
+    #[test]
+    fn a_later_message_after_a_cut_off_call_gets_the_result_first() {
+        let history = vec![
+            Message::user("wait"),
+            assistant(vec![call("t1"), call("t2")]),
+            user(vec![result("t2", "done", false)]),
+            Message::user("are you there?"),
+        ];
+        assert_eq!(
+            prepare(history),
+            vec![
+                Message::user("wait"),
+                assistant(vec![call("t1"), call("t2")]),
+                user(vec![
+                    result("t2", "done", false),
+                    result("t1", INTERRUPTED_RESULT, true),
+                    ContentBlock::text("are you there?"),
+                ]),
+            ]
+        );
+    }
+
+    #[test]
+    fn results_that_answer_nothing_are_dropped_and_whole_histories_are_unchanged() {
+        let whole = vec![
+            Message::user("go"),
+            assistant(vec![call("t1")]),
+            user(vec![result("t1", "ok", false)]),
+            Message::assistant("done"),
+        ];
+        assert_eq!(repair(whole.clone()), whole);
+        let orphan = vec![
+            user(vec![result("gone", "old", false), ContentBlock::text("hi")]),
+            Message::assistant("hello"),
+        ];
+        assert_eq!(
+            repair(orphan),
+            vec![Message::user("hi"), Message::assistant("hello")]
+        );
+    }
 
     #[test]
     fn normalize_merges_same_role_runs_and_drops_empty_messages() {

@@ -2,11 +2,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use flynn_models::{ModelRouter, PriceTable};
-use flynn_orchestrator::{Agent, AgentSettings, DEFAULT_SYSTEM_PROMPT, TurnRequest};
+use flynn_orchestrator::{
+    Agents, EventStream, PromptSlot, RuntimeParts, SessionManager, Submitted, TurnRequest,
+};
 use flynn_protocol::config::FlynnConfig;
-use flynn_protocol::{AgentEvent, TurnOutcome};
-use flynn_sessions::{SessionStore, SqliteStore};
-use flynn_tools::{Tool, ToolExecutor, TypedTool};
+use flynn_protocol::{AgentEvent, RunState, SessionKey, TurnOutcome};
+use flynn_sessions::SessionStore;
+use flynn_tools::{Tool, ToolExecutor, ToolPolicy, TypedTool};
+use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::{Error, Result};
@@ -18,6 +21,7 @@ pub struct FlynnBuilder {
     home: Option<PathBuf>,
     workspace: Option<PathBuf>,
     tools: Vec<Arc<dyn Tool>>,
+    slots: Vec<Arc<dyn PromptSlot>>,
     store: Option<Arc<dyn SessionStore>>,
 }
 
@@ -42,19 +46,20 @@ impl FlynnBuilder {
     }
 
     /// Directory for Flynn's data (`sessions.db`...). Required unless a
-    /// store is given, or `sessions.database` names the file.
+    /// store is given, or `sessions.url`/`sessions.database` names one.
     pub fn home(mut self, home: impl Into<PathBuf>) -> Self {
         self.home = Some(home.into());
         self
     }
 
-    /// Directory tools run in; `tools.workspace`, else the current directory.
+    /// Directory tools run in for agents that name none; `tools.workspace`,
+    /// else the current directory.
     pub fn workspace(mut self, workspace: impl Into<PathBuf>) -> Self {
         self.workspace = Some(workspace.into());
         self
     }
 
-    /// Offers one more tool to the model.
+    /// Offers one more tool (subject to the tools policy, like built-ins).
     pub fn tool<T: TypedTool>(mut self, tool: T) -> Self {
         self.tools.push(flynn_tools::into_dyn(tool));
         self
@@ -66,37 +71,42 @@ impl FlynnBuilder {
         self
     }
 
-    /// Uses this session store instead of opening `sessions.db`.
+    /// Adds a section to every agent's system prompt, rendered each turn.
+    pub fn prompt_slot(mut self, slot: Arc<dyn PromptSlot>) -> Self {
+        self.slots.push(slot);
+        self
+    }
+
+    /// Uses this session store instead of opening the configured one.
     pub fn store(mut self, store: Arc<dyn SessionStore>) -> Self {
         self.store = Some(store);
         self
     }
 
+    /// Composes the runtime. Refuses a config it cannot run (unknown
+    /// providers or agents, a tools policy naming no tool) before anything
+    /// is opened or stored.
     pub async fn build(self) -> Result<Flynn> {
         let config = self.config;
         let router = ModelRouter::from_config(&config.providers, &config.models)?;
 
-        let mut registry = flynn_tools::builtin::registry(&config.tools)
-            .map_err(|unknown| Error::Config(unknown.to_string()))?;
+        let mut registry = flynn_tools::builtin::registry(&config.tools);
         for tool in self.tools {
             registry.register_dyn(tool);
         }
-        let executor = ToolExecutor::new(Arc::new(registry), config.tools.output_limit_bytes);
-
-        let store = match self.store {
-            Some(store) => store,
-            None => {
-                if config.sessions.database.is_none() && self.home.is_none() {
-                    return Err(Error::Config(
-                        "no place for the session database: set sessions.database or give FlynnBuilder::home"
-                            .to_owned(),
-                    ));
-                }
-                let home = self.home.clone().unwrap_or_default();
-                let path = flynn_sessions::database_path(&config.sessions, &home);
-                Arc::new(SqliteStore::open(&path).await?) as Arc<dyn SessionStore>
+        ToolPolicy::new(&config.tools, None)
+            .check(&registry)
+            .map_err(|unknown| Error::Config(unknown.to_string()))?;
+        for agent in &config.agents.list {
+            if agent.tools.is_some() {
+                ToolPolicy::new(&config.tools, agent.tools.as_ref())
+                    .check(&registry)
+                    .map_err(|unknown| {
+                        Error::Config(format!("agent '{}': {unknown}", agent.name))
+                    })?;
             }
-        };
+        }
+        let executor = ToolExecutor::from_config(Arc::new(registry), &config.tools);
 
         let workspace = match self.workspace.or_else(|| config.tools.workspace.clone()) {
             Some(dir) => dir,
@@ -104,28 +114,44 @@ impl FlynnBuilder {
                 Error::Config(format!("cannot read the current directory for tools: {e}"))
             })?,
         };
-        let settings = AgentSettings {
-            system_prompt: config
-                .agents
-                .system_prompt
-                .clone()
-                .unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_owned()),
-            max_iterations: config.agents.max_iterations,
-            max_tokens: config.models.max_tokens,
-            workspace,
-            tier: config.agents.primary_tier,
-            prices: PriceTable::new(&config.providers, &config.models.prices),
+        let mut agents = Agents::from_config(&config.agents, &config.tools, &workspace)?;
+        for slot in self.slots {
+            agents.add_slot(slot);
+        }
+
+        let store = match self.store {
+            Some(store) => store,
+            None => {
+                let unset = config.sessions.url.is_none() && config.sessions.database.is_none();
+                if unset && self.home.is_none() {
+                    return Err(Error::Config(
+                        "no place for the session database: set sessions.url or sessions.database, or give FlynnBuilder::home"
+                            .to_owned(),
+                    ));
+                }
+                let home = self.home.clone().unwrap_or_default();
+                flynn_sessions::open(&config.sessions, &home).await?
+            }
         };
-        Ok(Flynn {
-            agent: Agent::new(Arc::new(router), executor, store, settings),
-        })
+
+        let manager = SessionManager::new(RuntimeParts {
+            prices: PriceTable::new(&config.providers, &config.models.prices),
+            max_tokens: config.models.max_tokens,
+            router: Arc::new(router),
+            store,
+            executor,
+            agents,
+            sessions: config.sessions.clone(),
+        });
+        Ok(Flynn { manager })
     }
 }
 
-/// A ready Flynn runtime.
-#[derive(Debug)]
+/// A ready Flynn runtime. Its session lanes are tasks on the tokio runtime
+/// it was built on; [`shutdown`](Flynn::shutdown) stops them.
+#[derive(Debug, Clone)]
 pub struct Flynn {
-    agent: Agent,
+    manager: SessionManager,
 }
 
 impl Flynn {
@@ -133,22 +159,135 @@ impl Flynn {
         FlynnBuilder::default()
     }
 
-    /// Answers one message; see [`Agent::run_turn`].
+    /// Answers one message and returns how the turn ended; the turn's
+    /// events (and reports about earlier turns of the session that were
+    /// interrupted) go to `on_event` as they happen. Cancelling `cancel`
+    /// cancels this turn, running or waiting. A chat command (`/status`)
+    /// is answered without the model: its reply is the outcome's `reply`.
     pub async fn send(
         &self,
         request: TurnRequest,
         cancel: CancellationToken,
         on_event: &mut (dyn FnMut(AgentEvent) + Send),
     ) -> Result<TurnOutcome> {
-        Ok(self.agent.run_turn(request, cancel, on_event).await?)
+        let session = request.session.clone();
+        // Subscribe first, so nothing of this turn is missed.
+        let mut events = self.manager.subscribe(&session);
+        let handle = match self.manager.submit(request).await? {
+            Submitted::Command { name, reply } => {
+                on_event(AgentEvent::Command {
+                    name,
+                    reply: reply.clone(),
+                });
+                return Ok(TurnOutcome {
+                    reply,
+                    provider: String::new(),
+                    model: String::new(),
+                    usage: Default::default(),
+                    cost_usd: None,
+                    tool_calls: Vec::new(),
+                    warning: None,
+                });
+            }
+            Submitted::Turn(handle) => handle,
+        };
+        let turn = handle.turn;
+        let outcome = handle.outcome();
+        tokio::pin!(outcome);
+        let mut forward = |event: AgentEvent, for_turn: Option<flynn_protocol::TurnId>| {
+            let ours = for_turn == Some(turn);
+            let report = matches!(event, AgentEvent::Interrupted { .. });
+            let end = ours
+                && matches!(
+                    event,
+                    AgentEvent::RunState {
+                        state: RunState::Complete | RunState::Cancelled | RunState::Error
+                    }
+                );
+            if ours || report {
+                on_event(event);
+            }
+            end
+        };
+        let mut cancelled = false;
+        loop {
+            tokio::select! {
+                biased;
+                () = cancel.cancelled(), if !cancelled => {
+                    cancelled = true;
+                    self.manager.cancel_turn(&session, turn).await;
+                }
+                event = events.next() => match event {
+                    Some(Ok(envelope)) => {
+                        if forward(envelope.event, envelope.turn) {
+                            break;
+                        }
+                    }
+                    Some(Err(lagged)) => {
+                        forward(
+                            AgentEvent::Warning {
+                                message: lagged.to_string(),
+                            },
+                            Some(turn),
+                        );
+                    }
+                    None => break,
+                },
+                result = &mut outcome => {
+                    // Every event of the turn was published before its
+                    // outcome; hand on what is still buffered.
+                    while let Some(Some(event)) = events.next().now_or_never() {
+                        if let Ok(envelope) = event
+                            && forward(envelope.event, envelope.turn)
+                        {
+                            break;
+                        }
+                    }
+                    return Ok(result?);
+                }
+            }
+        }
+        Ok(outcome.await?)
+    }
+
+    /// Submits a message without waiting for its turn: see
+    /// [`SessionManager::submit`].
+    pub async fn submit(&self, request: TurnRequest) -> Result<Submitted> {
+        Ok(self.manager.submit(request).await?)
+    }
+
+    /// Events of one session, from now on.
+    pub fn subscribe(&self, session: &SessionKey) -> EventStream {
+        self.manager.subscribe(session)
+    }
+
+    /// Events of every session, from now on.
+    pub fn subscribe_all(&self) -> EventStream {
+        self.manager.subscribe_all()
+    }
+
+    /// Cancels the session's running turn; see [`SessionManager::cancel`].
+    pub fn cancel(&self, session: &SessionKey) -> bool {
+        self.manager.cancel(session)
+    }
+
+    /// Reports or reruns turns a previous process left unfinished; a
+    /// daemon calls this at start-up. See [`SessionManager::recover`].
+    pub async fn recover(&self) -> Result<Vec<SessionKey>> {
+        Ok(self.manager.recover().await?)
+    }
+
+    /// Cancels running turns and waits for every lane to stop.
+    pub async fn shutdown(&self) {
+        self.manager.shutdown().await;
     }
 
     /// The conversations.
     pub fn sessions(&self) -> &Arc<dyn SessionStore> {
-        self.agent.store()
+        self.manager.store()
     }
 
-    pub fn agent(&self) -> &Agent {
-        &self.agent
+    pub fn manager(&self) -> &SessionManager {
+        &self.manager
     }
 }

@@ -12,7 +12,7 @@ pub enum Error {
     /// The session store could not be opened.
     #[error(transparent)]
     Storage(#[from] flynn_sessions::Error),
-    /// A turn failed.
+    /// A message was refused, or its turn failed.
     #[error(transparent)]
     Turn(#[from] flynn_orchestrator::Error),
 }
@@ -23,9 +23,8 @@ impl Error {
     /// The stable code for events, JSON output and exit codes.
     pub fn code(&self) -> ErrorCode {
         match self {
-            Error::Config(_) | Error::Model(flynn_models::Error::Config { .. }) => {
-                ErrorCode::Config
-            }
+            Error::Config(_) => ErrorCode::Config,
+            Error::Model(error) if error.is_config() => ErrorCode::Config,
             Error::Model(_) => ErrorCode::Provider,
             Error::Storage(_) => ErrorCode::Storage,
             Error::Turn(error) => error.code(),

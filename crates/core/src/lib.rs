@@ -1,10 +1,13 @@
 //! Flynn as a library.
 //!
 //! [`Flynn::builder`] composes the model router, the tools, the session
-//! store and the agent loop from a [`FlynnConfig`] value; [`Flynn::send`]
-//! answers one message, streaming [`AgentEvent`]s to a callback. Nothing
-//! here spawns threads or tasks of its own, and there is no global state:
-//! two `Flynn` values in one process are independent.
+//! store, the agents and the session manager from a [`FlynnConfig`] value;
+//! [`Flynn::send`] answers one message, streaming [`AgentEvent`]s to a
+//! callback, and [`Flynn::subscribe`] / [`Flynn::subscribe_all`] stream
+//! the events of one session or all of them. Session lanes are tasks on
+//! the caller's tokio runtime (no threads of their own), tracked and
+//! stopped by [`Flynn::shutdown`]; there is no global state: two `Flynn`
+//! values in one process are independent.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -29,10 +32,21 @@ pub use error::{Error, Result};
 
 pub use flynn_config as config;
 pub use flynn_models as models;
-pub use flynn_orchestrator::{Agent, AgentSettings, DEFAULT_SYSTEM_PROMPT, TurnRequest};
+pub use flynn_orchestrator::{
+    AgentProfile, Agents, DEFAULT_SYSTEM_PROMPT, EventStream, PromptContext, PromptSlot,
+    SessionManager, Submitted, TurnHandle, TurnRequest,
+};
 pub use flynn_protocol as protocol;
 pub use flynn_protocol::config::FlynnConfig;
-pub use flynn_protocol::{AgentEvent, ErrorCode, Message, SessionKey, Tier, TurnOutcome};
-pub use flynn_sessions::{Error as SessionsError, SessionInfo, SessionStore, SqliteStore};
-pub use flynn_tools::{Tool, ToolContext, ToolError, TypedTool};
+pub use flynn_protocol::{
+    AgentEvent, ErrorCode, EventEnvelope, Lagged, Message, SessionKey, Tier, TurnId, TurnOutcome,
+};
+pub use flynn_sessions as sessions;
+pub use flynn_sessions::{
+    Error as SessionsError, SessionInfo, SessionMeta, SessionStore, SqliteStore, StoredMessage,
+};
+pub use flynn_tools::{
+    ApprovalRequest, ApproveAll, Approver, Decision, DenyAll, Tool, ToolContext, ToolError,
+    TypedTool,
+};
 pub use tokio_util::sync::CancellationToken;

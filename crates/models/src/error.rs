@@ -151,6 +151,17 @@ impl Error {
         }
     }
 
+    /// Whether the fix is in the configuration (no model for a tier, a
+    /// missing API key, an unknown provider): the user's to fix, not the
+    /// provider's. CLI exit code 2.
+    pub fn is_config(&self) -> bool {
+        match self {
+            Error::Config { .. } | Error::MissingApiKey { .. } => true,
+            Error::AllFailed { attempts } => every(attempts, Error::is_config),
+            _ => false,
+        }
+    }
+
     /// Whether the fix is a different key (for an aggregate: every model
     /// failed on its key).
     pub fn is_auth(&self) -> bool {

@@ -162,6 +162,51 @@ impl ModelRouter {
         self.models.max_tokens
     }
 
+    /// How tokens are counted before a call (`models.token_counting`).
+    pub fn token_counting(&self) -> flynn_protocol::config::TokenCounting {
+        self.models.token_counting
+    }
+
+    /// The context-window resolver.
+    pub fn windows(&self) -> &ContextWindows {
+        &self.windows
+    }
+
+    /// The client of a provider, by name.
+    pub fn client(&self, provider: &str) -> Option<&Arc<dyn ModelClient>> {
+        self.clients.get(provider)
+    }
+
+    /// Fails as [`stream`](Self::stream) would when `tier` has no model to
+    /// try, without calling anything: lets a caller refuse a message
+    /// before it accepts it.
+    pub fn check_tier(&self, tier: Tier) -> Result<()> {
+        if self.chain(tier).is_empty() {
+            return Err(self.no_model(tier));
+        }
+        Ok(())
+    }
+
+    /// Fails when `model` names a provider that is not configured.
+    pub fn check_model(&self, model: &ModelRef) -> Result<()> {
+        if self.clients.contains_key(model.provider()) {
+            return Ok(());
+        }
+        let mut known: Vec<&str> = self.clients.keys().map(String::as_str).collect();
+        known.sort_unstable();
+        Err(Error::Config {
+            message: format!(
+                "unknown provider '{}' in '{model}' (configured providers: {})",
+                model.provider(),
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        })
+    }
+
     /// The models tried for a tier, in order: the tier's own list (the
     /// default tier's when it has none), then the fallback chain, each
     /// model once. For the `local` tier with `models.local_only`, only

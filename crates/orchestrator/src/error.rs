@@ -1,9 +1,10 @@
-use flynn_protocol::ErrorCode;
+use flynn_protocol::{ErrorCode, SessionKey};
 
-/// Why a turn ended without an answer.
+/// Why a message was refused or a turn ended without an answer.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The model could not be reached or failed, after fallback.
+    /// The model could not be reached or failed, after fallback; or no
+    /// model is configured for the turn (refused before acceptance).
     #[error(transparent)]
     Model(#[from] flynn_models::Error),
     /// The conversation could not be read or saved.
@@ -12,20 +13,49 @@ pub enum Error {
     /// The turn was cancelled.
     #[error("the turn was cancelled")]
     Cancelled,
+    /// The configuration cannot be used as it is.
+    #[error("{0}")]
+    Config(String),
+    /// A message, command or config named an agent that does not exist.
+    #[error("{context}: unknown agent '{name}' (agents: {available})")]
+    UnknownAgent {
+        name: String,
+        available: String,
+        /// Where the name came from (`--agent`, `agents.default`...).
+        context: String,
+    },
+    /// The session already has `limit` messages waiting; this one was not
+    /// accepted.
+    #[error(
+        "session {session} already has {limit} messages waiting (sessions.queue_limit); this one was not accepted, send it again later"
+    )]
+    QueueFull { session: SessionKey, limit: usize },
+    /// The message has nothing in it.
+    #[error("the message is empty (expected text or an image)")]
+    EmptyMessage,
+    /// The runtime is shutting down and accepts nothing more.
+    #[error("Flynn is shutting down; the message was not accepted")]
+    ShuttingDown,
+    /// The turn's task ended without reporting (a bug or a panic in a tool).
+    #[error("the turn ended unexpectedly: {0}")]
+    Lost(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// The stable code for events and JSON output.
+    /// The stable code for events, JSON output and exit codes.
     pub fn code(&self) -> ErrorCode {
         match self {
-            Error::Model(
-                flynn_models::Error::Config { .. } | flynn_models::Error::MissingApiKey { .. },
-            ) => ErrorCode::Config,
+            Error::Model(error) if error.is_config() => ErrorCode::Config,
             Error::Model(_) => ErrorCode::Provider,
             Error::Storage(_) => ErrorCode::Storage,
             Error::Cancelled => ErrorCode::Cancelled,
+            Error::Config(_) | Error::UnknownAgent { .. } | Error::EmptyMessage => {
+                ErrorCode::Config
+            }
+            Error::QueueFull { .. } | Error::ShuttingDown => ErrorCode::Refused,
+            Error::Lost(_) => ErrorCode::Internal,
         }
     }
 }

@@ -1,16 +1,40 @@
-//! The Flynn agent loop.
+//! The Flynn agent runtime: sessions, lanes, turns and their events.
 //!
-//! [`Agent::run_turn`] takes one user message through a whole turn: it
-//! persists the message, calls the model with the conversation and the
-//! tools, runs the tools the model asks for, feeds their results back, and
-//! repeats until the model answers in text or `max_iterations` is reached.
-//! Progress is reported as [`AgentEvent`]s to a callback; the turn stops
-//! promptly when its cancellation token fires, leaving every tool call in
-//! the history paired with a result.
+//! A [`SessionManager`] runs turns for many sessions at once. Each active
+//! session has a lane, a task that owns the session's state: messages
+//! reach it through a bounded queue, are accepted (stored durably with a
+//! pending mark) in arrival order, and their turns run one after another;
+//! different sessions run concurrently. A turn calls the model with the
+//! conversation and the agent's tools, runs the tools the model asks for
+//! (each through the tool gate: policy, hooks, an [`Approver`]), feeds their
+//! results back, and repeats until the model answers in text or
+//! `max_iterations` is reached.
+//!
+//! Everything that happens is published as an [`EventEnvelope`] to the
+//! session's subscribers and the global ones ([`EventStream`]); a slow
+//! subscriber is told it lagged, it never stalls a turn. Chat commands
+//! (`/status`, `/model`...) are answered without the model. A turn that a
+//! crash or kill left unfinished is found when its session's lane starts
+//! and reported (or rerun), and a history cut short mid-tool is repaired,
+//! so a session always continues.
+//!
+//! [`Approver`]: flynn_tools::Approver
 
-mod agent;
+mod agents;
+mod commands;
 mod error;
+mod events;
+mod lane;
+mod prompt;
+mod runtime;
+mod turn;
 
-pub use agent::{Agent, AgentSettings, DEFAULT_SYSTEM_PROMPT, TurnRequest};
+pub use agents::{AgentProfile, Agents};
+pub use commands::{BadArgument, Command, HELP, ModelChoice};
 pub use error::{Error, Result};
-pub use flynn_protocol::AgentEvent;
+pub use events::{EventStream, GLOBAL_CAPACITY, SESSION_CAPACITY};
+pub use flynn_protocol::{AgentEvent, EventEnvelope, Lagged};
+pub use prompt::{
+    DEFAULT_SYSTEM_PROMPT, PROMPT_FILE_LIMIT, PromptBuilder, PromptContext, PromptSlot,
+};
+pub use runtime::{RuntimeParts, SessionManager, Submitted, TurnHandle, TurnRequest};

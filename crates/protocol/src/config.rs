@@ -29,13 +29,13 @@ pub struct FlynnConfig {
     /// Which models serve which tier.
     #[serde(default)]
     pub models: ModelsConfig,
-    /// The main agent.
+    /// The agents, and which one answers which channel and sender.
     #[serde(default)]
     pub agents: AgentsConfig,
-    /// Built-in tools.
+    /// Built-in tools, the tool policy and confirmation hooks.
     #[serde(default)]
     pub tools: ToolsConfig,
-    /// Conversation storage.
+    /// Conversation storage, and how sessions run their turns.
     #[serde(default)]
     pub sessions: SessionsConfig,
     /// The daemon's gateway (JSON-RPC, web UI).
@@ -541,19 +541,32 @@ impl TiersConfig {
     }
 }
 
-/// The main agent's behaviour.
+/// The agents: the main one's defaults, named agents, and which agent
+/// answers which channel and sender.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentsConfig {
-    /// Tier for the main conversation.
+    /// Tier for the main conversation (and for named agents that set
+    /// neither `tier` nor `model`).
     #[serde(default)]
     pub primary_tier: Tier,
     /// Model calls per turn before Flynn stops with a partial answer.
     #[serde(default = "default_max_iterations")]
     pub max_iterations: u32,
-    /// Replaces the built-in system prompt.
+    /// Replaces the built-in system prompt (of agents that set none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
+    /// The agent that answers when no route matches; the first of `list`
+    /// when absent, or the built-in `main` agent when `list` is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+    /// Named agents sharing one model router and one session store.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub list: Vec<AgentConfig>,
+    /// Which agent answers a message, by channel and sender; the first
+    /// matching rule wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<AgentRoute>,
 }
 
 impl Default for AgentsConfig {
@@ -562,8 +575,116 @@ impl Default for AgentsConfig {
             primary_tier: Tier::Default,
             max_iterations: default_max_iterations(),
             system_prompt: None,
+            default: None,
+            list: Vec::new(),
+            routes: Vec::new(),
         }
     }
+}
+
+/// Name of the agent Flynn builds when `agents.list` is empty.
+pub const MAIN_AGENT: &str = "main";
+
+/// One named agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Letters, digits, `-` and `_`; what `/agent <name>`, `--agent` and
+    /// routes use.
+    pub name: String,
+    /// Model tier; `agents.primary_tier` when neither this nor `model` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<Tier>,
+    /// One model as `provider/model`, with no fallback; wins over `tier`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelRef>,
+    /// Which tools this agent may use; the `tools` block's policy when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<ToolPolicyConfig>,
+    /// The agent's base prompt; `agents.system_prompt`, else the built-in
+    /// prompt, when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// Files of the workspace added to the prompt on every turn, when they
+    /// exist.
+    #[serde(default = "default_prompt_files")]
+    pub prompt_files: Vec<String>,
+    /// Directory its tools start in and its prompt files are read from;
+    /// `tools.workspace`, else the current directory, when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<PathBuf>,
+    /// Overrides `agents.max_iterations`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_iterations: Option<u32>,
+}
+
+impl AgentConfig {
+    pub fn new(name: impl Into<String>) -> Self {
+        AgentConfig {
+            name: name.into(),
+            tier: None,
+            model: None,
+            tools: None,
+            system_prompt: None,
+            prompt_files: default_prompt_files(),
+            workspace: None,
+            max_iterations: None,
+        }
+    }
+}
+
+/// The workspace files read into every prompt by default.
+pub fn default_prompt_files() -> Vec<String> {
+    vec!["SOUL.md".to_owned(), "AGENTS.md".to_owned()]
+}
+
+/// Sends messages from matching channels and senders to one agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentRoute {
+    /// Channel name glob (`telegram`, `slack*`); any channel when absent.
+    #[serde(default = "any_glob")]
+    pub channel: String,
+    /// Sender (peer) glob (`12345`, `team-*`); any sender when absent.
+    #[serde(default = "any_glob")]
+    pub sender: String,
+    /// The agent's name, from `agents.list`.
+    pub agent: String,
+}
+
+fn any_glob() -> String {
+    "*".to_owned()
+}
+
+/// Tool sets named after what an agent is for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolProfile {
+    /// Memory only.
+    Minimal,
+    /// Memory, web and sessions: a chat assistant that runs nothing.
+    Messaging,
+    /// Files, shell, processes, web, memory and sessions.
+    Coding,
+    /// Every tool.
+    #[default]
+    Full,
+}
+
+/// Which tools an agent may use: a profile, narrowed by `enabled` and
+/// `deny` globs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolPolicyConfig {
+    /// The starting set; the `tools` block's profile when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<ToolProfile>,
+    /// Only these tools (names or globs such as `file.*`) of the profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<Vec<String>>,
+    /// Never these tools (names or globs); wins over everything else.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
 }
 
 fn default_max_iterations() -> u32 {
@@ -574,9 +695,24 @@ fn default_max_iterations() -> u32 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolsConfig {
-    /// Tools offered to the model; all built-ins when absent.
+    /// Tools offered to the model (names or globs such as `file.*`); every
+    /// tool of the profile when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<Vec<String>>,
+    /// The starting set of tools: minimal, messaging, coding or full.
+    #[serde(default)]
+    pub profile: ToolProfile,
+    /// Tools never offered nor run (names or globs); wins over every other
+    /// setting, agents' included.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+    /// What happens before a tool runs, by tool name glob; the first
+    /// matching rule wins, and tools no rule matches run silently.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<HookRule>,
+    /// Seconds a confirmation waits for an answer before it is denied.
+    #[serde(default = "default_confirm_timeout")]
+    pub confirm_timeout_secs: u64,
     /// Tool output longer than this many bytes is cut, with a marker.
     #[serde(default = "default_output_limit")]
     pub output_limit_bytes: usize,
@@ -594,12 +730,42 @@ impl Default for ToolsConfig {
     fn default() -> Self {
         ToolsConfig {
             enabled: None,
+            profile: ToolProfile::default(),
+            deny: Vec::new(),
+            hooks: Vec::new(),
+            confirm_timeout_secs: default_confirm_timeout(),
             output_limit_bytes: default_output_limit(),
             workspace: None,
             shell: ShellToolConfig::default(),
             files: FileToolConfig::default(),
         }
     }
+}
+
+fn default_confirm_timeout() -> u64 {
+    120
+}
+
+/// One hook: what happens before a matching tool runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HookRule {
+    /// Tool name glob, e.g. `shell.*`.
+    pub tool: String,
+    pub action: HookAction,
+}
+
+/// What a hook does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HookAction {
+    /// Ask a person first (a TTY prompt, a chat button, `--yes`); no
+    /// answer within `confirm_timeout_secs` denies the call.
+    Confirm,
+    /// Run, and log the call.
+    Log,
+    /// Run.
+    Silent,
 }
 
 fn default_output_limit() -> usize {
@@ -648,13 +814,62 @@ fn default_file_timeout() -> u64 {
     10
 }
 
-/// Conversation storage.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// Conversation storage and the session lanes that run turns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionsConfig {
-    /// SQLite database file; `FLYNN_HOME/sessions.db` when absent.
+    /// Where sessions are stored, as a URL: `sqlite:///path/to/sessions.db`
+    /// (or `sqlite://relative/path.db`, relative to the current directory).
+    /// Set this or `database`, not both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// SQLite database file; `FLYNN_HOME/sessions.db` when neither this
+    /// nor `url` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub database: Option<PathBuf>,
+    /// What start-up does with a turn a previous process left unfinished:
+    /// `report` it to its session (no tool runs twice), or `rerun` it.
+    #[serde(default)]
+    pub interrupted_turns: InterruptedTurns,
+    /// Messages that may wait behind a running turn in one session; more
+    /// are refused.
+    #[serde(default = "default_queue_limit")]
+    pub queue_limit: usize,
+    /// Seconds a session with nothing to do keeps its lane (its task and
+    /// cached state) before the lane is dropped.
+    #[serde(default = "default_lane_idle_secs")]
+    pub lane_idle_secs: u64,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        SessionsConfig {
+            url: None,
+            database: None,
+            interrupted_turns: InterruptedTurns::default(),
+            queue_limit: default_queue_limit(),
+            lane_idle_secs: default_lane_idle_secs(),
+        }
+    }
+}
+
+fn default_queue_limit() -> usize {
+    32
+}
+
+fn default_lane_idle_secs() -> u64 {
+    300
+}
+
+/// What start-up does with an unfinished turn.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InterruptedTurns {
+    /// Mark it interrupted and tell its session; nothing runs again.
+    #[default]
+    Report,
+    /// Run it again from where its history stands.
+    Rerun,
 }
 
 /// The daemon's gateway.

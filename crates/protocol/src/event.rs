@@ -2,7 +2,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::Usage;
+use crate::{SessionKey, Usage};
 
 /// The life cycle of one agent run (a turn).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -13,6 +13,71 @@ pub enum RunState {
     Cancelled,
     Complete,
     Error,
+}
+
+/// Identifies one accepted inbound message and the turn that answers it.
+/// Assigned by the session store when the message is accepted; never
+/// reused, and stable across restarts.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(transparent)]
+pub struct TurnId(pub u64);
+
+impl std::fmt::Display for TurnId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What a tool does to the world, as the tool declares it. Policies and
+/// approvers decide by it; ordered from least to most risky.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolEffect {
+    /// Only reads (files, state); safe to run in parallel.
+    ReadOnly,
+    /// Reaches the network.
+    Network,
+    /// Creates, changes or deletes files.
+    WritesFiles,
+    /// Runs programs, which may do anything the user can.
+    RunsProcesses,
+}
+
+impl ToolEffect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolEffect::ReadOnly => "read_only",
+            ToolEffect::Network => "network",
+            ToolEffect::WritesFiles => "writes_files",
+            ToolEffect::RunsProcesses => "runs_processes",
+        }
+    }
+}
+
+/// How a confirmation request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Resolution {
+    Approved,
+    Denied,
+    /// Nobody answered within `tools.confirm_timeout_secs`: denied.
+    TimedOut,
+    /// The turn was cancelled while waiting.
+    Cancelled,
+}
+
+/// What start-up did with a turn that a previous process left unfinished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RecoveryAction {
+    /// The turn was marked interrupted and the session told so.
+    Reported,
+    /// The turn is run again.
+    Rerun,
 }
 
 /// Stable error codes carried by `AgentEvent::Error` and JSON output.
@@ -27,6 +92,9 @@ pub enum ErrorCode {
     Storage,
     /// The run was cancelled.
     Cancelled,
+    /// The request was refused before it was accepted (unknown agent,
+    /// a full queue, a bad argument).
+    Refused,
     /// Anything else.
     Internal,
 }
@@ -95,4 +163,84 @@ pub enum AgentEvent {
         code: ErrorCode,
         message: String,
     },
+    /// The message was accepted and waits behind `ahead` turns of its
+    /// session.
+    Queued {
+        ahead: u32,
+    },
+    /// A tool call waits for a person's approval.
+    ConfirmationRequested {
+        /// The tool call's id.
+        id: String,
+        name: String,
+        input: Value,
+        effect: ToolEffect,
+        /// Seconds before an unanswered request is denied.
+        timeout_secs: u64,
+    },
+    ConfirmationResolved {
+        id: String,
+        resolution: Resolution,
+    },
+    /// The history was compacted: older messages replaced by a summary.
+    Compaction {
+        /// Messages replaced.
+        replaced: u64,
+        /// Estimated tokens of the history before and after.
+        tokens_before: u64,
+        tokens_after: u64,
+        /// The summary came from the deterministic fallback, not a model.
+        fallback: bool,
+    },
+    /// A turn that a previous process left unfinished (a crash, a kill)
+    /// was found at start-up.
+    Interrupted {
+        turn: TurnId,
+        action: RecoveryAction,
+        /// What the session is told, e.g. which message was cut short.
+        message: String,
+    },
+    /// A chat command (`/status`, `/model`...) was answered without the
+    /// model.
+    Command {
+        name: String,
+        reply: String,
+    },
 }
+
+/// One event as subscribers receive it: what happened, to which session
+/// and turn, in which order, when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EventEnvelope {
+    pub session: SessionKey,
+    /// The turn the event belongs to; `None` for session-level events
+    /// (a command reply, a recovery report without a turn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<TurnId>,
+    /// Increases by one with every event of this session for as long as
+    /// anyone is subscribed to it; a gap means events were skipped.
+    pub seq: u64,
+    /// Unix milliseconds.
+    pub time_ms: i64,
+    #[serde(flatten)]
+    pub event: AgentEvent,
+}
+
+/// A subscriber fell behind and this many events were dropped for it.
+/// The turn never waits for a subscriber; see `docs/ARCHITECTURE.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Lagged {
+    pub skipped: u64,
+}
+
+impl std::fmt::Display for Lagged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} events were skipped (the subscriber fell behind)",
+            self.skipped
+        )
+    }
+}
+
+impl std::error::Error for Lagged {}

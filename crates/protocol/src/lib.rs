@@ -14,7 +14,10 @@ mod tool;
 mod tool_names;
 mod usage;
 
-pub use event::{AgentEvent, ErrorCode, RunState, ToolCallSummary, TurnOutcome};
+pub use event::{
+    AgentEvent, ErrorCode, EventEnvelope, Lagged, RecoveryAction, Resolution, RunState,
+    ToolCallSummary, ToolEffect, TurnId, TurnOutcome,
+};
 pub use message::{ContentBlock, ImageSource, Message, Role};
 pub use session::{SessionKey, SessionKeyError};
 pub use tier::{Tier, UnknownTier};

@@ -1,53 +1,174 @@
 use std::path::PathBuf;
 
+use flynn_protocol::TurnId;
+
+use crate::TurnStatus;
+
 /// Why a session store operation failed.
+///
+/// Callers branch on the variants and on [`Error::is_retryable`]; nothing
+/// here assumes a particular database: backend errors are classified where
+/// they arise (`Busy` or `Backend`), and no backend type appears in the
+/// public API.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The database file could not be opened or created.
-    #[error("cannot open session database {}: {source}", .path.display())]
-    Open {
-        path: PathBuf,
-        #[source]
-        source: sqlx::Error,
-    },
-    /// The database directory could not be created.
-    #[error("cannot create directory {}: {source}", .path.display())]
+    /// The store could not be opened or created.
+    #[error(
+        "cannot open the session database {location}: {message} (check that it names a SQLite file, or a place to create one, that Flynn may write)"
+    )]
+    Open { location: String, message: String },
+    /// The directory that should hold the store could not be created.
+    #[error(
+        "cannot create the directory {} for the session database: {source} (create it, or point sessions.url or sessions.database elsewhere)",
+        .path.display()
+    )]
     CreateDir {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    /// The schema migrations failed (a newer Flynn wrote this file?).
-    #[error("cannot migrate session database {}: {source}", .path.display())]
-    Migrate {
-        path: PathBuf,
-        #[source]
-        source: sqlx::migrate::MigrateError,
-    },
-    /// A query failed.
-    #[error("session database error: {0}")]
-    Database(#[from] sqlx::Error),
+    /// The schema could not be brought up to date.
+    #[error(
+        "cannot bring the session database {location} up to this version's schema: {message} (a newer Flynn may have written it: upgrade Flynn, or point sessions.url at another file)"
+    )]
+    Migrate { location: String, message: String },
+    /// The store is busy (another writer holds it, or every connection is
+    /// in use); trying again may work.
+    #[error("the session database is busy: {message} (another process may be writing; try again)")]
+    Busy { message: String },
+    /// Any other failure of the database.
+    #[error("session database error: {message}")]
+    Backend { message: String },
     /// A stored message could not be read back.
-    #[error("session '{key}' message {seq} is corrupt: {source}")]
+    #[error(
+        "session '{key}' message {seq} cannot be read: {source} (was the database changed by something other than Flynn?)"
+    )]
     Corrupt {
         key: String,
-        seq: i64,
+        seq: u64,
         #[source]
         source: serde_json::Error,
+    },
+    /// A stored turn's message could not be read back.
+    #[error(
+        "turn {turn} cannot be read: {source} (was the database changed by something other than Flynn?)"
+    )]
+    CorruptTurn {
+        turn: TurnId,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A sequence number that is not in the session's history.
+    #[error("session '{session}' has no message {seq} in its history")]
+    UnknownMessage { session: String, seq: u64 },
+    /// A turn id the store does not know.
+    #[error("there is no turn {turn} in the session store")]
+    UnknownTurn { turn: TurnId },
+    /// A turn that cannot start because it has already ended.
+    #[error("turn {turn} cannot start: it has already ended ({})", .status.as_str())]
+    TurnFinished { turn: TurnId, status: TurnStatus },
+    /// `sessions.url` is not a URL this build understands.
+    #[error(
+        "sessions.url '{url}': {problem}; expected sqlite:///absolute/path.db or sqlite://relative/path.db"
+    )]
+    InvalidUrl {
+        /// The URL as configured, with any password replaced by `***`.
+        url: String,
+        problem: String,
+    },
+    /// A recognised backend this build does not have yet.
+    #[error(
+        "sessions.url '{url}': PostgreSQL session stores are not built yet; use sqlite:///absolute/path.db (or leave sessions.url unset for FLYNN_HOME/sessions.db)"
+    )]
+    UnsupportedBackend {
+        /// The URL as configured, with any password replaced by `***`.
+        url: String,
     },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// Whether retrying the same operation may succeed (a locked database).
+    /// Whether retrying the same operation may succeed (a busy store).
     pub fn is_retryable(&self) -> bool {
-        match self {
-            Error::Database(sqlx::Error::Database(db)) => {
-                matches!(db.code().as_deref(), Some("5" | "6"))
-            }
-            Error::Database(sqlx::Error::PoolTimedOut) => true,
+        matches!(self, Error::Busy { .. })
+    }
+}
+
+/// Classifies a sqlx error at the boundary: SQLite's BUSY and LOCKED (with
+/// their extended codes) and a pool that had no free connection in time
+/// are `Busy`; anything else is `Backend`.
+impl From<sqlx::Error> for Error {
+    fn from(error: sqlx::Error) -> Self {
+        let busy = match &error {
+            // SQLITE_BUSY (5) and SQLITE_LOCKED (6); sqlx reports extended
+            // codes, whose low byte is the primary code.
+            sqlx::Error::Database(db) => db
+                .code()
+                .and_then(|code| code.parse::<i64>().ok())
+                .is_some_and(|code| matches!(code & 0xff, 5 | 6)),
+            sqlx::Error::PoolTimedOut => true,
             _ => false,
+        };
+        let message = error.to_string();
+        if busy {
+            Error::Busy { message }
+        } else {
+            Error::Backend { message }
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_and_locked_are_retryable_and_other_failures_are_not() {
+        assert!(Error::from(sqlx::Error::PoolTimedOut).is_retryable());
+        assert!(!Error::from(sqlx::Error::RowNotFound).is_retryable());
+        assert!(
+            !Error::UnknownTurn { turn: TurnId(3) }.is_retryable(),
+            "a missing turn stays missing"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_locked_sqlite_database_reads_as_busy() {
+        use sqlx::sqlite::SqliteConnectOptions;
+        use sqlx::{ConnectOptions, Connection};
+
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteConnectOptions::new()
+            .filename(dir.path().join("locked.db"))
+            .create_if_missing(true)
+            .busy_timeout(std::time::Duration::ZERO);
+        let mut holder = options.connect().await.unwrap();
+        sqlx::query("CREATE TABLE t (x)")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        let mut lock = holder.begin_with("BEGIN EXCLUSIVE").await.unwrap();
+        sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&mut *lock)
+            .await
+            .unwrap();
+
+        let mut other = options.connect().await.unwrap();
+        let error = Error::from(
+            sqlx::query("INSERT INTO t VALUES (2)")
+                .execute(&mut other)
+                .await
+                .unwrap_err(),
+        );
+        assert!(error.is_retryable(), "{error:?}");
+        assert!(
+            error
+                .to_string()
+                .starts_with("the session database is busy: "),
+            "{error}"
+        );
+        lock.rollback().await.unwrap();
     }
 }

@@ -1,13 +1,129 @@
 //! Session storage for Flynn.
 //!
-//! A session is the conversation of one `channel:peer` key. [`SessionStore`]
-//! is the storage trait; [`SqliteStore`] implements it on a SQLite file
-//! through sqlx, in WAL mode, with migrations embedded in the binary.
+//! A session is the conversation of one `channel:peer` key: its messages
+//! (each with a sequence number unique across the store and never reused,
+//! and a position that orders the session's history), its turns (the
+//! durable inbox: a message is accepted as a pending turn before anything
+//! else happens to it, and joins the history when its turn starts), its
+//! metadata (agent, tier or model override, title, last channel), and the
+//! usage of its model calls, which outlives a reset.
+//!
+//! [`SessionStore`] is the backend-neutral trait, and [`Error`] says what
+//! went wrong without naming a database's codes. [`open`] opens the store
+//! the config names (see [`location`]); [`SqliteStore`] implements the
+//! trait on a SQLite file through sqlx, in WAL mode, with its migrations
+//! embedded in the binary.
 
 mod error;
 mod sqlite;
 mod store;
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use flynn_protocol::config::SessionsConfig;
+
 pub use error::{Error, Result};
-pub use sqlite::{SqliteStore, database_path};
-pub use store::{SessionInfo, SessionStore, UsageRecord, UsageTotal};
+pub use sqlite::SqliteStore;
+pub use store::{
+    SessionInfo, SessionMeta, SessionStore, StoredMessage, TurnOrigin, TurnRecord, TurnStatus,
+    UsageRecord, UsageTotal,
+};
+
+/// Where a session store lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// A SQLite database file (relative paths are relative to the current
+    /// directory).
+    Sqlite(PathBuf),
+}
+
+/// Where `config` puts the store, without touching the disk:
+/// `sessions.url` (`sqlite:///absolute/path.db`, `sqlite://relative/path.db`),
+/// else `sessions.database`, else `<home>/sessions.db`.
+///
+/// `postgres://` and `postgresql://` URLs are recognised and refused with
+/// [`Error::UnsupportedBackend`] until that backend exists; anything else
+/// is [`Error::InvalidUrl`]. Errors show the URL with its password hidden.
+pub fn location(config: &SessionsConfig, home: &Path) -> Result<StoreLocation> {
+    if let Some(url) = &config.url {
+        return location_of_url(url);
+    }
+    Ok(StoreLocation::Sqlite(
+        config
+            .database
+            .clone()
+            .unwrap_or_else(|| home.join("sessions.db")),
+    ))
+}
+
+/// Opens the store `config` names (see [`location`]), creating it and its
+/// directory if needed and bringing its schema up to date.
+pub async fn open(config: &SessionsConfig, home: &Path) -> Result<Arc<dyn SessionStore>> {
+    match location(config, home)? {
+        StoreLocation::Sqlite(path) => Ok(Arc::new(SqliteStore::open(&path).await?)),
+    }
+}
+
+fn location_of_url(url: &str) -> Result<StoreLocation> {
+    let invalid = |problem: &str| Error::InvalidUrl {
+        url: redact(url),
+        problem: problem.to_owned(),
+    };
+    let Some((scheme, rest)) = url.split_once("://") else {
+        if url.to_ascii_lowercase().starts_with("sqlite::memory:") {
+            return Err(invalid(
+                "in-memory stores would lose every session at exit, so they are not supported",
+            ));
+        }
+        return Err(invalid("not a URL (no '://')"));
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "sqlite" if rest.is_empty() => Err(invalid("the URL names no file")),
+        "sqlite" if rest.contains(['?', '#']) => Err(invalid(
+            "options after '?' or '#' are not supported; name the file only",
+        )),
+        "sqlite" => Ok(StoreLocation::Sqlite(PathBuf::from(rest))),
+        "postgres" | "postgresql" => Err(Error::UnsupportedBackend { url: redact(url) }),
+        "" => Err(invalid("the URL has no scheme")),
+        other => Err(invalid(&format!(
+            "'{other}://' is not a session store this build knows"
+        ))),
+    }
+}
+
+/// The URL with the password of its `user:password@` part replaced by
+/// `***`, so errors can show it.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redact_hides_only_the_password() {
+        assert_eq!(
+            redact("postgres://flynn:s3cr@t@db.local:5432/flynn?sslmode=require"),
+            "postgres://flynn:***@db.local:5432/flynn?sslmode=require"
+        );
+        assert_eq!(
+            redact("postgres://flynn@db.local/flynn"),
+            "postgres://flynn@db.local/flynn"
+        );
+        assert_eq!(redact("sqlite:///var/x.db"), "sqlite:///var/x.db");
+        assert_eq!(redact("not a url"), "not a url");
+    }
+}

@@ -3,12 +3,17 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use flynn_protocol::config::SessionsConfig;
-use flynn_protocol::{Message, Role, SessionKey, Tier, Usage};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use flynn_protocol::config::ModelRef;
+use flynn_protocol::{ContentBlock, Message, Role, SessionKey, Tier, TurnId, Usage};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 
-use crate::{Error, Result, SessionInfo, SessionStore, UsageRecord, UsageTotal};
+use crate::{
+    Error, Result, SessionInfo, SessionMeta, SessionStore, StoredMessage, TurnOrigin, TurnRecord,
+    TurnStatus, UsageRecord, UsageTotal,
+};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -21,7 +26,7 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and brings its
-    /// schema up to date.
+    /// schema up to date; a current database is left as it is.
     pub async fn open(path: &Path) -> Result<Self> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| Error::CreateDir {
@@ -29,6 +34,7 @@ impl SqliteStore {
                 source,
             })?;
         }
+        let location = path.display().to_string();
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -40,24 +46,18 @@ impl SqliteStore {
             .max_connections(4)
             .connect_with(options)
             .await
-            .map_err(|source| Error::Open {
-                path: path.to_path_buf(),
-                source,
+            .map_err(|e| Error::Open {
+                location: location.clone(),
+                message: e.to_string(),
             })?;
-        MIGRATOR.run(&pool).await.map_err(|source| Error::Migrate {
-            path: path.to_path_buf(),
-            source,
+        MIGRATOR.run(&pool).await.map_err(|e| Error::Migrate {
+            location,
+            message: e.to_string(),
         })?;
         Ok(SqliteStore {
             pool,
             path: path.to_path_buf(),
         })
-    }
-
-    /// Opens the database `sessions.database` names, else
-    /// `<home>/sessions.db`.
-    pub async fn open_configured(config: &SessionsConfig, home: &Path) -> Result<Self> {
-        Self::open(&database_path(config, home)).await
     }
 
     /// The database file.
@@ -70,56 +70,91 @@ impl SqliteStore {
         self.pool.close().await;
     }
 
-    async fn insert(
-        tx: &mut Transaction<'_, Sqlite>,
-        key: &SessionKey,
-        messages: &[Message],
-        now: i64,
-    ) -> Result<()> {
+    /// Creates the session if needed and stamps it as the most recently
+    /// updated one: `updated_at` is the wall clock, but always after every
+    /// other session's (by a millisecond when writes come faster than the
+    /// clock ticks), so `list` shows the true order of changes.
+    async fn touch(tx: &mut Transaction<'_, Sqlite>, key: &SessionKey, now: i64) -> Result<()> {
         sqlx::query(
-            "INSERT INTO sessions (key, created_at, updated_at) VALUES (?1, ?2, ?2)
+            "INSERT INTO sessions (key, created_at, updated_at)
+             SELECT ?1, stamp, stamp
+             FROM (SELECT MAX(?2, COALESCE((SELECT MAX(updated_at) FROM sessions), 0) + 1) AS stamp)
+             WHERE true
              ON CONFLICT (key) DO UPDATE SET updated_at = excluded.updated_at",
         )
         .bind(key.as_str())
         .bind(now)
         .execute(&mut **tx)
         .await?;
-        let next: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(MAX(seq), -1) + 1 FROM messages WHERE session_key = ?1",
-        )
-        .bind(key.as_str())
-        .fetch_one(&mut **tx)
-        .await?;
-        for (offset, message) in messages.iter().enumerate() {
-            let content =
-                serde_json::to_string(&message.content).map_err(|source| Error::Corrupt {
-                    key: key.to_string(),
-                    seq: next + offset as i64,
-                    source,
-                })?;
-            sqlx::query(
-                "INSERT INTO messages (session_key, seq, role, content, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
+        Ok(())
+    }
+
+    /// Inserts messages at the end of the session (position = sequence).
+    /// Nothing to insert changes nothing.
+    async fn insert(
+        tx: &mut Transaction<'_, Sqlite>,
+        key: &SessionKey,
+        turn: Option<TurnId>,
+        messages: &[Message],
+        now: i64,
+    ) -> Result<Vec<u64>> {
+        if messages.is_empty() {
+            return Ok(Vec::new());
+        }
+        Self::touch(tx, key, now).await?;
+        let mut seqs = Vec::with_capacity(messages.len());
+        for message in messages {
+            let content = encode(&message.content)?;
+            // Position = sequence, so appends sort last. The sequence is
+            // only known after the insert; until the update the row holds
+            // a position above every stored sequence, which is free because
+            // no message's position exceeds its own sequence (appends are
+            // equal, compaction puts new numbers at old positions).
+            let seq: i64 = sqlx::query_scalar(
+                "INSERT INTO messages (session_key, pos, turn_id, role, content, created_at)
+                 VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages), ?2, ?3, ?4, ?5)
+                 RETURNING seq",
             )
             .bind(key.as_str())
-            .bind(next + offset as i64)
+            .bind(turn.map(|t| to_i64(t.0)))
             .bind(message.role.as_str())
             .bind(content)
             .bind(now)
-            .execute(&mut **tx)
+            .fetch_one(&mut **tx)
             .await?;
+            sqlx::query("UPDATE messages SET pos = seq WHERE seq = ?1")
+                .bind(seq)
+                .execute(&mut **tx)
+                .await?;
+            seqs.push(to_u64(seq));
         }
-        Ok(())
+        Ok(seqs)
+    }
+
+    async fn read_messages(
+        &self,
+        key: &SessionKey,
+        query: sqlx::query::Query<'_, Sqlite, sqlx::sqlite::SqliteArguments>,
+    ) -> Result<Vec<StoredMessage>> {
+        let rows = query.fetch_all(&self.pool).await?;
+        rows.iter().map(|row| stored_from_row(key, row)).collect()
     }
 }
 
-/// Where the session database lives: `sessions.database`, else
-/// `<home>/sessions.db`.
-pub fn database_path(config: &SessionsConfig, home: &Path) -> PathBuf {
-    config
-        .database
-        .clone()
-        .unwrap_or_else(|| home.join("sessions.db"))
+fn encode(content: &[ContentBlock]) -> Result<String> {
+    // Content blocks are plain JSON-shaped data; this cannot fail short of
+    // running out of memory.
+    serde_json::to_string(content).map_err(|e| Error::Backend {
+        message: format!("cannot encode a message as JSON: {e}"),
+    })
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn to_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
 }
 
 fn now_millis() -> i64 {
@@ -128,7 +163,41 @@ fn now_millis() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-fn info_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<Option<SessionInfo>> {
+fn stored_from_row(key: &SessionKey, row: &SqliteRow) -> Result<StoredMessage> {
+    let seq = to_u64(row.try_get("seq")?);
+    let role: String = row.try_get("role")?;
+    let content: String = row.try_get("content")?;
+    let turn: Option<i64> = row.try_get("turn_id")?;
+    let corrupt = |source| Error::Corrupt {
+        key: key.to_string(),
+        seq,
+        source,
+    };
+    let role = serde_json::from_value::<Role>(serde_json::Value::String(role)).map_err(corrupt)?;
+    let content = serde_json::from_str(&content).map_err(corrupt)?;
+    Ok(StoredMessage {
+        seq,
+        turn: turn.map(|t| TurnId(to_u64(t))),
+        created_at: row.try_get("created_at")?,
+        message: Message { role, content },
+    })
+}
+
+fn meta_from_row(row: &SqliteRow) -> Result<SessionMeta> {
+    let tier: Option<String> = row.try_get("tier")?;
+    let model: Option<String> = row.try_get("model")?;
+    Ok(SessionMeta {
+        agent: row.try_get("agent")?,
+        // Written from `Tier::as_str` and `ModelRef`'s display; anything
+        // else reads as unset.
+        tier: tier.and_then(|t| t.parse::<Tier>().ok()),
+        model: model.and_then(|m| m.parse::<ModelRef>().ok()),
+        title: row.try_get("title")?,
+        last_channel: row.try_get("last_channel")?,
+    })
+}
+
+fn info_from_row(row: &SqliteRow) -> Result<Option<SessionInfo>> {
     let key: String = row.try_get("key")?;
     // Keys are validated on the way in; a row that no longer parses is skipped.
     let Ok(key) = SessionKey::from_str(&key) else {
@@ -137,7 +206,47 @@ fn info_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<Option<SessionInfo>> {
     let count: i64 = row.try_get("message_count")?;
     Ok(Some(SessionInfo {
         key,
-        message_count: u64::try_from(count).unwrap_or(0),
+        message_count: to_u64(count),
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        meta: meta_from_row(row)?,
+    }))
+}
+
+fn status_from(text: &str) -> TurnStatus {
+    match text {
+        "pending" => TurnStatus::Pending,
+        "running" => TurnStatus::Running,
+        "completed" => TurnStatus::Completed,
+        "cancelled" => TurnStatus::Cancelled,
+        "interrupted" => TurnStatus::Interrupted,
+        // "failed"; the table's CHECK constraint admits nothing else.
+        _ => TurnStatus::Failed,
+    }
+}
+
+fn turn_from_row(row: &SqliteRow) -> Result<Option<TurnRecord>> {
+    let key: String = row.try_get("session_key")?;
+    let Ok(session) = SessionKey::from_str(&key) else {
+        return Ok(None);
+    };
+    let id = TurnId(to_u64(row.try_get("id")?));
+    let content: String = row.try_get("content")?;
+    let content =
+        serde_json::from_str(&content).map_err(|source| Error::CorruptTurn { turn: id, source })?;
+    let status: String = row.try_get("status")?;
+    let message_seq: Option<i64> = row.try_get("message_seq")?;
+    let owner: i64 = row.try_get("owner_pid")?;
+    Ok(Some(TurnRecord {
+        id,
+        session,
+        status: status_from(&status),
+        content,
+        origin: TurnOrigin {
+            agent: row.try_get("agent")?,
+            owner_pid: u32::try_from(owner).unwrap_or(0),
+        },
+        message_seq: message_seq.map(to_u64),
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     }))
@@ -146,7 +255,8 @@ fn info_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<Option<SessionInfo>> {
 macro_rules! info_select {
     ($tail:literal) => {
         concat!(
-            "SELECT s.key, s.created_at, s.updated_at,
+            "SELECT s.key, s.created_at, s.updated_at, s.agent, s.tier, s.model, s.title,
+                s.last_channel,
                 (SELECT COUNT(*) FROM messages m WHERE m.session_key = s.key) AS message_count
              FROM sessions s ",
             $tail
@@ -154,38 +264,112 @@ macro_rules! info_select {
     };
 }
 
+macro_rules! message_select {
+    ($tail:literal) => {
+        concat!(
+            "SELECT seq, turn_id, role, content, created_at FROM messages ",
+            $tail
+        )
+    };
+}
+
+macro_rules! turn_select {
+    ($tail:literal) => {
+        concat!(
+            "SELECT id, session_key, status, content, agent, owner_pid, message_seq, created_at,
+                updated_at FROM turns ",
+            $tail
+        )
+    };
+}
+
 #[async_trait]
 impl SessionStore for SqliteStore {
-    async fn append(&self, key: &SessionKey, messages: &[Message]) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        Self::insert(&mut tx, key, messages, now_millis()).await?;
+    async fn append(&self, key: &SessionKey, messages: &[Message]) -> Result<Vec<u64>> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let seqs = Self::insert(&mut tx, key, None, messages, now_millis()).await?;
         tx.commit().await?;
-        Ok(())
+        Ok(seqs)
     }
 
-    async fn history(&self, key: &SessionKey) -> Result<Vec<Message>> {
-        let rows = sqlx::query(
-            "SELECT seq, role, content FROM messages WHERE session_key = ?1 ORDER BY seq",
-        )
-        .bind(key.as_str())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let seq: i64 = row.try_get("seq")?;
-                let role: String = row.try_get("role")?;
-                let content: String = row.try_get("content")?;
-                let corrupt = |source| Error::Corrupt {
-                    key: key.to_string(),
-                    seq,
-                    source,
+    async fn append_answer(
+        &self,
+        key: &SessionKey,
+        turn: Option<TurnId>,
+        message: &Message,
+        usage: &UsageRecord,
+    ) -> Result<u64> {
+        let now = now_millis();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let seqs = Self::insert(&mut tx, key, turn, std::slice::from_ref(message), now).await?;
+        insert_usage(&mut tx, usage, now).await?;
+        tx.commit().await?;
+        Ok(seqs.first().copied().unwrap_or_default())
+    }
+
+    async fn append_for_turn(
+        &self,
+        key: &SessionKey,
+        turn: TurnId,
+        messages: &[Message],
+    ) -> Result<Vec<u64>> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let seqs = Self::insert(&mut tx, key, Some(turn), messages, now_millis()).await?;
+        tx.commit().await?;
+        Ok(seqs)
+    }
+
+    async fn history(&self, key: &SessionKey) -> Result<Vec<StoredMessage>> {
+        let sql = message_select!("WHERE session_key = ?1 ORDER BY pos");
+        self.read_messages(key, sqlx::query(sql).bind(key.as_str()))
+            .await
+    }
+
+    async fn history_since(&self, key: &SessionKey, after: u64) -> Result<Vec<StoredMessage>> {
+        let sql = message_select!("WHERE session_key = ?1 AND seq > ?2 ORDER BY pos");
+        self.read_messages(key, sqlx::query(sql).bind(key.as_str()).bind(to_i64(after)))
+            .await
+    }
+
+    async fn history_page(
+        &self,
+        key: &SessionKey,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut page = match before {
+            Some(before) => {
+                let pos: Option<i64> = sqlx::query_scalar(
+                    "SELECT pos FROM messages WHERE session_key = ?1 AND seq = ?2",
+                )
+                .bind(key.as_str())
+                .bind(to_i64(before))
+                .fetch_optional(&self.pool)
+                .await?;
+                let Some(pos) = pos else {
+                    return Err(Error::UnknownMessage {
+                        session: key.to_string(),
+                        seq: before,
+                    });
                 };
-                let role = serde_json::from_value::<Role>(serde_json::Value::String(role))
-                    .map_err(corrupt)?;
-                let content = serde_json::from_str(&content).map_err(corrupt)?;
-                Ok(Message { role, content })
-            })
-            .collect()
+                let sql = message_select!(
+                    "WHERE session_key = ?1 AND pos < ?2 ORDER BY pos DESC LIMIT ?3"
+                );
+                self.read_messages(
+                    key,
+                    sqlx::query(sql).bind(key.as_str()).bind(pos).bind(limit),
+                )
+                .await?
+            }
+            None => {
+                let sql = message_select!("WHERE session_key = ?1 ORDER BY pos DESC LIMIT ?2");
+                self.read_messages(key, sqlx::query(sql).bind(key.as_str()).bind(limit))
+                    .await?
+            }
+        };
+        page.reverse();
+        Ok(page)
     }
 
     async fn list(&self) -> Result<Vec<SessionInfo>> {
@@ -218,36 +402,91 @@ impl SessionStore for SqliteStore {
         Ok(done.rows_affected() > 0)
     }
 
-    async fn replace_history(&self, key: &SessionKey, messages: &[Message]) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("DELETE FROM messages WHERE session_key = ?1")
+    async fn replace_history(
+        &self,
+        key: &SessionKey,
+        upto: u64,
+        replacement: &[Message],
+    ) -> Result<Vec<u64>> {
+        let now = now_millis();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let pos: Option<i64> =
+            sqlx::query_scalar("SELECT pos FROM messages WHERE session_key = ?1 AND seq = ?2")
+                .bind(key.as_str())
+                .bind(to_i64(upto))
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some(pos) = pos else {
+            return Err(Error::UnknownMessage {
+                session: key.to_string(),
+                seq: upto,
+            });
+        };
+        sqlx::query("DELETE FROM messages WHERE session_key = ?1 AND pos <= ?2")
             .bind(key.as_str())
+            .bind(pos)
             .execute(&mut *tx)
             .await?;
-        Self::insert(&mut tx, key, messages, now_millis()).await?;
+        Self::touch(&mut tx, key, now).await?;
+        // The replacement takes the positions just freed, ending at `pos`,
+        // so what was appended after `upto` stays after it.
+        let count = i64::try_from(replacement.len()).unwrap_or(i64::MAX);
+        let mut seqs = Vec::with_capacity(replacement.len());
+        for (i, message) in (0_i64..).zip(replacement) {
+            let seq: i64 = sqlx::query_scalar(
+                "INSERT INTO messages (session_key, pos, turn_id, role, content, created_at)
+                 VALUES (?1, ?2, NULL, ?3, ?4, ?5) RETURNING seq",
+            )
+            .bind(key.as_str())
+            .bind(pos - count + 1 + i)
+            .bind(message.role.as_str())
+            .bind(encode(&message.content)?)
+            .bind(now)
+            .fetch_one(&mut *tx)
+            .await?;
+            seqs.push(to_u64(seq));
+        }
+        tx.commit().await?;
+        Ok(seqs)
+    }
+
+    async fn metadata(&self, key: &SessionKey) -> Result<SessionMeta> {
+        let row = sqlx::query(
+            "SELECT agent, tier, model, title, last_channel FROM sessions WHERE key = ?1",
+        )
+        .bind(key.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        match row {
+            Some(row) => meta_from_row(&row),
+            None => Ok(SessionMeta::default()),
+        }
+    }
+
+    async fn set_metadata(&self, key: &SessionKey, meta: &SessionMeta) -> Result<()> {
+        let now = now_millis();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        Self::touch(&mut tx, key, now).await?;
+        sqlx::query(
+            "UPDATE sessions SET agent = ?2, tier = ?3, model = ?4, title = ?5, last_channel = ?6
+             WHERE key = ?1",
+        )
+        .bind(key.as_str())
+        .bind(meta.agent.as_deref())
+        .bind(meta.tier.map(Tier::as_str))
+        .bind(meta.model.as_ref().map(ModelRef::to_string))
+        .bind(meta.title.as_deref())
+        .bind(meta.last_channel.as_deref())
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(())
     }
 
     async fn record_usage(&self, record: &UsageRecord) -> Result<()> {
-        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        sqlx::query(
-            "INSERT INTO usage (session_key, provider, model, tier, input_tokens, output_tokens,
-                 cache_read_tokens, cache_write_tokens, cost_usd, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        )
-        .bind(record.session.as_str())
-        .bind(&record.provider)
-        .bind(&record.model)
-        .bind(record.tier.as_str())
-        .bind(count(record.usage.input_tokens))
-        .bind(count(record.usage.output_tokens))
-        .bind(count(record.usage.cache_read_tokens))
-        .bind(count(record.usage.cache_write_tokens))
-        .bind(record.cost_usd)
-        .bind(now_millis())
-        .execute(&self.pool)
-        .await?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        insert_usage(&mut tx, record, now_millis()).await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -271,9 +510,7 @@ impl SessionStore for SqliteStore {
             let Ok(tier) = tier.parse::<Tier>() else {
                 continue;
             };
-            let count = |name: &str| -> Result<u64> {
-                Ok(u64::try_from(row.try_get::<i64, _>(name)?).unwrap_or(0))
-            };
+            let count = |name: &str| -> Result<u64> { Ok(to_u64(row.try_get::<i64, _>(name)?)) };
             totals.push((
                 tier,
                 UsageTotal {
@@ -292,4 +529,142 @@ impl SessionStore for SqliteStore {
         totals.sort_by_key(|(tier, _)| *tier);
         Ok(totals)
     }
+
+    async fn accept(
+        &self,
+        key: &SessionKey,
+        content: &[ContentBlock],
+        origin: &TurnOrigin,
+    ) -> Result<TurnRecord> {
+        let now = now_millis();
+        let encoded = encode(content)?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        Self::touch(&mut tx, key, now).await?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO turns (session_key, status, content, agent, owner_pid, created_at, updated_at)
+             VALUES (?1, 'pending', ?2, ?3, ?4, ?5, ?5) RETURNING id",
+        )
+        .bind(key.as_str())
+        .bind(encoded)
+        .bind(&origin.agent)
+        .bind(i64::from(origin.owner_pid))
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(TurnRecord {
+            id: TurnId(to_u64(id)),
+            session: key.clone(),
+            status: TurnStatus::Pending,
+            content: content.to_vec(),
+            origin: origin.clone(),
+            message_seq: None,
+            created_at: now,
+            updated_at: now,
+        })
+    }
+
+    async fn start_turn(&self, turn: TurnId, owner_pid: u32) -> Result<u64> {
+        let now = now_millis();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let sql = turn_select!("WHERE id = ?1");
+        let row = sqlx::query(sql)
+            .bind(to_i64(turn.0))
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(record) = row.as_ref().map(turn_from_row).transpose()?.flatten() else {
+            return Err(Error::UnknownTurn { turn });
+        };
+        let seq = match (record.status, record.message_seq) {
+            (TurnStatus::Running, Some(seq)) => seq,
+            (TurnStatus::Pending | TurnStatus::Running, _) => {
+                let message = Message {
+                    role: Role::User,
+                    content: record.content,
+                };
+                let seqs =
+                    Self::insert(&mut tx, &record.session, Some(turn), &[message], now).await?;
+                seqs.first().copied().unwrap_or_default()
+            }
+            (status, _) => {
+                return Err(Error::TurnFinished { turn, status });
+            }
+        };
+        sqlx::query(
+            "UPDATE turns SET status = 'running', message_seq = ?2, owner_pid = ?3, updated_at = ?4
+             WHERE id = ?1",
+        )
+        .bind(to_i64(turn.0))
+        .bind(to_i64(seq))
+        .bind(i64::from(owner_pid))
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(seq)
+    }
+
+    async fn finish_turn(&self, turn: TurnId, status: TurnStatus) -> Result<()> {
+        let done = sqlx::query("UPDATE turns SET status = ?2, updated_at = ?3 WHERE id = ?1")
+            .bind(to_i64(turn.0))
+            .bind(status.as_str())
+            .bind(now_millis())
+            .execute(&self.pool)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(Error::UnknownTurn { turn });
+        }
+        Ok(())
+    }
+
+    async fn turn(&self, turn: TurnId) -> Result<Option<TurnRecord>> {
+        let sql = turn_select!("WHERE id = ?1");
+        let row = sqlx::query(sql)
+            .bind(to_i64(turn.0))
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.as_ref().map(turn_from_row).transpose()?.flatten())
+    }
+
+    async fn open_turns(&self, session: Option<&SessionKey>) -> Result<Vec<TurnRecord>> {
+        let sql = turn_select!(
+            "WHERE status IN ('pending', 'running') AND (?1 IS NULL OR session_key = ?1)
+             ORDER BY id"
+        );
+        let rows = sqlx::query(sql)
+            .bind(session.map(SessionKey::as_str))
+            .fetch_all(&self.pool)
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            out.extend(turn_from_row(row)?);
+        }
+        Ok(out)
+    }
+}
+
+async fn insert_usage(
+    tx: &mut Transaction<'_, Sqlite>,
+    record: &UsageRecord,
+    now: i64,
+) -> Result<()> {
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    sqlx::query(
+        "INSERT INTO usage (session_key, provider, model, tier, input_tokens, output_tokens,
+             cache_read_tokens, cache_write_tokens, cost_usd, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    )
+    .bind(record.session.as_str())
+    .bind(&record.provider)
+    .bind(&record.model)
+    .bind(record.tier.as_str())
+    .bind(count(record.usage.input_tokens))
+    .bind(count(record.usage.output_tokens))
+    .bind(count(record.usage.cache_read_tokens))
+    .bind(count(record.usage.cache_write_tokens))
+    .bind(record.cost_usd)
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }

@@ -1,5 +1,6 @@
 use async_trait::async_trait;
-use flynn_protocol::{Message, SessionKey, Tier, Usage};
+use flynn_protocol::config::ModelRef;
+use flynn_protocol::{ContentBlock, Message, SessionKey, Tier, TurnId, Usage};
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
@@ -11,8 +12,39 @@ pub struct SessionInfo {
     pub message_count: u64,
     /// Unix milliseconds.
     pub created_at: i64,
-    /// Unix milliseconds of the last change.
+    /// Unix milliseconds of the last change; always later than the
+    /// previous change to any session, so it may run a few milliseconds
+    /// ahead of the clock during a burst of writes.
     pub updated_at: i64,
+    pub meta: SessionMeta,
+}
+
+/// What a session remembers about itself besides its messages.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionMeta {
+    /// The agent chosen for this session (`/agent`), over routing.
+    pub agent: Option<String>,
+    /// The tier chosen for this session (`/model <tier>`).
+    pub tier: Option<Tier>,
+    /// The model chosen for this session (`/model provider/model`); wins
+    /// over `tier`.
+    pub model: Option<ModelRef>,
+    pub title: Option<String>,
+    /// The channel the last message came from (`telegram`, `cli`...).
+    pub last_channel: Option<String>,
+}
+
+/// One stored message and where it sits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredMessage {
+    /// Unique and never reused, across every session; grows with every
+    /// message stored. A cursor for [`SessionStore::history_since`].
+    pub seq: u64,
+    /// The turn that stored it, when one did.
+    pub turn: Option<TurnId>,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    pub message: Message,
 }
 
 /// One model call's usage, as recorded.
@@ -38,28 +70,147 @@ pub struct UsageTotal {
     pub unpriced_calls: u64,
 }
 
+/// Where a turn stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnStatus {
+    /// Accepted and stored; waiting for its lane. Its message is not in
+    /// the history yet.
+    Pending,
+    /// Started: its message is in the history and the model may be
+    /// working on it.
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+    /// A process stopped while it was pending or running, and start-up
+    /// reported it.
+    Interrupted,
+}
+
+impl TurnStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnStatus::Pending => "pending",
+            TurnStatus::Running => "running",
+            TurnStatus::Completed => "completed",
+            TurnStatus::Failed => "failed",
+            TurnStatus::Cancelled => "cancelled",
+            TurnStatus::Interrupted => "interrupted",
+        }
+    }
+
+    /// Whether the turn still has work to do (pending or running).
+    pub fn is_open(self) -> bool {
+        matches!(self, TurnStatus::Pending | TurnStatus::Running)
+    }
+}
+
+/// Who accepted a turn, and on whose behalf.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnOrigin {
+    /// The agent that will answer.
+    pub agent: String,
+    /// The process that owns the turn while it is open; start-up leaves
+    /// open turns of live processes alone.
+    pub owner_pid: u32,
+}
+
+/// One accepted inbound message and its turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnRecord {
+    pub id: TurnId,
+    pub session: SessionKey,
+    pub status: TurnStatus,
+    /// The message as accepted.
+    pub content: Vec<ContentBlock>,
+    pub origin: TurnOrigin,
+    /// The message's sequence number in the history, once started.
+    pub message_seq: Option<u64>,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
 /// Where conversations are kept.
+///
+/// Sequence numbers are unique across the store and never reused, also
+/// after a reset or a compaction; a session's history is ordered by its
+/// own position, which compaction may give to new (higher-numbered)
+/// messages, so read the order from the history, not from the numbers.
 #[async_trait]
 pub trait SessionStore: Send + Sync {
     /// Adds messages to the end of a session, creating it if needed. All or
-    /// none of them are stored.
-    async fn append(&self, key: &SessionKey, messages: &[Message]) -> Result<()>;
+    /// none of them are stored. Returns their sequence numbers.
+    async fn append(&self, key: &SessionKey, messages: &[Message]) -> Result<Vec<u64>>;
 
-    /// The whole history of a session, oldest first; empty if unknown.
-    async fn history(&self, key: &SessionKey) -> Result<Vec<Message>>;
+    /// Adds a model's answer and the usage it cost in one transaction, so
+    /// a paid-for answer is never recorded without its usage, nor usage
+    /// without its answer.
+    async fn append_answer(
+        &self,
+        key: &SessionKey,
+        turn: Option<TurnId>,
+        message: &Message,
+        usage: &UsageRecord,
+    ) -> Result<u64>;
 
-    /// Every session, most recently updated first.
+    /// Like [`append`](Self::append), marking the messages as the turn's.
+    async fn append_for_turn(
+        &self,
+        key: &SessionKey,
+        turn: TurnId,
+        messages: &[Message],
+    ) -> Result<Vec<u64>>;
+
+    /// The whole history of a session, in order; empty if unknown.
+    async fn history(&self, key: &SessionKey) -> Result<Vec<StoredMessage>>;
+
+    /// The messages stored after sequence number `after` (a cursor from
+    /// an earlier read), in history order.
+    async fn history_since(&self, key: &SessionKey, after: u64) -> Result<Vec<StoredMessage>>;
+
+    /// One page of history, in order: the last `limit` messages before
+    /// the message numbered `before` (or the last `limit` when `None`).
+    /// Fails with [`Error::UnknownMessage`](crate::Error::UnknownMessage)
+    /// when `before` is not in this session's history.
+    async fn history_page(
+        &self,
+        key: &SessionKey,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>>;
+
+    /// Every session, most recently updated first (the store keeps
+    /// `updated_at` strictly increasing across changes, so the order is
+    /// exact even within a millisecond).
     async fn list(&self) -> Result<Vec<SessionInfo>>;
 
     /// One session's summary, if it exists.
     async fn info(&self, key: &SessionKey) -> Result<Option<SessionInfo>>;
 
-    /// Deletes a session and its history. Returns whether it existed.
+    /// Deletes a session, its history, metadata and turns. Returns whether
+    /// it existed. Usage records stay.
     async fn clear(&self, key: &SessionKey) -> Result<bool>;
 
-    /// Replaces a session's whole history in one transaction (compaction):
-    /// readers see either the old or the new history, never a mix.
-    async fn replace_history(&self, key: &SessionKey, messages: &[Message]) -> Result<()>;
+    /// Replaces the history up to and including message `upto` with
+    /// `replacement`, in one transaction (compaction): messages appended
+    /// after `upto` are kept, after the replacement. Readers see the old
+    /// or the new history, never a mix. Fails with
+    /// [`Error::UnknownMessage`](crate::Error::UnknownMessage) when `upto`
+    /// is not in this session's history.
+    async fn replace_history(
+        &self,
+        key: &SessionKey,
+        upto: u64,
+        replacement: &[Message],
+    ) -> Result<Vec<u64>>;
+
+    /// The session's metadata; the default when the session is unknown.
+    async fn metadata(&self, key: &SessionKey) -> Result<SessionMeta>;
+
+    /// Replaces the session's metadata, creating the session if needed.
+    async fn set_metadata(&self, key: &SessionKey, meta: &SessionMeta) -> Result<()>;
 
     /// Records one model call's usage.
     async fn record_usage(&self, record: &UsageRecord) -> Result<()>;
@@ -67,4 +218,37 @@ pub trait SessionStore: Send + Sync {
     /// Usage per tier, over one session or (with `None`) every session.
     /// Tiers without calls are left out.
     async fn usage_by_tier(&self, session: Option<&SessionKey>) -> Result<Vec<(Tier, UsageTotal)>>;
+
+    /// Accepts an inbound message: stores it durably as a pending turn,
+    /// creating the session if needed. Its message joins the history only
+    /// when the turn starts.
+    async fn accept(
+        &self,
+        key: &SessionKey,
+        content: &[ContentBlock],
+        origin: &TurnOrigin,
+    ) -> Result<TurnRecord>;
+
+    /// Starts a pending turn: appends its message to the history and marks
+    /// it running, in one transaction. Returns the message's sequence
+    /// number. Starting a running turn again (a rerun after a crash)
+    /// returns the sequence number it already has. `owner_pid` becomes the
+    /// turn's owner. Fails with
+    /// [`Error::UnknownTurn`](crate::Error::UnknownTurn) for a turn the
+    /// store does not have (its session may have been reset) and
+    /// [`Error::TurnFinished`](crate::Error::TurnFinished) for one that
+    /// has ended.
+    async fn start_turn(&self, turn: TurnId, owner_pid: u32) -> Result<u64>;
+
+    /// Sets a turn's status (`completed`, `failed`...). Fails with
+    /// [`Error::UnknownTurn`](crate::Error::UnknownTurn) for a turn the
+    /// store does not have.
+    async fn finish_turn(&self, turn: TurnId, status: TurnStatus) -> Result<()>;
+
+    /// One turn, if it exists.
+    async fn turn(&self, turn: TurnId) -> Result<Option<TurnRecord>>;
+
+    /// Every pending or running turn, of one session or (with `None`) of
+    /// every session, oldest first.
+    async fn open_turns(&self, session: Option<&SessionKey>) -> Result<Vec<TurnRecord>>;
 }

@@ -140,6 +140,7 @@ fn answer(shared: &Shared, key: Option<&str>, request: &CapturedRequest) -> Resp
             body,
         } => return server::scripted_error(status, &headers, &body),
         Reply::RawSse(body) => return server::raw_sse(&body),
+        Reply::Stall(body) => return server::stalled_sse(&body),
     };
     let stop_reason = if blocks.iter().any(|b| matches!(b, Block::ToolUse { .. })) {
         "tool_use"

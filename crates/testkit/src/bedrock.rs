@@ -224,6 +224,14 @@ fn answer(inner: &Inner, request: &CapturedRequest) -> Response {
         Script::Reply(Reply::RawSse(body)) => {
             return binary(vec![body.into_bytes()], &request_id);
         }
+        Script::Reply(Reply::Stall(body)) => {
+            let message = format!(
+                "flynn-testkit: FakeBedrock does not script Reply::Stall (got {} bytes); use FakeOpenAi or FakeAnthropic",
+                body.len()
+            );
+            shared.violation(message.clone());
+            return error(500, "InternalServerException", &message);
+        }
         Script::Reply(Reply::Text(text)) => vec![Block::Text(text)],
         Script::Reply(Reply::ToolCalls(calls)) => calls
             .into_iter()

@@ -266,6 +266,7 @@ impl Answer {
                 body,
             } => Answer::Scripted(server::scripted_error(status, &headers, &body)),
             Reply::RawSse(body) => Answer::Scripted(server::raw_sse(&body)),
+            Reply::Stall(body) => Answer::Scripted(server::stalled_sse(&body)),
         }
     }
 }

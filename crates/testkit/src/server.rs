@@ -67,6 +67,10 @@ pub enum Reply {
     /// A `200 text/event-stream` response whose body is exactly these bytes
     /// (truncated or malformed streams, error events).
     RawSse(String),
+    /// A `200 text/event-stream` response that sends exactly these bytes and
+    /// then stays open, sending nothing more: a server that hangs in the
+    /// middle of an answer (for cancellation and crash tests).
+    Stall(String),
 }
 
 /// The methods every scripted fake shares. Expands inside `impl FakeX`
@@ -310,6 +314,19 @@ pub(crate) fn raw_sse(body: &str) -> Response {
         200,
         &[("content-type", "text/event-stream; charset=utf-8")],
         Body::from(body.to_owned()),
+    )
+}
+
+/// `Reply::Stall`: these bytes, then an open connection and silence.
+pub(crate) fn stalled_sse(body: &str) -> Response {
+    let first = futures::stream::once(std::future::ready(Ok::<_, Infallible>(Bytes::from(
+        body.to_owned(),
+    ))));
+    let chunks = futures::StreamExt::chain(first, futures::stream::pending());
+    respond(
+        200,
+        &[("content-type", "text/event-stream; charset=utf-8")],
+        Body::from_stream(chunks),
     )
 }
 

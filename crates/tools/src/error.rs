@@ -12,6 +12,10 @@ pub enum ToolError {
     Timeout { tool: String, after: Duration },
     #[error("{tool} was cancelled")]
     Cancelled { tool: String },
+    /// The gate refused the call: the agent's policy, a person, or nobody
+    /// answering a confirmation in time. The tool did not run.
+    #[error("{tool} was denied: {reason}")]
+    Denied { tool: String, reason: String },
     /// The tool ran and failed; the message is for the model.
     #[error("{0}")]
     Failed(String),
@@ -20,5 +24,10 @@ pub enum ToolError {
 impl ToolError {
     pub fn failed(message: impl Into<String>) -> Self {
         ToolError::Failed(message.into())
+    }
+
+    /// The gate refused the call, so the tool never ran.
+    pub fn is_denied(&self) -> bool {
+        matches!(self, ToolError::Denied { .. })
     }
 }

@@ -1,18 +1,36 @@
 //! Tools for Flynn: what the model can do besides talk.
 //!
 //! Tool authors implement [`TypedTool`] with an argument struct that derives
-//! `Deserialize` + `JsonSchema`; the [`ToolRegistry`] erases the type and
-//! serialises every tool's spec for the providers. The [`ToolExecutor`] runs
-//! calls with a timeout, cancellation and output truncation, and turns every
-//! failure into a tool result the model can read.
+//! `Deserialize` + `JsonSchema`, and declare the tool's [`ToolEffect`]
+//! (read-only tools may run in parallel); the [`ToolRegistry`] erases the
+//! type and serialises every tool's spec for the providers, all of them or
+//! only those an agent's [`ToolPolicy`] allows ([`ToolRegistry::specs_for`]).
+//!
+//! The [`ToolExecutor`] runs a call through the gate first: the agent's
+//! [`ToolPolicy`] (a profile, `enabled` and `deny` globs), then the
+//! [`Hooks`] (`tools.hooks`: confirm, log or silent), then, when a hook says
+//! confirm, the context's [`Approver`], bounded by
+//! `tools.confirm_timeout_secs` and the turn's cancellation, with a
+//! [`GateObserver`] told how it went. Only then does the tool's own timeout
+//! start; output is truncated, and every failure, a denial included,
+//! becomes a tool result the model can read.
+//!
+//! [`ToolEffect`]: flynn_protocol::ToolEffect
 
 pub mod builtin;
 mod error;
 mod executor;
+mod gate;
+mod glob;
+mod hooks;
+mod policy;
 mod registry;
 mod tool;
 
 pub use error::ToolError;
 pub use executor::{ToolExecutor, truncate_output};
+pub use gate::{ApprovalRequest, ApproveAll, Approver, Decision, DenyAll, GateObserver};
+pub use hooks::Hooks;
+pub use policy::{ToolPolicy, UnknownTools};
 pub use registry::ToolRegistry;
 pub use tool::{Tool, ToolContext, TypedTool, into_dyn};

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use flynn_protocol::{ToolNameMap, ToolSpec};
 use serde_json::{Value, json};
 
-use crate::{Tool, TypedTool};
+use crate::{Tool, ToolPolicy, TypedTool};
 
 /// The tools offered to the model, by dotted name.
 #[derive(Clone, Default)]
@@ -61,11 +61,17 @@ impl ToolRegistry {
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools
             .values()
-            .map(|tool| ToolSpec {
-                name: tool.name().to_owned(),
-                description: tool.description().to_owned(),
-                input_schema: tool.input_schema(),
-            })
+            .map(|tool| spec(tool.as_ref()))
+            .collect()
+    }
+
+    /// The specs of the tools `policy` allows, sorted by name: what one
+    /// agent's model is offered.
+    pub fn specs_for(&self, policy: &ToolPolicy) -> Vec<ToolSpec> {
+        self.tools
+            .values()
+            .filter(|tool| policy.allows(tool.name()))
+            .map(|tool| spec(tool.as_ref()))
             .collect()
     }
 
@@ -106,5 +112,13 @@ impl ToolRegistry {
                 })
                 .collect(),
         )
+    }
+}
+
+fn spec(tool: &dyn Tool) -> ToolSpec {
+    ToolSpec {
+        name: tool.name().to_owned(),
+        description: tool.description().to_owned(),
+        input_schema: tool.input_schema(),
     }
 }

@@ -1,28 +1,54 @@
+use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use flynn_protocol::{SessionKey, ToolEffect, TurnId};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::ToolError;
+use crate::{Approver, DenyAll, GateObserver, ToolError, ToolPolicy};
 
-/// What a tool call may use besides its arguments.
-#[derive(Debug, Clone)]
+/// What a tool call may use besides its arguments, and what its gate
+/// needs: who is calling, what they may use, and whom to ask.
+#[derive(Clone)]
 pub struct ToolContext {
     /// Directory that relative paths and commands start in.
     pub workspace: PathBuf,
-    /// Fires when the turn is cancelled; long-running tools must stop.
+    /// Fires when the turn is cancelled; long-running tools must stop, and
+    /// a confirmation wait ends.
     pub cancel: CancellationToken,
+    pub session: SessionKey,
+    /// The agent's name, as `agents.list` spells it.
+    pub agent: String,
+    /// The turn the call belongs to; `None` outside a turn.
+    pub turn: Option<TurnId>,
+    /// The tools this agent may run; the executor refuses the rest.
+    pub policy: Arc<ToolPolicy>,
+    /// Answers calls that a `confirm` hook holds back.
+    pub approver: Arc<dyn Approver>,
+    /// Told when a confirmation is asked for and how it ended.
+    pub observer: Option<Arc<dyn GateObserver>>,
 }
 
 impl ToolContext {
+    /// For tests and one-off calls: session `local:default`, agent `main`,
+    /// no turn, every tool allowed, and every confirmation denied (no one is
+    /// there to ask), with no observer.
     pub fn new(workspace: impl Into<PathBuf>) -> Self {
         ToolContext {
             workspace: workspace.into(),
             cancel: CancellationToken::new(),
+            session: SessionKey::new("local", "default")
+                .unwrap_or_else(|_| unreachable!("`local:default` is a valid session key")),
+            agent: "main".to_owned(),
+            turn: None,
+            policy: Arc::new(ToolPolicy::allow_all()),
+            approver: Arc::new(DenyAll::new("no one is available to approve it")),
+            observer: None,
         }
     }
 
@@ -34,6 +60,20 @@ impl ToolContext {
         } else {
             self.workspace.join(path)
         }
+    }
+}
+
+impl fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("workspace", &self.workspace)
+            .field("cancelled", &self.cancel.is_cancelled())
+            .field("session", &self.session)
+            .field("agent", &self.agent)
+            .field("turn", &self.turn)
+            .field("policy", &self.policy)
+            .field("observer", &self.observer.is_some())
+            .finish_non_exhaustive()
     }
 }
 
@@ -50,8 +90,18 @@ pub trait TypedTool: Send + Sync + 'static {
     /// One or two sentences telling the model when to use it.
     fn description(&self) -> &str;
 
-    /// How long a call may run before the executor stops it.
+    /// How long a call may run before the executor stops it (not counting
+    /// a wait for confirmation).
     fn timeout(&self) -> Duration;
+
+    /// What a call does to the world; approvers are shown it.
+    fn effect(&self) -> ToolEffect;
+
+    /// Whether calls may run alongside other such calls in one batch;
+    /// by default only read-only tools.
+    fn parallel_safe(&self) -> bool {
+        self.effect() == ToolEffect::ReadOnly
+    }
 
     async fn run(&self, args: Self::Args, ctx: &ToolContext) -> Result<String, ToolError>;
 }
@@ -63,12 +113,16 @@ pub trait Tool: Send + Sync {
     fn description(&self) -> &str;
     fn input_schema(&self) -> Value;
     fn timeout(&self) -> Duration;
+    fn effect(&self) -> ToolEffect;
+    fn parallel_safe(&self) -> bool {
+        self.effect() == ToolEffect::ReadOnly
+    }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError>;
 }
 
 /// Erases a typed tool's argument type so it can sit in a registry.
-pub fn into_dyn<T: TypedTool>(tool: T) -> std::sync::Arc<dyn Tool> {
-    std::sync::Arc::new(Typed::new(tool))
+pub fn into_dyn<T: TypedTool>(tool: T) -> Arc<dyn Tool> {
+    Arc::new(Typed::new(tool))
 }
 
 /// Adapts a [`TypedTool`] to [`Tool`].
@@ -102,6 +156,14 @@ impl<T: TypedTool> Tool for Typed<T> {
 
     fn timeout(&self) -> Duration {
         self.tool.timeout()
+    }
+
+    fn effect(&self) -> ToolEffect {
+        self.tool.effect()
+    }
+
+    fn parallel_safe(&self) -> bool {
+        self.tool.parallel_safe()
     }
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {

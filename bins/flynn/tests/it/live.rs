@@ -1,19 +1,24 @@
 //! Opt-in tests against real servers the project did not write (see
 //! `scripts/llama-server.sh`). Each runs only when its variable is set:
 //! `FLYNN_LIVE_OPENAI_BASE_URL` (an OpenAI-compatible `/v1` URL) and
-//! `FLYNN_LIVE_ANTHROPIC_BASE_URL` (an Anthropic Messages base URL). The
-//! answers are whatever the model says; the tests check the protocol.
+//! `FLYNN_LIVE_ANTHROPIC_BASE_URL` (an Anthropic Messages base URL), and
+//! are ignored otherwise: run them with
+//! `cargo test -p flynn --test it live -- --ignored`. The answers are
+//! whatever the model says; the tests check the protocol.
 
 use serde_json::Value;
 
 use crate::{Env, stderr, stdout};
 
-fn live(name: &str) -> Option<String> {
-    let value = std::env::var(name).ok().filter(|v| !v.is_empty());
-    if value.is_none() {
-        eprintln!("skipped: set {name} to run this test against a live server");
+/// The variable's value; a run with `--ignored` but without the variable
+/// fails, so a live test never passes without a live server.
+fn live(name: &str) -> String {
+    match std::env::var(name) {
+        Ok(value) if !value.is_empty() => value,
+        _ => panic!(
+            "set {name} to run this test against a live server (see scripts/llama-server.sh)"
+        ),
     }
-    value
 }
 
 /// Two turns of one session through a provider of this `kind`, with short
@@ -64,17 +69,15 @@ fn two_turns(kind: &str, base_url: &str, key_var: &str) {
 }
 
 #[test]
+#[ignore = "needs a live OpenAI-compatible server in FLYNN_LIVE_OPENAI_BASE_URL (scripts/llama-server.sh)"]
 fn a_live_openai_compatible_server_answers_two_turns() {
-    let Some(url) = live("FLYNN_LIVE_OPENAI_BASE_URL") else {
-        return;
-    };
+    let url = live("FLYNN_LIVE_OPENAI_BASE_URL");
     two_turns("openai-compatible", &url, "FLYNN_LIVE_OPENAI_API_KEY");
 }
 
 #[test]
+#[ignore = "needs a live Anthropic Messages server in FLYNN_LIVE_ANTHROPIC_BASE_URL (scripts/llama-server.sh)"]
 fn a_live_anthropic_server_answers_two_turns() {
-    let Some(url) = live("FLYNN_LIVE_ANTHROPIC_BASE_URL") else {
-        return;
-    };
+    let url = live("FLYNN_LIVE_ANTHROPIC_BASE_URL");
     two_turns("anthropic", &url, "FLYNN_LIVE_ANTHROPIC_API_KEY");
 }

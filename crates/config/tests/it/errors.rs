@@ -27,7 +27,7 @@ fn unknown_key_suggests_the_closest_and_lists_the_valid_ones() {
     );
     assert_error(
         "tools:\n  colour: blue\n",
-        "config.yaml:2:3: tools.colour: unknown key 'colour', expected one of: enabled, output_limit_bytes, workspace, shell, files",
+        "config.yaml:2:3: tools.colour: unknown key 'colour', expected one of: enabled, profile, deny, hooks, confirm_timeout_secs, output_limit_bytes, workspace, shell, files",
     );
 }
 
@@ -226,5 +226,169 @@ fn retry_and_price_settings_are_checked() {
     assert_error(
         "models:\n  prices:\n    local/qwen2.5:\n      input_per_mtok: -1\n      output_per_mtok: 0\n",
         "config.yaml:4:23: models.prices[\"local/qwen2.5\"].input_per_mtok: price -1 is not a price, expected a number of USD per million tokens, 0 or more",
+    );
+}
+
+#[test]
+fn agent_names_must_be_usable_and_unique() {
+    let text = "\
+agents:
+  list:
+    - name: coder
+    - name: my agent
+    - name: ''
+    - name: coder
+";
+    assert_error(
+        text,
+        "config.yaml:4:13: agents.list[1].name: invalid agent name 'my agent', expected only letters, digits, '-' and '_'
+config.yaml:5:13: agents.list[2].name: empty agent name, expected a name of letters, digits, '-' and '_'
+config.yaml:6:13: agents.list[3].name: duplicate agent name 'coder' (first at line 3), expected each agent name once",
+    );
+    assert_error(
+        "agents:\n  list:\n    - tier: fast\n",
+        "config.yaml:3:7: agents.list[0]: missing key 'name', expected it in this block",
+    );
+}
+
+#[test]
+fn default_and_routes_must_name_an_agent_of_the_list() {
+    let text = "\
+agents:
+  default: chatt
+  list:
+    - name: coder
+    - name: chat
+  routes:
+    - channel: telegram
+      agent: codr
+    - agent: chat
+";
+    assert_error(
+        text,
+        "config.yaml:2:12: agents.default: unknown agent 'chatt' (did you mean 'chat'?), expected one of the agents in agents.list: coder, chat
+config.yaml:8:14: agents.routes[0].agent: unknown agent 'codr' (did you mean 'coder'?), expected one of the agents in agents.list: coder, chat",
+    );
+}
+
+#[test]
+fn without_a_list_the_only_agent_is_main() {
+    assert_error(
+        "agents:\n  default: coder\n",
+        "config.yaml:2:12: agents.default: unknown agent 'coder', expected 'main' (the only agent while agents.list is empty)",
+    );
+    assert_error(
+        "agents:\n  routes:\n    - {sender: '42', agent: mian}\n",
+        "config.yaml:3:29: agents.routes[0].agent: unknown agent 'mian' (did you mean 'main'?), expected 'main' (the only agent while agents.list is empty)",
+    );
+    assert_error(
+        "agents:\n  list: [{name: coder}]\n  default: main\n",
+        "config.yaml:3:12: agents.default: unknown agent 'main', expected one of the agents in agents.list: coder",
+    );
+}
+
+#[test]
+fn route_globs_must_not_be_empty() {
+    assert_error(
+        "agents:\n  routes:\n    - channel: ''\n      sender: ' '\n      agent: main\n",
+        "config.yaml:3:16: agents.routes[0].channel: empty pattern, expected a name or a glob such as 'slack*'
+config.yaml:4:15: agents.routes[0].sender: empty pattern, expected a name or a glob such as 'team-*'",
+    );
+}
+
+#[test]
+fn an_agent_model_names_a_configured_provider() {
+    let text = "\
+providers:
+  anthropic: {kind: anthropic}
+agents:
+  list:
+    - name: coder
+      model: anthropc/claude-opus-4-6
+      max_iterations: 0
+";
+    assert_error(
+        text,
+        "config.yaml:6:14: agents.list[0].model: unknown provider 'anthropc' (did you mean 'anthropic'?), expected one of the configured providers: anthropic
+config.yaml:7:23: agents.list[0].max_iterations: 0 is too small, expected at least 1",
+    );
+    assert_error(
+        "agents:\n  list:\n    - {name: coder, model: claude-opus-4-6}\n",
+        "config.yaml:3:28: agents.list[0].model: invalid model 'claude-opus-4-6' (expected 'provider/model', e.g. 'anthropic/claude-sonnet-4-5')",
+    );
+}
+
+#[test]
+fn tool_policy_hooks_and_timeout_are_checked() {
+    assert_error(
+        "tools:\n  hooks:\n    - {tool: '', action: confirm}\n  confirm_timeout_secs: 0\n",
+        "config.yaml:3:14: tools.hooks[0].tool: empty pattern, expected a name or a glob such as 'shell.*'
+config.yaml:4:25: tools.confirm_timeout_secs: 0 is too small, expected at least 1",
+    );
+    assert_error(
+        "tools:\n  hooks:\n    - {tool: shell.*, action: ask}\n",
+        "config.yaml:3:31: tools.hooks[0].action: unknown hook action 'ask', expected one of: confirm, log, silent",
+    );
+    assert_error(
+        "tools:\n  profile: code\n",
+        "config.yaml:2:12: tools.profile: unknown tool profile 'code' (did you mean 'coding'?), expected one of: minimal, messaging, coding, full",
+    );
+    assert_error(
+        "agents:\n  list:\n    - name: chat\n      tools: {profile: messaging, deny: [web.*], allow: [x]}\n",
+        "config.yaml:4:50: agents.list[0].tools.allow: unknown key 'allow', expected one of: profile, enabled, deny",
+    );
+}
+
+#[test]
+fn sessions_url_must_be_sqlite() {
+    assert_error(
+        "sessions:\n  url: postgres://flynn:hunter2@db.internal/flynn\n",
+        "config.yaml:2:8: sessions.url: PostgreSQL sessions are not available in this build; use sqlite:///absolute/path.db or sqlite://relative/path.db",
+    );
+    assert_error(
+        "sessions:\n  url: mysql://db.internal/flynn\n",
+        "config.yaml:2:8: sessions.url: unsupported URL scheme 'mysql:', expected sqlite:///absolute/path.db or sqlite://relative/path.db",
+    );
+    assert_error(
+        "sessions:\n  url: /var/lib/flynn/sessions.db\n",
+        "config.yaml:2:8: sessions.url: not a URL, expected sqlite:///absolute/path.db or sqlite://relative/path.db (a plain file path goes in sessions.database)",
+    );
+    assert_error(
+        "sessions:\n  url: 'sqlite://'\n",
+        "config.yaml:2:8: sessions.url: a SQLite URL is 'sqlite://' and a file path, expected sqlite:///absolute/path.db or sqlite://relative/path.db",
+    );
+}
+
+#[test]
+fn a_secret_in_a_sessions_url_from_the_environment_is_not_shown() {
+    let env = MapEnv::new().with("DATABASE_URL", "postgres://flynn:hunter2@db/flynn");
+    assert_eq!(
+        crate::parse_with("sessions:\n  url: ${DATABASE_URL}\n", &env),
+        Err("config.yaml:2:8: sessions.url: PostgreSQL sessions are not available in this build; use sqlite:///absolute/path.db or sqlite://relative/path.db".to_owned())
+    );
+}
+
+#[test]
+fn sessions_url_and_database_are_alternatives() {
+    assert_error(
+        "sessions:\n  url: sqlite:///srv/flynn/sessions.db\n  database: /srv/flynn/other.db\n",
+        "config.yaml:3:13: sessions.database: 'database' and 'url' cannot both be set, expected only one of them: keep one and remove the other",
+    );
+    assert_error(
+        "sessions:\n  database: /srv/flynn/other.db\n  url: sqlite://sessions.db\n",
+        "config.yaml:3:8: sessions.url: 'url' and 'database' cannot both be set, expected only one of them: keep one and remove the other",
+    );
+}
+
+#[test]
+fn session_lane_limits_are_at_least_one() {
+    assert_error(
+        "sessions:\n  queue_limit: 0\n  lane_idle_secs: 0\n  interrupted_turns: report\n",
+        "config.yaml:2:16: sessions.queue_limit: 0 is too small, expected at least 1
+config.yaml:3:19: sessions.lane_idle_secs: 0 is too small, expected at least 1",
+    );
+    assert_error(
+        "sessions:\n  interrupted_turns: retry\n",
+        "config.yaml:2:22: sessions.interrupted_turns: unknown interrupted turns 'retry', expected one of: report, rerun",
     );
 }

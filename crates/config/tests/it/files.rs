@@ -1,6 +1,12 @@
 //! The files under `config/`: the commented defaults and the schema.
 
-use flynn_protocol::config::FlynnConfig;
+use std::path::PathBuf;
+
+use flynn_protocol::Tier;
+use flynn_protocol::config::{
+    AgentConfig, AgentRoute, AgentsConfig, FlynnConfig, HookAction, HookRule, ModelRef,
+    ToolPolicyConfig, ToolProfile,
+};
 
 use crate::parse;
 
@@ -39,6 +45,84 @@ fn default_yaml_provider_examples_parse_when_uncommented() {
     assert_eq!(
         config.providers.keys().collect::<Vec<_>>(),
         ["anthropic", "llamacpp", "ollama", "openai"]
+    );
+}
+
+#[test]
+fn default_yaml_agent_route_and_hook_examples_parse_when_uncommented() {
+    // The examples under `agents.list`, `agents.routes` and `tools.hooks`,
+    // `agents.default`, and the providers the agents' models name.
+    let mut text = String::new();
+    let (mut block, mut key) = ("", "");
+    for line in DEFAULT_YAML.lines() {
+        if !line.starts_with(' ') {
+            (block, key) = (line, "");
+        } else if line.starts_with("  ") && !line[2..].starts_with([' ', '#']) {
+            key = line.trim();
+        }
+        let example = match (block, key) {
+            ("providers:", _) => line.strip_prefix("  # ").map(|rest| format!("  {rest}")),
+            ("agents:", "list:" | "routes:") | ("tools:", "hooks:") => line
+                .strip_prefix("    # ")
+                .map(|rest| format!("    {rest}")),
+            ("agents:", _) => line
+                .strip_prefix("  # default: ")
+                .map(|rest| format!("  default: {rest}")),
+            _ => None,
+        };
+        text.push_str(&example.unwrap_or_else(|| line.to_owned()));
+        text.push('\n');
+    }
+    let env = flynn_config::MapEnv::new()
+        .with("ANTHROPIC_API_KEY", "a")
+        .with("OPENAI_API_KEY", "o");
+    let config = crate::parse_with(&text, &env).unwrap();
+    assert_eq!(
+        config.agents,
+        AgentsConfig {
+            default: Some("chat".to_owned()),
+            list: vec![
+                AgentConfig {
+                    tier: Some(Tier::Fast),
+                    tools: Some(ToolPolicyConfig {
+                        profile: Some(ToolProfile::Messaging),
+                        ..ToolPolicyConfig::default()
+                    }),
+                    ..AgentConfig::new("chat")
+                },
+                AgentConfig {
+                    model: Some(ModelRef::new("anthropic", "claude-opus-4-6")),
+                    tools: Some(ToolPolicyConfig {
+                        profile: Some(ToolProfile::Coding),
+                        enabled: None,
+                        deny: vec!["process.*".to_owned()],
+                    }),
+                    workspace: Some(PathBuf::from("/home/me/projects")),
+                    max_iterations: Some(30),
+                    ..AgentConfig::new("coder")
+                },
+            ],
+            routes: vec![
+                AgentRoute {
+                    channel: "telegram".to_owned(),
+                    sender: "12345".to_owned(),
+                    agent: "coder".to_owned(),
+                },
+                AgentRoute {
+                    channel: "cli".to_owned(),
+                    sender: "*".to_owned(),
+                    agent: "coder".to_owned(),
+                },
+            ],
+            ..AgentsConfig::default()
+        }
+    );
+    assert_eq!(
+        config.tools.hooks,
+        [HookRule {
+            tool: "shell.*".to_owned(),
+            action: HookAction::Confirm,
+        }]
     );
 }
 

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod agents;
 mod errors;
 mod expansion;
 mod files;

@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use flynn_protocol::ToolEffect;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
@@ -48,6 +49,10 @@ impl TypedTool for FileRead {
 
     fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    fn effect(&self) -> ToolEffect {
+        ToolEffect::ReadOnly
     }
 
     async fn run(&self, args: FileReadArgs, ctx: &ToolContext) -> Result<String, ToolError> {

@@ -12,20 +12,9 @@ use flynn_protocol::config::ToolsConfig;
 
 use crate::ToolRegistry;
 
-/// Names in `tools.enabled` that are not built-in tools.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "tools.enabled: unknown tool(s) {}, expected built-in tools: {}",
-    .unknown.join(", "),
-    .available.join(", ")
-)]
-pub struct UnknownTools {
-    pub unknown: Vec<String>,
-    pub available: Vec<String>,
-}
-
-/// A registry with every built-in tool that `config` enables.
-pub fn registry(config: &ToolsConfig) -> Result<ToolRegistry, UnknownTools> {
+/// A registry with every built-in tool, configured by `config`. Which of
+/// them an agent may use is its [`ToolPolicy`](crate::ToolPolicy)'s job.
+pub fn registry(config: &ToolsConfig) -> ToolRegistry {
     let mut registry = ToolRegistry::new();
     registry
         .register(ShellExec::new(Duration::from_secs(
@@ -34,12 +23,5 @@ pub fn registry(config: &ToolsConfig) -> Result<ToolRegistry, UnknownTools> {
         .register(FileRead::new(Duration::from_secs(
             config.files.timeout_secs,
         )));
-    if let Some(enabled) = &config.enabled {
-        let available = registry.names().map(str::to_owned).collect();
-        let unknown = registry.retain(enabled);
-        if !unknown.is_empty() {
-            return Err(UnknownTools { unknown, available });
-        }
-    }
-    Ok(registry)
+    registry
 }

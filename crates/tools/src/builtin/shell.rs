@@ -2,6 +2,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use flynn_protocol::ToolEffect;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -49,6 +50,10 @@ impl TypedTool for ShellExec {
 
     fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    fn effect(&self) -> ToolEffect {
+        ToolEffect::RunsProcesses
     }
 
     async fn run(&self, args: ShellArgs, ctx: &ToolContext) -> Result<String, ToolError> {

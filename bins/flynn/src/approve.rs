@@ -1,0 +1,77 @@
+//! How `flynn send` answers a tool call that needs confirmation: `--yes`
+//! approves, a terminal is asked, and without either the call is denied.
+
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+
+use async_trait::async_trait;
+use flynn_core::{ApprovalRequest, ApproveAll, Approver, Decision, DenyAll};
+
+/// The approver for this run.
+pub fn for_run(yes: bool) -> std::sync::Arc<dyn Approver> {
+    if yes {
+        return std::sync::Arc::new(ApproveAll);
+    }
+    if std::io::stderr().is_terminal() && std::fs::File::open("/dev/tty").is_ok() {
+        return std::sync::Arc::new(Terminal {
+            asking: tokio::sync::Mutex::new(()),
+        });
+    }
+    std::sync::Arc::new(DenyAll::new(
+        "it needs confirmation and there is no terminal to ask (run `flynn send --yes` to approve such calls)",
+    ))
+}
+
+/// Asks on the controlling terminal, one question at a time.
+struct Terminal {
+    asking: tokio::sync::Mutex<()>,
+}
+
+#[async_trait]
+impl Approver for Terminal {
+    async fn approve(&self, request: &ApprovalRequest) -> Decision {
+        let _one_at_a_time = self.asking.lock().await;
+        let mut input = request.input.to_string();
+        if input.len() > 200 {
+            let mut end = 197;
+            while !input.is_char_boundary(end) {
+                end -= 1;
+            }
+            input.truncate(end);
+            input.push_str("...");
+        }
+        let question = format!(
+            "Allow {} {input}? ({}; no answer in {} s denies) [y/N] ",
+            request.tool,
+            request.effect.as_str().replace('_', " "),
+            request.timeout.as_secs()
+        );
+        let answer = tokio::task::spawn_blocking(move || ask(&question)).await;
+        match answer {
+            Ok(Ok(true)) => Decision::Approve,
+            Ok(Ok(false)) => Decision::Deny {
+                reason: "the user said no".to_owned(),
+            },
+            Ok(Err(error)) => Decision::Deny {
+                reason: format!("cannot ask on the terminal: {error}"),
+            },
+            Err(error) => Decision::Deny {
+                reason: format!("cannot ask on the terminal: {error}"),
+            },
+        }
+    }
+}
+
+fn ask(question: &str) -> std::io::Result<bool> {
+    let mut tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")?;
+    tty.write_all(question.as_bytes())?;
+    tty.flush()?;
+    let mut line = String::new();
+    BufReader::new(tty).read_line(&mut line)?;
+    Ok(matches!(
+        line.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
+}

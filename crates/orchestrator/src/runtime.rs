@@ -1,0 +1,455 @@
+//! The session manager: many clients drive many sessions at once.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use flynn_models::{ModelRouter, PriceTable};
+use flynn_protocol::config::{InterruptedTurns, ModelRef, SessionsConfig};
+use flynn_protocol::{AgentEvent, ContentBlock, RunState, SessionKey, Tier, TurnId, TurnOutcome};
+use flynn_sessions::SessionStore;
+use flynn_tools::{Approver, ToolExecutor};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::agents::Agents;
+use crate::commands::Command;
+use crate::events::{EventBus, EventStream, SessionEvents};
+use crate::lane::{Lane, LaneOp};
+use crate::{Error, Result};
+
+/// One message to answer.
+#[derive(Clone)]
+pub struct TurnRequest {
+    pub session: SessionKey,
+    pub content: Vec<ContentBlock>,
+    /// Overrides the session's and the agent's tier.
+    pub tier: Option<Tier>,
+    /// Pins one model, with no fallback.
+    pub model: Option<ModelRef>,
+    /// Answers with this agent instead of the session's or the routed one.
+    pub agent: Option<String>,
+    /// Asks a person about tool calls that need confirmation; without one,
+    /// such calls are denied.
+    pub approver: Option<Arc<dyn Approver>>,
+}
+
+impl std::fmt::Debug for TurnRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TurnRequest")
+            .field("session", &self.session)
+            .field("content", &self.content)
+            .field("tier", &self.tier)
+            .field("model", &self.model)
+            .field("agent", &self.agent)
+            .field("approver", &self.approver.is_some())
+            .finish()
+    }
+}
+
+impl TurnRequest {
+    pub fn text(session: SessionKey, text: impl Into<String>) -> Self {
+        TurnRequest {
+            session,
+            content: vec![ContentBlock::text(text)],
+            tier: None,
+            model: None,
+            agent: None,
+            approver: None,
+        }
+    }
+}
+
+/// What submitting a message led to.
+#[derive(Debug)]
+pub enum Submitted {
+    /// The message was accepted (stored durably) as a turn.
+    Turn(TurnHandle),
+    /// The message was a chat command, answered at once.
+    Command { name: String, reply: String },
+}
+
+/// An accepted message whose turn runs (or waits) in its session's lane.
+#[derive(Debug)]
+pub struct TurnHandle {
+    pub turn: TurnId,
+    pub session: SessionKey,
+    pub(crate) outcome: oneshot::Receiver<Result<TurnOutcome>>,
+}
+
+impl TurnHandle {
+    /// Waits for the turn to end.
+    pub async fn outcome(self) -> Result<TurnOutcome> {
+        self.outcome
+            .await
+            .unwrap_or_else(|_| Err(Error::Lost("its lane stopped".to_owned())))
+    }
+}
+
+/// What a runtime is made of.
+pub struct RuntimeParts {
+    pub router: Arc<ModelRouter>,
+    pub store: Arc<dyn SessionStore>,
+    pub executor: ToolExecutor,
+    pub agents: Agents,
+    pub prices: PriceTable,
+    /// Largest answer asked of a model per call.
+    pub max_tokens: u32,
+    pub sessions: SessionsConfig,
+}
+
+impl std::fmt::Debug for RuntimeParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeParts")
+            .field("router", &self.router)
+            .field("agents", &self.agents)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every lane and turn of a runtime shares.
+pub(crate) struct Shared {
+    pub(crate) router: Arc<ModelRouter>,
+    pub(crate) store: Arc<dyn SessionStore>,
+    pub(crate) executor: ToolExecutor,
+    pub(crate) agents: Agents,
+    pub(crate) prices: PriceTable,
+    pub(crate) max_tokens: u32,
+    pub(crate) queue_limit: usize,
+    pub(crate) lane_idle: Duration,
+    pub(crate) interrupted_turns: InterruptedTurns,
+    pub(crate) bus: EventBus,
+    /// This process; owner of the turns it runs.
+    pub(crate) pid: u32,
+    pub(crate) tracker: TaskTracker,
+    pub(crate) shutdown: CancellationToken,
+    lanes: Mutex<HashMap<SessionKey, LaneHandle>>,
+    generation: AtomicU64,
+}
+
+/// The manager's side of a lane.
+#[derive(Clone)]
+pub(crate) struct LaneHandle {
+    pub(crate) generation: u64,
+    pub(crate) tx: mpsc::Sender<LaneOp>,
+    pub(crate) events: Arc<SessionEvents>,
+    pub(crate) current: Arc<Mutex<Option<Running>>>,
+}
+
+/// The turn a lane is running.
+#[derive(Debug, Clone)]
+pub(crate) struct Running {
+    pub(crate) turn: TurnId,
+    pub(crate) cancel: CancellationToken,
+}
+
+/// Operations a lane's queue holds before they are refused.
+const LANE_OPS: usize = 64;
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    /// The session's lane, started if it has none.
+    pub(crate) fn lane(self: &Arc<Self>, key: &SessionKey) -> LaneHandle {
+        self.lane_and(key, |_| ()).0
+    }
+
+    /// The session's lane, with `first` run on it before a new lane starts
+    /// (so a subscription made there misses none of its events).
+    pub(crate) fn lane_and<T>(
+        self: &Arc<Self>,
+        key: &SessionKey,
+        first: impl FnOnce(&LaneHandle) -> T,
+    ) -> (LaneHandle, T) {
+        let mut lanes = lock(&self.lanes);
+        if let Some(handle) = lanes.get(key) {
+            let out = first(handle);
+            return (handle.clone(), out);
+        }
+        let (tx, rx) = mpsc::channel(LANE_OPS);
+        let handle = LaneHandle {
+            generation: self.generation.fetch_add(1, Ordering::Relaxed),
+            tx,
+            events: self.bus.session(key.clone()),
+            current: Arc::new(Mutex::new(None)),
+        };
+        let out = first(&handle);
+        lanes.insert(key.clone(), handle.clone());
+        let lane = Lane::new(self.clone(), key.clone(), handle.clone(), rx);
+        self.tracker.spawn(lane.run());
+        (handle, out)
+    }
+
+    /// Sends an operation to the session's lane. A lane that retired
+    /// between lookup and send is replaced by a new one.
+    pub(crate) async fn send(self: &Arc<Self>, key: &SessionKey, mut op: LaneOp) -> Result<()> {
+        loop {
+            if self.shutdown.is_cancelled() {
+                return Err(Error::ShuttingDown);
+            }
+            let handle = self.lane(key);
+            match handle.tx.send(op).await {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::SendError(returned)) => {
+                    op = returned;
+                    self.forget(key, handle.generation);
+                }
+            }
+        }
+    }
+
+    /// Removes a lane from the map if it is still the one of `generation`.
+    pub(crate) fn forget(&self, key: &SessionKey, generation: u64) {
+        let mut lanes = lock(&self.lanes);
+        if lanes.get(key).is_some_and(|h| h.generation == generation) {
+            lanes.remove(key);
+        }
+    }
+
+    /// Called by an idle lane: removes it when nothing waits for it and
+    /// nobody listens to it. Returns whether it was removed.
+    pub(crate) fn retire(&self, key: &SessionKey, generation: u64, queued: bool) -> bool {
+        let mut lanes = lock(&self.lanes);
+        let Some(handle) = lanes.get(key) else {
+            return true;
+        };
+        if handle.generation != generation {
+            return true;
+        }
+        if queued || handle.events.subscribers() > 0 {
+            return false;
+        }
+        lanes.remove(key);
+        true
+    }
+}
+
+/// Runs turns for many sessions at once: one lane (a task that owns the
+/// session's state) per active session, operations in through a bounded
+/// queue, turns of one session one after another and of different
+/// sessions concurrently. Idle lanes are dropped after
+/// `sessions.lane_idle_secs`. Cheap to clone; every clone is the same
+/// runtime.
+#[derive(Clone)]
+pub struct SessionManager {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for SessionManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionManager")
+            .field("lanes", &self.active_lanes())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionManager {
+    /// A runtime over these parts. Lanes are tasks on the caller's tokio
+    /// runtime, tracked and stopped by [`shutdown`](Self::shutdown).
+    pub fn new(parts: RuntimeParts) -> Self {
+        let shared = Shared {
+            router: parts.router,
+            store: parts.store,
+            executor: parts.executor,
+            agents: parts.agents,
+            prices: parts.prices,
+            max_tokens: parts.max_tokens,
+            queue_limit: parts.sessions.queue_limit.max(1),
+            lane_idle: Duration::from_secs(parts.sessions.lane_idle_secs.max(1)),
+            interrupted_turns: parts.sessions.interrupted_turns,
+            bus: EventBus::new(),
+            pid: std::process::id(),
+            tracker: TaskTracker::new(),
+            shutdown: CancellationToken::new(),
+            lanes: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+        };
+        SessionManager {
+            shared: Arc::new(shared),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn SessionStore> {
+        &self.shared.store
+    }
+
+    pub fn router(&self) -> &Arc<ModelRouter> {
+        &self.shared.router
+    }
+
+    pub fn agents(&self) -> &Agents {
+        &self.shared.agents
+    }
+
+    pub fn executor(&self) -> &ToolExecutor {
+        &self.shared.executor
+    }
+
+    /// Submits one message. A chat command is answered at once. Anything
+    /// that can be refused before the turn starts (an unknown agent, no
+    /// model for the tier, an empty message, a full queue) is refused
+    /// here and leaves nothing in the session; otherwise the message is
+    /// accepted (stored durably, with a pending mark) before this returns,
+    /// and its turn runs when the turns before it in the session are done.
+    pub async fn submit(&self, request: TurnRequest) -> Result<Submitted> {
+        if request.content.is_empty() {
+            return Err(Error::EmptyMessage);
+        }
+        if let Some(command) = Command::parse(&request.content) {
+            let command = command.map_err(|bad| Error::Config(bad.0))?;
+            if command == Command::Cancel {
+                let reply = if self.cancel(&request.session) {
+                    "Cancelling the running turn."
+                } else {
+                    "Nothing is running."
+                };
+                let events = self.shared.lane(&request.session).events;
+                events.publish(
+                    None,
+                    AgentEvent::Command {
+                        name: command.name().to_owned(),
+                        reply: reply.to_owned(),
+                    },
+                );
+                return Ok(Submitted::Command {
+                    name: command.name().to_owned(),
+                    reply: reply.to_owned(),
+                });
+            }
+            let (tx, rx) = oneshot::channel();
+            self.shared
+                .send(&request.session, LaneOp::Command { command, reply: tx })
+                .await?;
+            return rx
+                .await
+                .unwrap_or_else(|_| Err(Error::Lost("the lane stopped".to_owned())));
+        }
+        // Refusals that need only the config, before anything is stored.
+        if let Some(name) = &request.agent {
+            self.shared.agents.lookup(name, "--agent")?;
+        }
+        if let Some(model) = &request.model {
+            self.shared.router.check_model(model)?;
+        }
+        if let Some(tier) = request.tier {
+            self.shared.router.check_tier(tier)?;
+        }
+        let (tx, rx) = oneshot::channel();
+        let session = request.session.clone();
+        self.shared
+            .send(
+                &session,
+                LaneOp::Submit {
+                    request: Box::new(request),
+                    accepted: tx,
+                },
+            )
+            .await?;
+        let handle = rx
+            .await
+            .unwrap_or_else(|_| Err(Error::Lost("the lane stopped".to_owned())))?;
+        Ok(Submitted::Turn(handle))
+    }
+
+    /// Cancels the session's running turn, if any; it ends within
+    /// milliseconds (a model stream is dropped, a tool process killed),
+    /// with every tool call paired with a result. Returns whether a turn
+    /// was running.
+    pub fn cancel(&self, session: &SessionKey) -> bool {
+        self.cancel_where(session, |_| true)
+    }
+
+    /// Cancels one turn: running, or still waiting in the queue.
+    pub async fn cancel_turn(&self, session: &SessionKey, turn: TurnId) -> bool {
+        if self.cancel_where(session, |running| running == turn) {
+            return true;
+        }
+        let (tx, rx) = oneshot::channel();
+        if self
+            .shared
+            .send(session, LaneOp::CancelQueued { turn, done: tx })
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        rx.await.unwrap_or(false)
+    }
+
+    fn cancel_where(&self, session: &SessionKey, matches: impl Fn(TurnId) -> bool) -> bool {
+        let handle = {
+            let lanes = lock(&self.shared.lanes);
+            lanes.get(session).cloned()
+        };
+        let Some(handle) = handle else {
+            return false;
+        };
+        let running = lock(&handle.current).clone();
+        match running {
+            Some(running) if matches(running.turn) && !running.cancel.is_cancelled() => {
+                running.cancel.cancel();
+                handle.events.publish(
+                    Some(running.turn),
+                    AgentEvent::RunState {
+                        state: RunState::CancelRequested,
+                    },
+                );
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Events of one session, from now on.
+    pub fn subscribe(&self, session: &SessionKey) -> EventStream {
+        self.shared
+            .lane_and(session, |handle| handle.events.subscribe())
+            .1
+    }
+
+    /// Events of every session, from now on.
+    pub fn subscribe_all(&self) -> EventStream {
+        self.shared.bus.subscribe()
+    }
+
+    /// Finds turns a previous process left pending or running and hands
+    /// each to its session's lane, which reports or reruns it
+    /// (`sessions.interrupted_turns`). Lanes also do this for their own
+    /// session when they start, so a session is repaired before its next
+    /// turn even without this call. Returns the sessions concerned.
+    pub async fn recover(&self) -> Result<Vec<SessionKey>> {
+        let open = self.shared.store.open_turns(None).await?;
+        let mut sessions: Vec<SessionKey> = Vec::new();
+        for turn in open {
+            if !sessions.contains(&turn.session) {
+                sessions.push(turn.session);
+            }
+        }
+        for session in &sessions {
+            let (tx, rx) = oneshot::channel();
+            self.shared
+                .send(session, LaneOp::Recovered { done: tx })
+                .await?;
+            let _ = rx.await;
+        }
+        Ok(sessions)
+    }
+
+    /// Sessions with a lane right now.
+    pub fn active_lanes(&self) -> usize {
+        lock(&self.shared.lanes).len()
+    }
+
+    /// Stops: refuses new messages, cancels running turns (each ends with
+    /// its tool calls paired and its state stored), and waits for every
+    /// lane to finish.
+    pub async fn shutdown(&self) {
+        self.shared.shutdown.cancel();
+        self.shared.tracker.close();
+        self.shared.tracker.wait().await;
+    }
+}

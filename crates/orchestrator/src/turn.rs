@@ -1,0 +1,359 @@
+//! One turn: model → tools → model until a text answer.
+
+use std::sync::Arc;
+
+use flynn_models::{ModelRequest, ModelResponse, RoutedStream, StreamEvent};
+use flynn_protocol::config::ModelRef;
+use flynn_protocol::{
+    AgentEvent, ContentBlock, Message, Resolution, Role, RunState, SessionKey, Tier, ToolCall,
+    ToolCallSummary, TurnId, TurnOutcome, Usage,
+};
+use flynn_sessions::{TurnStatus, UsageRecord};
+use flynn_tools::{ApprovalRequest, Approver, GateObserver, ToolContext};
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::agents::AgentProfile;
+use crate::events::TurnEvents;
+use crate::prompt::PromptContext;
+use crate::runtime::Shared;
+use crate::{Error, Result};
+
+/// Everything one turn needs, resolved when it starts.
+pub(crate) struct TurnJob {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) session: SessionKey,
+    pub(crate) turn: TurnId,
+    /// The message being answered (for the prompt's slots).
+    pub(crate) content: Vec<ContentBlock>,
+    pub(crate) agent: Arc<AgentProfile>,
+    pub(crate) tier: Tier,
+    pub(crate) model: Option<ModelRef>,
+    pub(crate) approver: Arc<dyn Approver>,
+    pub(crate) events: TurnEvents,
+    pub(crate) cancel: CancellationToken,
+}
+
+/// What one model call produced.
+struct Step {
+    response: ModelResponse,
+    model: ModelRef,
+}
+
+/// Runs the turn to its end, records how it ended, and publishes its
+/// events; the last event is `run_state` complete, cancelled or error.
+pub(crate) async fn run(job: TurnJob) -> Result<TurnOutcome> {
+    job.events.publish(AgentEvent::RunState {
+        state: RunState::Start,
+    });
+    let result = body(&job).await;
+    let status = match &result {
+        Ok(_) => TurnStatus::Completed,
+        Err(Error::Cancelled) => TurnStatus::Cancelled,
+        Err(_) => TurnStatus::Failed,
+    };
+    // The turn's state is durable before anyone hears how it ended.
+    if let Err(error) = job.shared.store.finish_turn(job.turn, status).await {
+        tracing::error!(turn = %job.turn, %error, "cannot record how the turn ended");
+    }
+    match &result {
+        Ok(outcome) => {
+            job.events.publish(AgentEvent::Done {
+                outcome: outcome.clone(),
+            });
+            job.events.publish(AgentEvent::RunState {
+                state: RunState::Complete,
+            });
+        }
+        Err(Error::Cancelled) => job.events.publish(AgentEvent::RunState {
+            state: RunState::Cancelled,
+        }),
+        Err(error) => {
+            job.events.publish(AgentEvent::Error {
+                code: error.code(),
+                message: error.to_string(),
+            });
+            job.events.publish(AgentEvent::RunState {
+                state: RunState::Error,
+            });
+        }
+    }
+    result
+}
+
+async fn body(job: &TurnJob) -> Result<TurnOutcome> {
+    let shared = &job.shared;
+    let store = &shared.store;
+    let key = &job.session;
+    store.start_turn(job.turn, shared.pid).await?;
+    let stored = store.history(key).await?;
+    let mut history =
+        flynn_context::prepare(stored.into_iter().map(|stored| stored.message).collect());
+
+    let agent = &job.agent;
+    let system = agent
+        .prompt
+        .build(&PromptContext {
+            session: key,
+            agent: &agent.name,
+            workspace: agent.workspace(),
+            message: &job.content,
+        })
+        .await;
+    let tools = shared.executor.registry().specs_for(&agent.policy);
+    let ctx = ToolContext {
+        workspace: agent.workspace().to_path_buf(),
+        cancel: job.cancel.child_token(),
+        session: key.clone(),
+        agent: agent.name.clone(),
+        turn: Some(job.turn),
+        policy: agent.policy.clone(),
+        approver: job.approver.clone(),
+        observer: Some(Arc::new(GateEvents(job.events.clone()))),
+    };
+    let mut usage = Usage::default();
+    let mut cost: Option<f64> = None;
+    let mut tool_calls = Vec::new();
+    let mut texts = Vec::new();
+    let mut last_model = None;
+    let iterations = agent.max_iterations.max(1);
+
+    for _ in 0..iterations {
+        let request = ModelRequest {
+            model: String::new(),
+            system: Some(system.clone()),
+            messages: history.clone(),
+            tools: tools.clone(),
+            max_tokens: shared.max_tokens,
+            temperature: None,
+        };
+        let step = call_model(job, request).await?;
+        usage.add(step.response.usage);
+        let call_cost = shared.prices.cost(
+            step.model.provider(),
+            step.model.model(),
+            &step.response.usage,
+        );
+        if let Some(call_cost) = call_cost {
+            *cost.get_or_insert(0.0) += call_cost;
+        }
+        let message = step.response.message;
+        // The answer and what it cost are stored together: a paid-for
+        // answer is never lost, nor counted without being kept.
+        store
+            .append_answer(
+                key,
+                Some(job.turn),
+                &message,
+                &UsageRecord {
+                    session: key.clone(),
+                    provider: step.model.provider().to_owned(),
+                    model: step.model.model().to_owned(),
+                    tier: job.tier,
+                    usage: step.response.usage,
+                    cost_usd: call_cost,
+                },
+            )
+            .await?;
+        last_model = Some(step.model);
+        let text = message.text();
+        if !text.is_empty() {
+            texts.push(text.clone());
+        }
+        let calls: Vec<ToolCall> = message
+            .tool_uses()
+            .map(|(id, name, input)| ToolCall {
+                id: id.to_owned(),
+                name: name.to_owned(),
+                arguments: input.clone(),
+            })
+            .collect();
+        history.push(message);
+
+        if calls.is_empty() {
+            return Ok(outcome(text, last_model, (usage, cost), tool_calls, None));
+        }
+        let results = run_tools(job, &calls, &ctx, &mut tool_calls).await;
+        let results = Message {
+            role: Role::User,
+            content: results,
+        };
+        store
+            .append_for_turn(key, job.turn, std::slice::from_ref(&results))
+            .await?;
+        history.push(results);
+        if job.cancel.is_cancelled() {
+            return Err(Error::Cancelled);
+        }
+    }
+
+    let warning = format!(
+        "stopped after {iterations} model calls (agents.max_iterations) while the model was still using tools; the answer may be incomplete"
+    );
+    job.events.publish(AgentEvent::Warning {
+        message: warning.clone(),
+    });
+    Ok(outcome(
+        texts.join("\n\n"),
+        last_model,
+        (usage, cost),
+        tool_calls,
+        Some(warning),
+    ))
+}
+
+async fn call_model(job: &TurnJob, request: ModelRequest) -> Result<Step> {
+    let router = &job.shared.router;
+    let cancel = &job.cancel;
+    let routed = tokio::select! {
+        biased;
+        () = cancel.cancelled() => return Err(Error::Cancelled),
+        routed = async {
+            match &job.model {
+                Some(model) => router.stream_model(model, request).await,
+                None => router.stream(job.tier, request).await,
+            }
+        } => routed?,
+    };
+    let RoutedStream {
+        model,
+        mut stream,
+        failed,
+    } = routed;
+    for attempt in failed {
+        job.events.publish(AgentEvent::Warning {
+            message: format!(
+                "{} failed, fell back to {model}: {}",
+                attempt.model, attempt.error
+            ),
+        });
+    }
+    loop {
+        let event = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(Error::Cancelled),
+            event = stream.next() => event,
+        };
+        match event {
+            Some(Ok(StreamEvent::TextDelta(text))) => {
+                job.events.publish(AgentEvent::ContentDelta { text });
+            }
+            Some(Ok(StreamEvent::ThinkingDelta(text))) => {
+                job.events.publish(AgentEvent::Thinking { text });
+            }
+            Some(Ok(StreamEvent::ToolUseStart { .. })) => {}
+            Some(Ok(StreamEvent::Completed(response))) => return Ok(Step { response, model }),
+            Some(Err(error)) => return Err(error.into()),
+            None => {
+                return Err(flynn_models::Error::Stream {
+                    provider: model.provider().to_owned(),
+                    message: "the stream ended before the answer was complete".to_owned(),
+                }
+                .into());
+            }
+        }
+    }
+}
+
+/// Runs the calls, in order; consecutive calls of tools that may run in
+/// parallel (read-only ones) run together. Every call gets a result, even
+/// when the turn is cancelled half-way, so the history stays well-formed.
+async fn run_tools(
+    job: &TurnJob,
+    calls: &[ToolCall],
+    ctx: &ToolContext,
+    summary: &mut Vec<ToolCallSummary>,
+) -> Vec<ContentBlock> {
+    let executor = &job.shared.executor;
+    let parallel = |call: &ToolCall| {
+        executor
+            .registry()
+            .get(&call.name)
+            .is_some_and(|tool| tool.parallel_safe())
+    };
+    let mut results = Vec::with_capacity(calls.len());
+    let mut start = 0;
+    while start < calls.len() {
+        let mut end = start + 1;
+        if parallel(&calls[start]) {
+            while end < calls.len() && parallel(&calls[end]) {
+                end += 1;
+            }
+        }
+        let batch = &calls[start..end];
+        for call in batch {
+            job.events.publish(AgentEvent::ToolStart {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                input: call.arguments.clone(),
+            });
+        }
+        let done = futures::future::join_all(batch.iter().map(|call| async move {
+            let result = executor.execute(call, ctx).await;
+            job.events.publish(AgentEvent::ToolEnd {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                ok: !result.is_error,
+                output: result.content.clone(),
+            });
+            result
+        }))
+        .await;
+        for (call, result) in batch.iter().zip(done) {
+            summary.push(ToolCallSummary {
+                name: call.name.clone(),
+                ok: !result.is_error,
+            });
+            results.push(ContentBlock::ToolResult {
+                tool_use_id: result.tool_use_id,
+                content: result.content,
+                is_error: result.is_error,
+            });
+        }
+        start = end;
+    }
+    results
+}
+
+/// Turns the tool gate's confirmation steps into events.
+struct GateEvents(TurnEvents);
+
+impl GateObserver for GateEvents {
+    fn confirmation_requested(&self, request: &ApprovalRequest) {
+        self.0.publish(AgentEvent::ConfirmationRequested {
+            id: request.call_id.clone(),
+            name: request.tool.clone(),
+            input: request.input.clone(),
+            effect: request.effect,
+            timeout_secs: request.timeout.as_secs(),
+        });
+    }
+
+    fn confirmation_resolved(&self, request: &ApprovalRequest, resolution: Resolution) {
+        self.0.publish(AgentEvent::ConfirmationResolved {
+            id: request.call_id.clone(),
+            resolution,
+        });
+    }
+}
+
+fn outcome(
+    reply: String,
+    model: Option<ModelRef>,
+    (usage, cost_usd): (Usage, Option<f64>),
+    tool_calls: Vec<ToolCallSummary>,
+    warning: Option<String>,
+) -> TurnOutcome {
+    let (provider, model) = model.map_or((String::new(), String::new()), |m| {
+        (m.provider().to_owned(), m.model().to_owned())
+    });
+    TurnOutcome {
+        reply,
+        provider,
+        model,
+        usage,
+        cost_usd,
+        tool_calls,
+        warning,
+    }
+}

@@ -1,0 +1,423 @@
+//! Lanes: ordering within a session, concurrency across sessions, the
+//! queue, cancellation, idle lanes, and the event streams.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use flynn_models::{
+    ClientInfo, Error as ModelError, ModelClient, ModelRequest, ModelRouter, ModelStream,
+    StreamEvent,
+};
+use flynn_orchestrator::{AgentEvent, Error, SESSION_CAPACITY, Submitted, TurnRequest};
+use flynn_protocol::config::ProviderKind;
+use flynn_protocol::{Message, RunState};
+use flynn_sessions::{SessionStore, TurnStatus};
+use tokio::sync::Semaphore;
+
+use crate::{Harness, Script, Scripted, Setup, drain_turn, key, last_user_text, tool_use};
+
+/// Echoes the last user message after a short wait, and records, per
+/// session (the message's first word), whether two calls ever overlapped,
+/// and how many calls ran at once across sessions.
+struct Overlap {
+    info: ClientInfo,
+    in_flight: Mutex<HashMap<String, usize>>,
+    overlaps: Mutex<Vec<String>>,
+    now: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+#[async_trait]
+impl ModelClient for Overlap {
+    fn info(&self) -> &ClientInfo {
+        &self.info
+    }
+
+    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
+        let text = last_user_text(&request.messages);
+        let session = text
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        {
+            let mut in_flight = self.in_flight.lock().unwrap();
+            let n = in_flight.entry(session.clone()).or_default();
+            if *n > 0 {
+                self.overlaps.lock().unwrap().push(text.clone());
+            }
+            *n += 1;
+        }
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        // Long enough for other sessions' calls to arrive meanwhile.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.now.fetch_sub(1, Ordering::SeqCst);
+        *self.in_flight.lock().unwrap().get_mut(&session).unwrap() -= 1;
+        let reply = Message::assistant(format!("re: {text}"));
+        Ok(Box::pin(futures::stream::iter(vec![Ok(
+            StreamEvent::Completed(flynn_models::ModelResponse {
+                message: reply,
+                stop_reason: flynn_models::StopReason::EndTurn,
+                usage: Default::default(),
+                model: request.model,
+            }),
+        )])))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hundred_sessions_run_concurrently_and_each_stays_in_order() {
+    let model = Arc::new(Overlap {
+        info: ClientInfo::new("m", ProviderKind::OpenaiCompatible, false),
+        in_flight: Mutex::new(HashMap::new()),
+        overlaps: Mutex::new(Vec::new()),
+        now: AtomicUsize::new(0),
+        peak: AtomicUsize::new(0),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(
+        flynn_sessions::SqliteStore::open(&dir.path().join("s.db"))
+            .await
+            .unwrap(),
+    );
+    let mut clients: HashMap<String, Arc<dyn ModelClient>> = HashMap::new();
+    clients.insert("m".into(), model.clone());
+    let setup = Setup::default();
+    let router = Arc::new(ModelRouter::new(clients, setup.models.clone()));
+    let manager = flynn_orchestrator::SessionManager::new(flynn_orchestrator::RuntimeParts {
+        router,
+        store: store.clone(),
+        executor: flynn_tools::ToolExecutor::from_config(
+            Arc::new(flynn_tools::builtin::registry(&setup.tools)),
+            &setup.tools,
+        ),
+        agents: flynn_orchestrator::Agents::from_config(&setup.agents, &setup.tools, dir.path())
+            .unwrap(),
+        prices: setup.prices,
+        max_tokens: 1024,
+        sessions: setup.sessions,
+    });
+
+    // Three messages per session, each sent from its own task, all at once.
+    const SESSIONS: usize = 100;
+    const MESSAGES: usize = 3;
+    let mut tasks = tokio::task::JoinSet::new();
+    for s in 0..SESSIONS {
+        for m in 0..MESSAGES {
+            let manager = manager.clone();
+            tasks.spawn(async move {
+                let k = key(&format!("test:s{s}"));
+                let Submitted::Turn(handle) = manager
+                    .submit(TurnRequest::text(k, format!("s{s} m{m}")))
+                    .await
+                    .unwrap()
+                else {
+                    panic!("not a turn");
+                };
+                handle.outcome().await.unwrap().reply
+            });
+        }
+    }
+    let mut replies = Vec::new();
+    while let Some(reply) = tasks.join_next().await {
+        replies.push(reply.unwrap());
+    }
+    assert_eq!(replies.len(), SESSIONS * MESSAGES);
+    assert_eq!(model.overlaps.lock().unwrap().clone(), Vec::<String>::new());
+    let peak = model.peak.load(Ordering::SeqCst);
+    assert!(peak > 1, "sessions never ran at once (peak {peak})");
+
+    for s in 0..SESSIONS {
+        let k = key(&format!("test:s{s}"));
+        let history: Vec<Message> = store
+            .history(&k)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.message)
+            .collect();
+        assert_eq!(history.len(), 2 * MESSAGES, "{k}");
+        // Each answer follows its own question: no interleaving.
+        for pair in history.chunks(2) {
+            assert_eq!(
+                pair[1],
+                Message::assistant(format!("re: {}", pair[0].text()))
+            );
+        }
+        // Turns ran in the order they were accepted.
+        let turns: Vec<_> = store
+            .history(&k)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.turn.unwrap())
+            .collect();
+        let mut sorted = turns.clone();
+        sorted.sort();
+        assert_eq!(turns, sorted, "{k}");
+    }
+    assert_eq!(store.open_turns(None).await.unwrap(), vec![]);
+    manager.shutdown().await;
+    assert_eq!(manager.active_lanes(), 0);
+}
+
+/// A model that waits for a permit before answering (echo).
+struct Gated {
+    info: ClientInfo,
+    gate: Arc<Semaphore>,
+    calls: AtomicUsize,
+}
+
+#[async_trait]
+impl ModelClient for Gated {
+    fn info(&self) -> &ClientInfo {
+        &self.info
+    }
+
+    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let permit = self.gate.acquire().await.unwrap();
+        permit.forget();
+        let text = format!("re: {}", last_user_text(&request.messages));
+        Ok(Box::pin(futures::stream::iter(vec![Ok(
+            StreamEvent::Completed(flynn_models::ModelResponse {
+                message: Message::assistant(text),
+                stop_reason: flynn_models::StopReason::EndTurn,
+                usage: Default::default(),
+                model: request.model,
+            }),
+        )])))
+    }
+}
+
+#[tokio::test]
+async fn a_message_sent_while_a_turn_runs_is_accepted_at_once_and_queued_visibly() {
+    let gate = Arc::new(Semaphore::new(0));
+    let model = Arc::new(Gated {
+        info: ClientInfo::new("m", ProviderKind::OpenaiCompatible, false),
+        gate: gate.clone(),
+        calls: AtomicUsize::new(0),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(
+        flynn_sessions::SqliteStore::open(&dir.path().join("s.db"))
+            .await
+            .unwrap(),
+    );
+    let mut clients: HashMap<String, Arc<dyn ModelClient>> = HashMap::new();
+    clients.insert("m".into(), model.clone());
+    let setup = Setup::default();
+    let manager = flynn_orchestrator::SessionManager::new(flynn_orchestrator::RuntimeParts {
+        router: Arc::new(ModelRouter::new(clients, setup.models.clone())),
+        store: store.clone(),
+        executor: flynn_tools::ToolExecutor::from_config(
+            Arc::new(flynn_tools::builtin::registry(&setup.tools)),
+            &setup.tools,
+        ),
+        agents: flynn_orchestrator::Agents::from_config(&setup.agents, &setup.tools, dir.path())
+            .unwrap(),
+        prices: setup.prices,
+        max_tokens: 1024,
+        sessions: setup.sessions,
+    });
+    let k = key("cli:q");
+    let mut events = manager.subscribe(&k);
+    let submit = |text: &str| {
+        let manager = manager.clone();
+        let request = TurnRequest::text(k.clone(), text);
+        async move {
+            match manager.submit(request).await.unwrap() {
+                Submitted::Turn(handle) => handle,
+                Submitted::Command { .. } => panic!("not a turn"),
+            }
+        }
+    };
+    let first = submit("first").await;
+    // Wait until the first turn is inside the model.
+    while model.calls.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    let second = submit("second").await;
+    // Accepted: stored as a pending turn while the first still runs.
+    let open = store.open_turns(Some(&k)).await.unwrap();
+    assert_eq!(
+        open.iter().map(|t| (t.id, t.status)).collect::<Vec<_>>(),
+        vec![
+            (first.turn, TurnStatus::Running),
+            (second.turn, TurnStatus::Pending)
+        ]
+    );
+    let mut queued = None;
+    while queued.is_none() {
+        let envelope = events.next().await.unwrap().unwrap();
+        if let AgentEvent::Queued { ahead } = envelope.event {
+            queued = Some((envelope.turn, ahead));
+        }
+    }
+    assert_eq!(queued, Some((Some(second.turn), 1)));
+    gate.add_permits(2);
+    assert_eq!(first.outcome().await.unwrap().reply, "re: first");
+    assert_eq!(second.outcome().await.unwrap().reply, "re: second");
+}
+
+#[tokio::test]
+async fn cancel_stops_a_model_stream_that_is_running() {
+    let model = Scripted::new("m", vec![Script::Hang("partial ".into())]);
+    let h = Harness::new(vec![model], Setup::default()).await;
+    let k = key("cli:c");
+    let mut events = h.manager.subscribe(&k);
+    let handle = h.submit(&k, "talk forever").await;
+    let turn = handle.turn;
+    // The stream is running once its first delta arrives.
+    loop {
+        let envelope = events.next().await.unwrap().unwrap();
+        if matches!(envelope.event, AgentEvent::ContentDelta { .. }) {
+            break;
+        }
+    }
+    let started = std::time::Instant::now();
+    assert!(h.manager.cancel(&k));
+    let result = tokio::time::timeout(Duration::from_secs(5), handle.outcome())
+        .await
+        .expect("the cancelled turn ended");
+    let elapsed = started.elapsed();
+    assert!(matches!(result, Err(Error::Cancelled)), "{result:?}");
+    let rest = drain_turn(&mut events, turn).await;
+    assert_eq!(
+        rest,
+        vec![
+            AgentEvent::RunState {
+                state: RunState::CancelRequested
+            },
+            AgentEvent::RunState {
+                state: RunState::Cancelled
+            },
+        ]
+    );
+    eprintln!("cancel reached the model stream in {elapsed:?}");
+    assert_eq!(h.history(&k).await, vec![Message::user("talk forever")]);
+}
+
+#[tokio::test]
+async fn cancel_kills_a_tool_process_that_is_running_and_pairs_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("pid");
+    let command = format!("echo $$ > {}; exec sleep 30", marker.display());
+    let model = Scripted::replies("m", vec![tool_use("t1", &command)]);
+    let h = Harness::in_dir(dir, vec![model], Setup::default()).await;
+    let k = key("cli:c");
+    let handle = h.submit(&k, "sleep").await;
+    // Wait until the tool's process has really started.
+    let pid = loop {
+        if let Ok(text) = std::fs::read_to_string(&marker)
+            && let Ok(pid) = text.trim().parse::<i32>()
+        {
+            break pid;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!(h.manager.cancel(&k));
+    let result = tokio::time::timeout(Duration::from_secs(5), handle.outcome())
+        .await
+        .expect("the cancelled turn ended");
+    assert!(matches!(result, Err(Error::Cancelled)), "{result:?}");
+    let alive = std::process::Command::new("kill")
+        .args(["-0", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(!alive, "the tool's process {pid} outlived the cancel");
+    let history = h.history(&k).await;
+    assert_eq!(
+        history.last().unwrap().content,
+        vec![flynn_protocol::ContentBlock::ToolResult {
+            tool_use_id: "t1".into(),
+            content: "shell.exec was cancelled".into(),
+            is_error: true,
+        }]
+    );
+}
+
+#[tokio::test]
+async fn idle_lanes_are_dropped_and_come_back_on_demand() {
+    let mut setup = Setup::default();
+    setup.sessions.lane_idle_secs = 1;
+    let h = Harness::new(vec![Scripted::echo("m")], setup).await;
+    for s in 0..20 {
+        let (result, _) = h.send(&key(&format!("test:{s}")), "hi").await;
+        result.unwrap();
+    }
+    assert!(h.manager.active_lanes() > 0);
+    // Each lane retires one idle second after its last operation.
+    let retired = tokio::time::timeout(Duration::from_secs(10), async {
+        while h.manager.active_lanes() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        retired.is_ok(),
+        "{} lanes still active",
+        h.manager.active_lanes()
+    );
+    // A dropped lane is started again by the next message, with its history.
+    let (result, _) = h.send(&key("test:3"), "again").await;
+    assert_eq!(result.unwrap().reply, "re: again");
+    assert_eq!(h.history(&key("test:3")).await.len(), 4);
+}
+
+#[tokio::test]
+async fn events_carry_an_envelope_and_a_global_subscriber_sees_every_session() {
+    let h = Harness::new(vec![Scripted::echo("m")], Setup::default()).await;
+    let mut all = h.manager.subscribe_all();
+    let a = key("cli:a");
+    let b = key("cli:b");
+    h.send(&a, "one").await.0.unwrap();
+    h.send(&b, "two").await.0.unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 8 {
+        let envelope = all.next().await.unwrap().unwrap();
+        assert!(envelope.time_ms > 0);
+        seen.push((
+            envelope.session.to_string(),
+            envelope.seq,
+            envelope.turn.is_some(),
+        ));
+    }
+    // Each session numbers its own events from 0; every event has its turn.
+    assert_eq!(
+        seen,
+        vec![
+            ("cli:a".into(), 0, true),
+            ("cli:a".into(), 1, true),
+            ("cli:a".into(), 2, true),
+            ("cli:a".into(), 3, true),
+            ("cli:b".into(), 0, true),
+            ("cli:b".into(), 1, true),
+            ("cli:b".into(), 2, true),
+            ("cli:b".into(), 3, true),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_subscriber_that_never_reads_is_told_it_lagged_and_never_stalls_the_turn() {
+    let model = Scripted::replies("m", vec![Message::assistant("end")]);
+    *model.extra_deltas.lock().unwrap() = SESSION_CAPACITY + 100;
+    let h = Harness::new(vec![model], Setup::default()).await;
+    let k = key("cli:slow");
+    let mut slow = h.manager.subscribe(&k);
+    let handle = h.submit(&k, "stream a lot").await;
+    assert_eq!(handle.outcome().await.unwrap().reply, "end");
+    let first = slow.next().await.unwrap();
+    let lagged = first.unwrap_err();
+    // Start, the extra deltas, "end", done and complete: 104 more events
+    // than the buffer holds.
+    assert_eq!(lagged.skipped, 104);
+    let next = slow.next().await.unwrap().unwrap();
+    assert!(matches!(next.event, AgentEvent::ContentDelta { .. }));
+}

@@ -1,0 +1,400 @@
+//! Appending, reading (whole, since a cursor, in pages), listing, clearing
+//! and replacing history.
+
+use flynn_protocol::Message;
+use flynn_sessions::{Error, SessionStore, SqliteStore};
+
+use crate::{key, messages, numbered, open, tool_exchange};
+
+#[tokio::test]
+async fn appended_messages_come_back_in_order_with_every_block() {
+    let (_dir, store) = open().await;
+    let k = key("cli:default");
+    let all = tool_exchange();
+    let first = store.append(&k, &all[..2]).await.unwrap();
+    let second = store.append(&k, &all[2..]).await.unwrap();
+    assert_eq!((first, second), (vec![1, 2], vec![3, 4]));
+
+    let history = store.history(&k).await.unwrap();
+    assert_eq!(messages(&history), all);
+    assert_eq!(
+        history.iter().map(|m| (m.seq, m.turn)).collect::<Vec<_>>(),
+        vec![(1, None), (2, None), (3, None), (4, None)]
+    );
+    assert_eq!(store.history(&key("cli:other")).await.unwrap(), vec![]);
+}
+
+#[tokio::test]
+async fn appending_nothing_stores_nothing() {
+    let (_dir, store) = open().await;
+    let k = key("cli:default");
+    assert_eq!(store.append(&k, &[]).await.unwrap(), Vec::<u64>::new());
+    assert_eq!(store.history(&k).await.unwrap(), vec![]);
+    assert_eq!(store.list().await.unwrap(), vec![]);
+}
+
+#[tokio::test]
+async fn history_survives_reopening_the_file_in_wal_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let k = key("telegram:42");
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        store.append(&k, &[Message::user("hi")]).await.unwrap();
+        store.close().await;
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(
+        numbered(&store.history(&k).await.unwrap()),
+        vec![(1, "hi".to_owned())]
+    );
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&mut crate::raw(&path).await)
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+#[tokio::test]
+async fn history_since_returns_what_was_stored_after_a_cursor() {
+    let (_dir, store) = open().await;
+    let k = key("cli:default");
+    let other = key("cli:other");
+    store
+        .append(&k, &[Message::user("a"), Message::assistant("b")])
+        .await
+        .unwrap();
+    store.append(&other, &[Message::user("x")]).await.unwrap();
+    store
+        .append(&k, &[Message::user("c"), Message::assistant("d")])
+        .await
+        .unwrap();
+
+    let since = |after| {
+        let store = store.clone();
+        let k = k.clone();
+        async move { numbered(&store.history_since(&k, after).await.unwrap()) }
+    };
+    assert_eq!(
+        since(2).await,
+        vec![(4, "c".to_owned()), (5, "d".to_owned())]
+    );
+    assert_eq!(since(0).await.len(), 4);
+    assert_eq!(since(5).await, vec![]);
+
+    // After a compaction the replacement has new numbers, so a reader
+    // holding an old cursor sees it, in history order.
+    store
+        .replace_history(&k, 2, &[Message::user("[summary] a, b")])
+        .await
+        .unwrap();
+    assert_eq!(
+        since(2).await,
+        vec![
+            (6, "[summary] a, b".to_owned()),
+            (4, "c".to_owned()),
+            (5, "d".to_owned())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn history_pages_walk_back_from_the_end_oldest_first() {
+    let (_dir, store) = open().await;
+    let k = key("cli:default");
+    let texts: Vec<Message> = (1..=7).map(|i| Message::user(format!("m{i}"))).collect();
+    let seqs = store.append(&k, &texts).await.unwrap();
+    assert_eq!(seqs, vec![1, 2, 3, 4, 5, 6, 7]);
+
+    let page = |before, limit| {
+        let store = store.clone();
+        let k = k.clone();
+        async move {
+            store
+                .history_page(&k, before, limit)
+                .await
+                .unwrap()
+                .iter()
+                .map(|m| m.seq)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(page(None, 3).await, vec![5, 6, 7]);
+    assert_eq!(page(Some(5), 3).await, vec![2, 3, 4]);
+    assert_eq!(page(Some(2), 3).await, vec![1]);
+    assert_eq!(page(Some(1), 3).await, Vec::<u64>::new());
+    assert_eq!(page(None, 100).await, seqs);
+    assert_eq!(page(None, 0).await, Vec::<u64>::new());
+
+    // Pages follow positions, not numbers: after a compaction the summary
+    // (numbered 8) comes before message 4.
+    store
+        .replace_history(&k, 3, &[Message::user("[summary]")])
+        .await
+        .unwrap();
+    assert_eq!(page(Some(5), 10).await, vec![8, 4]);
+
+    let error = store.history_page(&k, Some(99), 3).await.unwrap_err();
+    assert!(
+        matches!(error, Error::UnknownMessage { ref session, seq: 99 } if session == "cli:default"),
+        "{error:?}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "session 'cli:default' has no message 99 in its history"
+    );
+}
+
+#[tokio::test]
+async fn list_puts_the_most_recently_changed_session_first_and_clear_removes_one() {
+    let (_dir, store) = open().await;
+    store.append(&key("cli:a"), &tool_exchange()).await.unwrap();
+    store
+        .append(&key("cli:b"), &[Message::user("x")])
+        .await
+        .unwrap();
+    store
+        .append(&key("cli:c"), &[Message::user("y")])
+        .await
+        .unwrap();
+    // Changes made within the same millisecond still order the list.
+    store
+        .append(&key("cli:a"), &[Message::user("again")])
+        .await
+        .unwrap();
+
+    let listed = store.list().await.unwrap();
+    assert_eq!(
+        listed
+            .iter()
+            .map(|s| (s.key.to_string(), s.message_count))
+            .collect::<Vec<_>>(),
+        vec![
+            ("cli:a".to_owned(), 5),
+            ("cli:c".to_owned(), 1),
+            ("cli:b".to_owned(), 1),
+        ]
+    );
+    let stamps: Vec<i64> = listed.iter().map(|s| s.updated_at).collect();
+    let mut strictly_newest_first = stamps.clone();
+    strictly_newest_first.sort_unstable_by(|a, b| b.cmp(a));
+    strictly_newest_first.dedup();
+    assert_eq!(stamps, strictly_newest_first);
+
+    assert!(store.clear(&key("cli:a")).await.unwrap());
+    assert!(!store.clear(&key("cli:a")).await.unwrap());
+    assert_eq!(store.history(&key("cli:a")).await.unwrap(), vec![]);
+    assert_eq!(store.info(&key("cli:a")).await.unwrap(), None);
+    assert_eq!(
+        store
+            .list()
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| s.key.to_string())
+            .collect::<Vec<_>>(),
+        vec!["cli:c".to_owned(), "cli:b".to_owned()]
+    );
+    let b = store.info(&key("cli:b")).await.unwrap().unwrap();
+    assert_eq!(
+        (b.key.to_string(), b.message_count),
+        ("cli:b".to_owned(), 1)
+    );
+    assert!(b.created_at <= b.updated_at, "{b:?}");
+}
+
+#[tokio::test]
+async fn replace_history_keeps_what_was_appended_after_upto() {
+    let (_dir, store) = open().await;
+    let k = key("cli:default");
+    store.append(&k, &tool_exchange()).await.unwrap();
+    // A turn appends while compaction summarises messages 1..=3.
+    store.append(&k, &[Message::user("next")]).await.unwrap();
+
+    let summary = vec![
+        Message::user("[summary] files were listed"),
+        Message::assistant("ok"),
+    ];
+    let seqs = store.replace_history(&k, 3, &summary).await.unwrap();
+    assert_eq!(seqs, vec![6, 7]);
+    assert_eq!(
+        numbered(&store.history(&k).await.unwrap()),
+        vec![
+            (6, "[summary] files were listed".to_owned()),
+            (7, "ok".to_owned()),
+            (4, "There is a.txt.".to_owned()),
+            (5, "next".to_owned()),
+        ]
+    );
+
+    store.append(&k, &[Message::user("later")]).await.unwrap();
+    // Compacting again, up to a message of the first replacement.
+    let again = store
+        .replace_history(&k, 7, &[Message::user("[summary 2]")])
+        .await
+        .unwrap();
+    assert_eq!(again, vec![9]);
+    assert_eq!(
+        numbered(&store.history(&k).await.unwrap()),
+        vec![
+            (9, "[summary 2]".to_owned()),
+            (4, "There is a.txt.".to_owned()),
+            (5, "next".to_owned()),
+            (8, "later".to_owned()),
+        ]
+    );
+    assert_eq!(
+        store.info(&k).await.unwrap().map(|i| i.message_count),
+        Some(4)
+    );
+}
+
+#[tokio::test]
+async fn a_replacement_may_be_longer_or_empty() {
+    let (_dir, store) = open().await;
+    let k = key("cli:default");
+    store
+        .append(&k, &[Message::user("one"), Message::assistant("two")])
+        .await
+        .unwrap();
+    // Three messages in place of one: they go before message 2.
+    store
+        .replace_history(
+            &k,
+            1,
+            &[
+                Message::user("x"),
+                Message::assistant("y"),
+                Message::user("z"),
+            ],
+        )
+        .await
+        .unwrap();
+    store.append(&k, &[Message::user("three")]).await.unwrap();
+    assert_eq!(
+        numbered(&store.history(&k).await.unwrap()),
+        vec![
+            (3, "x".to_owned()),
+            (4, "y".to_owned()),
+            (5, "z".to_owned()),
+            (2, "two".to_owned()),
+            (6, "three".to_owned()),
+        ]
+    );
+
+    // Nothing in place of everything up to message 2.
+    assert_eq!(
+        store.replace_history(&k, 2, &[]).await.unwrap(),
+        Vec::<u64>::new()
+    );
+    assert_eq!(
+        numbered(&store.history(&k).await.unwrap()),
+        vec![(6, "three".to_owned())]
+    );
+}
+
+#[tokio::test]
+async fn sequence_numbers_are_never_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let k = key("cli:default");
+    assert_eq!(
+        store.append(&k, &tool_exchange()).await.unwrap(),
+        vec![1, 2, 3, 4]
+    );
+    assert_eq!(
+        store
+            .replace_history(&k, 4, &[Message::user("[summary]")])
+            .await
+            .unwrap(),
+        vec![5]
+    );
+    // The highest number (5) goes, then the session itself.
+    assert_eq!(
+        store.replace_history(&k, 5, &[]).await.unwrap(),
+        Vec::<u64>::new()
+    );
+    assert!(store.clear(&k).await.unwrap());
+    store.close().await;
+
+    // Re-created under the same key, in a new process.
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(
+        store.append(&k, &[Message::user("fresh")]).await.unwrap(),
+        vec![6]
+    );
+    assert_eq!(
+        store
+            .append(&key("cli:other"), &[Message::user("elsewhere")])
+            .await
+            .unwrap(),
+        vec![7]
+    );
+    assert_eq!(
+        numbered(&store.history(&k).await.unwrap()),
+        vec![(6, "fresh".to_owned())]
+    );
+}
+
+#[tokio::test]
+async fn replace_history_up_to_an_unknown_message_fails_and_changes_nothing() {
+    let (_dir, store) = open().await;
+    let k = key("cli:default");
+    let other = key("cli:other");
+    store.append(&k, &tool_exchange()).await.unwrap();
+    let foreign = store.append(&other, &[Message::user("x")]).await.unwrap();
+
+    for upto in [99, foreign[0]] {
+        let error = store
+            .replace_history(&k, upto, &[Message::user("[summary]")])
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!("session 'cli:default' has no message {upto} in its history")
+        );
+        assert!(
+            matches!(error, Error::UnknownMessage { seq, .. } if seq == upto),
+            "{error:?}"
+        );
+    }
+    assert_eq!(messages(&store.history(&k).await.unwrap()), tool_exchange());
+    // The failed attempts used no numbers.
+    assert_eq!(
+        store.append(&k, &[Message::user("next")]).await.unwrap(),
+        vec![6]
+    );
+}
+
+#[tokio::test]
+async fn concurrent_appends_to_one_session_lose_nothing() {
+    let (_dir, store) = open().await;
+    let k = key("cli:busy");
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let store = store.clone();
+        let k = k.clone();
+        tasks.push(tokio::spawn(async move {
+            store.append(&k, &[Message::user(format!("m{i}"))]).await
+        }));
+    }
+    let mut seqs = Vec::new();
+    for task in tasks {
+        seqs.extend(task.await.unwrap().unwrap());
+    }
+    seqs.sort_unstable();
+    assert_eq!(seqs, (1..=20).collect::<Vec<u64>>());
+
+    let history = store.history(&k).await.unwrap();
+    // Stored in the order the appends committed: numbers ascend.
+    assert_eq!(
+        history.iter().map(|m| m.seq).collect::<Vec<_>>(),
+        (1..=20).collect::<Vec<u64>>()
+    );
+    let mut texts: Vec<String> = history.iter().map(|m| m.message.text()).collect();
+    texts.sort();
+    let mut expected: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
+    expected.sort();
+    assert_eq!(texts, expected);
+}

@@ -1,0 +1,101 @@
+//! Per-session metadata.
+
+use flynn_protocol::config::ModelRef;
+use flynn_protocol::{Message, Tier};
+use flynn_sessions::{SessionMeta, SessionStore, SqliteStore};
+
+use crate::{key, open};
+
+#[tokio::test]
+async fn metadata_round_trips_through_the_file_and_shows_in_list_and_info() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let k = key("telegram:42");
+    assert_eq!(store.metadata(&k).await.unwrap(), SessionMeta::default());
+
+    let meta = SessionMeta {
+        agent: Some("coder".into()),
+        tier: Some(Tier::Complex),
+        model: Some(ModelRef::new("openrouter", "meta-llama/llama-3.3-70b")),
+        title: Some("Deploy plans".into()),
+        last_channel: Some("telegram".into()),
+    };
+    // Setting metadata creates the session.
+    store.set_metadata(&k, &meta).await.unwrap();
+    store.close().await;
+
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.metadata(&k).await.unwrap(), meta);
+    let info = store.info(&k).await.unwrap().unwrap();
+    assert_eq!(
+        (info.key.to_string(), info.message_count, info.meta.clone()),
+        ("telegram:42".to_owned(), 0, meta.clone())
+    );
+    assert_eq!(store.list().await.unwrap(), vec![info]);
+
+    // Messages leave metadata alone; setting it again replaces it whole.
+    store.append(&k, &[Message::user("hi")]).await.unwrap();
+    assert_eq!(store.metadata(&k).await.unwrap(), meta);
+    let cleared = SessionMeta {
+        tier: Some(Tier::Fast),
+        ..SessionMeta::default()
+    };
+    store.set_metadata(&k, &cleared).await.unwrap();
+    assert_eq!(store.metadata(&k).await.unwrap(), cleared);
+}
+
+#[tokio::test]
+async fn a_reset_forgets_metadata() {
+    let (_dir, store) = open().await;
+    let k = key("cli:default");
+    store
+        .set_metadata(
+            &k,
+            &SessionMeta {
+                agent: Some("coder".into()),
+                ..SessionMeta::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(store.clear(&k).await.unwrap());
+    assert_eq!(store.metadata(&k).await.unwrap(), SessionMeta::default());
+    assert_eq!(store.info(&k).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn setting_metadata_makes_the_session_the_most_recently_changed() {
+    let (_dir, store) = open().await;
+    store
+        .append(&key("cli:a"), &[Message::user("a")])
+        .await
+        .unwrap();
+    store
+        .append(&key("cli:b"), &[Message::user("b")])
+        .await
+        .unwrap();
+    store
+        .set_metadata(
+            &key("cli:a"),
+            &SessionMeta {
+                title: Some("A".into()),
+                ..SessionMeta::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .list()
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| (s.key.to_string(), s.meta.title.clone()))
+            .collect::<Vec<_>>(),
+        vec![
+            ("cli:a".to_owned(), Some("A".to_owned())),
+            ("cli:b".to_owned(), None)
+        ]
+    );
+}

@@ -1,0 +1,241 @@
+//! Turns: the durable inbox.
+
+use flynn_protocol::{ContentBlock, Message, Role, TurnId};
+use flynn_sessions::{Error, SessionStore, TurnOrigin, TurnRecord, TurnStatus};
+
+use crate::{key, messages, numbered, open, turns_of};
+
+fn origin(pid: u32) -> TurnOrigin {
+    TurnOrigin {
+        agent: "main".into(),
+        owner_pid: pid,
+    }
+}
+
+#[tokio::test]
+async fn a_turn_goes_from_accepted_to_running_to_finished() {
+    let (_dir, store) = open().await;
+    let k = key("cli:default");
+    store
+        .append(&k, &[Message::user("earlier"), Message::assistant("ok")])
+        .await
+        .unwrap();
+    let content = vec![ContentBlock::text("when is the deploy?")];
+
+    let accepted = store.accept(&k, &content, &origin(100)).await.unwrap();
+    assert_eq!(
+        TurnRecord {
+            created_at: 0,
+            updated_at: 0,
+            ..accepted.clone()
+        },
+        TurnRecord {
+            id: TurnId(1),
+            session: k.clone(),
+            status: TurnStatus::Pending,
+            content: content.clone(),
+            origin: origin(100),
+            message_seq: None,
+            created_at: 0,
+            updated_at: 0,
+        }
+    );
+    assert_eq!(
+        store.turn(accepted.id).await.unwrap(),
+        Some(accepted.clone())
+    );
+    assert_eq!(
+        store.open_turns(None).await.unwrap(),
+        vec![accepted.clone()]
+    );
+    // Accepted is not yet in the history.
+    assert_eq!(
+        numbered(&store.history(&k).await.unwrap()),
+        vec![(1, "earlier".to_owned()), (2, "ok".to_owned())]
+    );
+
+    let seq = store.start_turn(accepted.id, 200).await.unwrap();
+    assert_eq!(seq, 3);
+    let history = store.history(&k).await.unwrap();
+    assert_eq!(
+        history.last().map(|m| (m.seq, m.turn, m.message.clone())),
+        Some((
+            3,
+            Some(accepted.id),
+            Message {
+                role: Role::User,
+                content: content.clone(),
+            }
+        ))
+    );
+    let running = store.turn(accepted.id).await.unwrap().unwrap();
+    assert_eq!(
+        running,
+        TurnRecord {
+            status: TurnStatus::Running,
+            message_seq: Some(3),
+            origin: origin(200),
+            updated_at: running.updated_at,
+            ..accepted.clone()
+        }
+    );
+
+    // Starting it again (a rerun after a crash) adds nothing and takes
+    // the turn over.
+    assert_eq!(store.start_turn(accepted.id, 300).await.unwrap(), 3);
+    assert_eq!(store.history(&k).await.unwrap().len(), 3);
+    assert_eq!(
+        store.turn(accepted.id).await.unwrap().map(|t| t.origin),
+        Some(origin(300))
+    );
+
+    // The turn's answer.
+    let answer = store
+        .append_for_turn(&k, accepted.id, &[Message::assistant("Friday.")])
+        .await
+        .unwrap();
+    assert_eq!(answer, vec![4]);
+    assert_eq!(
+        turns_of(&store.history(&k).await.unwrap()),
+        vec![
+            (1, None),
+            (2, None),
+            (3, Some(accepted.id)),
+            (4, Some(accepted.id))
+        ]
+    );
+
+    store
+        .finish_turn(accepted.id, TurnStatus::Completed)
+        .await
+        .unwrap();
+    let finished = store.turn(accepted.id).await.unwrap().unwrap();
+    assert_eq!(
+        (finished.status, finished.message_seq),
+        (TurnStatus::Completed, Some(3))
+    );
+    assert_eq!(store.open_turns(None).await.unwrap(), vec![]);
+
+    let error = store.start_turn(accepted.id, 400).await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "turn 1 cannot start: it has already ended (completed)"
+    );
+    assert!(
+        matches!(
+            error,
+            Error::TurnFinished {
+                turn: TurnId(1),
+                status: TurnStatus::Completed
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(store.history(&k).await.unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn a_waiting_turn_does_not_split_a_running_turn_from_its_tool_results() {
+    let (_dir, store) = open().await;
+    let k = key("cli:default");
+    let first = store
+        .accept(&k, &[ContentBlock::text("list files")], &origin(1))
+        .await
+        .unwrap();
+    store.start_turn(first.id, 1).await.unwrap();
+    // A second message arrives while the first turn runs a tool.
+    let second = store
+        .accept(&k, &[ContentBlock::text("and then?")], &origin(1))
+        .await
+        .unwrap();
+    let exchange = &crate::tool_exchange()[1..];
+    store.append_for_turn(&k, first.id, exchange).await.unwrap();
+    store
+        .finish_turn(first.id, TurnStatus::Completed)
+        .await
+        .unwrap();
+    store.start_turn(second.id, 1).await.unwrap();
+
+    let mut expected = crate::tool_exchange();
+    expected.push(Message::user("and then?"));
+    assert_eq!(messages(&store.history(&k).await.unwrap()), expected);
+}
+
+#[tokio::test]
+async fn open_turns_are_oldest_first_and_filter_by_session() {
+    let (_dir, store) = open().await;
+    let a = key("cli:a");
+    let b = key("cli:b");
+    let text = |t: &str| vec![ContentBlock::text(t)];
+    let a1 = store.accept(&a, &text("a1"), &origin(1)).await.unwrap();
+    let b1 = store.accept(&b, &text("b1"), &origin(1)).await.unwrap();
+    let a2 = store.accept(&a, &text("a2"), &origin(1)).await.unwrap();
+    let a3 = store.accept(&a, &text("a3"), &origin(1)).await.unwrap();
+    store.start_turn(a1.id, 1).await.unwrap();
+    store
+        .finish_turn(a2.id, TurnStatus::Cancelled)
+        .await
+        .unwrap();
+
+    let ids = |turns: Vec<TurnRecord>| turns.iter().map(|t| (t.id, t.status)).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.open_turns(None).await.unwrap()),
+        vec![
+            (a1.id, TurnStatus::Running),
+            (b1.id, TurnStatus::Pending),
+            (a3.id, TurnStatus::Pending)
+        ]
+    );
+    assert_eq!(
+        ids(store.open_turns(Some(&a)).await.unwrap()),
+        vec![(a1.id, TurnStatus::Running), (a3.id, TurnStatus::Pending)]
+    );
+    assert_eq!(
+        ids(store.open_turns(Some(&key("cli:none"))).await.unwrap()),
+        vec![]
+    );
+    // A cancelled turn never reached the history.
+    assert_eq!(
+        numbered(&store.history(&a).await.unwrap()),
+        vec![(1, "a1".to_owned())]
+    );
+}
+
+#[tokio::test]
+async fn a_reset_removes_the_sessions_turns() {
+    let (_dir, store) = open().await;
+    let k = key("cli:default");
+    let turn = store
+        .accept(&k, &[ContentBlock::text("hi")], &origin(1))
+        .await
+        .unwrap();
+    assert!(store.clear(&k).await.unwrap());
+    assert_eq!(store.turn(turn.id).await.unwrap(), None);
+    assert_eq!(store.open_turns(None).await.unwrap(), vec![]);
+    // Turn ids are not reused either.
+    let next = store
+        .accept(&k, &[ContentBlock::text("hi")], &origin(1))
+        .await
+        .unwrap();
+    assert_eq!((turn.id, next.id), (TurnId(1), TurnId(2)));
+}
+
+#[tokio::test]
+async fn unknown_turns_are_a_clear_error() {
+    let (_dir, store) = open().await;
+    let error = store.start_turn(TurnId(7), 1).await.unwrap_err();
+    assert_eq!(error.to_string(), "there is no turn 7 in the session store");
+    assert!(
+        matches!(error, Error::UnknownTurn { turn: TurnId(7) }),
+        "{error:?}"
+    );
+    let error = store
+        .finish_turn(TurnId(7), TurnStatus::Failed)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, Error::UnknownTurn { turn: TurnId(7) }),
+        "{error:?}"
+    );
+    assert_eq!(store.turn(TurnId(7)).await.unwrap(), None);
+}
