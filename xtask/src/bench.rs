@@ -60,6 +60,14 @@ pub fn run(args: &[String]) -> Result<()> {
     if !status.success() {
         bail!("cargo bench -p flynn-models failed ({status})");
     }
+    let status = Command::new(&cargo)
+        .args(["bench", "-p", "flynn-orchestrator", "--bench", "runtime"])
+        .current_dir(&root)
+        .status()
+        .context("running cargo bench")?;
+    if !status.success() {
+        bail!("cargo bench -p flynn-orchestrator failed ({status})");
+    }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| root.join("target"), std::path::PathBuf::from);
     let micro = micro_results(&target.join("criterion"))?;
@@ -88,6 +96,9 @@ const MICRO: &[&str] = &[
     "sse_bytes/anthropic",
     "sse_events/openai",
     "sse_events/anthropic",
+    "turn/overhead",
+    "cancel/model_stream",
+    "cancel/tool_process",
 ];
 
 fn micro_results(criterion: &std::path::Path) -> Result<Vec<Micro>> {
@@ -144,6 +155,27 @@ fn render_micro(micro: &[Micro]) -> String {
             md,
             "\nRouter overhead per call (routed minus direct, zero-latency client): {overhead:.2} µs; target under 100 µs: {verdict}."
         );
+    }
+    if let Some(turn) = by_id("turn/overhead") {
+        let ms = turn / 1e6;
+        let verdict = if ms < 1.0 { "meets" } else { "misses" };
+        let _ = writeln!(
+            md,
+            "\nFramework overhead of a whole turn through the session manager (accept, start, prompt, answer and usage stored, finish; zero-latency model, SQLite file): {ms:.3} ms; target under 1 ms at p50: {verdict}."
+        );
+    }
+    for (id, what) in [
+        ("cancel/model_stream", "a waiting model stream"),
+        ("cancel/tool_process", "a running tool process"),
+    ] {
+        if let Some(ns) = by_id(id) {
+            let ms = ns / 1e6;
+            let verdict = if ms < 100.0 { "meets" } else { "misses" };
+            let _ = writeln!(
+                md,
+                "\nCancel to turn end, {what}: {ms:.3} ms; target within 100 ms: {verdict}."
+            );
+        }
     }
     md
 }

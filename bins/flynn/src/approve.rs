@@ -45,6 +45,8 @@ impl Approver for Terminal {
             request.effect.as_str().replace('_', " "),
             request.timeout.as_secs()
         );
+        // Let the progress line of this call reach stderr before the question.
+        tokio::task::yield_now().await;
         let answer = tokio::task::spawn_blocking(move || ask(&question)).await;
         match answer {
             Ok(Ok(true)) => Decision::Approve,

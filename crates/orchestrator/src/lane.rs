@@ -300,9 +300,16 @@ impl Lane {
             });
         }
         let agent = match &request.agent {
-            Some(name) => self.shared.agents.lookup(name, "--agent")?.name.clone(),
-            None => self.session_agent().name.clone(),
+            Some(name) => self.shared.agents.lookup(name, "--agent")?.clone(),
+            None => self.session_agent().clone(),
         };
+        // A turn that could not call any model is refused now, before it
+        // leaves anything behind in the session.
+        match self.model_choice(&agent, request.tier, request.model.clone()) {
+            (_, Some(model)) => self.shared.router.check_model(&model)?,
+            (tier, None) => self.shared.router.check_tier(tier)?,
+        }
+        let agent = agent.name.clone();
         let origin = TurnOrigin {
             agent,
             owner_pid: self.shared.pid,
@@ -312,13 +319,8 @@ impl Lane {
             .store
             .accept(&self.key, &request.content, &origin)
             .await?;
-        let channel = self.key.channel();
-        if self.meta.last_channel.as_deref() != Some(channel) {
-            self.meta.last_channel = Some(channel.to_owned());
-            if let Err(error) = self.shared.store.set_metadata(&self.key, &self.meta).await {
-                tracing::warn!(session = %self.key, %error, "cannot record the session's channel");
-            }
-        }
+        // `accept` recorded the channel in the store too.
+        self.meta.last_channel = Some(self.key.channel().to_owned());
         let (tx, rx) = oneshot::channel();
         let turn = record.id;
         self.queue.push_back(Queued {

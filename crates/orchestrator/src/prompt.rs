@@ -84,23 +84,41 @@ impl PromptBuilder {
     /// bad file never stops a turn.
     pub async fn build(&self, context: &PromptContext<'_>) -> String {
         let mut prompt = self.base.trim_end().to_owned();
-        for name in &self.files {
-            let path = self.workspace.join(name);
-            match tokio::fs::read(&path).await {
-                Ok(bytes) => {
-                    let text = String::from_utf8_lossy(&bytes);
-                    let text = text.trim();
-                    if text.is_empty() {
-                        continue;
+        if !self.files.is_empty() {
+            // One trip to the blocking pool for all files.
+            let paths: Vec<(String, PathBuf)> = self
+                .files
+                .iter()
+                .map(|name| (name.clone(), self.workspace.join(name)))
+                .collect();
+            let read = tokio::task::spawn_blocking(move || {
+                paths
+                    .into_iter()
+                    .map(|(name, path)| {
+                        let bytes = std::fs::read(&path);
+                        (name, path, bytes)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .unwrap_or_default();
+            for (name, path, bytes) in read {
+                match bytes {
+                    Ok(bytes) => {
+                        let text = String::from_utf8_lossy(&bytes);
+                        let text = text.trim();
+                        if text.is_empty() {
+                            continue;
+                        }
+                        prompt.push_str("\n\n## ");
+                        prompt.push_str(&name);
+                        prompt.push('\n');
+                        push_capped(&mut prompt, text, PROMPT_FILE_LIMIT);
                     }
-                    prompt.push_str("\n\n## ");
-                    prompt.push_str(name);
-                    prompt.push('\n');
-                    push_capped(&mut prompt, text, PROMPT_FILE_LIMIT);
-                }
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => {
-                    tracing::warn!(path = %path.display(), %error, "prompt file left out");
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(error) => {
+                        tracing::warn!(path = %path.display(), %error, "prompt file left out");
+                    }
                 }
             }
         }

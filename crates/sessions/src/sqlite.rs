@@ -540,6 +540,11 @@ impl SessionStore for SqliteStore {
         let encoded = encode(content)?;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         Self::touch(&mut tx, key, now).await?;
+        sqlx::query("UPDATE sessions SET last_channel = ?2 WHERE key = ?1")
+            .bind(key.as_str())
+            .bind(key.channel())
+            .execute(&mut *tx)
+            .await?;
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO turns (session_key, status, content, agent, owner_pid, created_at, updated_at)
              VALUES (?1, 'pending', ?2, ?3, ?4, ?5, ?5) RETURNING id",

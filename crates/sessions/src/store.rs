@@ -220,8 +220,9 @@ pub trait SessionStore: Send + Sync {
     async fn usage_by_tier(&self, session: Option<&SessionKey>) -> Result<Vec<(Tier, UsageTotal)>>;
 
     /// Accepts an inbound message: stores it durably as a pending turn,
-    /// creating the session if needed. Its message joins the history only
-    /// when the turn starts.
+    /// creating the session if needed, and records the key's channel as
+    /// the session's last channel. Its message joins the history only when
+    /// the turn starts.
     async fn accept(
         &self,
         key: &SessionKey,

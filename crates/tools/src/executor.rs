@@ -72,7 +72,12 @@ impl ToolExecutor {
 
     async fn run(&self, call: &ToolCall, ctx: &ToolContext) -> Result<String, ToolError> {
         let Some(tool) = self.registry.get(&call.name) else {
-            let available: Vec<&str> = self.registry.names().collect();
+            // Name only the tools this agent may use.
+            let available: Vec<&str> = self
+                .registry
+                .names()
+                .filter(|name| ctx.policy.allows(name))
+                .collect();
             return Err(ToolError::UnknownTool {
                 name: call.name.clone(),
                 available: if available.is_empty() {

@@ -237,12 +237,15 @@ async fn a_rejected_key_exits_3_and_names_the_variable() {
 
 #[tokio::test]
 async fn no_provider_at_all_is_a_config_error() {
-    let output = Env::new().run(&["send", "hello"]);
+    let env = Env::new();
+    let output = env.run(&["send", "hello"]);
     assert_eq!(output.status.code(), Some(2));
     assert_eq!(
         stderr(&output),
         "error: no model is configured for the 'default' tier (set models.tiers.default in the config file, or FLYNN_MODEL, or one of ANTHROPIC_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL, GEMINI_API_KEY, OLLAMA_HOST)\n"
     );
+    // Refused before it was accepted: nothing was stored.
+    assert_eq!(stdout(&env.run(&["sessions", "list"])), "no sessions yet\n");
 }
 
 #[tokio::test]

@@ -458,6 +458,28 @@ async fn refusals_happen_before_anything_is_stored() {
 }
 
 #[tokio::test]
+async fn a_session_whose_tier_has_no_model_is_refused_before_anything_is_stored() {
+    let h = Harness::new(
+        vec![Scripted::echo("m")],
+        Setup {
+            models: tiers(&[]),
+            ..Setup::default()
+        },
+    )
+    .await;
+    let k = key("cli:test");
+    let (result, _) = h.send(&k, "hi").await;
+    assert_eq!(
+        result.map_err(|e| (e.code(), e.to_string())).err(),
+        Some((
+            flynn_protocol::ErrorCode::Config,
+            "no model is configured for the 'default' tier (set models.tiers.default in the config file, or FLYNN_MODEL, or one of ANTHROPIC_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL, GEMINI_API_KEY, OLLAMA_HOST)".into()
+        ))
+    );
+    assert_eq!(h.store.list().await.unwrap(), vec![]);
+}
+
+#[tokio::test]
 async fn the_prompt_is_assembled_per_turn_from_the_agent_and_workspace_files() {
     let model = Scripted::echo("m");
     let h = Harness::new(vec![model.clone()], Setup::default()).await;

@@ -107,6 +107,21 @@ async fn unknown_tools_and_bad_arguments_become_error_results() {
             .await,
         err("invalid arguments for shell.exec: unknown field `cmd`, expected `command` or `cwd`")
     );
+    // An agent is told only of the tools it may use.
+    let mut narrow = ToolContext::new(std::env::temp_dir());
+    narrow.policy = std::sync::Arc::new(flynn_tools::ToolPolicy::new(
+        &ToolsConfig {
+            enabled: Some(vec!["file.*".into()]),
+            ..ToolsConfig::default()
+        },
+        None,
+    ));
+    assert_eq!(
+        executor
+            .execute(&call("shell_exec", json!({})), &narrow)
+            .await,
+        err("unknown tool 'shell_exec' (available: file.read)")
+    );
 }
 
 #[tokio::test]
