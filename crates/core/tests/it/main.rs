@@ -1,0 +1,197 @@
+//! The facade as an embedder uses it: build from a config value, send,
+//! subscribe, add tools, against the strict fake OpenAI server.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use flynn_core::protocol::config::{ProviderConfig, ProviderKind, TiersConfig};
+use flynn_core::{
+    AgentEvent, CancellationToken, Flynn, FlynnConfig, ToolContext, ToolError, TurnRequest,
+    TypedTool,
+};
+use flynn_testkit::{FakeOpenAi, Reply};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// An embedder's own tool.
+struct Weather;
+
+#[derive(Deserialize, JsonSchema)]
+struct WeatherArgs {
+    /// City name.
+    city: String,
+}
+
+#[async_trait]
+impl TypedTool for Weather {
+    type Args = WeatherArgs;
+
+    fn name(&self) -> &str {
+        "weather.get"
+    }
+
+    fn description(&self) -> &str {
+        "Today's weather in a city."
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    fn effect(&self) -> flynn_core::protocol::ToolEffect {
+        flynn_core::protocol::ToolEffect::Network
+    }
+
+    async fn run(&self, args: WeatherArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
+        Ok(format!("sunny in {}", args.city))
+    }
+}
+
+fn config(fake: &FakeOpenAi, enabled: Option<Vec<&str>>) -> FlynnConfig {
+    let mut config = FlynnConfig::default();
+    let mut provider = ProviderConfig::new(ProviderKind::OpenaiCompatible);
+    provider.base_url = Some(fake.base_url());
+    config.providers.insert("fake".into(), provider);
+    config.models.tiers = TiersConfig {
+        default: vec!["fake/m".parse().unwrap()],
+        ..TiersConfig::default()
+    };
+    config.tools.enabled = enabled.map(|e| e.into_iter().map(str::to_owned).collect());
+    config
+}
+
+fn offered(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn an_embedders_tool_runs_and_obeys_the_tools_policy() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::ToolCalls(vec![(
+        "weather_get".into(),
+        json!({"city": "Lisbon"}),
+    )]));
+    fake.push(Reply::Text("It is sunny.".into()));
+    fake.push(Reply::Text("No weather for you.".into()));
+    let home = tempfile::tempdir().unwrap();
+
+    let flynn = Flynn::builder()
+        .config(config(&fake, Some(vec!["weather.*", "file.read"])))
+        .home(home.path())
+        .workspace(home.path())
+        .tool(Weather)
+        .build()
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    let outcome = flynn
+        .send(
+            TurnRequest::text("app:user".parse().unwrap(), "weather?"),
+            CancellationToken::new(),
+            &mut |event| events.push(event),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome.reply, "It is sunny.");
+    assert!(events.contains(&AgentEvent::ToolEnd {
+        id: "call_1".into(),
+        name: "weather.get".into(),
+        ok: true,
+        output: "sunny in Lisbon".into(),
+    }));
+    assert_eq!(
+        offered(&fake.requests()[0].body),
+        ["file_read", "weather_get"]
+    );
+
+    // The same tool outside `tools.enabled` is neither offered nor run.
+    let home = tempfile::tempdir().unwrap();
+    let narrow = Flynn::builder()
+        .config(config(&fake, Some(vec!["file.*"])))
+        .home(home.path())
+        .workspace(home.path())
+        .tool(Weather)
+        .build()
+        .await
+        .unwrap();
+    narrow
+        .send(
+            TurnRequest::text("app:user".parse().unwrap(), "weather?"),
+            CancellationToken::new(),
+            &mut |_| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(offered(&fake.requests()[2].body), ["file_read"]);
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn an_enabled_pattern_that_matches_no_tool_is_refused_at_build() {
+    let fake = FakeOpenAi::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let error = Flynn::builder()
+        .config(config(&fake, Some(vec!["weather.*", "file.raed"])))
+        .home(home.path())
+        .workspace(home.path())
+        .build()
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "tools.enabled: unknown tool(s) weather.*, file.raed (available: file.read, shell.exec)"
+    );
+}
+
+#[tokio::test]
+async fn a_global_subscriber_sees_the_turns_of_every_session() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::Text("one".into()));
+    fake.push(Reply::Text("two".into()));
+    let home = tempfile::tempdir().unwrap();
+    let flynn = Flynn::builder()
+        .config(config(&fake, None))
+        .home(home.path())
+        .workspace(home.path())
+        .build()
+        .await
+        .unwrap();
+    let mut all = flynn.subscribe_all();
+    for (session, text) in [("app:a", "first"), ("app:b", "second")] {
+        flynn
+            .send(
+                TurnRequest::text(session.parse().unwrap(), text),
+                CancellationToken::new(),
+                &mut |_| {},
+            )
+            .await
+            .unwrap();
+    }
+    let mut done = Vec::new();
+    while done.len() < 2 {
+        let envelope = all.next().await.unwrap().unwrap();
+        if let AgentEvent::Done { outcome } = envelope.event {
+            done.push((envelope.session.to_string(), outcome.reply));
+        }
+    }
+    assert_eq!(
+        done,
+        [
+            ("app:a".to_owned(), "one".to_owned()),
+            ("app:b".to_owned(), "two".to_owned())
+        ]
+    );
+    flynn.shutdown().await;
+    assert_eq!(flynn.manager().active_lanes(), 0);
+}
