@@ -130,7 +130,7 @@ fn micro_results(criterion: &std::path::Path) -> Result<Vec<Micro>> {
 
 fn render_micro(micro: &[Micro]) -> String {
     let mut md = String::from(
-        "\n## Model layer (criterion, in process)\n\n| benchmark | median | throughput |\n|---|---|---|\n",
+        "\n## In process (criterion): model layer and runtime\n\n| benchmark | median | throughput |\n|---|---|---|\n",
     );
     for m in micro {
         let throughput = match &m.throughput {
