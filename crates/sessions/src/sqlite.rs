@@ -105,15 +105,18 @@ impl SqliteStore {
         let mut seqs = Vec::with_capacity(messages.len());
         for message in messages {
             let content = encode(&message.content)?;
-            // Position = sequence, so appends sort last. The sequence is
-            // only known after the insert; until the update the row holds
-            // a position above every stored sequence, which is free because
-            // no message's position exceeds its own sequence (appends are
+            // Position = sequence, so appends sort last. Inside this write
+            // transaction the next AUTOINCREMENT number is known: one above
+            // the larger of the table's counter and its largest number. Any
+            // position above every stored sequence is free, because no
+            // message's position exceeds its own sequence (appends are
             // equal, compaction puts new numbers at old positions).
-            let seq: i64 = sqlx::query_scalar(
+            let (seq, pos): (i64, i64) = sqlx::query_as(
                 "INSERT INTO messages (session_key, pos, turn_id, role, content, created_at)
-                 VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages), ?2, ?3, ?4, ?5)
-                 RETURNING seq",
+                 VALUES (?1, MAX(
+                     COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0),
+                     COALESCE((SELECT MAX(seq) FROM messages), 0)) + 1, ?2, ?3, ?4, ?5)
+                 RETURNING seq, pos",
             )
             .bind(key.as_str())
             .bind(turn.map(|t| to_i64(t.0)))
@@ -122,10 +125,12 @@ impl SqliteStore {
             .bind(now)
             .fetch_one(&mut **tx)
             .await?;
-            sqlx::query("UPDATE messages SET pos = seq WHERE seq = ?1")
-                .bind(seq)
-                .execute(&mut **tx)
-                .await?;
+            if pos != seq {
+                sqlx::query("UPDATE messages SET pos = seq WHERE seq = ?1")
+                    .bind(seq)
+                    .execute(&mut **tx)
+                    .await?;
+            }
             seqs.push(to_u64(seq));
         }
         Ok(seqs)
@@ -539,12 +544,20 @@ impl SessionStore for SqliteStore {
         let now = now_millis();
         let encoded = encode(content)?;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        Self::touch(&mut tx, key, now).await?;
-        sqlx::query("UPDATE sessions SET last_channel = ?2 WHERE key = ?1")
-            .bind(key.as_str())
-            .bind(key.channel())
-            .execute(&mut *tx)
-            .await?;
+        // `touch`, also recording the channel, in one statement.
+        sqlx::query(
+            "INSERT INTO sessions (key, created_at, updated_at, last_channel)
+             SELECT ?1, stamp, stamp, ?3
+             FROM (SELECT MAX(?2, COALESCE((SELECT MAX(updated_at) FROM sessions), 0) + 1) AS stamp)
+             WHERE true
+             ON CONFLICT (key) DO UPDATE SET updated_at = excluded.updated_at,
+                 last_channel = excluded.last_channel",
+        )
+        .bind(key.as_str())
+        .bind(now)
+        .bind(key.channel())
+        .execute(&mut *tx)
+        .await?;
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO turns (session_key, status, content, agent, owner_pid, created_at, updated_at)
              VALUES (?1, 'pending', ?2, ?3, ?4, ?5, ?5) RETURNING id",
