@@ -44,12 +44,17 @@ async fn killed_mid_tool_the_session_is_repaired_and_continues() {
     let first = lines.next().unwrap().unwrap();
     assert!(first.starts_with("→ shell.exec"), "{first}");
     // The tool is running: its process wrote its id.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let tool_pid = loop {
         if let Ok(text) = std::fs::read_to_string(&pid_file)
             && !text.trim().is_empty()
         {
             break text.trim().to_owned();
         }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tool never started"
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
     };
     child.kill().unwrap(); // SIGKILL

@@ -322,14 +322,18 @@ async fn cancel_kills_a_tool_process_that_is_running_and_pairs_the_call() {
     let k = key("cli:c");
     let handle = h.submit(&k, "sleep").await;
     // Wait until the tool's process has really started.
-    let pid = loop {
-        if let Ok(text) = std::fs::read_to_string(&marker)
-            && let Ok(pid) = text.trim().parse::<i32>()
-        {
-            break pid;
+    let started = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&marker)
+                && let Ok(pid) = text.trim().parse::<i32>()
+            {
+                return pid;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    })
+    .await;
+    let pid = started.expect("the tool never started");
     assert!(h.manager.cancel(&k));
     let result = tokio::time::timeout(Duration::from_secs(5), handle.outcome())
         .await
