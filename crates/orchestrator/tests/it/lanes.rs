@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use flynn_models::{
-    ClientInfo, Error as ModelError, ModelClient, ModelRequest, ModelRouter, ModelStream,
-    StreamEvent,
+    ClientInfo, Error as ModelError, ModelClient, ModelRequest, ModelStream, StreamEvent,
 };
 use flynn_orchestrator::{AgentEvent, Error, SESSION_CAPACITY, Submitted, TurnRequest};
 use flynn_protocol::config::ProviderKind;
@@ -89,28 +88,7 @@ async fn a_hundred_sessions_run_concurrently_and_each_stays_in_order() {
         peak: AtomicUsize::new(0),
     });
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(
-        flynn_sessions::SqliteStore::open(&dir.path().join("s.db"))
-            .await
-            .unwrap(),
-    );
-    let mut clients: HashMap<String, Arc<dyn ModelClient>> = HashMap::new();
-    clients.insert("m".into(), model.clone());
-    let setup = Setup::default();
-    let router = Arc::new(ModelRouter::new(clients, setup.models.clone()));
-    let manager = flynn_orchestrator::SessionManager::new(flynn_orchestrator::RuntimeParts {
-        router,
-        store: store.clone(),
-        executor: flynn_tools::ToolExecutor::from_config(
-            Arc::new(flynn_tools::builtin::registry(&setup.tools)),
-            &setup.tools,
-        ),
-        agents: flynn_orchestrator::Agents::from_config(&setup.agents, &setup.tools, dir.path())
-            .unwrap(),
-        prices: setup.prices,
-        max_tokens: 1024,
-        sessions: setup.sessions,
-    });
+    let (manager, store) = crate::with_model(dir.path(), model.clone()).await;
 
     // Three messages per session, each sent from its own task, all at once.
     const SESSIONS: usize = 100;
@@ -213,27 +191,7 @@ async fn a_message_sent_while_a_turn_runs_is_accepted_at_once_and_queued_visibly
         calls: AtomicUsize::new(0),
     });
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(
-        flynn_sessions::SqliteStore::open(&dir.path().join("s.db"))
-            .await
-            .unwrap(),
-    );
-    let mut clients: HashMap<String, Arc<dyn ModelClient>> = HashMap::new();
-    clients.insert("m".into(), model.clone());
-    let setup = Setup::default();
-    let manager = flynn_orchestrator::SessionManager::new(flynn_orchestrator::RuntimeParts {
-        router: Arc::new(ModelRouter::new(clients, setup.models.clone())),
-        store: store.clone(),
-        executor: flynn_tools::ToolExecutor::from_config(
-            Arc::new(flynn_tools::builtin::registry(&setup.tools)),
-            &setup.tools,
-        ),
-        agents: flynn_orchestrator::Agents::from_config(&setup.agents, &setup.tools, dir.path())
-            .unwrap(),
-        prices: setup.prices,
-        max_tokens: 1024,
-        sessions: setup.sessions,
-    });
+    let (manager, store) = crate::with_model(dir.path(), model.clone()).await;
     let k = key("cli:q");
     let mut events = manager.subscribe(&k);
     let submit = |text: &str| {

@@ -287,10 +287,20 @@ pub fn manager(
     clients: Vec<Arc<Scripted>>,
     setup: Setup,
 ) -> SessionManager {
-    let clients: HashMap<String, Arc<dyn ModelClient>> = clients
+    let clients = clients
         .into_iter()
         .map(|c| (c.info.provider.clone(), c as Arc<dyn ModelClient>))
         .collect();
+    manager_with(workspace, store, clients, setup)
+}
+
+/// A runtime over any model clients, keyed by provider name.
+pub fn manager_with(
+    workspace: &Path,
+    store: Arc<SqliteStore>,
+    clients: HashMap<String, Arc<dyn ModelClient>>,
+    setup: Setup,
+) -> SessionManager {
     let router = Arc::new(ModelRouter::new(clients, setup.models.clone()));
     let registry = flynn_tools::builtin::registry(&setup.tools);
     let executor = ToolExecutor::from_config(Arc::new(registry), &setup.tools);
@@ -304,6 +314,17 @@ pub fn manager(
         max_tokens: setup.models.max_tokens,
         sessions: setup.sessions,
     })
+}
+
+/// A runtime over one model client (provider `m`) and a fresh store.
+pub async fn with_model(
+    dir: &Path,
+    model: Arc<dyn ModelClient>,
+) -> (SessionManager, Arc<SqliteStore>) {
+    let store = Arc::new(SqliteStore::open(&dir.join("s.db")).await.unwrap());
+    let clients = HashMap::from([("m".to_owned(), model)]);
+    let manager = manager_with(dir, store.clone(), clients, Setup::default());
+    (manager, store)
 }
 
 /// The events of `turn` already published or still to come, up to its
