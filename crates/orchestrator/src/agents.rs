@@ -142,16 +142,8 @@ impl Agents {
         })
     }
 
-    fn require(&self, name: &str, key: &str) -> Result<()> {
-        if self.by_name.contains_key(name) {
-            Ok(())
-        } else {
-            Err(Error::UnknownAgent {
-                name: name.to_owned(),
-                available: self.names().collect::<Vec<_>>().join(", "),
-                context: key.to_owned(),
-            })
-        }
+    fn require(&self, name: &str, context: &str) -> Result<()> {
+        self.lookup(name, context).map(|_| ())
     }
 
     /// Adds a prompt slot (memory, skills) to every agent.
@@ -169,10 +161,9 @@ impl Agents {
 
     /// The agent called `name`, or an error naming the agents there are.
     pub fn lookup(&self, name: &str, context: &str) -> Result<&Arc<AgentProfile>> {
-        self.require(name, context)?;
         self.by_name.get(name).ok_or_else(|| Error::UnknownAgent {
             name: name.to_owned(),
-            available: String::new(),
+            available: self.names().collect::<Vec<_>>().join(", "),
             context: context.to_owned(),
         })
     }

@@ -453,6 +453,7 @@ impl Lane {
                 self.meta = SessionMeta::default();
                 Ok("Conversation reset: this session starts afresh.".to_owned())
             }
+            // `SessionManager::submit` answers /cancel without the queue.
             Command::Cancel => Ok("Nothing is running.".to_owned()),
             Command::Compact => Ok(
                 "/compact is not available yet: compaction arrives in a later version. Nothing was changed."

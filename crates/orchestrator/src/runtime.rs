@@ -145,7 +145,7 @@ pub(crate) struct Running {
     pub(crate) cancel: CancellationToken,
 }
 
-/// Operations a lane's queue holds before they are refused.
+/// Operations a lane's channel holds; beyond that, senders wait.
 const LANE_OPS: usize = 64;
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -89,6 +89,19 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// Appends messages, marked as `turn`'s when given, in one transaction.
+    async fn append_as(
+        &self,
+        key: &SessionKey,
+        turn: Option<TurnId>,
+        messages: &[Message],
+    ) -> Result<Vec<u64>> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let seqs = Self::insert(&mut tx, key, turn, messages, now_millis()).await?;
+        tx.commit().await?;
+        Ok(seqs)
+    }
+
     /// Inserts messages at the end of the session (position = sequence).
     /// Nothing to insert changes nothing.
     async fn insert(
@@ -291,10 +304,7 @@ macro_rules! turn_select {
 #[async_trait]
 impl SessionStore for SqliteStore {
     async fn append(&self, key: &SessionKey, messages: &[Message]) -> Result<Vec<u64>> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let seqs = Self::insert(&mut tx, key, None, messages, now_millis()).await?;
-        tx.commit().await?;
-        Ok(seqs)
+        self.append_as(key, None, messages).await
     }
 
     async fn append_answer(
@@ -318,10 +328,7 @@ impl SessionStore for SqliteStore {
         turn: TurnId,
         messages: &[Message],
     ) -> Result<Vec<u64>> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let seqs = Self::insert(&mut tx, key, Some(turn), messages, now_millis()).await?;
-        tx.commit().await?;
-        Ok(seqs)
+        self.append_as(key, Some(turn), messages).await
     }
 
     async fn history(&self, key: &SessionKey) -> Result<Vec<StoredMessage>> {

@@ -2,7 +2,6 @@
 //! gate, agents and the prompt.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use flynn_models::{Error as ModelError, PriceTable};
 use flynn_orchestrator::{AgentEvent, Error, TurnRequest};
@@ -550,5 +549,4 @@ async fn read_only_calls_of_one_answer_run_together_and_keep_their_order() {
             },
         ]
     );
-    let _ = Duration::ZERO;
 }
