@@ -702,6 +702,12 @@ pub struct ToolsConfig {
     /// The starting set of tools: minimal, messaging, coding or full.
     #[serde(default)]
     pub profile: ToolProfile,
+    /// How much the agent may do without asking: `read_only` (no tool that
+    /// writes, runs or sends is offered), `supervised` (those ask first;
+    /// reading is silent) or `full` (nothing asks; every call is logged).
+    /// `hooks` override it tool by tool.
+    #[serde(default)]
+    pub autonomy: Autonomy,
     /// Tools never offered nor run (names or globs); wins over every other
     /// setting, agents' included.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -720,10 +726,31 @@ pub struct ToolsConfig {
     /// directory when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<PathBuf>,
+    /// Policy overrides by model provider (a `providers` key), applied
+    /// after the agent's: a small local model can be offered fewer tools.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub providers: BTreeMap<String, ToolPolicyConfig>,
+    /// Tools (names or globs) not sent with every request; the model finds
+    /// them with `tools.search` when it needs them. The built-in list of
+    /// rarely needed tools when absent; `[]` sends every tool every time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deferred: Option<Vec<String>>,
+    /// The audit log: one JSON line per tool call, secrets redacted.
+    #[serde(default)]
+    pub audit: AuditConfig,
+    /// Where shell and process tools run: an OS sandbox or none.
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
     #[serde(default)]
     pub shell: ShellToolConfig,
     #[serde(default)]
     pub files: FileToolConfig,
+    #[serde(default)]
+    pub web_fetch: WebFetchConfig,
+    #[serde(default)]
+    pub web_search: WebSearchConfig,
+    #[serde(default)]
+    pub process: ProcessToolConfig,
 }
 
 impl Default for ToolsConfig {
@@ -733,11 +760,19 @@ impl Default for ToolsConfig {
             profile: ToolProfile::default(),
             deny: Vec::new(),
             hooks: Vec::new(),
+            autonomy: Autonomy::default(),
             confirm_timeout_secs: default_confirm_timeout(),
             output_limit_bytes: default_output_limit(),
             workspace: None,
+            providers: BTreeMap::new(),
+            deferred: None,
+            audit: AuditConfig::default(),
+            sandbox: SandboxConfig::default(),
             shell: ShellToolConfig::default(),
             files: FileToolConfig::default(),
+            web_fetch: WebFetchConfig::default(),
+            web_search: WebSearchConfig::default(),
+            process: ProcessToolConfig::default(),
         }
     }
 }
@@ -812,6 +847,255 @@ impl Default for FileToolConfig {
 
 fn default_file_timeout() -> u64 {
     10
+}
+
+/// How much an agent may do without asking.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Autonomy {
+    /// Only tools that read are offered.
+    ReadOnly,
+    /// Tools that write files, run processes or send messages ask first.
+    #[default]
+    Supervised,
+    /// Nothing asks; every call is logged.
+    Full,
+}
+
+/// `tools.audit`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Write the audit log at all.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Directory of `tools.jsonl` and its rotated files; `FLYNN_HOME/audit`
+    /// when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+    /// The file is rotated when it would grow past this many bytes.
+    #[serde(default = "default_audit_max_bytes")]
+    pub max_bytes: u64,
+    /// Rotated files kept (`tools.1.jsonl` is the newest).
+    #[serde(default = "default_audit_keep")]
+    pub keep: u32,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            enabled: true,
+            dir: None,
+            max_bytes: default_audit_max_bytes(),
+            keep: default_audit_keep(),
+        }
+    }
+}
+
+fn default_audit_max_bytes() -> u64 {
+    10 * 1024 * 1024
+}
+
+fn default_audit_keep() -> u32 {
+    5
+}
+
+/// `tools.sandbox`: the OS sandbox of `shell.exec` and `process.start`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// `auto` picks the strongest available (bubblewrap, then Docker, then
+    /// Landlock); naming one that is not available is an error when a
+    /// command is run.
+    #[serde(default)]
+    pub mode: SandboxMode,
+    /// Let sandboxed commands reach the network.
+    #[serde(default)]
+    pub network: bool,
+    /// More directories (besides the workspace) a sandboxed command may write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writable: Vec<PathBuf>,
+    /// Image the Docker sandbox runs commands in.
+    #[serde(default = "default_docker_image")]
+    pub docker_image: String,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            mode: SandboxMode::default(),
+            network: false,
+            writable: Vec::new(),
+            docker_image: default_docker_image(),
+        }
+    }
+}
+
+fn default_docker_image() -> String {
+    "debian:stable-slim".to_owned()
+}
+
+/// Which sandbox runs shell and process tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxMode {
+    /// The strongest one this host has; none when it has none.
+    #[default]
+    Auto,
+    /// bubblewrap (`bwrap`): own mount, PID and network namespaces.
+    Bubblewrap,
+    /// A Docker container per command.
+    Docker,
+    /// Landlock file-system rules applied to the command (no network
+    /// isolation on kernels before ABI 4).
+    Landlock,
+    /// No sandbox: commands run as the daemon's user.
+    None,
+}
+
+/// `tools.web_fetch`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebFetchConfig {
+    /// Seconds a fetch may take, redirects included.
+    #[serde(default = "default_web_timeout")]
+    pub timeout_secs: u64,
+    /// Largest body read, in bytes; a longer one is cut and says so.
+    #[serde(default = "default_web_max_bytes")]
+    pub max_bytes: u64,
+    /// Redirects followed before giving up.
+    #[serde(default = "default_max_redirects")]
+    pub max_redirects: u32,
+    /// Seconds a fetched page is served from the cache.
+    #[serde(default = "default_web_cache_secs")]
+    pub cache_secs: u64,
+    /// Hosts, IP addresses or CIDR ranges fetched even though they are
+    /// private, loopback or link-local (the SSRF guard refuses them
+    /// otherwise), e.g. `127.0.0.1`, `10.0.0.0/8`, `nas.lan`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_private: Vec<String>,
+}
+
+impl Default for WebFetchConfig {
+    fn default() -> Self {
+        WebFetchConfig {
+            timeout_secs: default_web_timeout(),
+            max_bytes: default_web_max_bytes(),
+            max_redirects: default_max_redirects(),
+            cache_secs: default_web_cache_secs(),
+            allow_private: Vec::new(),
+        }
+    }
+}
+
+fn default_web_timeout() -> u64 {
+    30
+}
+
+fn default_web_max_bytes() -> u64 {
+    5 * 1024 * 1024
+}
+
+fn default_max_redirects() -> u32 {
+    5
+}
+
+fn default_web_cache_secs() -> u64 {
+    300
+}
+
+/// `tools.web_search`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebSearchConfig {
+    /// The search engine.
+    #[serde(default)]
+    pub provider: SearchProvider,
+    /// API key (Brave, Tavily); usually `${BRAVE_SEARCH_API_KEY}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
+    /// Base URL; required for SearXNG (`http://searxng:8080`), the
+    /// provider's public endpoint otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// Results returned when the model does not ask for a number.
+    #[serde(default = "default_max_results")]
+    pub max_results: u32,
+    /// Seconds a search may take.
+    #[serde(default = "default_search_timeout")]
+    pub timeout_secs: u64,
+}
+
+impl Default for WebSearchConfig {
+    fn default() -> Self {
+        WebSearchConfig {
+            provider: SearchProvider::default(),
+            api_key: None,
+            endpoint: None,
+            max_results: default_max_results(),
+            timeout_secs: default_search_timeout(),
+        }
+    }
+}
+
+fn default_max_results() -> u32 {
+    5
+}
+
+fn default_search_timeout() -> u64 {
+    15
+}
+
+/// A web search engine.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchProvider {
+    /// Brave Search API (needs `api_key`).
+    Brave,
+    /// A SearXNG instance (needs `endpoint`; its JSON format enabled).
+    Searxng,
+    /// Tavily (needs `api_key`).
+    Tavily,
+    /// DuckDuckGo's HTML results page; no key.
+    #[default]
+    Duckduckgo,
+}
+
+/// `process.*` tools: background processes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessToolConfig {
+    /// Background processes running at once; `process.start` refuses more.
+    #[serde(default = "default_max_processes")]
+    pub max_processes: usize,
+    /// Seconds after which a background process is killed.
+    #[serde(default = "default_max_runtime")]
+    pub max_runtime_secs: u64,
+    /// Bytes of recent output kept per process.
+    #[serde(default = "default_buffer_bytes")]
+    pub buffer_bytes: usize,
+}
+
+impl Default for ProcessToolConfig {
+    fn default() -> Self {
+        ProcessToolConfig {
+            max_processes: default_max_processes(),
+            max_runtime_secs: default_max_runtime(),
+            buffer_bytes: default_buffer_bytes(),
+        }
+    }
+}
+
+fn default_max_processes() -> usize {
+    10
+}
+
+fn default_max_runtime() -> u64 {
+    3600
+}
+
+fn default_buffer_bytes() -> usize {
+    64 * 1024
 }
 
 /// Conversation storage and the session lanes that run turns.

@@ -43,6 +43,8 @@ pub enum ToolEffect {
     Network,
     /// Creates, changes or deletes files.
     WritesFiles,
+    /// Sends a message to someone (a chat, another agent's session).
+    SendsMessages,
     /// Runs programs, which may do anything the user can.
     RunsProcesses,
 }
@@ -53,8 +55,19 @@ impl ToolEffect {
             ToolEffect::ReadOnly => "read_only",
             ToolEffect::Network => "network",
             ToolEffect::WritesFiles => "writes_files",
+            ToolEffect::SendsMessages => "sends_messages",
             ToolEffect::RunsProcesses => "runs_processes",
         }
+    }
+
+    /// Whether the effect changes something outside Flynn (files,
+    /// processes, other people's inboxes): what `supervised` autonomy asks
+    /// about, `read_only` hides, and untrusted content gates.
+    pub fn is_risky(self) -> bool {
+        matches!(
+            self,
+            ToolEffect::WritesFiles | ToolEffect::SendsMessages | ToolEffect::RunsProcesses
+        )
     }
 }
 

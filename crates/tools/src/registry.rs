@@ -57,6 +57,14 @@ impl ToolRegistry {
         self.tools.is_empty()
     }
 
+    /// Shuts every tool down (kills background processes, closes
+    /// connections); for the end of the process.
+    pub async fn shutdown(&self) {
+        for tool in self.tools.values() {
+            tool.shutdown().await;
+        }
+    }
+
     /// Every tool's spec, sorted by name.
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools

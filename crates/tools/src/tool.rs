@@ -103,7 +103,18 @@ pub trait TypedTool: Send + Sync + 'static {
         self.effect() == ToolEffect::ReadOnly
     }
 
+    /// Whether the output comes from outside (a web page, a search
+    /// engine): the executor wraps it as untrusted content, and the turn's
+    /// risky tools then need confirmation.
+    fn untrusted_output(&self) -> bool {
+        false
+    }
+
     async fn run(&self, args: Self::Args, ctx: &ToolContext) -> Result<String, ToolError>;
+
+    /// Stops whatever the tool keeps running between calls (background
+    /// processes, connections); called once when Flynn shuts down.
+    async fn shutdown(&self) {}
 }
 
 /// A tool with its types erased, as the registry holds it.
@@ -117,7 +128,11 @@ pub trait Tool: Send + Sync {
     fn parallel_safe(&self) -> bool {
         self.effect() == ToolEffect::ReadOnly
     }
+    fn untrusted_output(&self) -> bool {
+        false
+    }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError>;
+    async fn shutdown(&self) {}
 }
 
 /// Erases a typed tool's argument type so it can sit in a registry.
@@ -164,6 +179,14 @@ impl<T: TypedTool> Tool for Typed<T> {
 
     fn parallel_safe(&self) -> bool {
         self.tool.parallel_safe()
+    }
+
+    fn untrusted_output(&self) -> bool {
+        self.tool.untrusted_output()
+    }
+
+    async fn shutdown(&self) {
+        self.tool.shutdown().await;
     }
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
