@@ -8,7 +8,7 @@ use flynn_orchestrator::{
 use flynn_protocol::config::FlynnConfig;
 use flynn_protocol::{AgentEvent, RunState, SessionKey, TurnOutcome};
 use flynn_sessions::SessionStore;
-use flynn_tools::{Tool, ToolExecutor, ToolPolicy, TypedTool};
+use flynn_tools::{AuditLog, Redactor, Tool, ToolExecutor, ToolPolicy, TypedTool};
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
@@ -106,7 +106,38 @@ impl FlynnBuilder {
                     })?;
             }
         }
-        let executor = ToolExecutor::from_config(Arc::new(registry), &config.tools);
+        for (provider, layer) in &config.tools.providers {
+            if !config.providers.contains_key(provider) {
+                let known: Vec<&str> = config.providers.keys().map(String::as_str).collect();
+                return Err(Error::Config(format!(
+                    "tools.providers.{provider}: no provider of that name is configured (providers: {})",
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                )));
+            }
+            ToolPolicy::layered(&config.tools, std::iter::once(layer))
+                .check(&registry)
+                .map_err(|unknown| {
+                    Error::Config(format!("tools.providers.{provider}: {unknown}"))
+                })?;
+        }
+        let mut executor = ToolExecutor::from_config(Arc::new(registry), &config.tools)
+            .with_redactor(Redactor::new(secrets(&config)));
+        let audit = &config.tools.audit;
+        if audit.enabled {
+            let dir = audit
+                .dir
+                .clone()
+                .or_else(|| self.home.as_ref().map(|home| home.join("audit")));
+            // An embedder with no home and no `tools.audit.dir` gets no log.
+            if let Some(dir) = dir {
+                executor =
+                    executor.with_audit(Arc::new(AuditLog::new(dir, audit.max_bytes, audit.keep)));
+            }
+        }
 
         let workspace = match self.workspace.or_else(|| config.tools.workspace.clone()) {
             Some(dir) => dir,
@@ -290,4 +321,27 @@ impl Flynn {
     pub fn manager(&self) -> &SessionManager {
         &self.manager
     }
+}
+
+/// Every secret the config holds (API keys, tokens, credential headers), to keep
+/// out of tool results, logs and the audit log.
+fn secrets(config: &FlynnConfig) -> Vec<String> {
+    let mut secrets: Vec<String> = Vec::new();
+    for provider in config.providers.values() {
+        secrets.extend(provider.api_key.clone());
+        secrets.extend(
+            provider
+                .headers
+                .iter()
+                .filter(|(name, _)| {
+                    let name = name.to_ascii_lowercase();
+                    ["auth", "key", "token", "secret"]
+                        .iter()
+                        .any(|word| name.contains(word))
+                })
+                .map(|(_, value)| value.clone()),
+        );
+    }
+    secrets.extend(config.tools.web_search.api_key.clone());
+    secrets
 }

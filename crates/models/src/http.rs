@@ -168,7 +168,11 @@ impl Transport {
     fn client(&self) -> Result<&reqwest::Client> {
         self.client
             .get_or_init(|| {
+                // Uncompressed, whatever features other crates turn on:
+                // streamed tokens must arrive as they are sent, not when a
+                // compression block fills.
                 let mut builder = reqwest::Client::builder()
+                    .no_gzip()
                     .connect_timeout(self.connect_timeout)
                     .read_timeout(self.read_timeout)
                     .default_headers(self.headers.clone());

@@ -22,6 +22,9 @@ pub struct AgentProfile {
     /// One model, with no fallback; wins over `tier`.
     pub model: Option<ModelRef>,
     pub policy: Arc<ToolPolicy>,
+    /// The policy when the turn's model is from one of these providers
+    /// (`tools.providers`), applied after the agent's own.
+    pub provider_policies: BTreeMap<String, Arc<ToolPolicy>>,
     pub prompt: PromptBuilder,
     /// Model calls per turn before stopping with a partial answer.
     pub max_iterations: u32,
@@ -50,9 +53,27 @@ impl AgentProfile {
             tier: agent.tier.unwrap_or(defaults.primary_tier),
             model: agent.model.clone(),
             policy: Arc::new(ToolPolicy::new(tools, agent.tools.as_ref())),
+            provider_policies: tools
+                .providers
+                .iter()
+                .map(|(provider, layer)| {
+                    let layers = agent.tools.iter().chain(std::iter::once(layer));
+                    (
+                        provider.clone(),
+                        Arc::new(ToolPolicy::layered(tools, layers)),
+                    )
+                })
+                .collect(),
             prompt: PromptBuilder::new(base, agent.prompt_files.clone(), workspace),
             max_iterations: agent.max_iterations.unwrap_or(defaults.max_iterations),
         }
+    }
+
+    /// The policy for a turn whose model comes from `provider`.
+    pub fn policy_for(&self, provider: Option<&str>) -> &Arc<ToolPolicy> {
+        provider
+            .and_then(|provider| self.provider_policies.get(provider))
+            .unwrap_or(&self.policy)
     }
 
     pub fn workspace(&self) -> &Path {

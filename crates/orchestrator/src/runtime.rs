@@ -445,11 +445,13 @@ impl SessionManager {
     }
 
     /// Stops: refuses new messages, cancels running turns (each ends with
-    /// its tool calls paired and its state stored), and waits for every
-    /// lane to finish.
+    /// its tool calls paired and its state stored), waits for every lane
+    /// to finish, then shuts the tools down (background processes die).
     pub async fn shutdown(&self) {
         self.shared.shutdown.cancel();
         self.shared.tracker.close();
         self.shared.tracker.wait().await;
+        // Then the tools: background processes are killed.
+        self.shared.executor.registry().shutdown().await;
     }
 }

@@ -9,7 +9,7 @@ use flynn_protocol::{
     ToolCallSummary, TurnId, TurnOutcome, Usage,
 };
 use flynn_sessions::{TurnStatus, UsageRecord};
-use flynn_tools::{ApprovalRequest, Approver, GateObserver, ToolContext};
+use flynn_tools::{ApprovalRequest, Approver, GateObserver, Provenance, ToolContext};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
@@ -100,16 +100,29 @@ async fn body(job: &TurnJob) -> Result<TurnOutcome> {
             message: &job.content,
         })
         .await;
-    let tools = shared.executor.registry().specs_for(&agent.policy);
+    // The tools offered follow the provider the turn's model comes from
+    // (its first choice; a fallback keeps the same offer).
+    let provider = match &job.model {
+        Some(model) => Some(model.provider().to_owned()),
+        None => shared
+            .router
+            .chain(job.tier)
+            .first()
+            .map(|model| model.provider().to_owned()),
+    };
+    let policy = agent.policy_for(provider.as_deref()).clone();
+    let catalog = Arc::new(shared.executor.catalog(policy.clone()));
     let ctx = ToolContext {
         workspace: agent.workspace().to_path_buf(),
         cancel: job.cancel.child_token(),
         session: key.clone(),
         agent: agent.name.clone(),
         turn: Some(job.turn),
-        policy: agent.policy.clone(),
+        policy,
         approver: job.approver.clone(),
         observer: Some(Arc::new(GateEvents(job.events.clone()))),
+        provenance: Arc::new(Provenance::new()),
+        catalog: Some(catalog.clone()),
     };
     let mut usage = Usage::default();
     let mut cost: Option<f64> = None;
@@ -123,7 +136,8 @@ async fn body(job: &TurnJob) -> Result<TurnOutcome> {
             model: String::new(),
             system: Some(system.clone()),
             messages: history.clone(),
-            tools: tools.clone(),
+            // Tools found with `tools.search` join the offer.
+            tools: catalog.offered(),
             max_tokens: shared.max_tokens,
             temperature: None,
         };

@@ -685,6 +685,10 @@ pub struct ToolPolicyConfig {
     /// Never these tools (names or globs); wins over everything else.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny: Vec<String>,
+    /// How much this agent may do without asking; the `tools` block's
+    /// autonomy when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autonomy: Option<Autonomy>,
 }
 
 fn default_max_iterations() -> u32 {

@@ -1,82 +1,176 @@
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flynn_protocol::config::{HookAction, ToolsConfig};
 use flynn_protocol::{ToolCall, ToolResult};
 
 use crate::gate::{ApprovalRequest, confirm};
-use crate::{Hooks, ToolContext, ToolError, ToolRegistry};
+use crate::{
+    AuditLog, AuditRecord, Hooks, Redactor, Tool, ToolCatalog, ToolContext, ToolError, ToolPolicy,
+    ToolRegistry, wrap_untrusted,
+};
 
 /// How long a confirmation waits when no config says otherwise.
 const DEFAULT_CONFIRM_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Runs tool calls: looks the tool up, passes the call through the gate
-/// (the agent's policy, the hooks, an approver when a hook says confirm),
-/// then enforces the tool's timeout and the turn's cancellation, truncates
-/// long output, and reports every failure to the model as an error result.
+/// (the agent's policy, then the hooks or the autonomy level, an approver
+/// when they say confirm, and confirmation for risky tools once untrusted
+/// content is in the turn), then enforces the tool's timeout and the turn's
+/// cancellation, truncates long output, wraps web output as untrusted,
+/// keeps configured secrets out of what the model sees, records the call in
+/// the audit log, and reports every failure to the model as an error result.
 #[derive(Debug, Clone)]
 pub struct ToolExecutor {
     registry: Arc<ToolRegistry>,
     output_limit: usize,
     hooks: Hooks,
     confirm_timeout: Duration,
+    redactor: Redactor,
+    audit: Option<Arc<AuditLog>>,
+    /// `tools.deferred`; `None` for the built-in list.
+    deferred: Option<Vec<String>>,
+}
+
+/// What the gate did with a call, for the audit record.
+#[derive(Debug, Default)]
+struct GateTrace {
+    action: Option<HookAction>,
+    reason: Option<String>,
 }
 
 impl ToolExecutor {
     /// `output_limit` is in bytes (the config's `tools.output_limit_bytes`).
-    /// No hooks: every allowed call runs without asking.
+    /// No hooks, no audit log, no secrets to redact: every allowed call
+    /// runs as the policy's autonomy says.
     pub fn new(registry: Arc<ToolRegistry>, output_limit: usize) -> Self {
         ToolExecutor {
             registry,
             output_limit,
             hooks: Hooks::default(),
             confirm_timeout: DEFAULT_CONFIRM_TIMEOUT,
+            redactor: Redactor::default(),
+            audit: None,
+            deferred: None,
         }
     }
 
     /// With `tools.output_limit_bytes`, `tools.hooks` and
-    /// `tools.confirm_timeout_secs`.
+    /// `tools.confirm_timeout_secs`. The audit log is added with
+    /// [`with_audit`](Self::with_audit), since its default place depends on
+    /// FLYNN_HOME.
     pub fn from_config(registry: Arc<ToolRegistry>, config: &ToolsConfig) -> Self {
         ToolExecutor {
-            registry,
-            output_limit: config.output_limit_bytes,
             hooks: Hooks::new(&config.hooks),
             confirm_timeout: Duration::from_secs(config.confirm_timeout_secs),
+            deferred: config.deferred.clone(),
+            ..ToolExecutor::new(registry, config.output_limit_bytes)
         }
+    }
+
+    /// Records every call in `audit`.
+    pub fn with_audit(mut self, audit: Arc<AuditLog>) -> Self {
+        self.audit = Some(audit);
+        self
+    }
+
+    /// Keeps these secrets out of results, error messages, logs and the
+    /// audit log.
+    pub fn with_redactor(mut self, redactor: Redactor) -> Self {
+        self.redactor = redactor;
+        self
     }
 
     pub fn registry(&self) -> &ToolRegistry {
         &self.registry
     }
 
-    /// Whether a hook holds calls of `tool` until an approver answers.
+    /// The registry, shared.
+    pub fn registry_arc(&self) -> Arc<ToolRegistry> {
+        self.registry.clone()
+    }
+
+    /// A turn's view of the tools for `policy`, with the deferred ones
+    /// (`tools.deferred`) held back until `tools.search` finds them.
+    pub fn catalog(&self, policy: Arc<ToolPolicy>) -> ToolCatalog {
+        ToolCatalog::new(self.registry.clone(), policy, self.deferred.as_deref())
+    }
+
+    pub fn audit(&self) -> Option<&AuditLog> {
+        self.audit.as_deref()
+    }
+
+    /// Whether a hook holds every call of `tool` until an approver
+    /// answers, whatever the autonomy.
     pub fn needs_confirmation(&self, tool: &str) -> bool {
-        self.hooks.action(tool) == HookAction::Confirm
+        self.hooks.rule(tool) == Some(HookAction::Confirm)
     }
 
     /// Runs one call through the gate and the tool. Never fails: an
     /// unknown tool, a denial, a timeout or a cancellation is an error
     /// result for the model.
     pub async fn execute(&self, call: &ToolCall, ctx: &ToolContext) -> ToolResult {
-        let outcome = self.run(call, ctx).await;
-        let (content, is_error) = match outcome {
-            Ok(output) => (output, false),
-            Err(error) => (error.to_string(), true),
+        let started = Instant::now();
+        let tool = self.registry.get(&call.name);
+        let mut gate = GateTrace::default();
+        let outcome = self.run(tool, call, ctx, &mut gate).await;
+        let elapsed = started.elapsed();
+        let (content, is_error, label) = match outcome {
+            Ok(output) => (output, false, "ok"),
+            Err(error) => {
+                let label = outcome_label(&error);
+                (error.to_string(), true, label)
+            }
         };
+        // The model never sees a configured secret, whatever the tool read.
+        let content = self.redactor.known(&content);
+        let output_bytes = content.len();
+        let mut content = truncate_output(&content, self.output_limit);
+        let untrusted = !is_error && tool.is_some_and(|tool| tool.untrusted_output());
+        if untrusted {
+            ctx.provenance.mark_untrusted(&call.name);
+            content = wrap_untrusted(&call.name, &content);
+        }
+        if let Some(audit) = &self.audit {
+            audit.record(&AuditRecord {
+                time_ms: now_ms(),
+                session: ctx.session.to_string(),
+                agent: ctx.agent.clone(),
+                turn: ctx.turn.map(|turn| turn.0),
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                effect: tool.map(|tool| tool.effect().as_str()),
+                gate: gate.action.map(action_label),
+                gate_reason: gate.reason,
+                outcome: label,
+                duration_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+                arguments: self.redactor.json(&call.arguments),
+                output: AuditRecord::clip(&self.redactor.all(&content)),
+                output_bytes,
+                untrusted,
+            });
+        }
         ToolResult {
             tool_use_id: call.id.clone(),
-            content: truncate_output(&content, self.output_limit),
+            content,
             is_error,
         }
     }
 
-    async fn run(&self, call: &ToolCall, ctx: &ToolContext) -> Result<String, ToolError> {
-        let Some(tool) = self.registry.get(&call.name) else {
+    async fn run(
+        &self,
+        tool: Option<&Arc<dyn Tool>>,
+        call: &ToolCall,
+        ctx: &ToolContext,
+        gate: &mut GateTrace,
+    ) -> Result<String, ToolError> {
+        let Some(tool) = tool else {
             // Name only the tools this agent may use.
             let available: Vec<&str> = self
                 .registry
-                .names()
-                .filter(|name| ctx.policy.allows(name))
+                .tools()
+                .filter(|tool| ctx.policy.permits(tool.as_ref()))
+                .map(|tool| tool.name())
                 .collect();
             return Err(ToolError::UnknownTool {
                 name: call.name.clone(),
@@ -87,10 +181,18 @@ impl ToolExecutor {
                 },
             });
         };
-        if !ctx.policy.allows(&call.name) {
+        if !ctx.policy.permits(tool.as_ref()) {
+            let reason = if ctx.policy.allows(&call.name) {
+                format!(
+                    "agent '{}' is read-only (tools.autonomy: read_only) and this tool changes things",
+                    ctx.agent
+                )
+            } else {
+                format!("not allowed for agent '{}' by the tools policy", ctx.agent)
+            };
             return Err(ToolError::Denied {
                 tool: call.name.clone(),
-                reason: format!("not allowed for agent '{}' by the tools policy", ctx.agent),
+                reason,
             });
         }
         // A call of a cancelled turn asks no one and runs nothing.
@@ -99,7 +201,19 @@ impl ToolExecutor {
                 tool: call.name.clone(),
             });
         }
-        match self.hooks.action(&call.name) {
+        let effect = tool.effect();
+        let mut action = self.hooks.decide(&call.name, effect, ctx.policy.autonomy());
+        if effect.is_risky()
+            && action != HookAction::Confirm
+            && let Some(source) = ctx.provenance.untrusted_source()
+        {
+            // Text from a web page must not be able to drive the agent's
+            // hands: once it is in the turn, risky calls ask.
+            action = HookAction::Confirm;
+            gate.reason = Some(format!("untrusted content from {source} is in this turn"));
+        }
+        gate.action = Some(action);
+        match action {
             HookAction::Silent => {}
             HookAction::Log => {
                 tracing::info!(
@@ -107,6 +221,7 @@ impl ToolExecutor {
                     session = %ctx.session,
                     agent = %ctx.agent,
                     tool = %call.name,
+                    arguments = %self.redactor.json(&call.arguments),
                     "tool call"
                 );
             }
@@ -118,8 +233,9 @@ impl ToolExecutor {
                     call_id: call.id.clone(),
                     tool: call.name.clone(),
                     input: call.arguments.clone(),
-                    effect: tool.effect(),
+                    effect,
                     timeout: self.confirm_timeout,
+                    reason: gate.reason.clone(),
                 };
                 confirm(&request, ctx).await?;
             }
@@ -134,6 +250,31 @@ impl ToolExecutor {
             }
         }
     }
+}
+
+fn outcome_label(error: &ToolError) -> &'static str {
+    match error {
+        ToolError::UnknownTool { .. } => "unknown_tool",
+        ToolError::InvalidArguments { .. } => "invalid_arguments",
+        ToolError::Timeout { .. } => "timeout",
+        ToolError::Cancelled { .. } => "cancelled",
+        ToolError::Denied { .. } => "denied",
+        ToolError::Failed(_) => "error",
+    }
+}
+
+fn action_label(action: HookAction) -> &'static str {
+    match action {
+        HookAction::Confirm => "confirm",
+        HookAction::Log => "log",
+        HookAction::Silent => "silent",
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Cuts `output` to at most `limit` bytes (on a character boundary) and

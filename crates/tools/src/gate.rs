@@ -29,6 +29,9 @@ pub struct ApprovalRequest {
     pub effect: ToolEffect,
     /// How long the gate waits for an answer before it denies the call.
     pub timeout: Duration,
+    /// Why this call asks when its hook and autonomy alone would not
+    /// (untrusted content in the turn); `None` otherwise.
+    pub reason: Option<String>,
 }
 
 /// An approver's answer.

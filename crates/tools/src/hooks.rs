@@ -1,7 +1,8 @@
 //! What happens before a tool runs (`tools.hooks`): ask a person, log the
 //! call, or just run it.
 
-use flynn_protocol::config::{HookAction, HookRule};
+use flynn_protocol::ToolEffect;
+use flynn_protocol::config::{Autonomy, HookAction, HookRule};
 
 use crate::glob::Glob;
 
@@ -24,10 +25,27 @@ impl Hooks {
     /// The first matching rule's action; [`HookAction::Silent`] when no
     /// rule matches.
     pub fn action(&self, tool: &str) -> HookAction {
+        self.rule(tool).unwrap_or(HookAction::Silent)
+    }
+
+    /// The first matching rule's action, if any rule matches.
+    pub fn rule(&self, tool: &str) -> Option<HookAction> {
         self.rules
             .iter()
             .find(|(glob, _)| glob.matches(tool))
-            .map_or(HookAction::Silent, |&(_, action)| action)
+            .map(|&(_, action)| action)
+    }
+
+    /// What happens before `tool` runs: the first matching rule, else what
+    /// the autonomy level says for its effect (`supervised` asks before
+    /// writing, running or sending and is silent otherwise; `full` logs
+    /// everything; `read_only` never offers risky tools, and is silent).
+    pub fn decide(&self, tool: &str, effect: ToolEffect, autonomy: Autonomy) -> HookAction {
+        self.rule(tool).unwrap_or(match autonomy {
+            Autonomy::Full => HookAction::Log,
+            Autonomy::Supervised if effect.is_risky() => HookAction::Confirm,
+            Autonomy::Supervised | Autonomy::ReadOnly => HookAction::Silent,
+        })
     }
 }
 
@@ -62,6 +80,46 @@ mod tests {
         assert_eq!(
             Hooks::new(&[rule("file.*", HookAction::Confirm)]).action("shell.exec"),
             HookAction::Silent
+        );
+    }
+
+    #[test]
+    fn without_a_rule_the_autonomy_decides_by_effect() {
+        let hooks = Hooks::new(&[rule("shell.exec", HookAction::Log)]);
+        let decide = |tool, effect, autonomy| hooks.decide(tool, effect, autonomy);
+        use Autonomy::*;
+        assert_eq!(
+            decide("file.write", ToolEffect::WritesFiles, Supervised),
+            HookAction::Confirm
+        );
+        assert_eq!(
+            decide("process.start", ToolEffect::RunsProcesses, Supervised),
+            HookAction::Confirm
+        );
+        assert_eq!(
+            decide("sessions.send", ToolEffect::SendsMessages, Supervised),
+            HookAction::Confirm
+        );
+        assert_eq!(
+            decide("file.read", ToolEffect::ReadOnly, Supervised),
+            HookAction::Silent
+        );
+        assert_eq!(
+            decide("web.fetch", ToolEffect::Network, Supervised),
+            HookAction::Silent
+        );
+        assert_eq!(
+            decide("file.write", ToolEffect::WritesFiles, Full),
+            HookAction::Log
+        );
+        assert_eq!(
+            decide("file.read", ToolEffect::ReadOnly, Full),
+            HookAction::Log
+        );
+        // An explicit rule wins over the autonomy.
+        assert_eq!(
+            decide("shell.exec", ToolEffect::RunsProcesses, Supervised),
+            HookAction::Log
         );
     }
 }

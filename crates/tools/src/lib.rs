@@ -17,20 +17,28 @@
 //!
 //! [`ToolEffect`]: flynn_protocol::ToolEffect
 
+mod audit;
 pub mod builtin;
+mod catalog;
 mod error;
 mod executor;
 mod gate;
 mod glob;
 mod hooks;
 mod policy;
+mod provenance;
+mod redact;
 mod registry;
 mod tool;
 
+pub use audit::{AuditLog, AuditRecord};
+pub use catalog::{DEFAULT_DEFERRED, TOOL_SEARCH, ToolCatalog};
 pub use error::ToolError;
 pub use executor::{ToolExecutor, truncate_output};
 pub use gate::{ApprovalRequest, ApproveAll, Approver, Decision, DenyAll, GateObserver};
 pub use hooks::Hooks;
 pub use policy::{ToolPolicy, UnknownTools};
+pub use provenance::{Provenance, wrap_untrusted};
+pub use redact::{REDACTED, Redactor};
 pub use registry::ToolRegistry;
 pub use tool::{Tool, ToolContext, TypedTool, into_dyn};

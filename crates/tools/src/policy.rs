@@ -1,69 +1,88 @@
 //! Which tools an agent may use: a profile, narrowed by `enabled` globs,
-//! minus `deny` globs.
+//! minus `deny` globs, and the autonomy that says which of them ask first.
 
-use flynn_protocol::config::{ToolPolicyConfig, ToolProfile, ToolsConfig};
+use flynn_protocol::ToolEffect;
+use flynn_protocol::config::{Autonomy, ToolPolicyConfig, ToolProfile, ToolsConfig};
 
-use crate::ToolRegistry;
 use crate::glob::{Glob, any_matches};
+use crate::{Tool, ToolRegistry};
 
 /// The tools one agent may see and run. Built from the global `tools`
-/// block and the agent's own; the registry lists a tool only when
-/// [`allows`](Self::allows) says so, and the executor refuses it otherwise.
+/// block, the agent's own, and the override for the provider it talks to;
+/// the registry lists a tool only when [`permits`](Self::permits) says so,
+/// and the executor refuses it otherwise.
 #[derive(Debug, Clone)]
 pub struct ToolPolicy {
     profile: ToolProfile,
+    autonomy: Autonomy,
     profile_globs: Vec<Glob>,
     /// `None`: every tool of the profile.
     enabled: Option<Vec<Glob>>,
     deny: Vec<Glob>,
-    /// Every `enabled` pattern written (global and agent), for [`check`](Self::check).
+    /// Every `enabled` pattern written (global and overrides), for [`check`](Self::check).
     declared: Vec<Glob>,
 }
 
 impl ToolPolicy {
-    /// Every tool, nothing denied.
+    /// Every tool, nothing denied, nothing asks (autonomy `full`).
     pub fn allow_all() -> Self {
-        ToolPolicy::new(&ToolsConfig::default(), None)
+        ToolPolicy::new(
+            &ToolsConfig {
+                autonomy: Autonomy::Full,
+                ..ToolsConfig::default()
+            },
+            None,
+        )
     }
 
     /// The global `tools` block, narrowed or replaced by an agent's `tools`
-    /// block: an agent's `profile` and `enabled`, when set, replace the
-    /// global ones; the global `deny` and the agent's `deny` both always
-    /// apply.
+    /// block: an agent's `profile`, `enabled` and `autonomy`, when set,
+    /// replace the global ones; the global `deny` and the agent's `deny`
+    /// both always apply.
     pub fn new(tools: &ToolsConfig, agent: Option<&ToolPolicyConfig>) -> Self {
-        let profile = agent.and_then(|a| a.profile).unwrap_or(tools.profile);
-        let enabled = agent
-            .and_then(|a| a.enabled.as_ref())
-            .or(tools.enabled.as_ref())
-            .map(|patterns| compile(patterns));
-        let deny = tools
-            .deny
-            .iter()
-            .chain(agent.map(|a| a.deny.as_slice()).unwrap_or_default())
-            .map(|pattern| Glob::new(pattern))
-            .collect();
+        Self::layered(tools, agent.into_iter())
+    }
+
+    /// The global `tools` block with overrides applied in order (an
+    /// agent's block, then its provider's): each one's `profile`, `enabled`
+    /// and `autonomy` replace what came before; every `deny` applies.
+    pub fn layered<'a>(
+        tools: &ToolsConfig,
+        overrides: impl Iterator<Item = &'a ToolPolicyConfig> + Clone,
+    ) -> Self {
+        let mut profile = tools.profile;
+        let mut autonomy = tools.autonomy;
+        let mut enabled = tools.enabled.as_ref();
+        let mut deny: Vec<Glob> = tools.deny.iter().map(|p| Glob::new(p)).collect();
         let mut declared: Vec<Glob> = Vec::new();
-        for pattern in tools
-            .enabled
-            .iter()
-            .chain(agent.and_then(|a| a.enabled.as_ref()))
-            .flatten()
-        {
-            if declared.iter().all(|glob| glob.as_str() != pattern) {
-                declared.push(Glob::new(pattern));
+        let mut declare = |patterns: Option<&Vec<String>>| {
+            for pattern in patterns.into_iter().flatten() {
+                if declared.iter().all(|glob| glob.as_str() != pattern) {
+                    declared.push(Glob::new(pattern));
+                }
             }
+        };
+        declare(tools.enabled.as_ref());
+        for layer in overrides {
+            profile = layer.profile.unwrap_or(profile);
+            autonomy = layer.autonomy.unwrap_or(autonomy);
+            enabled = layer.enabled.as_ref().or(enabled);
+            deny.extend(layer.deny.iter().map(|p| Glob::new(p)));
+            declare(layer.enabled.as_ref());
         }
         ToolPolicy {
             profile,
+            autonomy,
             profile_globs: compile(profile_patterns(profile)),
-            enabled,
+            enabled: enabled.map(|patterns| compile(patterns)),
             deny,
             declared,
         }
     }
 
-    /// Whether the tool named `name` may be offered and run: its profile
-    /// has it, `enabled` (when set) matches it, and no `deny` glob does.
+    /// Whether the tool named `name` may be offered and run, by name alone:
+    /// its profile has it, `enabled` (when set) matches it, and no `deny`
+    /// glob does. [`permits`](Self::permits) also applies the autonomy.
     pub fn allows(&self, name: &str) -> bool {
         any_matches(&self.profile_globs, name)
             && self
@@ -71,6 +90,21 @@ impl ToolPolicy {
                 .as_ref()
                 .is_none_or(|enabled| any_matches(enabled, name))
             && !any_matches(&self.deny, name)
+    }
+
+    /// Whether `tool` may be offered and run: [`allows`](Self::allows) its
+    /// name, and under `read_only` autonomy it does not write, run or send.
+    pub fn permits(&self, tool: &dyn Tool) -> bool {
+        self.permits_effect(tool.name(), tool.effect())
+    }
+
+    /// [`permits`](Self::permits) for a tool known by name and effect.
+    pub fn permits_effect(&self, name: &str, effect: ToolEffect) -> bool {
+        self.allows(name) && !(self.autonomy == Autonomy::ReadOnly && effect.is_risky())
+    }
+
+    pub fn autonomy(&self) -> Autonomy {
+        self.autonomy
     }
 
     pub fn profile(&self) -> ToolProfile {
@@ -120,12 +154,14 @@ fn list_or_none(names: &[String]) -> String {
     }
 }
 
-/// The tools a profile starts with, as globs.
+/// The tools a profile starts with, as globs. Every profile has
+/// `tools.search`, which only ever offers tools the policy permits.
 fn profile_patterns(profile: ToolProfile) -> &'static [&'static str] {
     match profile {
-        ToolProfile::Minimal => &["memory.*"],
-        ToolProfile::Messaging => &["memory.*", "web.*", "sessions.*"],
+        ToolProfile::Minimal => &["memory.*", "tools.search"],
+        ToolProfile::Messaging => &["memory.*", "web.*", "sessions.*", "tools.search"],
         ToolProfile::Coding => &[
+            "tools.search",
             "file.*",
             "shell.*",
             "process.*",
@@ -233,9 +269,11 @@ mod tests {
             profile: Some(ToolProfile::Coding),
             enabled: Some(strings(&["file.*", "shell.*", "web.*"])),
             deny: strings(&["web.fetch"]),
+            autonomy: Some(Autonomy::Full),
         };
         let policy = ToolPolicy::new(&global, Some(&agent));
         assert_eq!(policy.profile(), ToolProfile::Coding);
+        assert_eq!(policy.autonomy(), Autonomy::Full);
         assert_eq!(allowed(&policy), ["file.read", "file.write"]);
 
         // An agent block that sets only `deny` keeps the global profile and
@@ -247,5 +285,59 @@ mod tests {
         let policy = ToolPolicy::new(&tools(ToolProfile::Messaging), Some(&agent));
         assert_eq!(policy.profile(), ToolProfile::Messaging);
         assert_eq!(allowed(&policy), ["web.fetch", "sessions.list"]);
+    }
+
+    #[test]
+    fn a_provider_override_applies_after_the_agent() {
+        let global = ToolsConfig {
+            deny: strings(&["browser.*"]),
+            ..ToolsConfig::default()
+        };
+        let agent = ToolPolicyConfig {
+            profile: Some(ToolProfile::Coding),
+            ..ToolPolicyConfig::default()
+        };
+        let provider = ToolPolicyConfig {
+            enabled: Some(strings(&["file.read", "memory.*"])),
+            deny: strings(&["memory.search"]),
+            ..ToolPolicyConfig::default()
+        };
+        let policy = ToolPolicy::layered(&global, [&agent, &provider].into_iter());
+        assert_eq!(policy.profile(), ToolProfile::Coding);
+        assert_eq!(policy.autonomy(), Autonomy::Supervised);
+        assert_eq!(allowed(&policy), ["file.read"]);
+    }
+
+    #[test]
+    fn read_only_autonomy_hides_tools_that_write_run_or_send() {
+        let policy = ToolPolicy::new(
+            &ToolsConfig {
+                autonomy: Autonomy::ReadOnly,
+                ..ToolsConfig::default()
+            },
+            None,
+        );
+        let permitted: Vec<(&str, bool)> = [
+            ("file.read", ToolEffect::ReadOnly),
+            ("web.fetch", ToolEffect::Network),
+            ("file.write", ToolEffect::WritesFiles),
+            ("shell.exec", ToolEffect::RunsProcesses),
+            ("sessions.send", ToolEffect::SendsMessages),
+        ]
+        .into_iter()
+        .map(|(name, effect)| (name, policy.permits_effect(name, effect)))
+        .collect();
+        assert_eq!(
+            permitted,
+            [
+                ("file.read", true),
+                ("web.fetch", true),
+                ("file.write", false),
+                ("shell.exec", false),
+                ("sessions.send", false)
+            ]
+        );
+        // Supervised and full offer them all.
+        assert!(ToolPolicy::allow_all().permits_effect("shell.exec", ToolEffect::RunsProcesses));
     }
 }

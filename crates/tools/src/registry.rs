@@ -49,6 +49,11 @@ impl ToolRegistry {
         self.tools.get(name)
     }
 
+    /// Every tool, sorted by name.
+    pub fn tools(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
+        self.tools.values()
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tools.keys().map(String::as_str)
     }
@@ -78,7 +83,7 @@ impl ToolRegistry {
     pub fn specs_for(&self, policy: &ToolPolicy) -> Vec<ToolSpec> {
         self.tools
             .values()
-            .filter(|tool| policy.allows(tool.name()))
+            .filter(|tool| policy.permits(tool.as_ref()))
             .map(|tool| spec(tool.as_ref()))
             .collect()
     }
@@ -123,7 +128,7 @@ impl ToolRegistry {
     }
 }
 
-fn spec(tool: &dyn Tool) -> ToolSpec {
+pub(crate) fn spec(tool: &dyn Tool) -> ToolSpec {
     ToolSpec {
         name: tool.name().to_owned(),
         description: tool.description().to_owned(),

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Approver, DenyAll, GateObserver, ToolError, ToolPolicy};
+use crate::{Approver, DenyAll, GateObserver, Provenance, ToolCatalog, ToolError, ToolPolicy};
 
 /// What a tool call may use besides its arguments, and what its gate
 /// needs: who is calling, what they may use, and whom to ask.
@@ -32,6 +32,11 @@ pub struct ToolContext {
     pub approver: Arc<dyn Approver>,
     /// Told when a confirmation is asked for and how it ended.
     pub observer: Option<Arc<dyn GateObserver>>,
+    /// Whether untrusted content (web pages) has entered the turn.
+    pub provenance: Arc<Provenance>,
+    /// The turn's tool offer, which `tools.search` extends; `None` outside
+    /// a turn.
+    pub catalog: Option<Arc<ToolCatalog>>,
 }
 
 impl ToolContext {
@@ -49,6 +54,8 @@ impl ToolContext {
             policy: Arc::new(ToolPolicy::allow_all()),
             approver: Arc::new(DenyAll::new("no one is available to approve it")),
             observer: None,
+            provenance: Arc::new(Provenance::new()),
+            catalog: None,
         }
     }
 
@@ -73,6 +80,7 @@ impl fmt::Debug for ToolContext {
             .field("turn", &self.turn)
             .field("policy", &self.policy)
             .field("observer", &self.observer.is_some())
+            .field("untrusted", &self.provenance.untrusted_source())
             .finish_non_exhaustive()
     }
 }

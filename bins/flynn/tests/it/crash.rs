@@ -35,7 +35,7 @@ async fn killed_mid_tool_the_session_is_repaired_and_continues() {
         json!({ "command": command }),
     )]));
     let mut child = env
-        .command(&["send", "--session", "cli:crash", "run the job"])
+        .command(&["send", "--yes", "--session", "cli:crash", "run the job"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -91,7 +91,7 @@ async fn a_tool_round_trip_runs_shell_exec_and_returns_its_output() {
     )]));
     fake.push(Reply::Text("The command printed tool-ran.".into()));
     let env = openai_env(&fake);
-    let output = env.run(&["send", "--json", "run echo"]);
+    let output = env.run(&["send", "--yes", "--json", "run echo"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let reply: Value = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!(reply["reply"], "The command printed tool-ran.");
@@ -315,7 +315,7 @@ async fn ctrl_c_cancels_a_running_tool_and_exits_130() {
     let env = openai_env(&fake);
     let started = std::time::Instant::now();
     let mut child = env
-        .command(&["send", "--session", "cli:slow", "wait"])
+        .command(&["send", "--yes", "--session", "cli:slow", "wait"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -74,6 +74,7 @@ sessions:
                         profile: Some(ToolProfile::Messaging),
                         enabled: None,
                         deny: vec!["web.fetch".to_owned()],
+                        autonomy: None,
                     }),
                     ..AgentConfig::new("chat")
                 },
@@ -85,6 +86,7 @@ sessions:
                         profile: Some(ToolProfile::Coding),
                         enabled: Some(vec!["file.*".to_owned(), "shell.exec".to_owned()]),
                         deny: Vec::new(),
+                        autonomy: None,
                     }),
                     system_prompt: Some("You write code.".to_owned()),
                     prompt_files: vec!["CODING.md".to_owned()],

@@ -96,6 +96,7 @@ fn default_yaml_agent_route_and_hook_examples_parse_when_uncommented() {
                         profile: Some(ToolProfile::Coding),
                         enabled: None,
                         deny: vec!["process.*".to_owned()],
+                        autonomy: None,
                     }),
                     workspace: Some(PathBuf::from("/home/me/projects")),
                     max_iterations: Some(30),

@@ -21,7 +21,7 @@ use flynn_orchestrator::{
     TurnRequest,
 };
 use flynn_protocol::config::{
-    AgentsConfig, ModelsConfig, ProviderKind, SessionsConfig, TiersConfig, ToolsConfig,
+    AgentsConfig, Autonomy, ModelsConfig, ProviderKind, SessionsConfig, TiersConfig, ToolsConfig,
 };
 use flynn_protocol::{ContentBlock, Message, Role, RunState, SessionKey, TurnOutcome, Usage};
 use flynn_sessions::{SessionStore, SqliteStore};
@@ -186,7 +186,11 @@ impl Default for Setup {
         Setup {
             models: tiers(&["m/one"]),
             agents: AgentsConfig::default(),
-            tools: ToolsConfig::default(),
+            // Tools run without asking unless a test's hooks say otherwise.
+            tools: ToolsConfig {
+                autonomy: Autonomy::Full,
+                ..ToolsConfig::default()
+            },
             sessions: SessionsConfig::default(),
             prices: PriceTable::default(),
         }

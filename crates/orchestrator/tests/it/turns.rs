@@ -366,6 +366,7 @@ fn two_agents() -> AgentsConfig {
         profile: Some(ToolProfile::Full),
         enabled: Some(vec!["file.*".into()]),
         deny: vec![],
+        autonomy: None,
     });
     let mut coder = AgentConfig::new("coder");
     coder.system_prompt = Some("You code.".into());

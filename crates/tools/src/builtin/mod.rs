@@ -2,9 +2,11 @@
 
 mod file_read;
 mod shell;
+mod tool_search;
 
 pub use file_read::FileRead;
 pub use shell::ShellExec;
+pub use tool_search::ToolSearch;
 
 use std::time::Duration;
 
@@ -22,6 +24,7 @@ pub fn registry(config: &ToolsConfig) -> ToolRegistry {
         )))
         .register(FileRead::new(Duration::from_secs(
             config.files.timeout_secs,
-        )));
+        )))
+        .register(ToolSearch);
     registry
 }

@@ -142,6 +142,7 @@ async fn an_approved_call_runs_after_the_observer_hears_of_it() {
             input: json!({"command": "echo ran > ran.txt; echo done"}),
             effect: ToolEffect::RunsProcesses,
             timeout: Duration::from_secs(120),
+            reason: None,
         }]
     );
 
@@ -419,7 +420,12 @@ async fn a_log_hook_writes_an_audit_line_and_runs_the_call() {
     };
     let executor = ToolExecutor::from_config(Arc::new(builtin::registry(&config)), &config);
     let dir = tempfile::tempdir().unwrap();
-    let ctx = ToolContext::new(dir.path());
+    // Supervised: reading is silent; the hook makes shell.exec log
+    // instead of asking.
+    let ctx = ToolContext {
+        policy: Arc::new(ToolPolicy::new(&config, None)),
+        ..ToolContext::new(dir.path())
+    };
     assert!(!executor.needs_confirmation("shell.exec"));
     assert_eq!(executor.execute(&touch(), &ctx).await, ok("done\n"));
     assert!(dir.path().join("ran.txt").exists());
@@ -432,6 +438,8 @@ async fn a_log_hook_writes_an_audit_line_and_runs_the_call() {
     );
     assert_eq!(
         lines.lock().unwrap().clone(),
-        ["INFO: message=tool call session=local:default agent=main tool=shell.exec"]
+        [
+            r#"INFO: message=tool call session=local:default agent=main tool=shell.exec arguments={"command":"echo ran > ran.txt; echo done"}"#
+        ]
     );
 }

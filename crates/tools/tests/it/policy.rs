@@ -24,7 +24,7 @@ fn the_builtin_registry_holds_every_tool_whatever_is_enabled() {
     let registry = builtin::registry(&config);
     assert_eq!(
         registry.names().collect::<Vec<_>>(),
-        ["file.read", "shell.exec"]
+        ["file.read", "shell.exec", "tools.search"]
     );
     assert_eq!(
         names(&registry.specs_for(&ToolPolicy::new(&config, None))),
@@ -42,18 +42,21 @@ fn specs_for_lists_only_allowed_tools_sorted() {
     );
     assert_eq!(
         names(&registry.specs_for(&ToolPolicy::allow_all())),
-        ["file.read", "shell.exec"]
+        ["file.read", "shell.exec", "tools.search"]
     );
     let deny_shell = ToolsConfig {
         deny: strings(&["shell.*"]),
         ..ToolsConfig::default()
     };
-    assert_eq!(names(&specs_for(&deny_shell)), ["file.read"]);
+    assert_eq!(
+        names(&specs_for(&deny_shell)),
+        ["file.read", "tools.search"]
+    );
     let minimal = ToolsConfig {
         profile: ToolProfile::Minimal,
         ..ToolsConfig::default()
     };
-    assert_eq!(names(&specs_for(&minimal)), Vec::<&str>::new());
+    assert_eq!(names(&specs_for(&minimal)), ["tools.search"]);
 }
 
 #[test]
@@ -74,13 +77,13 @@ fn check_reports_enabled_patterns_that_match_no_tool() {
         error,
         UnknownTools {
             unknown: strings(&["shell.exce", "web.*", "memory.search"]),
-            available: strings(&["file.read", "shell.exec"]),
+            available: strings(&["file.read", "shell.exec", "tools.search"]),
         }
     );
     assert_eq!(
         error.to_string(),
         "tools.enabled: unknown tool(s) shell.exce, web.*, memory.search \
-         (available: file.read, shell.exec)"
+         (available: file.read, shell.exec, tools.search)"
     );
 
     let fine = ToolsConfig {
@@ -151,6 +154,7 @@ fn tools_declare_their_effect_and_only_read_only_ones_run_in_parallel() {
         [
             ("file.read", ToolEffect::ReadOnly, true),
             ("shell.exec", ToolEffect::RunsProcesses, false),
+            ("tools.search", ToolEffect::ReadOnly, true),
             ("web.probe", ToolEffect::Network, true),
         ]
     );
