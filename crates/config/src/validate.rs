@@ -2,7 +2,9 @@
 //! minimums, the schema version.
 
 use flynn_protocol::Tier;
-use flynn_protocol::config::{CONFIG_VERSION, FlynnConfig, MAIN_AGENT, ModelRef, ProviderKind};
+use flynn_protocol::config::{
+    CONFIG_VERSION, FlynnConfig, MAIN_AGENT, ModelRef, ProviderKind, SearchProvider,
+};
 
 use crate::document::{Document, KeyPath, Located, NodeKind};
 use crate::error::{Problem, did_you_mean};
@@ -121,7 +123,7 @@ pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located>
         );
     }
 
-    check_tools(config, &mut report);
+    check_tools(config, &configured, &mut report);
     check_sessions(config, doc, &mut report);
 
     let retry = &config.models.retry;
@@ -247,9 +249,90 @@ fn check_agents(
     }
 }
 
-/// Hooks and the confirmation timeout.
-fn check_tools(config: &FlynnConfig, report: &mut impl FnMut(KeyPath, Problem)) {
+/// Hooks, provider overrides, the search backend and the tools' limits.
+fn check_tools(
+    config: &FlynnConfig,
+    configured: &[String],
+    report: &mut impl FnMut(KeyPath, Problem),
+) {
     let tools = &config.tools;
+    for provider in tools.providers.keys() {
+        if let Some(problem) = unknown_provider(provider, configured) {
+            report(
+                KeyPath::keys(&["tools", "providers"]).key(provider),
+                problem,
+            );
+        }
+    }
+    let search = &tools.web_search;
+    let search_path = KeyPath::keys(&["tools", "web_search"]);
+    let missing = match search.provider {
+        SearchProvider::Brave if search.api_key.is_none() => {
+            Some("brave needs tools.web_search.api_key (e.g. ${BRAVE_SEARCH_API_KEY})")
+        }
+        SearchProvider::Tavily if search.api_key.is_none() => {
+            Some("tavily needs tools.web_search.api_key (e.g. ${TAVILY_API_KEY})")
+        }
+        SearchProvider::Searxng if search.endpoint.is_none() => Some(
+            "searxng needs tools.web_search.endpoint, the instance's URL (e.g. http://searxng:8080)",
+        ),
+        _ => None,
+    };
+    if let Some(message) = missing {
+        report(
+            search_path.clone().key("provider"),
+            Problem::Other {
+                message: message.to_owned(),
+            },
+        );
+    }
+    if let Some(endpoint) = &search.endpoint
+        && !is_http_url(endpoint)
+    {
+        report(
+            search_path.clone().key("endpoint"),
+            Problem::InvalidUrl {
+                url: endpoint.clone(),
+            },
+        );
+    }
+    let minimums: [(&[&str], u64, u64); 10] = [
+        (&["shell", "timeout_secs"], tools.shell.timeout_secs, 1),
+        (&["files", "timeout_secs"], tools.files.timeout_secs, 1),
+        (
+            &["web_fetch", "timeout_secs"],
+            tools.web_fetch.timeout_secs,
+            1,
+        ),
+        (&["web_fetch", "max_bytes"], tools.web_fetch.max_bytes, 1024),
+        (&["web_search", "timeout_secs"], search.timeout_secs, 1),
+        (&["web_search", "max_results"], search.max_results.into(), 1),
+        (
+            &["process", "max_processes"],
+            u64::try_from(tools.process.max_processes).unwrap_or(u64::MAX),
+            1,
+        ),
+        (
+            &["process", "max_runtime_secs"],
+            tools.process.max_runtime_secs,
+            1,
+        ),
+        (
+            &["process", "buffer_bytes"],
+            u64::try_from(tools.process.buffer_bytes).unwrap_or(u64::MAX),
+            1024,
+        ),
+        (&["audit", "max_bytes"], tools.audit.max_bytes, 1024),
+    ];
+    for (keys, value, min) in minimums {
+        if value < min {
+            let mut path = KeyPath::keys(&["tools"]);
+            for key in keys {
+                path = path.key(key);
+            }
+            report(path, Problem::TooSmall { value, min });
+        }
+    }
     for (index, hook) in tools.hooks.iter().enumerate() {
         if hook.tool.trim().is_empty() {
             report(

@@ -340,6 +340,39 @@ config.yaml:4:25: tools.confirm_timeout_secs: 0 is too small, expected at least 
 }
 
 #[test]
+fn tool_overrides_search_backend_and_limits_are_checked() {
+    assert_error(
+        "providers:\n  ollama: {kind: ollama}\ntools:\n  providers:\n    olama: {profile: minimal}\n",
+        "config.yaml:5:12: tools.providers.olama: unknown provider 'olama' (did you mean 'ollama'?), expected one of the configured providers: ollama",
+    );
+    assert_error(
+        "tools:\n  web_search: {provider: brave}\n",
+        "config.yaml:2:26: tools.web_search.provider: brave needs tools.web_search.api_key (e.g. ${BRAVE_SEARCH_API_KEY})",
+    );
+    assert_error(
+        "tools:\n  web_search: {provider: searxng}\n",
+        "config.yaml:2:26: tools.web_search.provider: searxng needs tools.web_search.endpoint, the instance's URL (e.g. http://searxng:8080)",
+    );
+    assert_error(
+        "tools:\n  web_search: {provider: searxng, endpoint: searx.lan}\n",
+        "config.yaml:2:45: tools.web_search.endpoint: invalid URL 'searx.lan', expected an http:// or https:// URL with a host",
+    );
+    assert_error(
+        "tools:\n  autonomy: yolo\n  process: {max_processes: 0, buffer_bytes: 10}\n",
+        "config.yaml:2:13: tools.autonomy: unknown autonomy 'yolo', expected one of: read_only, supervised, full",
+    );
+    assert_error(
+        "tools:\n  process: {max_processes: 0, buffer_bytes: 10}\n  sandbox: {mode: bwrap}\n",
+        "config.yaml:3:19: tools.sandbox.mode: unknown sandbox mode 'bwrap', expected one of: auto, bubblewrap, docker, landlock, none",
+    );
+    assert_error(
+        "tools:\n  process: {max_processes: 0, buffer_bytes: 10}\n",
+        "config.yaml:2:28: tools.process.max_processes: 0 is too small, expected at least 1
+config.yaml:2:45: tools.process.buffer_bytes: 10 is too small, expected at least 1024",
+    );
+}
+
+#[test]
 fn sessions_url_must_be_sqlite() {
     assert_error(
         "sessions:\n  url: postgres://flynn:hunter2@db.internal/flynn\n",

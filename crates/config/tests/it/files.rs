@@ -120,10 +120,16 @@ fn default_yaml_agent_route_and_hook_examples_parse_when_uncommented() {
     );
     assert_eq!(
         config.tools.hooks,
-        [HookRule {
-            tool: "shell.*".to_owned(),
-            action: HookAction::Confirm,
-        }]
+        [
+            HookRule {
+                tool: "shell.*".to_owned(),
+                action: HookAction::Confirm,
+            },
+            HookRule {
+                tool: "file.write".to_owned(),
+                action: HookAction::Log,
+            }
+        ]
     );
 }
 
