@@ -68,6 +68,14 @@ pub fn run(args: &[String]) -> Result<()> {
     if !status.success() {
         bail!("cargo bench -p flynn-orchestrator failed ({status})");
     }
+    let status = Command::new(&cargo)
+        .args(["bench", "-p", "flynn-tools", "--bench", "executor"])
+        .current_dir(&root)
+        .status()
+        .context("running cargo bench")?;
+    if !status.success() {
+        bail!("cargo bench -p flynn-tools failed ({status})");
+    }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| root.join("target"), std::path::PathBuf::from);
     let micro = micro_results(&target.join("criterion"))?;
@@ -99,6 +107,7 @@ const MICRO: &[&str] = &[
     "turn/overhead",
     "cancel/model_stream",
     "cancel/tool_process",
+    "tools/executor_call",
 ];
 
 fn micro_results(criterion: &std::path::Path) -> Result<Vec<Micro>> {
@@ -130,7 +139,7 @@ fn micro_results(criterion: &std::path::Path) -> Result<Vec<Micro>> {
 
 fn render_micro(micro: &[Micro]) -> String {
     let mut md = String::from(
-        "\n## In process (criterion): model layer and runtime\n\n| benchmark | median | throughput |\n|---|---|---|\n",
+        "\n## In process (criterion): model layer, runtime and tools\n\n| benchmark | median | throughput |\n|---|---|---|\n",
     );
     for m in micro {
         let throughput = match &m.throughput {
@@ -162,6 +171,14 @@ fn render_micro(micro: &[Micro]) -> String {
         let _ = writeln!(
             md,
             "\nFramework overhead of a whole turn through the session manager (accept, start, prompt, answer and usage stored, finish; zero-latency model, SQLite file): {ms:.3} ms; target under 1 ms at p50: {verdict}."
+        );
+    }
+    if let Some(ns) = by_id("tools/executor_call") {
+        let us = ns / 1000.0;
+        let verdict = if us < 50.0 { "meets" } else { "misses" };
+        let _ = writeln!(
+            md,
+            "\nExecutor overhead per tool call (lookup, policy, hooks, timeout, redaction, truncation, one audit line written; a tool that returns at once): {us:.2} µs; target under 50 µs: {verdict}."
         );
     }
     for (id, what) in [

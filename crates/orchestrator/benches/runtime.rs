@@ -26,7 +26,7 @@ use flynn_models::{
 };
 use flynn_orchestrator::{Agents, RuntimeParts, SessionManager, Submitted, TurnRequest};
 use flynn_protocol::config::{
-    AgentsConfig, ModelsConfig, ProviderKind, SessionsConfig, TiersConfig, ToolsConfig,
+    AgentsConfig, Autonomy, ModelsConfig, ProviderKind, SessionsConfig, TiersConfig, ToolsConfig,
 };
 use flynn_protocol::{ContentBlock, Message, Role, SessionKey, Usage};
 use flynn_tools::ToolExecutor;
@@ -117,7 +117,11 @@ async fn manager(dir: &std::path::Path, mode: Mode) -> SessionManager {
         },
         ..ModelsConfig::default()
     };
-    let tools = ToolsConfig::default();
+    // The cancel bench's shell.exec runs without asking.
+    let tools = ToolsConfig {
+        autonomy: Autonomy::Full,
+        ..ToolsConfig::default()
+    };
     SessionManager::new(RuntimeParts {
         router: Arc::new(ModelRouter::new(clients, models)),
         store,
