@@ -551,3 +551,85 @@ async fn read_only_calls_of_one_answer_run_together_and_keep_their_order() {
         ]
     );
 }
+
+#[tokio::test]
+async fn tools_search_adds_a_deferred_tool_to_the_next_request_of_the_turn() {
+    let search = Message {
+        role: Role::Assistant,
+        content: vec![ContentBlock::ToolUse {
+            id: "s1".into(),
+            name: "tools.search".into(),
+            input: json!({"query": "read a file"}),
+        }],
+    };
+    let model = Scripted::replies("m", vec![search, Message::assistant("Found it.")]);
+    let setup = Setup {
+        tools: ToolsConfig {
+            deferred: Some(vec!["file.read".into()]),
+            ..Setup::default().tools
+        },
+        ..Setup::default()
+    };
+    let h = Harness::new(vec![model.clone()], setup).await;
+    let (result, _) = h.send(&key("cli:search"), "read notes.txt").await;
+    assert_eq!(result.unwrap().reply, "Found it.");
+    let offered: Vec<Vec<String>> = model
+        .requests()
+        .iter()
+        .map(|r| r.tools.iter().map(|t| t.name.clone()).collect())
+        .collect();
+    assert_eq!(
+        offered,
+        [
+            vec!["shell.exec".to_owned(), "tools.search".to_owned()],
+            vec!["file.read".to_owned(), "shell.exec".to_owned()],
+        ]
+    );
+    // A new turn starts with the deferred tool held back again.
+    let model_two = Scripted::replies("m", vec![Message::assistant("ok")]);
+    let h = Harness::new(
+        vec![model_two.clone()],
+        Setup {
+            tools: ToolsConfig {
+                deferred: Some(vec!["file.read".into()]),
+                ..Setup::default().tools
+            },
+            ..Setup::default()
+        },
+    )
+    .await;
+    h.send(&key("cli:search"), "hi").await.0.unwrap();
+    let names: Vec<String> = model_two.requests()[0]
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    assert_eq!(names, ["shell.exec", "tools.search"]);
+}
+
+#[tokio::test]
+async fn a_provider_override_changes_the_tools_its_models_are_offered() {
+    let model = Scripted::replies("m", vec![Message::assistant("ok")]);
+    let setup = Setup {
+        tools: ToolsConfig {
+            providers: [(
+                "m".to_owned(),
+                ToolPolicyConfig {
+                    deny: vec!["shell.*".into()],
+                    ..ToolPolicyConfig::default()
+                },
+            )]
+            .into(),
+            ..Setup::default().tools
+        },
+        ..Setup::default()
+    };
+    let h = Harness::new(vec![model.clone()], setup).await;
+    h.send(&key("cli:local"), "hi").await.0.unwrap();
+    let names: Vec<String> = model.requests()[0]
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    assert_eq!(names, ["file.read"]);
+}
