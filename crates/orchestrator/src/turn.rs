@@ -340,6 +340,7 @@ impl GateObserver for GateEvents {
             input: request.input.clone(),
             effect: request.effect,
             timeout_secs: request.timeout.as_secs(),
+            reason: request.reason.clone(),
         });
     }
 

@@ -190,6 +190,10 @@ pub enum AgentEvent {
         effect: ToolEffect,
         /// Seconds before an unanswered request is denied.
         timeout_secs: u64,
+        /// Why this call asks when its hook and autonomy alone would not,
+        /// e.g. "untrusted content from web.fetch is in this turn".
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     ConfirmationResolved {
         id: String,

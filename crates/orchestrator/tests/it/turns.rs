@@ -308,6 +308,7 @@ async fn a_call_that_needs_confirmation_is_denied_without_an_approver_and_the_mo
                 input: json!({"command": "touch ran.txt"}),
                 effect: ToolEffect::RunsProcesses,
                 timeout_secs: 120,
+                reason: None,
             },
             &AgentEvent::ConfirmationResolved {
                 id: "t1".into(),
