@@ -15,6 +15,10 @@
 //! start; output is truncated, and every failure, a denial included,
 //! becomes a tool result the model can read.
 //!
+//! `shell.exec` and the `process.*` tools run commands in the OS
+//! [`sandbox`] that `tools.sandbox` configures (bubblewrap, Docker,
+//! Landlock or none).
+//!
 //! [`ToolEffect`]: flynn_protocol::ToolEffect
 
 pub mod builtin;
@@ -25,9 +29,10 @@ mod glob;
 mod hooks;
 mod policy;
 mod registry;
+pub mod sandbox;
 mod tool;
 
-pub use error::ToolError;
+pub use error::{SandboxError, ToolError};
 pub use executor::{ToolExecutor, truncate_output};
 pub use gate::{ApprovalRequest, ApproveAll, Approver, Decision, DenyAll, GateObserver};
 pub use hooks::Hooks;
