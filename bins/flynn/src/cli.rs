@@ -22,6 +22,15 @@ pub enum Command {
     Config(ConfigArgs),
     /// Tokens and cost per model tier, over every session or one.
     Usage(UsageArgs),
+    /// Which OS sandbox shell and process tools run in, and why.
+    Sandbox(SandboxArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
+    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

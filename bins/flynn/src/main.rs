@@ -27,6 +27,7 @@ mod approve;
 mod cli;
 mod config_cmd;
 mod exit;
+mod sandbox;
 mod send;
 mod sessions;
 
@@ -69,6 +70,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Sessions(args) => sessions::run(args).await,
         Command::Config(args) => config_cmd::run(args),
         Command::Usage(args) => sessions::usage(args).await,
+        Command::Sandbox(args) => sandbox::run(args).await,
     }
 }
 

@@ -308,9 +308,11 @@ impl Flynn {
         Ok(self.manager.recover().await?)
     }
 
-    /// Cancels running turns and waits for every lane to stop.
+    /// Cancels running turns, waits for every lane to stop, then shuts
+    /// the tools down (background processes are killed).
     pub async fn shutdown(&self) {
         self.manager.shutdown().await;
+        self.manager.executor().registry().shutdown().await;
     }
 
     /// The conversations.

@@ -1,4 +1,7 @@
+use std::path::PathBuf;
 use std::time::Duration;
+
+use crate::sandbox::Backend;
 
 /// Why a tool call failed. The executor turns every variant into an error
 /// result for the model; none of them ends the turn.
@@ -29,5 +32,45 @@ impl ToolError {
     /// The gate refused the call, so the tool never ran.
     pub fn is_denied(&self) -> bool {
         matches!(self, ToolError::Denied { .. })
+    }
+}
+
+/// Why the sandbox could not start a command.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SandboxError {
+    /// `tools.sandbox.mode` names a sandbox this host does not have.
+    #[error("tools.sandbox.mode is {mode}, but {reason}; {fix}")]
+    Unavailable {
+        mode: Backend,
+        reason: String,
+        /// What to install or change.
+        fix: String,
+    },
+    #[error("working directory {} does not exist", path.display())]
+    NoDirectory { path: PathBuf },
+    /// A directory cannot be given to the sandbox as it is named.
+    #[error("cannot make {} writable in the sandbox: {reason}", path.display())]
+    BadPath { path: PathBuf, reason: String },
+    #[error("cannot start {program} in {}: {message}", cwd.display())]
+    Spawn {
+        program: String,
+        cwd: PathBuf,
+        message: String,
+    },
+    #[error("cannot apply the Landlock rules: {message}")]
+    Landlock { message: String },
+}
+
+impl SandboxError {
+    /// The configured sandbox is missing on this host, so nothing can run
+    /// until it is installed or the config changes.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, SandboxError::Unavailable { .. })
+    }
+}
+
+impl From<SandboxError> for ToolError {
+    fn from(error: SandboxError) -> Self {
+        ToolError::Failed(error.to_string())
     }
 }

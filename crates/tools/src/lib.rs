@@ -15,6 +15,10 @@
 //! start; output is truncated, and every failure, a denial included,
 //! becomes a tool result the model can read.
 //!
+//! `shell.exec` and the `process.*` tools run commands in the OS
+//! [`sandbox`] that `tools.sandbox` configures (bubblewrap, Docker,
+//! Landlock or none).
+//!
 //! [`ToolEffect`]: flynn_protocol::ToolEffect
 
 mod audit;
@@ -29,11 +33,12 @@ mod policy;
 mod provenance;
 mod redact;
 mod registry;
+pub mod sandbox;
 mod tool;
 
 pub use audit::{AuditLog, AuditRecord};
 pub use catalog::{DEFAULT_DEFERRED, TOOL_SEARCH, ToolCatalog};
-pub use error::ToolError;
+pub use error::{SandboxError, ToolError};
 pub use executor::{ToolExecutor, truncate_output};
 pub use gate::{ApprovalRequest, ApproveAll, Approver, Decision, DenyAll, GateObserver};
 pub use hooks::Hooks;

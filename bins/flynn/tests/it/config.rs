@@ -79,3 +79,71 @@ fn version_prints_the_crate_version() {
         (Some(0), format!("flynn {}\n", env!("CARGO_PKG_VERSION")))
     );
 }
+
+#[test]
+fn sandbox_prints_which_sandbox_runs_commands() {
+    let env = Env::new();
+    let workspace = env.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let path = env.path().join("flynn.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "providers:\n  local: {{ kind: openai-compatible, base_url: \"http://127.0.0.1:8080/v1\" }}\n\
+             models:\n  tiers:\n    default: [local/qwen2.5]\n\
+             tools:\n  workspace: {}\n  sandbox:\n    mode: none\n",
+            workspace.display()
+        ),
+    )
+    .unwrap();
+    let output = env.run(&["sandbox", "--config", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report = stdout(&output);
+    let lines: Vec<&str> = report.lines().collect();
+    assert_eq!(
+        lines[..4],
+        [
+            "sandbox: none (tools.sandbox.mode: none)",
+            "network: not restricted (no sandbox)",
+            "writable: everything Flynn's user may write",
+            "backends:",
+        ]
+    );
+    let backends: Vec<&str> = lines[4..]
+        .iter()
+        .map(|line| line.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(backends, ["bubblewrap", "docker", "landlock", "none"]);
+    assert_eq!(
+        lines[7],
+        "  none        active: commands run unrestricted, as Flynn's user"
+    );
+
+    // A sandbox the host lacks: the report says why, and the exit code is 2.
+    std::fs::write(
+        &path,
+        "providers:\n  local: { kind: openai-compatible, base_url: \"http://127.0.0.1:8080/v1\" }\n\
+         models:\n  tiers:\n    default: [local/qwen2.5]\n\
+         tools:\n  sandbox:\n    mode: docker\n",
+    )
+    .unwrap();
+    let output = env.run(&["sandbox", "--config", path.to_str().unwrap()]);
+    assert_eq!(
+        (output.status.code(), stderr(&output).as_str()),
+        (Some(2), "")
+    );
+    let report = stdout(&output);
+    let (first, rest) = report.split_once('\n').unwrap();
+    assert!(
+        first.starts_with("sandbox: none can run: tools.sandbox.mode is docker, but ")
+            && first.ends_with(
+                "; start the Docker engine (or install Docker) or set tools.sandbox.mode to \
+                 auto, bubblewrap or landlock"
+            ),
+        "{report}"
+    );
+    assert!(
+        rest.starts_with("network: no command can run\nbackends:\n"),
+        "{report}"
+    );
+}

@@ -11,7 +11,7 @@ use flynn_models::{
     ClientInfo, Error as ModelError, ModelClient, ModelRequest, ModelStream, StreamEvent,
 };
 use flynn_orchestrator::{AgentEvent, Error, SESSION_CAPACITY, Submitted, TurnRequest};
-use flynn_protocol::config::ProviderKind;
+use flynn_protocol::config::{ProviderKind, SandboxConfig, SandboxMode, ToolsConfig};
 use flynn_protocol::{Message, RunState};
 use flynn_sessions::{SessionStore, TurnStatus};
 use tokio::sync::Semaphore;
@@ -276,7 +276,19 @@ async fn cancel_kills_a_tool_process_that_is_running_and_pairs_the_call() {
     let marker = dir.path().join("pid");
     let command = format!("echo $$ > {}; exec sleep 30", marker.display());
     let model = Scripted::replies("m", vec![tool_use("t1", &command)]);
-    let h = Harness::in_dir(dir, vec![model], Setup::default()).await;
+    // No sandbox, so `$$` is the pid this test sees (bubblewrap gives the
+    // command a PID namespace of its own).
+    let setup = Setup {
+        tools: ToolsConfig {
+            sandbox: SandboxConfig {
+                mode: SandboxMode::None,
+                ..SandboxConfig::default()
+            },
+            ..Setup::default().tools
+        },
+        ..Setup::default()
+    };
+    let h = Harness::in_dir(dir, vec![model], setup).await;
     let k = key("cli:c");
     let handle = h.submit(&k, "sleep").await;
     // Wait until the tool's process has really started.

@@ -67,7 +67,7 @@ async fn a_plain_answer_streams_and_is_stored_with_its_turn() {
     assert_eq!(request.model, "one");
     assert_eq!(request.messages, vec![Message::user("hi")]);
     let tools: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(tools, ["file.read", "shell.exec"]);
+    assert_eq!(tools, ["file.read", "shell.exec", "tools.search"]);
 }
 
 #[tokio::test]
@@ -412,7 +412,10 @@ async fn routes_pick_the_agent_whose_tier_tools_and_prompt_the_turn_uses() {
     };
     assert_eq!(names(&chat[0]), ["file.read"]);
     assert_eq!(coder[0].system.as_deref(), Some("You code."));
-    assert_eq!(names(&coder[0]), ["file.read", "shell.exec"]);
+    assert_eq!(
+        names(&coder[0]),
+        ["file.read", "shell.exec", "tools.search"]
+    );
     assert_eq!(crate::last_user_text(&chat[1].messages), "pinned");
 }
 
@@ -567,6 +570,7 @@ async fn tools_search_adds_a_deferred_tool_to_the_next_request_of_the_turn() {
     let setup = Setup {
         tools: ToolsConfig {
             deferred: Some(vec!["file.read".into()]),
+            deny: vec!["process.*".into()],
             ..Setup::default().tools
         },
         ..Setup::default()
@@ -593,6 +597,7 @@ async fn tools_search_adds_a_deferred_tool_to_the_next_request_of_the_turn() {
         Setup {
             tools: ToolsConfig {
                 deferred: Some(vec!["file.read".into()]),
+                deny: vec!["process.*".into()],
                 ..Setup::default().tools
             },
             ..Setup::default()
@@ -632,5 +637,6 @@ async fn a_provider_override_changes_the_tools_its_models_are_offered() {
         .iter()
         .map(|t| t.name.clone())
         .collect();
-    assert_eq!(names, ["file.read"]);
+    // The process tools stay held back behind tools.search.
+    assert_eq!(names, ["file.read", "tools.search"]);
 }

@@ -1,30 +1,47 @@
 //! The tools Flynn ships with.
 
 mod file_read;
+pub mod process;
 mod shell;
 mod tool_search;
 
 pub use file_read::FileRead;
+pub use process::{
+    ProcessKill, ProcessList, ProcessManager, ProcessOutput, ProcessStart, ProcessStatusTool,
+};
 pub use shell::ShellExec;
 pub use tool_search::ToolSearch;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use flynn_protocol::config::ToolsConfig;
 
 use crate::ToolRegistry;
+use crate::sandbox::Sandbox;
 
 /// A registry with every built-in tool, configured by `config`. Which of
 /// them an agent may use is its [`ToolPolicy`](crate::ToolPolicy)'s job.
+/// `shell.exec` and the `process.*` tools share one [`Sandbox`]
+/// (`tools.sandbox`) and the `process.*` tools one [`ProcessManager`]
+/// (`tools.process`), whose processes [`ToolRegistry::shutdown`] kills.
 pub fn registry(config: &ToolsConfig) -> ToolRegistry {
+    let sandbox = Arc::new(Sandbox::from_tools_config(config));
+    let processes = Arc::new(ProcessManager::new(&config.process, sandbox.clone()));
     let mut registry = ToolRegistry::new();
     registry
-        .register(ShellExec::new(Duration::from_secs(
-            config.shell.timeout_secs,
-        )))
+        .register(ShellExec::new(
+            Duration::from_secs(config.shell.timeout_secs),
+            sandbox,
+        ))
         .register(FileRead::new(Duration::from_secs(
             config.files.timeout_secs,
         )))
-        .register(ToolSearch);
+        .register(ToolSearch)
+        .register(ProcessStart::new(processes.clone()))
+        .register(ProcessStatusTool::new(processes.clone()))
+        .register(ProcessOutput::new(processes.clone()))
+        .register(ProcessKill::new(processes.clone()))
+        .register(ProcessList::new(processes));
     registry
 }

@@ -1,4 +1,4 @@
-use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -6,23 +6,25 @@ use flynn_protocol::ToolEffect;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::Command;
 
+use crate::sandbox::Sandbox;
 use crate::{ToolContext, ToolError, TypedTool};
 
 /// Bytes kept from each of stdout and stderr; the executor truncates
 /// further to the configured output limit.
 const CAPTURE_LIMIT: usize = 1024 * 1024;
 
-/// `shell.exec`: runs a command with `sh -c` and returns its output.
+/// `shell.exec`: runs a command with `sh -c` in the sandbox and returns its
+/// output.
 #[derive(Debug, Clone)]
 pub struct ShellExec {
     timeout: Duration,
+    sandbox: Arc<Sandbox>,
 }
 
 impl ShellExec {
-    pub fn new(timeout: Duration) -> Self {
-        ShellExec { timeout }
+    pub fn new(timeout: Duration, sandbox: Arc<Sandbox>) -> Self {
+        ShellExec { timeout, sandbox }
     }
 }
 
@@ -61,25 +63,14 @@ impl TypedTool for ShellExec {
             Some(dir) => ctx.resolve(dir),
             None => ctx.workspace.clone(),
         };
-        let mut command = Command::new("sh");
-        command
-            .arg("-c")
-            .arg(&args.command)
-            .current_dir(&cwd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        #[cfg(unix)]
-        command.process_group(0);
-        let mut child = command
-            .spawn()
-            .map_err(|e| ToolError::failed(format!("cannot start sh in {}: {e}", cwd.display())))?;
-        // Kills the whole process group when the call ends early (timeout
-        // or cancellation drop this future), so no grandchild outlives it.
-        let _group = ProcessGroup(child.id());
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
+        // Dropping the child (a timeout or cancellation drops this future)
+        // kills its whole process group, so no grandchild outlives the call.
+        let mut child = self
+            .sandbox
+            .spawn(&args.command, &cwd, &ctx.workspace)
+            .await?;
+        let stdout = child.take_stdout();
+        let stderr = child.take_stderr();
         let (status, stdout, stderr) = tokio::join!(child.wait(), capture(stdout), capture(stderr));
         let status = status.map_err(|e| ToolError::failed(format!("waiting for sh: {e}")))?;
 
@@ -123,20 +114,4 @@ async fn capture(pipe: Option<impl AsyncRead + Unpin>) -> String {
     let mut sink = [0u8; 8192];
     while matches!(rest.read(&mut sink).await, Ok(n) if n > 0) {}
     String::from_utf8_lossy(&buf).into_owned()
-}
-
-struct ProcessGroup(Option<u32>);
-
-impl Drop for ProcessGroup {
-    fn drop(&mut self) {
-        #[cfg(unix)]
-        if let Some(pid) = self
-            .0
-            .and_then(|id| i32::try_from(id).ok())
-            .and_then(rustix::process::Pid::from_raw)
-        {
-            // The group may already be gone; nothing to do then.
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-    }
 }

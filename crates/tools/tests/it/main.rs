@@ -4,15 +4,18 @@
 
 mod gate;
 mod policy;
+mod process;
 mod safety;
+mod sandbox;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flynn_protocol::config::ToolsConfig;
+use flynn_protocol::config::{SandboxConfig, SandboxMode, ToolsConfig};
 use flynn_protocol::{ToolCall, ToolResult};
 use flynn_tools::builtin::{self, FileRead, ShellExec};
+use flynn_tools::sandbox::Sandbox;
 use flynn_tools::{ToolContext, ToolExecutor, ToolRegistry, truncate_output};
 use serde_json::{Value, json};
 
@@ -31,6 +34,51 @@ fn executor_with(registry: ToolRegistry, limit: usize) -> ToolExecutor {
 fn default_executor() -> ToolExecutor {
     executor_with(builtin::registry(&ToolsConfig::default()), 50 * 1024)
 }
+
+/// Tools config with no sandbox: commands see the host's process ids, so
+/// tests can check that the pids they print are gone.
+pub fn unsandboxed() -> ToolsConfig {
+    ToolsConfig {
+        sandbox: SandboxConfig {
+            mode: SandboxMode::None,
+            ..SandboxConfig::default()
+        },
+        ..ToolsConfig::default()
+    }
+}
+
+/// Whether the bubblewrap tests run. They need a working `bwrap` (CI
+/// installs it with `scripts/install-test-deps.sh`) and fail without one;
+/// `FLYNN_TEST_SKIP_BWRAP=1` skips them on hosts without user namespaces.
+pub async fn bwrap_runs() -> bool {
+    if std::env::var_os("FLYNN_TEST_SKIP_BWRAP").is_some_and(|v| v == "1") {
+        eprintln!("skipping the bubblewrap part: FLYNN_TEST_SKIP_BWRAP=1");
+        return false;
+    }
+    let sandbox = Sandbox::new(SandboxConfig::default(), std::env::temp_dir());
+    match sandbox
+        .availability(flynn_tools::sandbox::Backend::Bubblewrap)
+        .await
+    {
+        flynn_tools::sandbox::Availability::Available { .. } => true,
+        flynn_tools::sandbox::Availability::Unavailable { reason } => panic!(
+            "bubblewrap does not work here: {reason}. Run scripts/install-test-deps.sh, or set \
+             FLYNN_TEST_SKIP_BWRAP=1 on a host without user namespaces"
+        ),
+    }
+}
+
+/// Every built-in tool, sorted.
+pub const BUILTIN: &[&str] = &[
+    "file.read",
+    "process.kill",
+    "process.list",
+    "process.output",
+    "process.start",
+    "process.status",
+    "shell.exec",
+    "tools.search",
+];
 
 fn ok(content: &str) -> ToolResult {
     ToolResult {
@@ -53,9 +101,13 @@ fn specs_carry_compact_argument_schemas() {
     let registry = builtin::registry(&ToolsConfig::default());
     let specs = registry.specs();
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["file.read", "shell.exec", "tools.search"]);
+    assert_eq!(names, BUILTIN);
     assert_eq!(
-        specs[1].input_schema,
+        specs
+            .iter()
+            .find(|s| s.name == "shell.exec")
+            .unwrap()
+            .input_schema,
         json!({
             "type": "object",
             "properties": {
@@ -100,7 +152,10 @@ async fn unknown_tools_and_bad_arguments_become_error_results() {
     let ctx = ToolContext::new(std::env::temp_dir());
     assert_eq!(
         executor.execute(&call("shell.run", json!({})), &ctx).await,
-        err("unknown tool 'shell.run' (available: file.read, shell.exec, tools.search)")
+        err(&format!(
+            "unknown tool 'shell.run' (available: {})",
+            BUILTIN.join(", ")
+        ))
     );
     assert_eq!(
         executor
@@ -151,7 +206,8 @@ async fn shell_reports_stdout_stderr_and_exit_code() {
 async fn shell_timeout_kills_the_whole_process_group() {
     let dir = tempfile::tempdir().unwrap();
     let mut registry = ToolRegistry::new();
-    registry.register(ShellExec::new(Duration::from_secs(1)));
+    let sandbox = Sandbox::from_tools_config(&unsandboxed());
+    registry.register(ShellExec::new(Duration::from_secs(1), Arc::new(sandbox)));
     let executor = executor_with(registry, 1024);
     let ctx = ToolContext::new(dir.path());
     let result = executor
@@ -171,7 +227,7 @@ async fn shell_timeout_kills_the_whole_process_group() {
 #[tokio::test]
 async fn cancellation_stops_a_running_tool() {
     let dir = tempfile::tempdir().unwrap();
-    let executor = default_executor();
+    let executor = executor_with(builtin::registry(&unsandboxed()), 50 * 1024);
     let ctx = ToolContext::new(dir.path());
     // The shell records its own pid and its background child's, then waits;
     // the rename makes the marker appear complete.
@@ -196,7 +252,7 @@ async fn cancellation_stops_a_running_tool() {
 }
 
 /// Waits (bounded) for `path` to exist, and returns its contents.
-async fn wait_for_file(path: &Path) -> String {
+pub async fn wait_for_file(path: &Path) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(text) = std::fs::read_to_string(path) {
@@ -214,7 +270,7 @@ async fn wait_for_file(path: &Path) -> String {
 /// Asserts that process `pid` is no longer running: gone, or a zombie
 /// waiting to be reaped. SIGKILL lands asynchronously, so this waits for it
 /// (bounded).
-fn assert_gone(pid: &str) {
+pub fn assert_gone(pid: &str) {
     let running = || {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         // The state follows the parenthesised command name.

@@ -22,10 +22,7 @@ fn the_builtin_registry_holds_every_tool_whatever_is_enabled() {
         ..ToolsConfig::default()
     };
     let registry = builtin::registry(&config);
-    assert_eq!(
-        registry.names().collect::<Vec<_>>(),
-        ["file.read", "shell.exec", "tools.search"]
-    );
+    assert_eq!(registry.names().collect::<Vec<_>>(), BUILTIN);
     assert_eq!(
         names(&registry.specs_for(&ToolPolicy::new(&config, None))),
         ["shell.exec"]
@@ -42,10 +39,10 @@ fn specs_for_lists_only_allowed_tools_sorted() {
     );
     assert_eq!(
         names(&registry.specs_for(&ToolPolicy::allow_all())),
-        ["file.read", "shell.exec", "tools.search"]
+        BUILTIN
     );
     let deny_shell = ToolsConfig {
-        deny: strings(&["shell.*"]),
+        deny: strings(&["shell.*", "process.*"]),
         ..ToolsConfig::default()
     };
     assert_eq!(
@@ -77,13 +74,15 @@ fn check_reports_enabled_patterns_that_match_no_tool() {
         error,
         UnknownTools {
             unknown: strings(&["shell.exce", "web.*", "memory.search"]),
-            available: strings(&["file.read", "shell.exec", "tools.search"]),
+            available: strings(BUILTIN),
         }
     );
     assert_eq!(
         error.to_string(),
-        "tools.enabled: unknown tool(s) shell.exce, web.*, memory.search \
-         (available: file.read, shell.exec, tools.search)"
+        format!(
+            "tools.enabled: unknown tool(s) shell.exce, web.*, memory.search (available: {})",
+            BUILTIN.join(", ")
+        )
     );
 
     let fine = ToolsConfig {
@@ -153,6 +152,11 @@ fn tools_declare_their_effect_and_only_read_only_ones_run_in_parallel() {
         declared,
         [
             ("file.read", ToolEffect::ReadOnly, true),
+            ("process.kill", ToolEffect::RunsProcesses, false),
+            ("process.list", ToolEffect::ReadOnly, true),
+            ("process.output", ToolEffect::ReadOnly, true),
+            ("process.start", ToolEffect::RunsProcesses, false),
+            ("process.status", ToolEffect::ReadOnly, true),
             ("shell.exec", ToolEffect::RunsProcesses, false),
             ("tools.search", ToolEffect::ReadOnly, true),
             ("web.probe", ToolEffect::Network, true),

@@ -249,7 +249,10 @@ async fn untrusted_content_is_wrapped_and_then_risky_tools_ask_even_under_full_a
 #[tokio::test]
 async fn deferred_tools_are_offered_once_tools_search_finds_them() {
     let dir = tempfile::tempdir().unwrap();
-    let tools = config(Autonomy::Supervised);
+    let tools = ToolsConfig {
+        deferred: Some(vec!["process.rare".into()]),
+        ..config(Autonomy::Supervised)
+    };
     let executor = ToolExecutor::from_config(Arc::new(registry()), &tools);
     let policy = Arc::new(ToolPolicy::new(&tools, None));
     let catalog = Arc::new(executor.catalog(policy.clone()));

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the system packages the tests need, only when they are missing:
+#
+#   bubblewrap (`bwrap`): the sandbox of shell.exec and process.start; the
+#   flynn-tools sandbox tests run commands under it.
+#
+# Idempotent and quick when everything is there. Debian/Ubuntu (apt-get),
+# as root or through sudo.
+set -euo pipefail
+
+missing=()
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+  as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+  as_root=(sudo -n)
+else
+  echo "install-test-deps: need root or sudo to install: ${missing[*]}" >&2
+  echo "install-test-deps: run as root: apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-test-deps: no apt-get here; install these with your package manager: ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "install-test-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+# A fresh machine may have no package lists yet.
+if ! "${as_root[@]}" apt-get install -y --no-install-recommends "${missing[@]}"; then
+  "${as_root[@]}" apt-get update
+  "${as_root[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
+fi
