@@ -311,8 +311,8 @@ impl Flynn {
     /// Cancels running turns, waits for every lane to stop, then shuts
     /// the tools down (background processes are killed).
     pub async fn shutdown(&self) {
+        // The manager shuts the tools down after its lanes.
         self.manager.shutdown().await;
-        self.manager.executor().registry().shutdown().await;
     }
 
     /// The conversations.
