@@ -406,3 +406,53 @@ async fn a_subscriber_that_never_reads_is_told_it_lagged_and_never_stalls_the_tu
     let next = slow.next().await.unwrap().unwrap();
     assert!(matches!(next.event, AgentEvent::ContentDelta { .. }));
 }
+
+#[tokio::test]
+async fn shutdown_kills_the_background_processes_turns_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("pid");
+    let start = Message {
+        role: flynn_protocol::Role::Assistant,
+        content: vec![flynn_protocol::ContentBlock::ToolUse {
+            id: "p1".into(),
+            name: "process.start".into(),
+            input: serde_json::json!({
+                "command": format!("echo $$ > {}; exec sleep 300", marker.display())
+            }),
+        }],
+    };
+    let model = Scripted::replies("m", vec![start, Message::assistant("Started.")]);
+    // No sandbox, so `$$` is a pid this test can look up.
+    let setup = Setup {
+        tools: ToolsConfig {
+            sandbox: SandboxConfig {
+                mode: SandboxMode::None,
+                ..SandboxConfig::default()
+            },
+            ..Setup::default().tools
+        },
+        ..Setup::default()
+    };
+    let h = Harness::in_dir(dir, vec![model], setup).await;
+    let (result, _) = h.send(&key("cli:bg"), "start the server").await;
+    assert_eq!(result.unwrap().reply, "Started.");
+    let pid = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&marker)
+                && let Ok(pid) = text.trim().parse::<i32>()
+            {
+                return pid;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the background process never started");
+    assert!(!gone(pid), "the process runs after its turn ended");
+    h.manager.shutdown().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while !gone(pid) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(gone(pid), "background process {pid} outlived the shutdown");
+}
