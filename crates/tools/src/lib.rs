@@ -24,6 +24,7 @@
 mod audit;
 pub mod builtin;
 mod catalog;
+mod confine;
 mod error;
 mod executor;
 mod gate;
@@ -38,6 +39,7 @@ mod tool;
 
 pub use audit::{AuditLog, AuditRecord};
 pub use catalog::{DEFAULT_DEFERRED, TOOL_SEARCH, ToolCatalog};
+pub use confine::confine;
 pub use error::{SandboxError, ToolError};
 pub use executor::{ToolExecutor, truncate_output};
 pub use gate::{ApprovalRequest, ApproveAll, Approver, Decision, DenyAll, GateObserver};

@@ -1,11 +1,11 @@
 //! The tools Flynn ships with.
 
-mod file_read;
+mod files;
 pub mod process;
 mod shell;
 mod tool_search;
 
-pub use file_read::FileRead;
+pub use files::{FileEdit, FileList, FileRead, FileSearch, FileWrite};
 pub use process::{
     ProcessKill, ProcessList, ProcessManager, ProcessOutput, ProcessStart, ProcessStatusTool,
 };
@@ -28,15 +28,18 @@ use crate::sandbox::Sandbox;
 pub fn registry(config: &ToolsConfig) -> ToolRegistry {
     let sandbox = Arc::new(Sandbox::from_tools_config(config));
     let processes = Arc::new(ProcessManager::new(&config.process, sandbox.clone()));
+    let files = Duration::from_secs(config.files.timeout_secs);
     let mut registry = ToolRegistry::new();
     registry
         .register(ShellExec::new(
             Duration::from_secs(config.shell.timeout_secs),
             sandbox,
         ))
-        .register(FileRead::new(Duration::from_secs(
-            config.files.timeout_secs,
-        )))
+        .register(FileRead::new(files))
+        .register(FileWrite::new(files))
+        .register(FileEdit::new(files))
+        .register(FileList::new(files))
+        .register(FileSearch::new(files))
         .register(ToolSearch)
         .register(ProcessStart::new(processes.clone()))
         .register(ProcessStatusTool::new(processes.clone()))

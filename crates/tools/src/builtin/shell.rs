@@ -60,7 +60,7 @@ impl TypedTool for ShellExec {
 
     async fn run(&self, args: ShellArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let cwd = match &args.cwd {
-            Some(dir) => ctx.resolve(dir),
+            Some(dir) => ctx.confine(dir)?,
             None => ctx.workspace.clone(),
         };
         // Dropping the child (a timeout or cancellation drops this future)

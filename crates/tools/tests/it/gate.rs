@@ -152,7 +152,7 @@ async fn an_approved_call_runs_after_the_observer_hears_of_it() {
         executor
             .execute(&call("file.read", json!({"path": "a.txt"})), &ctx)
             .await,
-        ok("text")
+        ok("     1\ttext\n")
     );
     assert_eq!(recorder.log().len(), 3);
 }
@@ -434,7 +434,7 @@ async fn a_log_hook_writes_an_audit_line_and_runs_the_call() {
         executor
             .execute(&call("file.read", json!({"path": "a.txt"})), &ctx)
             .await,
-        ok("text")
+        ok("     1\ttext\n")
     );
     assert_eq!(
         lines.lock().unwrap().clone(),

@@ -47,7 +47,14 @@ fn specs_for_lists_only_allowed_tools_sorted() {
     };
     assert_eq!(
         names(&specs_for(&deny_shell)),
-        ["file.read", "tools.search"]
+        [
+            "file.edit",
+            "file.list",
+            "file.read",
+            "file.search",
+            "file.write",
+            "tools.search"
+        ]
     );
     let minimal = ToolsConfig {
         profile: ToolProfile::Minimal,
@@ -151,7 +158,11 @@ fn tools_declare_their_effect_and_only_read_only_ones_run_in_parallel() {
     assert_eq!(
         declared,
         [
+            ("file.edit", ToolEffect::WritesFiles, false),
+            ("file.list", ToolEffect::ReadOnly, true),
             ("file.read", ToolEffect::ReadOnly, true),
+            ("file.search", ToolEffect::ReadOnly, true),
+            ("file.write", ToolEffect::WritesFiles, false),
             ("process.kill", ToolEffect::RunsProcesses, false),
             ("process.list", ToolEffect::ReadOnly, true),
             ("process.output", ToolEffect::ReadOnly, true),

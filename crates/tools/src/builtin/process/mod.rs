@@ -151,7 +151,7 @@ impl TypedTool for ProcessStart {
 
     async fn run(&self, args: StartArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let cwd = match &args.cwd {
-            Some(dir) => ctx.resolve(dir),
+            Some(dir) => ctx.confine(dir)?,
             None => ctx.workspace.clone(),
         };
         let info = self

@@ -1,0 +1,338 @@
+//! The file tools against real files: what they do, and that nothing they
+//! do escapes the workspace.
+
+use super::*;
+
+fn setup() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    ToolExecutor,
+    ToolContext,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let ctx = ToolContext::new(&ws);
+    (dir, ws, default_executor(), ctx)
+}
+
+async fn run(executor: &ToolExecutor, ctx: &ToolContext, name: &str, args: Value) -> ToolResult {
+    executor.execute(&call(name, args), ctx).await
+}
+
+#[tokio::test]
+async fn write_creates_and_replaces_files_atomically_keeping_permissions() {
+    let (_dir, ws, executor, ctx) = setup();
+    let created = run(
+        &executor,
+        &ctx,
+        "file.write",
+        json!({"path": "src/new.txt", "content": "hello\n"}),
+    )
+    .await;
+    assert_eq!(created, ok("created src/new.txt (6 bytes)"));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("src/new.txt")).unwrap(),
+        "hello\n"
+    );
+
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let script = ws.join("run.sh");
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o750)).unwrap();
+        let replaced = run(
+            &executor,
+            &ctx,
+            "file.write",
+            json!({"path": "run.sh", "content": "#!/bin/sh\necho hi\n"}),
+        )
+        .await;
+        assert_eq!(replaced, ok("replaced run.sh (18 bytes, was 10)"));
+        let mode = std::fs::metadata(&script).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o750);
+    }
+    // No temporary file is left behind.
+    let leftovers: Vec<String> = std::fs::read_dir(&ws)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains("flynn-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let dir_target = run(
+        &executor,
+        &ctx,
+        "file.write",
+        json!({"path": "src", "content": "x"}),
+    )
+    .await;
+    assert_eq!(dir_target, err("src is a directory; give a file path"));
+}
+
+#[tokio::test]
+async fn edit_replaces_exactly_one_match_and_explains_missing_or_ambiguous_ones() {
+    let (_dir, ws, executor, ctx) = setup();
+    let file = ws.join("lib.rs");
+    std::fs::write(
+        &file,
+        "fn a() {\n    let x = 1;\n}\nfn b() {\n    let x = 1;\n}\n",
+    )
+    .unwrap();
+
+    let ambiguous = run(
+        &executor,
+        &ctx,
+        "file.edit",
+        json!({"path": "lib.rs", "old": "let x = 1;", "new": "let x = 2;"}),
+    )
+    .await;
+    assert_eq!(
+        ambiguous,
+        err(
+            "old matches 2 places in lib.rs (lines 2, 5); add surrounding text so it matches once, or set replace_all"
+        )
+    );
+    let one = run(&executor, &ctx, "file.edit", json!({"path": "lib.rs", "old": "fn b() {\n    let x = 1;", "new": "fn b() {\n    let x = 3;"})).await;
+    assert_eq!(one, ok("replaced 1 occurrence in lib.rs (line 4)"));
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "fn a() {\n    let x = 1;\n}\nfn b() {\n    let x = 3;\n}\n"
+    );
+
+    let spacing = run(
+        &executor,
+        &ctx,
+        "file.edit",
+        json!({"path": "lib.rs", "old": "let  x = 1;", "new": "y"}),
+    )
+    .await;
+    assert_eq!(
+        spacing,
+        err(
+            "old does not occur in lib.rs; text matching it apart from whitespace or line breaks is at line 2 (read the file and copy the text exactly)"
+        )
+    );
+    let case = run(
+        &executor,
+        &ctx,
+        "file.edit",
+        json!({"path": "lib.rs", "old": "FN A()", "new": "y"}),
+    )
+    .await;
+    assert_eq!(
+        case,
+        err("old does not occur in lib.rs; text matching it apart from letter case is at line 1")
+    );
+    let absent = run(
+        &executor,
+        &ctx,
+        "file.edit",
+        json!({"path": "lib.rs", "old": "struct S", "new": "y"}),
+    )
+    .await;
+    assert_eq!(
+        absent,
+        err("old does not occur in lib.rs; read the file first and copy the text exactly")
+    );
+    let all = run(
+        &executor,
+        &ctx,
+        "file.edit",
+        json!({"path": "lib.rs", "old": "fn ", "new": "pub fn ", "replace_all": true}),
+    )
+    .await;
+    assert_eq!(all, ok("replaced 2 occurrences in lib.rs (lines 1, 4)"));
+    let same = run(
+        &executor,
+        &ctx,
+        "file.edit",
+        json!({"path": "lib.rs", "old": "a", "new": "a"}),
+    )
+    .await;
+    assert_eq!(same, err("old and new are the same; nothing to change"));
+    let empty = run(
+        &executor,
+        &ctx,
+        "file.edit",
+        json!({"path": "lib.rs", "old": "", "new": "a"}),
+    )
+    .await;
+    assert!(empty.is_error);
+}
+
+#[tokio::test]
+async fn list_respects_gitignore_hidden_files_and_globs() {
+    let (_dir, ws, executor, ctx) = setup();
+    for path in [
+        "src/main.rs",
+        "src/lib.rs",
+        "docs/guide.md",
+        "target/debug/out",
+        ".git/config",
+        "notes.txt",
+    ] {
+        let path = ws.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, "x").unwrap();
+    }
+    std::fs::write(ws.join(".gitignore"), "target/\n").unwrap();
+
+    let all = run(&executor, &ctx, "file.list", json!({})).await;
+    assert_eq!(
+        all,
+        ok("docs/\ndocs/guide.md\nnotes.txt\nsrc/\nsrc/lib.rs\nsrc/main.rs")
+    );
+    let rust = run(&executor, &ctx, "file.list", json!({"pattern": "*.rs"})).await;
+    assert_eq!(rust, ok("src/lib.rs\nsrc/main.rs"));
+    let under = run(&executor, &ctx, "file.list", json!({"path": "docs"})).await;
+    assert_eq!(under, ok("guide.md"));
+    let by_path = run(
+        &executor,
+        &ctx,
+        "file.list",
+        json!({"pattern": "src/m*.rs"}),
+    )
+    .await;
+    assert_eq!(by_path, ok("src/main.rs"));
+    let none = run(&executor, &ctx, "file.list", json!({"pattern": "*.py"})).await;
+    assert_eq!(none, ok("nothing in . matches *.py"));
+    let file = run(&executor, &ctx, "file.list", json!({"path": "notes.txt"})).await;
+    assert_eq!(
+        file,
+        err("notes.txt is a file, not a directory; use file.read")
+    );
+}
+
+#[tokio::test]
+async fn search_finds_regex_matches_with_a_glob_and_skips_binaries() {
+    let (_dir, ws, executor, ctx) = setup();
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::write(ws.join("src/a.rs"), "fn main() {}\n// TODO: tidy\n").unwrap();
+    std::fs::write(ws.join("src/b.md"), "todo list\nTODO later\n").unwrap();
+    std::fs::write(ws.join("blob.bin"), b"TODO\0\x01\x02").unwrap();
+
+    let todo = run(&executor, &ctx, "file.search", json!({"pattern": "TODO"})).await;
+    assert_eq!(
+        todo,
+        ok("src/a.rs:2: // TODO: tidy\nsrc/b.md:2: TODO later")
+    );
+    let loose = run(
+        &executor,
+        &ctx,
+        "file.search",
+        json!({"pattern": "^todo", "ignore_case": true, "glob": "*.md"}),
+    )
+    .await;
+    assert_eq!(loose, ok("src/b.md:1: todo list\nsrc/b.md:2: TODO later"));
+    let one_file = run(
+        &executor,
+        &ctx,
+        "file.search",
+        json!({"pattern": "fn \\w+", "path": "src/a.rs"}),
+    )
+    .await;
+    assert_eq!(one_file, ok("src/a.rs:1: fn main() {}"));
+    let invalid = run(&executor, &ctx, "file.search", json!({"pattern": "fn ("})).await;
+    assert!(invalid.is_error);
+    assert!(
+        invalid.content.starts_with("invalid regex: "),
+        "{}",
+        invalid.content
+    );
+    let nothing = run(&executor, &ctx, "file.search", json!({"pattern": "zebra"})).await;
+    assert_eq!(nothing, ok("no matches for /zebra/ in ."));
+}
+
+#[tokio::test]
+async fn paths_outside_the_workspace_are_refused_by_every_file_tool() {
+    let (dir, ws, executor, ctx) = setup();
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), "secret").unwrap();
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(outside.join("secret.txt"), ws.join("link.txt")).unwrap();
+        std::os::unix::fs::symlink(&outside, ws.join("out")).unwrap();
+    }
+    let absolute = outside.join("secret.txt").display().to_string();
+    let calls = [
+        ("file.read", json!({"path": "../outside/secret.txt"})),
+        ("file.read", json!({"path": absolute})),
+        ("file.read", json!({"path": "link.txt"})),
+        (
+            "file.write",
+            json!({"path": "../outside/new.txt", "content": "x"}),
+        ),
+        (
+            "file.write",
+            json!({"path": "link.txt", "content": "overwritten"}),
+        ),
+        ("file.write", json!({"path": "out/new.txt", "content": "x"})),
+        (
+            "file.edit",
+            json!({"path": "link.txt", "old": "secret", "new": "x"}),
+        ),
+        ("file.list", json!({"path": "out"})),
+        ("file.list", json!({"path": ".."})),
+        ("file.search", json!({"pattern": "secret", "path": "out"})),
+    ];
+    for (tool, args) in calls {
+        let result = run(&executor, &ctx, tool, args.clone()).await;
+        assert!(result.is_error, "{tool} {args}: {result:?}");
+        assert!(
+            result.content.contains("outside the workspace"),
+            "{tool} {args}: {}",
+            result.content
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret.txt")).unwrap(),
+        "secret"
+    );
+    assert!(!outside.join("new.txt").exists());
+    // Searching the workspace follows neither the symlinked directory nor
+    // the symlinked file out of it.
+    let search = run(&executor, &ctx, "file.search", json!({"pattern": "secret"})).await;
+    assert_eq!(search, ok("no matches for /secret/ in ."));
+}
+
+#[tokio::test]
+async fn reading_a_range_of_a_large_file_is_quick_and_the_output_capped() {
+    let (_dir, ws, executor, ctx) = setup();
+    let line = "0123456789".repeat(10);
+    let mut text = String::with_capacity(11 * 1024 * 1024);
+    for _ in 0..100_000 {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    std::fs::write(ws.join("big.log"), &text).unwrap();
+    let started = Instant::now();
+    let range = run(
+        &executor,
+        &ctx,
+        "file.read",
+        json!({"path": "big.log", "offset": 99_999, "limit": 5}),
+    )
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        range.content,
+        format!(" 99999\t{line}\n100000\t{line}\n[lines 99999-100000 of 100000]")
+    );
+    let whole = run(&executor, &ctx, "file.read", json!({"path": "big.log"})).await;
+    assert!(
+        whole.content.len() < 60 * 1024,
+        "{} bytes",
+        whole.content.len()
+    );
+    assert!(
+        whole.content.contains("[output truncated"),
+        "the cap says so"
+    );
+    let dir = run(&executor, &ctx, "file.read", json!({"path": "."})).await;
+    assert_eq!(
+        dir,
+        err(". is a directory; use file.list to see what it holds")
+    );
+}
