@@ -17,6 +17,8 @@
 //!
 //! [`ToolEffect`]: flynn_protocol::ToolEffect
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod builtin;
 mod error;
 mod executor;

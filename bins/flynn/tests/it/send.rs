@@ -117,7 +117,10 @@ async fn a_tool_round_trip_runs_shell_exec_and_returns_its_output() {
         .iter()
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(tools, ["file_read", "shell_exec"]);
+    assert_eq!(
+        tools,
+        ["file_read", "shell_exec", "web_fetch", "web_search"]
+    );
     let messages = requests[1].body["messages"].as_array().unwrap();
     let assistant = &messages[messages.len() - 2];
     let call_id = assistant["tool_calls"][0]["id"].as_str().unwrap();

@@ -150,7 +150,8 @@ async fn an_enabled_pattern_that_matches_no_tool_is_refused_at_build() {
         .unwrap_err();
     assert_eq!(
         error.to_string(),
-        "tools.enabled: unknown tool(s) weather.*, file.raed (available: file.read, shell.exec)"
+        "tools.enabled: unknown tool(s) weather.*, file.raed \
+         (available: file.read, shell.exec, web.fetch, web.search)"
     );
 }
 

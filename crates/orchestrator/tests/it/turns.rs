@@ -67,7 +67,10 @@ async fn a_plain_answer_streams_and_is_stored_with_its_turn() {
     assert_eq!(request.model, "one");
     assert_eq!(request.messages, vec![Message::user("hi")]);
     let tools: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(tools, ["file.read", "shell.exec"]);
+    assert_eq!(
+        tools,
+        ["file.read", "shell.exec", "web.fetch", "web.search"]
+    );
 }
 
 #[tokio::test]
@@ -410,7 +413,10 @@ async fn routes_pick_the_agent_whose_tier_tools_and_prompt_the_turn_uses() {
     };
     assert_eq!(names(&chat[0]), ["file.read"]);
     assert_eq!(coder[0].system.as_deref(), Some("You code."));
-    assert_eq!(names(&coder[0]), ["file.read", "shell.exec"]);
+    assert_eq!(
+        names(&coder[0]),
+        ["file.read", "shell.exec", "web.fetch", "web.search"]
+    );
     assert_eq!(crate::last_user_text(&chat[1].messages), "pinned");
 }
 

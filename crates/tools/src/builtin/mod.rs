@@ -2,9 +2,11 @@
 
 mod file_read;
 mod shell;
+pub mod web;
 
 pub use file_read::FileRead;
 pub use shell::ShellExec;
+pub use web::{WebFetch, WebSearch};
 
 use std::time::Duration;
 
@@ -22,6 +24,8 @@ pub fn registry(config: &ToolsConfig) -> ToolRegistry {
         )))
         .register(FileRead::new(Duration::from_secs(
             config.files.timeout_secs,
-        )));
+        )))
+        .register(WebFetch::new(&config.web_fetch))
+        .register(WebSearch::new(&config.web_search));
     registry
 }

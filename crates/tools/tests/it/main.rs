@@ -4,6 +4,7 @@
 
 mod gate;
 mod policy;
+mod web;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -52,7 +53,10 @@ fn specs_carry_compact_argument_schemas() {
     let registry = builtin::registry(&ToolsConfig::default());
     let specs = registry.specs();
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["file.read", "shell.exec"]);
+    assert_eq!(
+        names,
+        ["file.read", "shell.exec", "web.fetch", "web.search"]
+    );
     assert_eq!(
         specs[1].input_schema,
         json!({
@@ -99,7 +103,7 @@ async fn unknown_tools_and_bad_arguments_become_error_results() {
     let ctx = ToolContext::new(std::env::temp_dir());
     assert_eq!(
         executor.execute(&call("shell.run", json!({})), &ctx).await,
-        err("unknown tool 'shell.run' (available: file.read, shell.exec)")
+        err("unknown tool 'shell.run' (available: file.read, shell.exec, web.fetch, web.search)")
     );
     assert_eq!(
         executor

@@ -24,7 +24,7 @@ fn the_builtin_registry_holds_every_tool_whatever_is_enabled() {
     let registry = builtin::registry(&config);
     assert_eq!(
         registry.names().collect::<Vec<_>>(),
-        ["file.read", "shell.exec"]
+        ["file.read", "shell.exec", "web.fetch", "web.search"]
     );
     assert_eq!(
         names(&registry.specs_for(&ToolPolicy::new(&config, None))),
@@ -42,13 +42,16 @@ fn specs_for_lists_only_allowed_tools_sorted() {
     );
     assert_eq!(
         names(&registry.specs_for(&ToolPolicy::allow_all())),
-        ["file.read", "shell.exec"]
+        ["file.read", "shell.exec", "web.fetch", "web.search"]
     );
     let deny_shell = ToolsConfig {
         deny: strings(&["shell.*"]),
         ..ToolsConfig::default()
     };
-    assert_eq!(names(&specs_for(&deny_shell)), ["file.read"]);
+    assert_eq!(
+        names(&specs_for(&deny_shell)),
+        ["file.read", "web.fetch", "web.search"]
+    );
     let minimal = ToolsConfig {
         profile: ToolProfile::Minimal,
         ..ToolsConfig::default()
@@ -60,11 +63,11 @@ fn specs_for_lists_only_allowed_tools_sorted() {
 fn check_reports_enabled_patterns_that_match_no_tool() {
     let registry = builtin::registry(&ToolsConfig::default());
     let global = ToolsConfig {
-        enabled: Some(strings(&["file.*", "shell.exce", "web.*"])),
+        enabled: Some(strings(&["file.*", "shell.exce", "browser.*"])),
         ..ToolsConfig::default()
     };
     let agent = ToolPolicyConfig {
-        enabled: Some(strings(&["memory.search", "file.read", "web.*"])),
+        enabled: Some(strings(&["memory.search", "file.read", "browser.*"])),
         ..ToolPolicyConfig::default()
     };
     let error = ToolPolicy::new(&global, Some(&agent))
@@ -73,20 +76,20 @@ fn check_reports_enabled_patterns_that_match_no_tool() {
     assert_eq!(
         error,
         UnknownTools {
-            unknown: strings(&["shell.exce", "web.*", "memory.search"]),
-            available: strings(&["file.read", "shell.exec"]),
+            unknown: strings(&["shell.exce", "browser.*", "memory.search"]),
+            available: strings(&["file.read", "shell.exec", "web.fetch", "web.search"]),
         }
     );
     assert_eq!(
         error.to_string(),
-        "tools.enabled: unknown tool(s) shell.exce, web.*, memory.search \
-         (available: file.read, shell.exec)"
+        "tools.enabled: unknown tool(s) shell.exce, browser.*, memory.search \
+         (available: file.read, shell.exec, web.fetch, web.search)"
     );
 
     let fine = ToolsConfig {
         enabled: Some(strings(&["file.*", "shell.exec", "*"])),
         // Denying a tool that does not exist is not an error.
-        deny: strings(&["web.*"]),
+        deny: strings(&["browser.*"]),
         ..ToolsConfig::default()
     };
     assert_eq!(ToolPolicy::new(&fine, None).check(&registry), Ok(()));
@@ -151,7 +154,9 @@ fn tools_declare_their_effect_and_only_read_only_ones_run_in_parallel() {
         [
             ("file.read", ToolEffect::ReadOnly, true),
             ("shell.exec", ToolEffect::RunsProcesses, false),
+            ("web.fetch", ToolEffect::Network, true),
             ("web.probe", ToolEffect::Network, true),
+            ("web.search", ToolEffect::Network, true),
         ]
     );
 }
