@@ -4,7 +4,9 @@
 //! documented wire format (server-sent events included), records every
 //! request for assertions, and fails loudly on a protocol violation: it
 //! answers with the vendor's error and lists the problem in `violations()`.
-//! Replies are scripted: push one [`Reply`] per expected request.
+//! Replies are scripted: push one [`Reply`] per expected request. The
+//! search engine fakes ([`FakeBrave`], [`FakeSearxng`], [`FakeTavily`],
+//! [`FakeDuckDuckGo`]) serve the hits they are given instead.
 //!
 //! ```no_run
 //! # async fn example() {
@@ -30,6 +32,7 @@ pub mod fixtures;
 mod llamacpp;
 mod ollama;
 mod openai;
+mod search;
 mod server;
 
 pub use anthropic::FakeAnthropic;
@@ -38,4 +41,5 @@ pub use bedrock::{FakeBedrock, bedrock_error};
 pub use llamacpp::FakeLlamaCpp;
 pub use ollama::FakeOllama;
 pub use openai::FakeOpenAi;
+pub use search::{FakeBrave, FakeDuckDuckGo, FakeSearxng, FakeTavily, SearchHit, SearchRequest};
 pub use server::{CapturedRequest, INPUT_TOKENS, OUTPUT_TOKENS, Reply};

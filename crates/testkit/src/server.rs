@@ -172,6 +172,17 @@ pub(crate) struct Server {
 
 impl Server {
     pub fn start(name: &str, shared: Arc<Shared>, handler: Handler) -> Server {
+        let router = Router::new().fallback(move |request: Request| {
+            let shared = Arc::clone(&shared);
+            let handler = Arc::clone(&handler);
+            async move { capture_and_answer(&shared, &handler, request).await }
+        });
+        Server::start_router(name, router)
+    }
+
+    /// Serves `router` as it is, for fakes that capture requests their own
+    /// way (form bodies, query strings).
+    pub fn start_router(name: &str, router: Router) -> Server {
         let listener = match std::net::TcpListener::bind("127.0.0.1:0") {
             Ok(listener) => listener,
             Err(error) => panic!("flynn-testkit: cannot bind 127.0.0.1:0: {error}"),
@@ -183,11 +194,6 @@ impl Server {
         if let Err(error) = listener.set_nonblocking(true) {
             panic!("flynn-testkit: cannot make the listener non-blocking: {error}");
         }
-        let router = Router::new().fallback(move |request: Request| {
-            let shared = Arc::clone(&shared);
-            let handler = Arc::clone(&handler);
-            async move { capture_and_answer(&shared, &handler, request).await }
-        });
         let (shutdown, stopped) = oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name(format!("flynn-testkit-{name}"))
@@ -351,7 +357,7 @@ pub(crate) fn scripted_error(status: u16, headers: &[(String, String)], body: &s
     respond(status, &all, Body::from(body.to_owned()))
 }
 
-fn respond(status: u16, headers: &[(&str, &str)], body: Body) -> Response {
+pub(crate) fn respond(status: u16, headers: &[(&str, &str)], body: Body) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() =
         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

@@ -5,7 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use flynn_testkit::{FakeAnthropic, FakeLlamaCpp, FakeOllama, FakeOpenAi, Reply, fixtures};
+use flynn_testkit::{
+    FakeAnthropic, FakeBrave, FakeDuckDuckGo, FakeLlamaCpp, FakeOllama, FakeOpenAi, FakeSearxng,
+    FakeTavily, Reply, SearchHit, fixtures,
+};
 use serde_json::{Value, json};
 
 /// One server-sent event: its name (empty when unnamed) and data.
@@ -605,4 +608,240 @@ async fn bedrock_flags_an_unsigned_request_in_the_aws_error_shape() {
         fake.violations(),
         vec!["Authorization: not an AWS4-HMAC-SHA256 signature (got \"\")"]
     );
+}
+
+/// Sends a request and returns (status, body).
+async fn send(request: reqwest::RequestBuilder) -> (u16, String) {
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+fn search_hits() -> Vec<SearchHit> {
+    vec![
+        SearchHit::new("One", "https://one.example/", "first <b>hit</b>"),
+        SearchHit::new("Two", "https://two.example/?a=1&b=2", "second hit"),
+    ]
+}
+
+#[tokio::test]
+async fn search_fakes_answer_good_requests_in_the_documented_shapes() {
+    let client = reqwest::Client::new();
+
+    let brave = FakeBrave::start("key").await;
+    brave.set_hits(search_hits());
+    let (status, body) = send(
+        client
+            .get(format!("{}/res/v1/web/search", brave.base_url()))
+            .query(&[("q", "rust"), ("count", "1")])
+            .header("X-Subscription-Token", "key"),
+    )
+    .await;
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(body["query"]["original"], "rust");
+    assert_eq!(
+        body["web"]["results"],
+        json!([{"type": "search_result", "title": "One", "url": "https://one.example/",
+            "description": "first <b>hit</b>", "is_source_local": false, "language": "en"}])
+    );
+    assert_eq!(brave.violations(), Vec::<String>::new());
+
+    let searxng = FakeSearxng::start().await;
+    searxng.set_hits(search_hits());
+    let (status, body) = send(
+        client
+            .get(format!("{}/search", searxng.base_url()))
+            .query(&[("q", "rust"), ("format", "json")]),
+    )
+    .await;
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status, 200);
+    let results: Vec<(&str, &str, &str)> = body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["title"].as_str().unwrap(),
+                r["url"].as_str().unwrap(),
+                r["content"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("One", "https://one.example/", "first <b>hit</b>"),
+            ("Two", "https://two.example/?a=1&b=2", "second hit")
+        ]
+    );
+    assert_eq!(searxng.violations(), Vec::<String>::new());
+
+    let tavily = FakeTavily::start("tvly").await;
+    tavily.set_hits(search_hits());
+    let (status, body) = send(
+        client
+            .post(format!("{}/search", tavily.base_url()))
+            .bearer_auth("tvly")
+            .json(&json!({"query": "rust", "max_results": 1})),
+    )
+    .await;
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(
+        body["results"],
+        json!([{"title": "One", "url": "https://one.example/", "content": "first <b>hit</b>",
+            "score": 0.8, "raw_content": null}])
+    );
+    assert_eq!(tavily.violations(), Vec::<String>::new());
+
+    let duckduckgo = FakeDuckDuckGo::start().await;
+    duckduckgo.set_hits(search_hits());
+    let (status, page) = send(
+        client
+            .post(format!("{}/html/", duckduckgo.base_url()))
+            .form(&[("q", "rust")]),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(page.contains(
+        "<a rel=\"nofollow\" class=\"result__a\" \
+         href=\"//duckduckgo.com/l/?uddg=https%3A%2F%2Ftwo.example%2F%3Fa%3D1%26b%3D2&amp;rut=0123abcd\">Two</a>"
+    ));
+    assert!(page.contains("<a class=\"result__snippet\""));
+    assert!(page.contains("first &lt;b&gt;hit&lt;/b&gt;"));
+    assert!(page.contains("result--ad"));
+    assert_eq!(duckduckgo.violations(), Vec::<String>::new());
+    assert_eq!(
+        duckduckgo.requests()[0].form(),
+        [("q".to_owned(), "rust".to_owned())]
+    );
+}
+
+#[tokio::test]
+async fn search_fakes_answer_bad_requests_like_the_services_and_list_them() {
+    let client = reqwest::Client::new();
+
+    let brave = FakeBrave::start("key").await;
+    let url = format!("{}/res/v1/web/search", brave.base_url());
+    let code = |body: &str| -> (String, Value) {
+        let body: Value = serde_json::from_str(body).unwrap();
+        (
+            body["error"]["code"].as_str().unwrap().to_owned(),
+            body["error"]["meta"]["errors"][0]["loc"].clone(),
+        )
+    };
+    let (status, body) = send(client.get(&url).query(&[("q", "rust")])).await;
+    assert_eq!(
+        (status, code(&body)),
+        (
+            422,
+            (
+                "VALIDATION".into(),
+                json!(["header", "x-subscription-token"])
+            )
+        )
+    );
+    let (status, body) = send(
+        client
+            .get(&url)
+            .query(&[("q", "rust")])
+            .header("X-Subscription-Token", "wrong"),
+    )
+    .await;
+    assert_eq!(
+        (status, code(&body)),
+        (422, ("SUBSCRIPTION_TOKEN_INVALID".into(), Value::Null))
+    );
+    let (status, body) = send(client.get(&url).header("X-Subscription-Token", "key")).await;
+    assert_eq!(
+        (status, code(&body)),
+        (422, ("VALIDATION".into(), json!(["query", "q"])))
+    );
+    let (status, _) = send(client.post(&url).header("X-Subscription-Token", "key")).await;
+    assert_eq!(status, 405);
+    assert_eq!(
+        brave.violations(),
+        [
+            "the X-Subscription-Token header is missing",
+            "the q parameter is missing or empty",
+            "POST /res/v1/web/search (the web search endpoint is GET)",
+        ]
+    );
+
+    let searxng = FakeSearxng::start().await;
+    let url = format!("{}/search", searxng.base_url());
+    let (status, page) = send(client.get(&url).query(&[("q", "rust")])).await;
+    assert_eq!(status, 200);
+    assert!(page.starts_with("<!doctype html>"));
+    let (status, body) = send(client.get(&url).query(&[("format", "json")])).await;
+    assert_eq!((status, body.as_str()), (400, r#"{"error":"No query"}"#));
+    assert_eq!(
+        searxng.violations(),
+        [
+            "format=json is missing: SearXNG answers with its HTML page",
+            "the q parameter is missing or empty",
+        ]
+    );
+
+    let tavily = FakeTavily::start("tvly").await;
+    let url = format!("{}/search", tavily.base_url());
+    let unauthorized = r#"{"detail":{"error":"Unauthorized: missing or invalid API key."}}"#;
+    let (status, body) = send(client.post(&url).json(&json!({"query": "rust"}))).await;
+    assert_eq!((status, body.as_str()), (401, unauthorized));
+    let (status, body) = send(
+        client
+            .post(&url)
+            .bearer_auth("wrong")
+            .json(&json!({"query": "rust"})),
+    )
+    .await;
+    assert_eq!((status, body.as_str()), (401, unauthorized));
+    let (status, _) = send(
+        client
+            .post(&url)
+            .bearer_auth("tvly")
+            .json(&json!({"q": "rust"})),
+    )
+    .await;
+    assert_eq!(status, 400);
+    let (status, _) = send(client.get(&url).bearer_auth("tvly")).await;
+    assert_eq!(status, 405);
+    assert_eq!(
+        tavily.violations(),
+        [
+            "the Authorization header is missing (expected 'Bearer <key>')",
+            "the body has no 'query' string",
+            "GET /search (Tavily's search is POST)",
+        ]
+    );
+
+    let duckduckgo = FakeDuckDuckGo::start().await;
+    let url = format!("{}/html/", duckduckgo.base_url());
+    let (status, page) = send(client.get(&url).query(&[("q", "rust")])).await;
+    assert_eq!(status, 200);
+    assert!(page.contains("<form action=\"/html/\""), "{page}");
+    assert_eq!(
+        duckduckgo.violations(),
+        [
+            "GET /html/ (the form posts the query: POST with q in the body)",
+            "the form field q is missing or empty",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn search_fakes_answer_a_pushed_error_once() {
+    let searxng = FakeSearxng::start().await;
+    searxng.push_error(502, "<h1>Bad Gateway</h1>");
+    let url = format!("{}/search", searxng.base_url());
+    let client = reqwest::Client::new();
+    let query = [("q", "rust"), ("format", "json")];
+    assert_eq!(
+        send(client.get(&url).query(&query)).await,
+        (502, "<h1>Bad Gateway</h1>".to_owned())
+    );
+    let (status, _) = send(client.get(&url).query(&query)).await;
+    assert_eq!(status, 200);
+    assert_eq!(searxng.violations(), Vec::<String>::new());
 }

@@ -21,6 +21,8 @@
 //!
 //! [`ToolEffect`]: flynn_protocol::ToolEffect
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 mod audit;
 pub mod builtin;
 mod catalog;

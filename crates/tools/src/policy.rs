@@ -84,6 +84,11 @@ impl ToolPolicy {
     /// its profile has it, `enabled` (when set) matches it, and no `deny`
     /// glob does. [`permits`](Self::permits) also applies the autonomy.
     pub fn allows(&self, name: &str) -> bool {
+        // `tools.search` only ever offers tools this policy permits, so
+        // `enabled` lists need not name it; `deny` can still remove it.
+        if name == crate::TOOL_SEARCH {
+            return !any_matches(&self.deny, name);
+        }
         any_matches(&self.profile_globs, name)
             && self
                 .enabled
@@ -154,14 +159,13 @@ fn list_or_none(names: &[String]) -> String {
     }
 }
 
-/// The tools a profile starts with, as globs. Every profile has
-/// `tools.search`, which only ever offers tools the policy permits.
+/// The tools a profile starts with, as globs. (`tools.search` is allowed
+/// whatever the profile; see [`ToolPolicy::allows`].)
 fn profile_patterns(profile: ToolProfile) -> &'static [&'static str] {
     match profile {
-        ToolProfile::Minimal => &["memory.*", "tools.search"],
-        ToolProfile::Messaging => &["memory.*", "web.*", "sessions.*", "tools.search"],
+        ToolProfile::Minimal => &["memory.*"],
+        ToolProfile::Messaging => &["memory.*", "web.*", "sessions.*"],
         ToolProfile::Coding => &[
-            "tools.search",
             "file.*",
             "shell.*",
             "process.*",

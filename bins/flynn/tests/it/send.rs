@@ -117,7 +117,18 @@ async fn a_tool_round_trip_runs_shell_exec_and_returns_its_output() {
         .iter()
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(tools, ["file_read", "shell_exec", "tools_search"]);
+    assert_eq!(
+        tools,
+        [
+            "file_edit",
+            "file_list",
+            "file_read",
+            "file_write",
+            "shell_exec",
+            "tools_search",
+            "web_fetch",
+        ]
+    );
     let messages = requests[1].body["messages"].as_array().unwrap();
     let assistant = &messages[messages.len() - 2];
     let call_id = assistant["tool_calls"][0]["id"].as_str().unwrap();

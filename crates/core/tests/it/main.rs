@@ -132,7 +132,16 @@ async fn an_embedders_tool_runs_and_obeys_the_tools_policy() {
         )
         .await
         .unwrap();
-    assert_eq!(offered(&fake.requests()[2].body), ["file_read"]);
+    assert_eq!(
+        offered(&fake.requests()[2].body),
+        [
+            "file_edit",
+            "file_list",
+            "file_read",
+            "file_write",
+            "tools_search"
+        ]
+    );
     assert_eq!(fake.violations(), Vec::<String>::new());
 }
 
@@ -150,8 +159,9 @@ async fn an_enabled_pattern_that_matches_no_tool_is_refused_at_build() {
         .unwrap_err();
     assert_eq!(
         error.to_string(),
-        "tools.enabled: unknown tool(s) weather.*, file.raed (available: file.read, \
-         process.kill, process.list, process.output, process.start, process.status, shell.exec, tools.search)"
+        "tools.enabled: unknown tool(s) weather.*, file.raed (available: file.edit, file.list, \
+         file.read, file.search, file.write, process.kill, process.list, process.output, process.start, \
+         process.status, shell.exec, tools.search, web.fetch, web.search)"
     );
 }
 

@@ -67,7 +67,18 @@ async fn a_plain_answer_streams_and_is_stored_with_its_turn() {
     assert_eq!(request.model, "one");
     assert_eq!(request.messages, vec![Message::user("hi")]);
     let tools: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(tools, ["file.read", "shell.exec", "tools.search"]);
+    assert_eq!(
+        tools,
+        [
+            "file.edit",
+            "file.list",
+            "file.read",
+            "file.write",
+            "shell.exec",
+            "tools.search",
+            "web.fetch",
+        ]
+    );
 }
 
 #[tokio::test]
@@ -410,11 +421,28 @@ async fn routes_pick_the_agent_whose_tier_tools_and_prompt_the_turn_uses() {
     let names = |r: &flynn_models::ModelRequest| -> Vec<String> {
         r.tools.iter().map(|t| t.name.clone()).collect()
     };
-    assert_eq!(names(&chat[0]), ["file.read"]);
+    assert_eq!(
+        names(&chat[0]),
+        [
+            "file.edit",
+            "file.list",
+            "file.read",
+            "file.write",
+            "tools.search"
+        ]
+    );
     assert_eq!(coder[0].system.as_deref(), Some("You code."));
     assert_eq!(
         names(&coder[0]),
-        ["file.read", "shell.exec", "tools.search"]
+        [
+            "file.edit",
+            "file.list",
+            "file.read",
+            "file.write",
+            "shell.exec",
+            "tools.search",
+            "web.fetch",
+        ]
     );
     assert_eq!(crate::last_user_text(&chat[1].messages), "pinned");
 }
@@ -544,12 +572,12 @@ async fn read_only_calls_of_one_answer_run_together_and_keep_their_order() {
         &vec![
             ContentBlock::ToolResult {
                 tool_use_id: "r1".into(),
-                content: "A".into(),
+                content: "     1\tA\n".into(),
                 is_error: false
             },
             ContentBlock::ToolResult {
                 tool_use_id: "r2".into(),
-                content: "B".into(),
+                content: "     1\tB\n".into(),
                 is_error: false
             },
         ]
@@ -569,8 +597,8 @@ async fn tools_search_adds_a_deferred_tool_to_the_next_request_of_the_turn() {
     let model = Scripted::replies("m", vec![search, Message::assistant("Found it.")]);
     let setup = Setup {
         tools: ToolsConfig {
+            enabled: Some(vec!["shell.exec".into(), "file.read".into()]),
             deferred: Some(vec!["file.read".into()]),
-            deny: vec!["process.*".into()],
             ..Setup::default().tools
         },
         ..Setup::default()
@@ -596,8 +624,8 @@ async fn tools_search_adds_a_deferred_tool_to_the_next_request_of_the_turn() {
         vec![model_two.clone()],
         Setup {
             tools: ToolsConfig {
+                enabled: Some(vec!["shell.exec".into(), "file.read".into()]),
                 deferred: Some(vec!["file.read".into()]),
-                deny: vec!["process.*".into()],
                 ..Setup::default().tools
             },
             ..Setup::default()
@@ -637,6 +665,16 @@ async fn a_provider_override_changes_the_tools_its_models_are_offered() {
         .iter()
         .map(|t| t.name.clone())
         .collect();
-    // The process tools stay held back behind tools.search.
-    assert_eq!(names, ["file.read", "tools.search"]);
+    // The deferred tools stay held back behind tools.search.
+    assert_eq!(
+        names,
+        [
+            "file.edit",
+            "file.list",
+            "file.read",
+            "file.write",
+            "tools.search",
+            "web.fetch"
+        ]
+    );
 }

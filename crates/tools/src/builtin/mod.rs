@@ -4,6 +4,7 @@ mod files;
 pub mod process;
 mod shell;
 mod tool_search;
+pub mod web;
 
 pub use files::{FileEdit, FileList, FileRead, FileSearch, FileWrite};
 pub use process::{
@@ -11,6 +12,7 @@ pub use process::{
 };
 pub use shell::ShellExec;
 pub use tool_search::ToolSearch;
+pub use web::{WebFetch, WebSearch};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +47,8 @@ pub fn registry(config: &ToolsConfig) -> ToolRegistry {
         .register(ProcessStatusTool::new(processes.clone()))
         .register(ProcessOutput::new(processes.clone()))
         .register(ProcessKill::new(processes.clone()))
-        .register(ProcessList::new(processes));
+        .register(ProcessList::new(processes))
+        .register(WebFetch::new(&config.web_fetch))
+        .register(WebSearch::new(&config.web_search));
     registry
 }

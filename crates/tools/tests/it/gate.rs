@@ -1,6 +1,5 @@
 //! The gate: policy, hooks and approval before a tool runs.
 
-use std::fmt::Write as _;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -370,47 +369,9 @@ async fn the_confirmation_wait_does_not_count_against_the_tool_timeout() {
     assert_eq!(started.elapsed(), Duration::from_secs(3));
 }
 
-/// Collects the events of the `flynn::audit` target as
-/// `field=value` lines.
-struct Audit(Arc<Mutex<Vec<String>>>);
-
-impl tracing::Subscriber for Audit {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-
-    fn event(&self, event: &tracing::Event<'_>) {
-        struct Fields(String);
-        impl tracing::field::Visit for Fields {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                let _ = write!(self.0, " {}={value:?}", field.name());
-            }
-        }
-        if event.metadata().target() != "flynn::audit" {
-            return;
-        }
-        let mut fields = Fields(format!("{}:", event.metadata().level()));
-        event.record(&mut fields);
-        self.0.lock().unwrap().push(fields.0);
-    }
-
-    fn enter(&self, _: &tracing::span::Id) {}
-
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
 #[tokio::test]
 async fn a_log_hook_writes_an_audit_line_and_runs_the_call() {
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let _audit = tracing::subscriber::set_default(Audit(lines.clone()));
+    crate::logs::capture();
     let config = ToolsConfig {
         hooks: vec![HookRule {
             tool: "shell.exec".into(),
@@ -424,6 +385,7 @@ async fn a_log_hook_writes_an_audit_line_and_runs_the_call() {
     // instead of asking.
     let ctx = ToolContext {
         policy: Arc::new(ToolPolicy::new(&config, None)),
+        session: "test:log-hook".parse().unwrap(),
         ..ToolContext::new(dir.path())
     };
     assert!(!executor.needs_confirmation("shell.exec"));
@@ -437,9 +399,12 @@ async fn a_log_hook_writes_an_audit_line_and_runs_the_call() {
         ok("     1\ttext\n")
     );
     assert_eq!(
-        lines.lock().unwrap().clone(),
+        crate::logs::lines()
+            .into_iter()
+            .filter(|line| line.contains("session=test:log-hook"))
+            .collect::<Vec<_>>(),
         [
-            r#"INFO: message=tool call session=local:default agent=main tool=shell.exec arguments={"command":"echo ran > ran.txt; echo done"}"#
+            r#"INFO flynn::audit: message=tool call session=test:log-hook agent=main tool=shell.exec arguments={"command":"echo ran > ran.txt; echo done"}"#
         ]
     );
 }

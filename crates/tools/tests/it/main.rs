@@ -4,10 +4,12 @@
 
 mod files;
 mod gate;
+mod logs;
 mod policy;
 mod process;
 mod safety;
 mod sandbox;
+mod web;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -83,6 +85,8 @@ pub const BUILTIN: &[&str] = &[
     "process.status",
     "shell.exec",
     "tools.search",
+    "web.fetch",
+    "web.search",
 ];
 
 fn ok(content: &str) -> ToolResult {
@@ -182,7 +186,7 @@ async fn unknown_tools_and_bad_arguments_become_error_results() {
             .execute(&call("shell_exec", json!({})), &narrow)
             .await,
         err(
-            "unknown tool 'shell_exec' (available: file.edit, file.list, file.read, file.search, file.write)"
+            "unknown tool 'shell_exec' (available: file.edit, file.list, file.read, file.search, file.write, tools.search)"
         )
     );
 }

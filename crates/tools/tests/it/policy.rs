@@ -25,7 +25,7 @@ fn the_builtin_registry_holds_every_tool_whatever_is_enabled() {
     assert_eq!(registry.names().collect::<Vec<_>>(), BUILTIN);
     assert_eq!(
         names(&registry.specs_for(&ToolPolicy::new(&config, None))),
-        ["shell.exec"]
+        ["shell.exec", "tools.search"]
     );
 }
 
@@ -53,7 +53,9 @@ fn specs_for_lists_only_allowed_tools_sorted() {
             "file.read",
             "file.search",
             "file.write",
-            "tools.search"
+            "tools.search",
+            "web.fetch",
+            "web.search"
         ]
     );
     let minimal = ToolsConfig {
@@ -67,11 +69,11 @@ fn specs_for_lists_only_allowed_tools_sorted() {
 fn check_reports_enabled_patterns_that_match_no_tool() {
     let registry = builtin::registry(&ToolsConfig::default());
     let global = ToolsConfig {
-        enabled: Some(strings(&["file.*", "shell.exce", "web.*"])),
+        enabled: Some(strings(&["file.*", "shell.exce", "browser.*"])),
         ..ToolsConfig::default()
     };
     let agent = ToolPolicyConfig {
-        enabled: Some(strings(&["memory.search", "file.read", "web.*"])),
+        enabled: Some(strings(&["memory.search", "file.read", "browser.*"])),
         ..ToolPolicyConfig::default()
     };
     let error = ToolPolicy::new(&global, Some(&agent))
@@ -80,14 +82,14 @@ fn check_reports_enabled_patterns_that_match_no_tool() {
     assert_eq!(
         error,
         UnknownTools {
-            unknown: strings(&["shell.exce", "web.*", "memory.search"]),
+            unknown: strings(&["shell.exce", "browser.*", "memory.search"]),
             available: strings(BUILTIN),
         }
     );
     assert_eq!(
         error.to_string(),
         format!(
-            "tools.enabled: unknown tool(s) shell.exce, web.*, memory.search (available: {})",
+            "tools.enabled: unknown tool(s) shell.exce, browser.*, memory.search (available: {})",
             BUILTIN.join(", ")
         )
     );
@@ -95,7 +97,7 @@ fn check_reports_enabled_patterns_that_match_no_tool() {
     let fine = ToolsConfig {
         enabled: Some(strings(&["file.*", "shell.exec", "*"])),
         // Denying a tool that does not exist is not an error.
-        deny: strings(&["web.*"]),
+        deny: strings(&["browser.*"]),
         ..ToolsConfig::default()
     };
     assert_eq!(ToolPolicy::new(&fine, None).check(&registry), Ok(()));
@@ -170,7 +172,9 @@ fn tools_declare_their_effect_and_only_read_only_ones_run_in_parallel() {
             ("process.status", ToolEffect::ReadOnly, true),
             ("shell.exec", ToolEffect::RunsProcesses, false),
             ("tools.search", ToolEffect::ReadOnly, true),
+            ("web.fetch", ToolEffect::Network, true),
             ("web.probe", ToolEffect::Network, true),
+            ("web.search", ToolEffect::Network, true),
         ]
     );
 }

@@ -2,7 +2,6 @@
 //! out of everything written down, untrusted web content, and tools held
 //! back until `tools.search` finds them.
 
-use std::fmt::Write as _;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -293,37 +292,9 @@ async fn deferred_tools_are_offered_once_tools_search_finds_them() {
     );
 }
 
-/// Collects every event of every target as text.
-struct Everything(Arc<Mutex<String>>);
-
-impl tracing::Subscriber for Everything {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        struct Fields<'a>(&'a mut String);
-        impl tracing::field::Visit for Fields<'_> {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                let _ = write!(self.0, " {}={value:?}", field.name());
-            }
-        }
-        let mut all = self.0.lock().unwrap();
-        all.push('\n');
-        event.record(&mut Fields(&mut all));
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
 #[tokio::test]
 async fn a_configured_secret_reaches_neither_the_audit_log_nor_the_logs_nor_a_result() {
-    let logs = Arc::new(Mutex::new(String::new()));
-    let _logs = tracing::subscriber::set_default(Everything(logs.clone()));
+    crate::logs::capture();
     let dir = tempfile::tempdir().unwrap();
     let home = tempfile::tempdir().unwrap();
     let tools = config(Autonomy::Full);
@@ -371,7 +342,7 @@ async fn a_configured_secret_reaches_neither_the_audit_log_nor_the_logs_nor_a_re
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
-    let logged = logs.lock().unwrap().clone();
+    let logged = crate::logs::lines().join("\n");
     for (what, text) in [
         ("the audit log", serde_json::to_string(&records).unwrap()),
         ("the logs", logged.clone()),
