@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The README's test command: installs what the tests need (only when it is
+# missing), then runs every test of the workspace, offline.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-test-deps.sh
+exec cargo test --workspace --locked "$@"
