@@ -69,7 +69,15 @@ pub fn run(args: &[String]) -> Result<()> {
         bail!("cargo bench -p flynn-orchestrator failed ({status})");
     }
     let status = Command::new(&cargo)
-        .args(["bench", "-p", "flynn-tools", "--bench", "executor"])
+        .args([
+            "bench",
+            "-p",
+            "flynn-tools",
+            "--bench",
+            "executor",
+            "--bench",
+            "extract",
+        ])
         .current_dir(&root)
         .status()
         .context("running cargo bench")?;
@@ -108,6 +116,7 @@ const MICRO: &[&str] = &[
     "cancel/model_stream",
     "cancel/tool_process",
     "tools/executor_call",
+    "web_fetch_extract/markdown_1mb_article",
 ];
 
 fn micro_results(criterion: &std::path::Path) -> Result<Vec<Micro>> {
@@ -179,6 +188,14 @@ fn render_micro(micro: &[Micro]) -> String {
         let _ = writeln!(
             md,
             "\nExecutor overhead per tool call (lookup, policy, hooks, timeout, redaction, truncation, one audit line written; a tool that returns at once): {us:.2} µs; target under 50 µs: {verdict}."
+        );
+    }
+    if let Some(ns) = by_id("web_fetch_extract/markdown_1mb_article") {
+        let ms = ns / 1e6;
+        let verdict = if ms < 50.0 { "meets" } else { "misses" };
+        let _ = writeln!(
+            md,
+            "\nReadability extraction of a 1 MB article page to markdown (web.fetch): {ms:.2} ms; target under 50 ms: {verdict}."
         );
     }
     for (id, what) in [

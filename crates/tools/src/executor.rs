@@ -237,7 +237,19 @@ impl ToolExecutor {
                     timeout: self.confirm_timeout,
                     reason: gate.reason.clone(),
                 };
-                confirm(&request, ctx).await?;
+                confirm(&request, ctx).await.map_err(|error| match error {
+                    // Say why this call needed a person at all.
+                    ToolError::Denied { tool, reason } if request.reason.is_some() => {
+                        ToolError::Denied {
+                            reason: format!(
+                                "{reason} (it asked because {})",
+                                request.reason.as_deref().unwrap_or_default()
+                            ),
+                            tool,
+                        }
+                    }
+                    other => other,
+                })?;
             }
         }
         // The tool's own time starts only now, after any confirmation.

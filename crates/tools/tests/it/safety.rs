@@ -228,7 +228,12 @@ async fn untrusted_content_is_wrapped_and_then_risky_tools_ask_even_under_full_a
     let after = executor
         .execute(&call("shell.exec", json!({"command": "touch ran"})), &ctx)
         .await;
-    assert_eq!(after, err("shell.exec was denied: the user said no"));
+    assert_eq!(
+        after,
+        err(
+            "shell.exec was denied: the user said no (it asked because untrusted content from web.page is in this turn)"
+        )
+    );
     assert!(!dir.path().join("ran").exists());
     assert_eq!(
         asked.tools(),
