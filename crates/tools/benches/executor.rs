@@ -73,9 +73,11 @@ fn executor_call(c: &mut Criterion) {
         name: "test.echo".into(),
         arguments: json!({"text": "a line of output of a typical small size, say eighty bytes."}),
     };
-    c.bench_function("tools/executor_call", |b| {
+    let mut group = c.benchmark_group("tools");
+    group.bench_function("executor_call", |b| {
         b.iter(|| runtime.block_on(executor.execute(&call, &ctx)));
     });
+    group.finish();
 }
 
 criterion_group!(benches, executor_call);

@@ -483,3 +483,49 @@ async fn when_every_model_fails_the_error_names_each_attempt_and_exits_3() {
     );
     assert_eq!((primary.requests().len(), backup.requests().len()), (1, 1));
 }
+
+#[tokio::test]
+async fn the_configured_api_key_reaches_no_output_log_audit_record_or_history() {
+    const KEY: &str = "sk-test-secret-0123456789abcdef";
+    let fake = FakeOpenAi::start_with_key(KEY).await;
+    // The command prints the key on stdout and in an error message.
+    fake.push(Reply::ToolCalls(vec![(
+        "shell_exec".into(),
+        json!({"command": "echo key=$OPENAI_API_KEY; cat /nowhere/$OPENAI_API_KEY"}),
+    )]));
+    fake.push(Reply::Text("Done.".into()));
+    let env = Env::new()
+        .var("OPENAI_BASE_URL", fake.base_url())
+        .var("OPENAI_API_KEY", KEY)
+        .var("FLYNN_LOG", "debug");
+    let output = env.run(&[
+        "send",
+        "--yes",
+        "--json",
+        "--session",
+        "cli:keys",
+        "show me",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let history = env.run(&["sessions", "show", "--json", "cli:keys"]);
+    let audit = std::fs::read_to_string(env.path().join("home/audit/tools.jsonl")).unwrap();
+    let sent_back = fake.requests()[1].body.to_string();
+    for (what, text) in [
+        ("stdout", stdout(&output)),
+        ("stderr (progress and debug logs)", stderr(&output)),
+        ("the audit log", audit.clone()),
+        ("the stored history", stdout(&history)),
+        (
+            "the request that carried the tool result",
+            sent_back.clone(),
+        ),
+    ] {
+        assert!(!text.contains(KEY), "the key reached {what}:\n{text}");
+    }
+    assert!(sent_back.contains("key=[REDACTED]"), "{sent_back}");
+    assert!(sent_back.contains("/nowhere/[REDACTED]"), "{sent_back}");
+    let record: Value = serde_json::from_str(audit.lines().next().unwrap()).unwrap();
+    assert_eq!(record["tool"], "shell.exec");
+    assert_eq!(record["gate"], "confirm");
+    assert_eq!(record["outcome"], "ok");
+}
