@@ -2,7 +2,7 @@
 
 use std::error::Error as StdError;
 use std::fmt::{self, Write as _};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -29,8 +29,10 @@ const TIMEOUT_GRACE: Duration = Duration::from_secs(5);
 /// `web.fetch`: fetches a URL and returns its readable content.
 #[derive(Debug)]
 pub struct WebFetch {
-    /// `Err` holds why the HTTP client could not be set up.
-    client: Result<Client, String>,
+    /// Built on the first fetch (setting up TLS costs milliseconds every
+    /// start-up would pay); `Err` holds why it could not be.
+    client: OnceLock<Result<Client, String>>,
+    max_redirects_for_client: u32,
     guard: Arc<Guard>,
     cache: Cache,
     timeout: Duration,
@@ -43,23 +45,37 @@ impl WebFetch {
     pub fn new(config: &WebFetchConfig) -> Self {
         let guard = Arc::new(Guard::new(&config.allow_private));
         let timeout = Duration::from_secs(config.timeout_secs.max(1));
-        let client = Client::builder()
-            .user_agent(USER_AGENT)
-            .timeout(timeout)
-            .redirect(redirect_policy(Arc::clone(&guard), config.max_redirects))
-            .dns_resolver(Arc::new(GuardedResolver::new(Arc::clone(&guard))))
-            // A proxy would resolve names itself, out of the guard's sight.
-            .no_proxy()
-            .build()
-            .map_err(|error| format!("cannot set up the HTTP client: {}", chain(&error)));
         WebFetch {
-            client,
+            client: OnceLock::new(),
+            max_redirects_for_client: config.max_redirects,
             guard,
             cache: Cache::new(Duration::from_secs(config.cache_secs)),
             timeout,
             max_bytes: usize::try_from(config.max_bytes).unwrap_or(usize::MAX),
             max_redirects: config.max_redirects,
         }
+    }
+}
+
+impl WebFetch {
+    fn client(&self) -> Result<&Client, String> {
+        self.client
+            .get_or_init(|| {
+                Client::builder()
+                    .user_agent(USER_AGENT)
+                    .timeout(self.timeout)
+                    .redirect(redirect_policy(
+                        Arc::clone(&self.guard),
+                        self.max_redirects_for_client,
+                    ))
+                    .dns_resolver(Arc::new(GuardedResolver::new(Arc::clone(&self.guard))))
+                    // A proxy would resolve names itself, out of the guard's sight.
+                    .no_proxy()
+                    .build()
+                    .map_err(|error| format!("cannot set up the HTTP client: {}", chain(&error)))
+            })
+            .as_ref()
+            .map_err(Clone::clone)
     }
 }
 
@@ -131,7 +147,7 @@ impl TypedTool for WebFetch {
 
 impl WebFetch {
     async fn fetch(&self, url: &Url, format: Format) -> Result<String, ToolError> {
-        let client = self.client.as_ref().map_err(ToolError::failed)?;
+        let client = self.client().map_err(ToolError::failed)?;
         let mut response = client
             .get(url.clone())
             .header(

@@ -1,6 +1,7 @@
 //! `web.search`: titles, URLs and snippets from the configured engine.
 
 use std::fmt::Write as _;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -30,8 +31,9 @@ const DUCKDUCKGO_ENDPOINT: &str = "https://html.duckduckgo.com";
 /// `web.search`: searches the web with the engine `tools.web_search` names.
 #[derive(Debug)]
 pub struct WebSearch {
-    /// `Err` holds why the HTTP client could not be set up.
-    client: Result<Client, String>,
+    /// Built on the first search (setting up TLS costs milliseconds every
+    /// start-up would pay); `Err` holds why it could not be.
+    client: OnceLock<Result<Client, String>>,
     provider: SearchProvider,
     api_key: Option<String>,
     endpoint: Option<String>,
@@ -43,13 +45,8 @@ impl WebSearch {
     /// Configured by `tools.web_search`.
     pub fn new(config: &WebSearchConfig) -> Self {
         let timeout = Duration::from_secs(config.timeout_secs.max(1));
-        let client = Client::builder()
-            .user_agent(concat!("Flynn/", env!("CARGO_PKG_VERSION")))
-            .timeout(timeout)
-            .build()
-            .map_err(|error| format!("cannot set up the HTTP client: {}", chain(&error)));
         WebSearch {
-            client,
+            client: OnceLock::new(),
             provider: config.provider,
             api_key: config
                 .api_key
@@ -122,7 +119,17 @@ impl TypedTool for WebSearch {
             ));
         }
         let count = args.count.unwrap_or(self.max_results).clamp(1, MAX_COUNT);
-        let client = self.client.as_ref().map_err(ToolError::failed)?;
+        let client = self
+            .client
+            .get_or_init(|| {
+                Client::builder()
+                    .user_agent(concat!("Flynn/", env!("CARGO_PKG_VERSION")))
+                    .timeout(self.timeout)
+                    .build()
+                    .map_err(|error| format!("cannot set up the HTTP client: {}", chain(&error)))
+            })
+            .as_ref()
+            .map_err(|message| ToolError::failed(message.clone()))?;
         let search = async {
             match self.provider {
                 SearchProvider::Brave => self.brave(client, query, count).await,
