@@ -349,7 +349,7 @@ async fn file_read_returns_whole_files_and_line_ranges() {
                 &ctx
             )
             .await,
-        ok("     2\ttwo\n     3\tthree\n[lines 2-3 of 4]")
+        ok("     2\ttwo\n     3\tthree\n[lines 2-3 of 4; use offset=4 to read on]")
     );
 }
 

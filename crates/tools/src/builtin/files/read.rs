@@ -12,6 +12,9 @@ use crate::{ToolContext, ToolError, TypedTool};
 
 /// Lines returned when no `limit` is given.
 const DEFAULT_LINES: usize = 2000;
+/// Output kept, under the executor's default 50 KB cap, so the note
+/// saying which lines were shown is never the part that is cut.
+const MAX_OUTPUT: usize = 40 * 1024;
 
 /// `file.read`: a text file with line numbers, optionally a range of lines.
 #[derive(Debug, Clone)]
@@ -88,12 +91,18 @@ impl TypedTool for FileRead {
         let mut out = String::new();
         let mut total = 0usize;
         let mut last_shown = 0usize;
+        let mut full = false;
         while let Some(line) = lines.next_segment().await.map_err(|e| fail("read", e))? {
             total += 1;
-            if total >= first && total < first.saturating_add(limit) {
+            if total >= first && total < first.saturating_add(limit) && !full {
                 let text = String::from_utf8_lossy(&line);
                 let text = text.strip_suffix('\r').unwrap_or(&text);
-                out.push_str(&format!("{total:>6}\t{text}\n"));
+                let numbered = format!("{total:>6}\t{text}\n");
+                if out.len() + numbered.len() > MAX_OUTPUT && last_shown > 0 {
+                    full = true;
+                    continue;
+                }
+                out.push_str(&numbered);
                 last_shown = total;
             }
         }
@@ -105,7 +114,12 @@ impl TypedTool for FileRead {
                 "{shown} has {total} lines; offset {first} is past the end"
             )));
         }
-        if first > 1 || last_shown < total {
+        if last_shown < total {
+            out.push_str(&format!(
+                "[lines {first}-{last_shown} of {total}; use offset={} to read on]",
+                last_shown + 1
+            ));
+        } else if first > 1 {
             out.push_str(&format!("[lines {first}-{last_shown} of {total}]"));
         }
         Ok(out)
