@@ -67,6 +67,19 @@ fn call(name: &str, arguments: serde_json::Value) -> ToolCall {
     }
 }
 
+/// Why a write to `path` outside the workspace fails under bubblewrap:
+/// the host is mounted read-only, except `/tmp`, which is a private empty
+/// tmpfs (so a scratch directory there does not exist inside the sandbox,
+/// e.g. when `CARGO_TARGET_DIR` is under `/tmp`). `missing` is how the
+/// command words the second case.
+fn blocked(path: &Path, missing: &str) -> String {
+    if path.starts_with("/tmp") {
+        missing.to_owned()
+    } else {
+        "Read-only file system".to_owned()
+    }
+}
+
 fn canonical(path: &Path) -> PathBuf {
     path.canonicalize().unwrap()
 }
@@ -93,8 +106,9 @@ async fn bubblewrap_lets_a_command_write_only_the_workspace() {
         Ran {
             stdout: "wrote\ntmp\n".into(),
             stderr: format!(
-                "sh: 1: cannot create {}: Read-only file system\n",
-                target.display()
+                "sh: 1: cannot create {}: {}\n",
+                target.display(),
+                blocked(&target, "Directory nonexistent")
             ),
             code: Some(0),
         }
@@ -165,8 +179,9 @@ async fn shell_exec_and_process_start_run_in_the_sandbox() {
         ToolResult {
             tool_use_id: "call-1".into(),
             content: format!(
-                "[stderr]\ntouch: cannot touch '{}': Read-only file system\n[exit code 1]",
-                target.display()
+                "[stderr]\ntouch: cannot touch '{}': {}\n[exit code 1]",
+                target.display(),
+                blocked(&target, "No such file or directory")
             ),
             is_error: false,
         }
@@ -191,8 +206,9 @@ async fn shell_exec_and_process_start_run_in_the_sandbox() {
     assert_eq!(
         output.content,
         format!(
-            "touch: cannot touch '{}': Read-only file system\n",
-            target.display()
+            "touch: cannot touch '{}': {}\n",
+            target.display(),
+            blocked(&target, "No such file or directory")
         )
     );
     assert!(workspace.path().join("ok").exists());
