@@ -125,7 +125,7 @@ impl FlynnBuilder {
                 })?;
         }
         let mut executor = ToolExecutor::from_config(Arc::new(registry), &config.tools)
-            .with_redactor(Redactor::new(secrets(&config)));
+            .with_redactor(Redactor::new(config.secrets()));
         let audit = &config.tools.audit;
         if audit.enabled {
             let dir = audit
@@ -323,27 +323,4 @@ impl Flynn {
     pub fn manager(&self) -> &SessionManager {
         &self.manager
     }
-}
-
-/// Every secret the config holds (API keys, tokens, credential headers), to keep
-/// out of tool results, logs and the audit log.
-fn secrets(config: &FlynnConfig) -> Vec<String> {
-    let mut secrets: Vec<String> = Vec::new();
-    for provider in config.providers.values() {
-        secrets.extend(provider.api_key.clone());
-        secrets.extend(
-            provider
-                .headers
-                .iter()
-                .filter(|(name, _)| {
-                    let name = name.to_ascii_lowercase();
-                    ["auth", "key", "token", "secret"]
-                        .iter()
-                        .any(|word| name.contains(word))
-                })
-                .map(|(_, value)| value.clone()),
-        );
-    }
-    secrets.extend(config.tools.web_search.api_key.clone());
-    secrets
 }

@@ -57,6 +57,33 @@ impl Default for FlynnConfig {
     }
 }
 
+impl FlynnConfig {
+    /// Every secret the config holds: provider API keys, the values of
+    /// credential-looking provider headers (names with `auth`, `key`,
+    /// `token` or `secret`), the web search key. What must never reach a
+    /// tool result, a log line or the audit log.
+    pub fn secrets(&self) -> Vec<String> {
+        let mut secrets: Vec<String> = Vec::new();
+        for provider in self.providers.values() {
+            secrets.extend(provider.api_key.clone());
+            secrets.extend(
+                provider
+                    .headers
+                    .iter()
+                    .filter(|(name, _)| {
+                        let name = name.to_ascii_lowercase();
+                        ["auth", "key", "token", "secret"]
+                            .iter()
+                            .any(|word| name.contains(word))
+                    })
+                    .map(|(_, value)| value.clone()),
+            );
+        }
+        secrets.extend(self.tools.web_search.api_key.clone());
+        secrets
+    }
+}
+
 fn default_version() -> u32 {
     CONFIG_VERSION
 }
@@ -1188,6 +1215,28 @@ fn default_bind() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_are_keys_credential_headers_and_the_search_key() {
+        let mut config = FlynnConfig::default();
+        let mut openai = ProviderConfig::new(ProviderKind::Openai);
+        openai.api_key = Some("sk-one".into());
+        openai.headers = [
+            ("X-Api-Key".to_owned(), "hdr-key".to_owned()),
+            ("Authorization".to_owned(), "Bearer tok".to_owned()),
+            ("HTTP-Referer".to_owned(), "https://example.com".to_owned()),
+        ]
+        .into();
+        config.providers.insert("openai".into(), openai);
+        config
+            .providers
+            .insert("local".into(), ProviderConfig::new(ProviderKind::Ollama));
+        config.tools.web_search.api_key = Some("brave-key".into());
+        assert_eq!(
+            config.secrets(),
+            ["sk-one", "Bearer tok", "hdr-key", "brave-key"]
+        );
+    }
 
     #[test]
     fn model_ref_keeps_slashes_in_the_model_id() {

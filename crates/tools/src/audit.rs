@@ -99,10 +99,6 @@ impl AuditLog {
         self.dir.join("tools.jsonl")
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Appends one record. Never fails; the first write error is logged.
     pub fn record(&self, record: &AuditRecord) {
         let mut line = match serde_json::to_vec(record) {

@@ -47,10 +47,6 @@ impl ToolCatalog {
         }
     }
 
-    pub fn policy(&self) -> &ToolPolicy {
-        &self.policy
-    }
-
     fn is_deferred(&self, name: &str) -> bool {
         name != TOOL_SEARCH && any_matches(&self.deferred, name)
     }

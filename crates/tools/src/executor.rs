@@ -85,11 +85,6 @@ impl ToolExecutor {
         &self.registry
     }
 
-    /// The registry, shared.
-    pub fn registry_arc(&self) -> Arc<ToolRegistry> {
-        self.registry.clone()
-    }
-
     /// A turn's view of the tools for `policy`, with the deferred ones
     /// (`tools.deferred`) held back until `tools.search` finds them.
     pub fn catalog(&self, policy: Arc<ToolPolicy>) -> ToolCatalog {

@@ -22,12 +22,6 @@ impl Hooks {
         }
     }
 
-    /// The first matching rule's action; [`HookAction::Silent`] when no
-    /// rule matches.
-    pub fn action(&self, tool: &str) -> HookAction {
-        self.rule(tool).unwrap_or(HookAction::Silent)
-    }
-
     /// The first matching rule's action, if any rule matches.
     pub fn rule(&self, tool: &str) -> Option<HookAction> {
         self.rules
@@ -61,7 +55,7 @@ mod tests {
     }
 
     #[test]
-    fn the_first_matching_rule_wins_and_the_default_is_silent() {
+    fn the_first_matching_rule_wins() {
         let hooks = Hooks::new(&[
             rule("shell.exec", HookAction::Log),
             rule("shell.*", HookAction::Confirm),
@@ -70,16 +64,16 @@ mod tests {
         ]);
         let actions: Vec<HookAction> = ["shell.exec", "shell.kill", "file.read"]
             .into_iter()
-            .map(|tool| hooks.action(tool))
+            .map(|tool| hooks.rule(tool).unwrap())
             .collect();
         assert_eq!(
             actions,
             [HookAction::Log, HookAction::Confirm, HookAction::Log]
         );
-        assert_eq!(Hooks::new(&[]).action("shell.exec"), HookAction::Silent);
+        assert_eq!(Hooks::new(&[]).rule("shell.exec"), None);
         assert_eq!(
-            Hooks::new(&[rule("file.*", HookAction::Confirm)]).action("shell.exec"),
-            HookAction::Silent
+            Hooks::new(&[rule("file.*", HookAction::Confirm)]).rule("shell.exec"),
+            None
         );
     }
 

@@ -1,5 +1,5 @@
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,16 +56,6 @@ impl ToolContext {
             observer: None,
             provenance: Arc::new(Provenance::new()),
             catalog: None,
-        }
-    }
-
-    /// Resolves a path argument against the workspace.
-    pub fn resolve(&self, path: &str) -> PathBuf {
-        let path = Path::new(path);
-        if path.is_absolute() {
-            path.to_path_buf()
-        } else {
-            self.workspace.join(path)
         }
     }
 }

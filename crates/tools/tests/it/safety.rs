@@ -242,11 +242,9 @@ async fn untrusted_content_is_wrapped_and_then_risky_tools_ask_even_under_full_a
             Some("untrusted content from web.page is in this turn".to_owned())
         )]
     );
-    // Reading stays silent.
-    let read = executor
-        .execute(&call("tools.search", json!({"query": "*"})), &ctx)
-        .await;
-    assert!(read.is_error, "no catalog outside a turn: {read:?}");
+    // Reading and fetching stay silent.
+    let again = executor.execute(&call("web.page", json!({})), &ctx).await;
+    assert!(!again.is_error, "{again:?}");
     assert_eq!(asked.tools().len(), 1);
 }
 
