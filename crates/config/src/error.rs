@@ -153,6 +153,8 @@ pub enum Problem {
     InvalidUrl { url: String },
     /// A number below its minimum.
     TooSmall { value: u64, min: u64 },
+    /// A number outside its range.
+    OutOfRange { value: u64, min: u64, max: u64 },
     /// A `version` this Flynn cannot read.
     UnsupportedVersion { found: u64, supported: u32 },
     /// An agent name that `/agent`, `--agent` and routes could not use:
@@ -262,6 +264,9 @@ impl fmt::Display for Problem {
             ),
             Problem::TooSmall { value, min } => {
                 write!(f, "{value} is too small, expected at least {min}")
+            }
+            Problem::OutOfRange { value, min, max } => {
+                write!(f, "{value} is out of range, expected {min} to {max}")
             }
             Problem::UnsupportedVersion { found, supported } => {
                 if *found > u64::from(*supported) {

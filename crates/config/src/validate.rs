@@ -125,6 +125,7 @@ pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located>
 
     check_tools(config, &configured, &mut report);
     check_sessions(config, doc, &mut report);
+    check_delegation(config, &mut report);
 
     let retry = &config.models.retry;
     if retry.max_backoff_ms < retry.initial_backoff_ms {
@@ -349,6 +350,66 @@ fn check_tools(
             Problem::TooSmall {
                 value: tools.confirm_timeout_secs,
                 min: 1,
+            },
+        );
+    }
+}
+
+/// Delegation, sub-agents, compaction and tool summarisation limits.
+fn check_delegation(config: &FlynnConfig, report: &mut impl FnMut(KeyPath, Problem)) {
+    let agents = &config.agents;
+    let compaction = &config.compaction;
+    let minimums: [(&[&str], u64, u64); 6] = [
+        (
+            &["agents", "max_delegation_depth"],
+            agents.max_delegation_depth.into(),
+            1,
+        ),
+        (
+            &["agents", "subagents", "max_concurrent"],
+            agents.subagents.max_concurrent.into(),
+            1,
+        ),
+        (
+            &["agents", "subagents", "timeout_secs"],
+            agents.subagents.timeout_secs,
+            1,
+        ),
+        (
+            &["compaction", "keep_turns"],
+            compaction.keep_turns.into(),
+            1,
+        ),
+        (&["compaction", "timeout_secs"], compaction.timeout_secs, 1),
+        (
+            &["compaction", "summary_max_tokens"],
+            compaction.summary_max_tokens.into(),
+            64,
+        ),
+    ];
+    for (keys, value, min) in minimums {
+        if value < min {
+            report(KeyPath::keys(keys), Problem::TooSmall { value, min });
+        }
+    }
+    if !(10..=95).contains(&compaction.threshold_pct) {
+        report(
+            KeyPath::keys(&["compaction", "threshold_pct"]),
+            Problem::OutOfRange {
+                value: compaction.threshold_pct.into(),
+                min: 10,
+                max: 95,
+            },
+        );
+    }
+    if let Some(bytes) = config.tools.summarise_over_bytes
+        && bytes < 1024
+    {
+        report(
+            KeyPath::keys(&["tools", "summarise_over_bytes"]),
+            Problem::TooSmall {
+                value: u64::try_from(bytes).unwrap_or(u64::MAX),
+                min: 1024,
             },
         );
     }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use flynn_models::{ModelRequest, ModelResponse, RoutedStream, StreamEvent};
 use flynn_protocol::config::ModelRef;
 use flynn_protocol::{
-    AgentEvent, ContentBlock, Message, Resolution, Role, RunState, SessionKey, Tier, ToolCall,
-    ToolCallSummary, TurnId, TurnOutcome, Usage,
+    AgentEvent, ContentBlock, Message, Purpose, Resolution, Role, RunState, SessionKey, Tier,
+    ToolCall, ToolCallSummary, TurnId, TurnOutcome, Usage,
 };
 use flynn_sessions::{TurnStatus, UsageRecord};
 use flynn_tools::{ApprovalRequest, Approver, GateObserver, Provenance, ToolContext};
@@ -164,6 +164,7 @@ async fn body(job: &TurnJob) -> Result<TurnOutcome> {
                     provider: step.model.provider().to_owned(),
                     model: step.model.model().to_owned(),
                     tier: job.tier,
+                    purpose: Purpose::Conversation,
                     usage: step.response.usage,
                     cost_usd: call_cost,
                 },

@@ -41,6 +41,10 @@ pub struct FlynnConfig {
     /// The daemon's gateway (JSON-RPC, web UI).
     #[serde(default)]
     pub gateway: GatewayConfig,
+    /// Summarising older messages before a conversation fills the model's
+    /// context window.
+    #[serde(default)]
+    pub compaction: CompactionConfig,
 }
 
 impl Default for FlynnConfig {
@@ -53,6 +57,7 @@ impl Default for FlynnConfig {
             tools: ToolsConfig::default(),
             sessions: SessionsConfig::default(),
             gateway: GatewayConfig::default(),
+            compaction: CompactionConfig::default(),
         }
     }
 }
@@ -594,6 +599,22 @@ pub struct AgentsConfig {
     /// matching rule wins.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<AgentRoute>,
+    /// Which tier does each kind of background work.
+    #[serde(default)]
+    pub delegation: DelegationConfig,
+    /// A turn that reaches `max_iterations` goes on once on the
+    /// `delegation.complex_reasoning` tier, and the user is told.
+    #[serde(default)]
+    pub auto_escalate: bool,
+    /// How deep delegation may nest: a sub-agent's sub-agent is depth 2.
+    #[serde(default = "default_max_delegation_depth")]
+    pub max_delegation_depth: u32,
+    /// Sub-agents started with the `agents.spawn` tool.
+    #[serde(default)]
+    pub subagents: SubagentsConfig,
+    /// Which sessions the `sessions.*` tools may see and message.
+    #[serde(default)]
+    pub session_access: SessionAccess,
 }
 
 impl Default for AgentsConfig {
@@ -605,8 +626,171 @@ impl Default for AgentsConfig {
             default: None,
             list: Vec::new(),
             routes: Vec::new(),
+            delegation: DelegationConfig::default(),
+            auto_escalate: false,
+            max_delegation_depth: default_max_delegation_depth(),
+            subagents: SubagentsConfig::default(),
+            session_access: SessionAccess::default(),
         }
     }
+}
+
+fn default_max_delegation_depth() -> u32 {
+    3
+}
+
+/// The tier each kind of background work runs on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DelegationConfig {
+    /// Summaries of older messages.
+    #[serde(default = "fast")]
+    pub compaction: Tier,
+    /// Facts worth remembering, taken from a conversation.
+    #[serde(default = "fast")]
+    pub memory_extraction: Tier,
+    /// Short labelling tasks.
+    #[serde(default = "fast")]
+    pub classification: Tier,
+    /// Condensing long tool output (`tools.summarise_over_bytes`).
+    #[serde(default = "fast")]
+    pub tool_summarisation: Tier,
+    /// Where an escalated turn goes on (`agents.auto_escalate`), and
+    /// sub-agents that ask for hard reasoning.
+    #[serde(default = "complex")]
+    pub complex_reasoning: Tier,
+}
+
+impl Default for DelegationConfig {
+    fn default() -> Self {
+        DelegationConfig {
+            compaction: Tier::Fast,
+            memory_extraction: Tier::Fast,
+            classification: Tier::Fast,
+            tool_summarisation: Tier::Fast,
+            complex_reasoning: Tier::Complex,
+        }
+    }
+}
+
+impl DelegationConfig {
+    /// The tier configured for `purpose`; a conversation or a sub-agent
+    /// has no configured tier.
+    pub fn tier_for(&self, purpose: crate::Purpose) -> Option<Tier> {
+        use crate::Purpose;
+        match purpose {
+            Purpose::Compaction => Some(self.compaction),
+            Purpose::MemoryExtraction => Some(self.memory_extraction),
+            Purpose::Classification => Some(self.classification),
+            Purpose::ToolSummarisation => Some(self.tool_summarisation),
+            Purpose::ComplexReasoning => Some(self.complex_reasoning),
+            Purpose::Conversation | Purpose::Subagent => None,
+        }
+    }
+}
+
+fn fast() -> Tier {
+    Tier::Fast
+}
+
+fn complex() -> Tier {
+    Tier::Complex
+}
+
+/// Limits on sub-agents (`agents.spawn`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubagentsConfig {
+    /// Sub-agents running at once, across every session; a spawn beyond it
+    /// waits for one to finish.
+    #[serde(default = "default_subagent_concurrency")]
+    pub max_concurrent: u32,
+    /// Seconds a sub-agent may run before it is cancelled.
+    #[serde(default = "default_subagent_timeout")]
+    pub timeout_secs: u64,
+}
+
+impl Default for SubagentsConfig {
+    fn default() -> Self {
+        SubagentsConfig {
+            max_concurrent: default_subagent_concurrency(),
+            timeout_secs: default_subagent_timeout(),
+        }
+    }
+}
+
+fn default_subagent_concurrency() -> u32 {
+    4
+}
+
+fn default_subagent_timeout() -> u64 {
+    300
+}
+
+/// Which sessions an agent's `sessions.*` tools reach.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionAccess {
+    /// Sessions answered by the same agent.
+    #[default]
+    Agent,
+    /// Every session.
+    All,
+}
+
+/// When and how older messages are summarised.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompactionConfig {
+    /// Off: a conversation grows until the model refuses it.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Compact when the prompt reaches this percentage of the model's
+    /// context window.
+    #[serde(default = "default_threshold_pct")]
+    pub threshold_pct: u8,
+    /// The most recent turns kept word for word.
+    #[serde(default = "default_keep_turns")]
+    pub keep_turns: u32,
+    /// Seconds the summariser may take before the summary is built
+    /// without it (an extractive summary).
+    #[serde(default = "default_compaction_timeout")]
+    pub timeout_secs: u64,
+    /// The longest summary asked for, in tokens.
+    #[serde(default = "default_summary_max_tokens")]
+    pub summary_max_tokens: u32,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            enabled: true,
+            threshold_pct: default_threshold_pct(),
+            keep_turns: default_keep_turns(),
+            timeout_secs: default_compaction_timeout(),
+            summary_max_tokens: default_summary_max_tokens(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_threshold_pct() -> u8 {
+    80
+}
+
+fn default_keep_turns() -> u32 {
+    4
+}
+
+fn default_compaction_timeout() -> u64 {
+    60
+}
+
+fn default_summary_max_tokens() -> u32 {
+    2048
 }
 
 /// Name of the agent Flynn builds when `agents.list` is empty.
@@ -753,6 +937,12 @@ pub struct ToolsConfig {
     /// Tool output longer than this many bytes is cut, with a marker.
     #[serde(default = "default_output_limit")]
     pub output_limit_bytes: usize,
+    /// Tool output longer than this many bytes is condensed on the
+    /// `agents.delegation.tool_summarisation` tier before the model sees
+    /// it; the whole output stays readable with `tool.output`. Off when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summarise_over_bytes: Option<usize>,
     /// Directory that relative paths and commands start in; the current
     /// directory when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -794,6 +984,7 @@ impl Default for ToolsConfig {
             autonomy: Autonomy::default(),
             confirm_timeout_secs: default_confirm_timeout(),
             output_limit_bytes: default_output_limit(),
+            summarise_over_bytes: None,
             workspace: None,
             providers: BTreeMap::new(),
             deferred: None,

@@ -23,4 +23,4 @@ pub use session::{SessionKey, SessionKeyError};
 pub use tier::{Tier, UnknownTier};
 pub use tool::{ToolCall, ToolResult, ToolSpec};
 pub use tool_names::ToolNameMap;
-pub use usage::Usage;
+pub use usage::{Purpose, Usage};

@@ -4,15 +4,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use flynn_protocol::config::ModelRef;
-use flynn_protocol::{ContentBlock, Message, Role, SessionKey, Tier, TurnId, Usage};
+use flynn_protocol::{ContentBlock, Message, Purpose, Role, SessionKey, Tier, TurnId, Usage};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 
 use crate::{
-    Error, Result, SessionInfo, SessionMeta, SessionStore, StoredMessage, TurnOrigin, TurnRecord,
-    TurnStatus, UsageRecord, UsageTotal,
+    Error, Result, SessionInfo, SessionMeta, SessionStore, StoredMessage, ToolOutput, TurnOrigin,
+    TurnRecord, TurnStatus, UsageLine, UsageRecord, UsageTotal,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -503,29 +503,42 @@ impl SessionStore for SqliteStore {
     }
 
     async fn usage_by_tier(&self, session: Option<&SessionKey>) -> Result<Vec<(Tier, UsageTotal)>> {
+        let mut totals: Vec<(Tier, UsageTotal)> = Vec::new();
+        for line in self.usage_by_purpose(session).await? {
+            match totals.last_mut() {
+                Some((tier, total)) if *tier == line.tier => total.add(&line.total),
+                _ => totals.push((line.tier, line.total)),
+            }
+        }
+        Ok(totals)
+    }
+
+    async fn usage_by_purpose(&self, session: Option<&SessionKey>) -> Result<Vec<UsageLine>> {
         let rows = sqlx::query(
-            "SELECT tier, COUNT(*) AS calls,
+            "SELECT tier, purpose, COUNT(*) AS calls,
                     SUM(input_tokens) AS input, SUM(output_tokens) AS output,
                     SUM(cache_read_tokens) AS cache_read, SUM(cache_write_tokens) AS cache_write,
                     COALESCE(SUM(cost_usd), 0.0) AS cost,
                     SUM(cost_usd IS NULL) AS unpriced
              FROM usage WHERE ?1 IS NULL OR session_key = ?1
-             GROUP BY tier",
+             GROUP BY tier, purpose",
         )
         .bind(session.map(SessionKey::as_str))
         .fetch_all(&self.pool)
         .await?;
-        let mut totals = Vec::with_capacity(rows.len());
+        let mut lines = Vec::with_capacity(rows.len());
         for row in &rows {
             let tier: String = row.try_get("tier")?;
-            // Rows are written from `Tier::as_str`; anything else is skipped.
-            let Ok(tier) = tier.parse::<Tier>() else {
+            let purpose: String = row.try_get("purpose")?;
+            // Rows are written from `as_str`; anything else is skipped.
+            let (Ok(tier), Some(purpose)) = (tier.parse::<Tier>(), Purpose::parse(&purpose)) else {
                 continue;
             };
             let count = |name: &str| -> Result<u64> { Ok(to_u64(row.try_get::<i64, _>(name)?)) };
-            totals.push((
+            lines.push(UsageLine {
                 tier,
-                UsageTotal {
+                purpose,
+                total: UsageTotal {
                     calls: count("calls")?,
                     usage: Usage {
                         input_tokens: count("input")?,
@@ -536,10 +549,59 @@ impl SessionStore for SqliteStore {
                     cost_usd: row.try_get("cost")?,
                     unpriced_calls: count("unpriced")?,
                 },
-            ));
+            });
         }
-        totals.sort_by_key(|(tier, _)| *tier);
-        Ok(totals)
+        lines.sort_by_key(|line| (line.tier, line.purpose));
+        Ok(lines)
+    }
+
+    async fn put_tool_output(&self, key: &SessionKey, output: &ToolOutput) -> Result<()> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let now = now_millis();
+        sqlx::query(
+            "INSERT INTO sessions (key, created_at, updated_at) VALUES (?1, ?2, ?2)
+             ON CONFLICT (key) DO NOTHING",
+        )
+        .bind(key.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO tool_outputs (session_key, call_id, tool, content, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (session_key, call_id)
+             DO UPDATE SET tool = excluded.tool, content = excluded.content,
+                           created_at = excluded.created_at",
+        )
+        .bind(key.as_str())
+        .bind(&output.call_id)
+        .bind(&output.tool)
+        .bind(&output.content)
+        .bind(output.created_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn tool_output(&self, key: &SessionKey, call_id: &str) -> Result<Option<ToolOutput>> {
+        let row = sqlx::query(
+            "SELECT call_id, tool, content, created_at FROM tool_outputs
+             WHERE session_key = ?1 AND call_id = ?2",
+        )
+        .bind(key.as_str())
+        .bind(call_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| {
+            Ok(ToolOutput {
+                call_id: row.try_get("call_id")?,
+                tool: row.try_get("tool")?,
+                content: row.try_get("content")?,
+                created_at: row.try_get("created_at")?,
+            })
+        })
+        .transpose()
     }
 
     async fn accept(
@@ -675,14 +737,15 @@ async fn insert_usage(
 ) -> Result<()> {
     let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     sqlx::query(
-        "INSERT INTO usage (session_key, provider, model, tier, input_tokens, output_tokens,
-             cache_read_tokens, cache_write_tokens, cost_usd, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        "INSERT INTO usage (session_key, provider, model, tier, purpose, input_tokens,
+             output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )
     .bind(record.session.as_str())
     .bind(&record.provider)
     .bind(&record.model)
     .bind(record.tier.as_str())
+    .bind(record.purpose.as_str())
     .bind(count(record.usage.input_tokens))
     .bind(count(record.usage.output_tokens))
     .bind(count(record.usage.cache_read_tokens))

@@ -1,6 +1,6 @@
 use async_trait::async_trait;
 use flynn_protocol::config::ModelRef;
-use flynn_protocol::{ContentBlock, Message, SessionKey, Tier, TurnId, Usage};
+use flynn_protocol::{ContentBlock, Message, Purpose, SessionKey, Tier, TurnId, Usage};
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
@@ -54,9 +54,31 @@ pub struct UsageRecord {
     pub provider: String,
     pub model: String,
     pub tier: Tier,
+    /// What the call was for: the conversation, or delegated work.
+    #[serde(default)]
+    pub purpose: Purpose,
     pub usage: Usage,
     /// USD; `None` when the model's price is unknown.
     pub cost_usd: Option<f64>,
+}
+
+/// Usage of one tier for one purpose.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageLine {
+    pub tier: Tier,
+    pub purpose: Purpose,
+    pub total: UsageTotal,
+}
+
+/// A whole tool output kept apart from the history (the model saw a
+/// summary of it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolOutput {
+    pub call_id: String,
+    pub tool: String,
+    pub content: String,
+    /// Unix milliseconds.
+    pub created_at: i64,
 }
 
 /// Usage summed over a group of calls.
@@ -68,6 +90,16 @@ pub struct UsageTotal {
     pub cost_usd: f64,
     /// Calls whose price is unknown (not in `cost_usd`).
     pub unpriced_calls: u64,
+}
+
+impl UsageTotal {
+    /// Adds another group's calls to this one.
+    pub fn add(&mut self, other: &UsageTotal) {
+        self.calls += other.calls;
+        self.usage.add(other.usage);
+        self.cost_usd += other.cost_usd;
+        self.unpriced_calls += other.unpriced_calls;
+    }
 }
 
 /// Where a turn stands.
@@ -218,6 +250,18 @@ pub trait SessionStore: Send + Sync {
     /// Usage per tier, over one session or (with `None`) every session.
     /// Tiers without calls are left out.
     async fn usage_by_tier(&self, session: Option<&SessionKey>) -> Result<Vec<(Tier, UsageTotal)>>;
+
+    /// Usage per tier and purpose, over one session or (with `None`) every
+    /// session, ordered by tier then purpose. Pairs without calls are left
+    /// out.
+    async fn usage_by_purpose(&self, session: Option<&SessionKey>) -> Result<Vec<UsageLine>>;
+
+    /// Keeps a whole tool output of a session, by the call's id (the model
+    /// was shown a summary). Storing the same call again replaces it.
+    async fn put_tool_output(&self, key: &SessionKey, output: &ToolOutput) -> Result<()>;
+
+    /// A tool output kept with [`put_tool_output`](Self::put_tool_output).
+    async fn tool_output(&self, key: &SessionKey, call_id: &str) -> Result<Option<ToolOutput>>;
 
     /// Accepts an inbound message: stores it durably as a pending turn,
     /// creating the session if needed, and records the key's channel as

@@ -111,6 +111,7 @@ sessions:
                     agent: "chat".to_owned(),
                 },
             ],
+            ..AgentsConfig::default()
         }
     );
     assert_eq!(

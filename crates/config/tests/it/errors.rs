@@ -19,7 +19,7 @@ fn unknown_key_suggests_the_closest_and_lists_the_valid_ones() {
     );
     assert_error(
         "version: 1\nmodel:\n  tiers: {}\n",
-        "config.yaml:2:1: model: unknown key 'model' (did you mean 'models'?), expected one of: version, providers, models, agents, tools, sessions, gateway",
+        "config.yaml:2:1: model: unknown key 'model' (did you mean 'models'?), expected one of: version, providers, models, agents, tools, sessions, gateway, compaction",
     );
     assert_error(
         "models:\n  tiers:\n    fats: []\n",
@@ -27,7 +27,7 @@ fn unknown_key_suggests_the_closest_and_lists_the_valid_ones() {
     );
     assert_error(
         "tools:\n  colour: blue\n",
-        "config.yaml:2:3: tools.colour: unknown key 'colour', expected one of: enabled, profile, autonomy, deny, hooks, confirm_timeout_secs, output_limit_bytes, workspace, providers, deferred, audit, sandbox, shell, files, web_fetch, web_search, process",
+        "config.yaml:2:3: tools.colour: unknown key 'colour', expected one of: enabled, profile, autonomy, deny, hooks, confirm_timeout_secs, output_limit_bytes, summarise_over_bytes, workspace, providers, deferred, audit, sandbox, shell, files, web_fetch, web_search, process",
     );
 }
 
@@ -71,7 +71,7 @@ fn wrong_type_says_what_was_found_and_what_was_expected() {
     );
     assert_error(
         "- version: 1\n",
-        "config.yaml:1:1: found a list, expected a mapping with keys from: version, providers, models, agents, tools, sessions, gateway",
+        "config.yaml:1:1: found a list, expected a mapping with keys from: version, providers, models, agents, tools, sessions, gateway, compaction",
     );
 }
 
@@ -168,6 +168,22 @@ fn semantic_checks_point_at_the_offending_key() {
     assert_error(
         "tools:\n  output_limit_bytes: 100\n",
         "config.yaml:2:23: tools.output_limit_bytes: 100 is too small, expected at least 1024",
+    );
+    assert_error(
+        "compaction:\n  threshold_pct: 99\n",
+        "config.yaml:2:18: compaction.threshold_pct: 99 is out of range, expected 10 to 95",
+    );
+    assert_error(
+        "agents:\n  delegation:\n    compaction: fast\n  max_delegation_depth: 0\n",
+        "config.yaml:4:25: agents.max_delegation_depth: 0 is too small, expected at least 1",
+    );
+    assert_error(
+        "tools:\n  summarise_over_bytes: 10\n",
+        "config.yaml:2:25: tools.summarise_over_bytes: 10 is too small, expected at least 1024",
+    );
+    assert_error(
+        "agents:\n  delegation:\n    compaction: cheap\n",
+        "config.yaml:3:17: agents.delegation.compaction: unknown tier 'cheap', expected one of: fast, default, complex, local",
     );
     assert_error(
         "providers:\n  my local:\n    kind: ollama\n",

@@ -105,6 +105,10 @@ async fn a_database_written_by_0_1_0_keeps_its_history() {
             }
         )]
     );
+    // Calls recorded before purposes existed were the conversation's.
+    let lines = store.usage_by_purpose(None).await.unwrap();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0].purpose, flynn_protocol::Purpose::Conversation);
     assert_eq!(store.open_turns(None).await.unwrap(), vec![]);
 
     // New messages get higher numbers and sort after the old ones.

@@ -1,7 +1,9 @@
 //! Usage records, alone and with the answer they paid for.
 
-use flynn_protocol::{Message, Tier, TurnId, Usage};
-use flynn_sessions::{Error, SessionStore, SqliteStore, UsageRecord, UsageTotal};
+use flynn_protocol::{Message, Purpose, Tier, TurnId, Usage};
+use flynn_sessions::{
+    Error, SessionStore, SqliteStore, ToolOutput, UsageLine, UsageRecord, UsageTotal,
+};
 
 use crate::{key, numbered, open, turns_of};
 
@@ -11,6 +13,7 @@ fn record(session: &str, tier: Tier, input: u64, cost: Option<f64>) -> UsageReco
         provider: "anthropic".into(),
         model: "claude-haiku-4-5".into(),
         tier,
+        purpose: Purpose::Conversation,
         usage: Usage {
             input_tokens: input,
             output_tokens: 10,
@@ -19,6 +22,91 @@ fn record(session: &str, tier: Tier, input: u64, cost: Option<f64>) -> UsageReco
         },
         cost_usd: cost,
     }
+}
+
+#[tokio::test]
+async fn usage_is_totalled_per_tier_and_purpose() {
+    let (_dir, store) = open().await;
+    let with = |tier, purpose, input, cost| UsageRecord {
+        purpose,
+        ..record("cli:a", tier, input, cost)
+    };
+    for r in [
+        with(Tier::Default, Purpose::Conversation, 100, Some(0.5)),
+        with(Tier::Fast, Purpose::Compaction, 40, Some(0.01)),
+        with(Tier::Fast, Purpose::Compaction, 60, None),
+        with(Tier::Fast, Purpose::ToolSummarisation, 5, Some(0.02)),
+        with(Tier::Complex, Purpose::ComplexReasoning, 9, Some(2.0)),
+    ] {
+        store.record_usage(&r).await.unwrap();
+    }
+    let lines = store.usage_by_purpose(Some(&key("cli:a"))).await.unwrap();
+    let summary: Vec<(Tier, Purpose, u64, u64, f64, u64)> = lines
+        .iter()
+        .map(
+            |UsageLine {
+                 tier,
+                 purpose,
+                 total,
+             }| {
+                (
+                    *tier,
+                    *purpose,
+                    total.calls,
+                    total.usage.input_tokens,
+                    total.cost_usd,
+                    total.unpriced_calls,
+                )
+            },
+        )
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (Tier::Fast, Purpose::Compaction, 2, 100, 0.01, 1),
+            (Tier::Fast, Purpose::ToolSummarisation, 1, 5, 0.02, 0),
+            (Tier::Default, Purpose::Conversation, 1, 100, 0.5, 0),
+            (Tier::Complex, Purpose::ComplexReasoning, 1, 9, 2.0, 0),
+        ]
+    );
+    // Per tier, the purposes add up.
+    let fast = store.usage_by_tier(None).await.unwrap()[0].clone();
+    assert_eq!(fast.0, Tier::Fast);
+    assert_eq!((fast.1.calls, fast.1.usage.input_tokens), (3, 105));
+    assert!((fast.1.cost_usd - 0.03).abs() < 1e-9);
+}
+
+#[tokio::test]
+async fn tool_outputs_are_kept_per_session_replaced_by_id_and_cleared_with_it() {
+    let (_dir, store) = open().await;
+    let output = |content: &str| ToolOutput {
+        call_id: "call_1".into(),
+        tool: "shell.exec".into(),
+        content: content.into(),
+        created_at: 1,
+    };
+    store
+        .put_tool_output(&key("cli:a"), &output("first"))
+        .await
+        .unwrap();
+    store
+        .put_tool_output(&key("cli:a"), &output("second"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.tool_output(&key("cli:a"), "call_1").await.unwrap(),
+        Some(output("second"))
+    );
+    // Another session's call of the same id is not this one.
+    assert_eq!(
+        store.tool_output(&key("cli:b"), "call_1").await.unwrap(),
+        None
+    );
+    assert!(store.clear(&key("cli:a")).await.unwrap());
+    assert_eq!(
+        store.tool_output(&key("cli:a"), "call_1").await.unwrap(),
+        None
+    );
 }
 
 #[tokio::test]
