@@ -3,11 +3,25 @@
 //! [`normalize`] merges what a failed turn left behind, [`repair`] pairs
 //! every tool call with a result so a history cut short by a crash is
 //! still one that providers accept, and [`prepare`] does both.
-//! Token counting lives with the models (`flynn_models::TokenCounter`),
-//! since how tokens are counted depends on the model; compaction, which
-//! uses it, arrives here later.
+//!
+//! [`Compactor`] keeps a conversation within its model's context window:
+//! it replaces the older part of a session's stored history with one
+//! summary message written by a [`Summariser`], falling back to a
+//! deterministic extractive summary whenever the summariser fails, so it
+//! always finishes. Tokens are counted with the models'
+//! `flynn_models::TokenCounter`, since how tokens are counted depends on
+//! the model.
+
+mod compaction;
+mod error;
 
 use std::collections::HashSet;
+
+pub use compaction::{
+    Budget, COMPACTION_PROMPT, CompactionReport, CompactionSettings, Compactor, MemoryFlush,
+    SUMMARY_PREFIX, Summariser, is_summary,
+};
+pub use error::CompactionError;
 
 use flynn_protocol::{ContentBlock, Message, Role};
 
