@@ -140,6 +140,22 @@ impl Printer {
                 self.end_line();
                 self.progress(&format!("warning: {message}"));
             }
+            AgentEvent::Compaction {
+                replaced,
+                tokens_before,
+                tokens_after,
+                fallback,
+            } => {
+                self.end_line();
+                let how = if fallback {
+                    "an extractive summary (the summariser was not available)"
+                } else {
+                    "a summary"
+                };
+                self.progress(&format!(
+                    "compacted {replaced} older messages into {how}: about {tokens_before} → {tokens_after} tokens"
+                ));
+            }
             AgentEvent::Command { name, .. } => self.command = Some(name),
             AgentEvent::Queued { ahead } => {
                 self.progress(&format!("queued behind {ahead} turn(s) of this session"));

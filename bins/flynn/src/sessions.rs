@@ -139,38 +139,50 @@ pub async fn usage(args: UsageArgs) -> Result<(), Failure> {
         .usage_by_tier(session.as_ref())
         .await
         .map_err(storage_error)?;
+    let lines = store
+        .usage_by_purpose(session.as_ref())
+        .await
+        .map_err(storage_error)?;
+    let total_json = |total: &flynn_core::sessions::UsageTotal| {
+        json!({
+            "calls": total.calls,
+            "input_tokens": total.usage.input_tokens,
+            "output_tokens": total.usage.output_tokens,
+            "cache_read_tokens": total.usage.cache_read_tokens,
+            "cache_write_tokens": total.usage.cache_write_tokens,
+            "cost_usd": total.cost_usd,
+            "unpriced_calls": total.unpriced_calls,
+        })
+    };
     if args.json {
         let tiers: serde_json::Map<String, serde_json::Value> = totals
             .iter()
-            .map(|(tier, total)| {
-                (
-                    tier.to_string(),
-                    json!({
-                        "calls": total.calls,
-                        "input_tokens": total.usage.input_tokens,
-                        "output_tokens": total.usage.output_tokens,
-                        "cache_read_tokens": total.usage.cache_read_tokens,
-                        "cache_write_tokens": total.usage.cache_write_tokens,
-                        "cost_usd": total.cost_usd,
-                        "unpriced_calls": total.unpriced_calls,
-                    }),
-                )
+            .map(|(tier, total)| (tier.to_string(), total_json(total)))
+            .collect();
+        let purposes: Vec<serde_json::Value> = lines
+            .iter()
+            .map(|line| {
+                let mut value = total_json(&line.total);
+                value["tier"] = json!(line.tier.as_str());
+                value["purpose"] = json!(line.purpose.as_str());
+                value
             })
             .collect();
-        let mut out = json!({ "tiers": tiers });
+        let mut out = json!({ "tiers": tiers, "purposes": purposes });
         if let Some(session) = &session {
             out["session"] = json!(session.as_str());
         }
         outln!("{out}");
         return Ok(());
     }
-    if totals.is_empty() {
+    if lines.is_empty() {
         outln!("no model calls recorded yet");
         return Ok(());
     }
     outln!(
-        "{:<8} {:>6} {:>12} {:>12} {:>12}",
+        "{:<8} {:<18} {:>6} {:>12} {:>12} {:>12}",
         "TIER",
+        "PURPOSE",
         "CALLS",
         "INPUT",
         "OUTPUT",
@@ -178,12 +190,14 @@ pub async fn usage(args: UsageArgs) -> Result<(), Failure> {
     );
     let mut sum = 0.0;
     let mut unpriced = 0;
-    for (tier, total) in &totals {
+    for line in &lines {
+        let total = &line.total;
         sum += total.cost_usd;
         unpriced += total.unpriced_calls;
         outln!(
-            "{:<8} {:>6} {:>12} {:>12} {:>12.4}",
-            tier.as_str(),
+            "{:<8} {:<18} {:>6} {:>12} {:>12} {:>12.4}",
+            line.tier.as_str(),
+            line.purpose.as_str(),
             total.calls,
             total.usage.input_tokens,
             total.usage.output_tokens,
@@ -191,8 +205,9 @@ pub async fn usage(args: UsageArgs) -> Result<(), Failure> {
         );
     }
     outln!(
-        "{:<8} {:>6} {:>12} {:>12} {:>12.4}",
+        "{:<8} {:<18} {:>6} {:>12} {:>12} {:>12.4}",
         "total",
+        "",
         "",
         "",
         "",

@@ -1,9 +1,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use flynn_context::MemoryFlush;
 use flynn_models::{ModelRouter, PriceTable};
 use flynn_orchestrator::{
-    Agents, EventStream, PromptSlot, RuntimeParts, SessionManager, Submitted, TurnRequest,
+    Agents, DelegationSettings, EventStream, PromptSlot, RuntimeParts, SessionManager, Submitted,
+    TurnRequest,
 };
 use flynn_protocol::config::FlynnConfig;
 use flynn_protocol::{AgentEvent, RunState, SessionKey, TurnOutcome};
@@ -23,6 +25,7 @@ pub struct FlynnBuilder {
     tools: Vec<Arc<dyn Tool>>,
     slots: Vec<Arc<dyn PromptSlot>>,
     store: Option<Arc<dyn SessionStore>>,
+    memory_flush: Option<Arc<dyn MemoryFlush>>,
 }
 
 impl std::fmt::Debug for FlynnBuilder {
@@ -80,6 +83,13 @@ impl FlynnBuilder {
     /// Uses this session store instead of opening the configured one.
     pub fn store(mut self, store: Arc<dyn SessionStore>) -> Self {
         self.store = Some(store);
+        self
+    }
+
+    /// Hands what compaction is about to replace to `flush` first (facts
+    /// worth keeping go to memory).
+    pub fn memory_flush(mut self, flush: Arc<dyn MemoryFlush>) -> Self {
+        self.memory_flush = Some(flush);
         self
     }
 
@@ -173,6 +183,9 @@ impl FlynnBuilder {
             executor,
             agents,
             sessions: config.sessions.clone(),
+            delegation: DelegationSettings::from_config(&config),
+            compaction: config.compaction.clone(),
+            memory_flush: self.memory_flush,
         });
         Ok(Flynn { manager })
     }

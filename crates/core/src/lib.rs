@@ -31,10 +31,13 @@ pub use builder::{Flynn, FlynnBuilder};
 pub use error::{Error, Result};
 
 pub use flynn_config as config;
+pub use flynn_context as context;
+pub use flynn_context::MemoryFlush;
 pub use flynn_models as models;
 pub use flynn_orchestrator::{
-    AgentProfile, Agents, DEFAULT_SYSTEM_PROMPT, EventStream, PromptContext, PromptSlot,
-    SessionManager, Submitted, TurnHandle, TurnRequest,
+    AgentOrchestrator, AgentProfile, Agents, DEFAULT_SYSTEM_PROMPT, EventStream, PromptContext,
+    PromptSlot, SessionManager, SubAgentRequest, SubAgentResult, Submitted, TurnHandle,
+    TurnRequest,
 };
 pub use flynn_protocol as protocol;
 pub use flynn_protocol::config::FlynnConfig;

@@ -133,6 +133,9 @@ async fn manager(dir: &std::path::Path, mode: Mode) -> SessionManager {
         prices: PriceTable::default(),
         max_tokens: 1024,
         sessions: SessionsConfig::default(),
+        delegation: flynn_orchestrator::DelegationSettings::default(),
+        compaction: flynn_protocol::config::CompactionConfig::default(),
+        memory_flush: None,
     })
 }
 

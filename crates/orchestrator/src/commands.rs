@@ -15,7 +15,7 @@ pub enum Command {
     Model(Option<ModelChoice>),
     /// `/agent` alone lists the agents; with a name, switches to it.
     Agent(Option<String>),
-    /// Reserved for compaction.
+    /// Summarise older messages now.
     Compact,
 }
 
@@ -96,7 +96,7 @@ pub const HELP: &str = "Commands:
 /cancel — stop the running turn
 /model [tier | provider/model] — show or set the model for this session
 /agent [name] — show the agents or switch to one
-/compact — summarise older messages (not available yet)";
+/compact — summarise older messages now (the last turns are kept)";
 
 #[cfg(test)]
 mod tests {

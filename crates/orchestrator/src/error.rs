@@ -36,6 +36,11 @@ pub enum Error {
     /// The runtime is shutting down and accepts nothing more.
     #[error("Flynn is shutting down; the message was not accepted")]
     ShuttingDown,
+    /// A delegated call would nest deeper than `agents.max_delegation_depth`.
+    #[error(
+        "delegation depth {depth} is more than agents.max_delegation_depth ({max}); do this part yourself instead of delegating it"
+    )]
+    DelegationTooDeep { depth: u32, max: u32 },
     /// The turn's task ended without reporting (a bug or a panic in a tool).
     #[error("the turn ended unexpectedly: {0}")]
     Lost(String),
@@ -54,7 +59,9 @@ impl Error {
             Error::Config(_) | Error::UnknownAgent { .. } | Error::EmptyMessage => {
                 ErrorCode::Config
             }
-            Error::QueueFull { .. } | Error::ShuttingDown => ErrorCode::Refused,
+            Error::QueueFull { .. } | Error::ShuttingDown | Error::DelegationTooDeep { .. } => {
+                ErrorCode::Refused
+            }
             Error::Lost(_) => ErrorCode::Internal,
         }
     }

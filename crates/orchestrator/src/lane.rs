@@ -17,8 +17,12 @@ use tokio::task::JoinHandle;
 
 use crate::agents::AgentProfile;
 use crate::commands::{Command, HELP, ModelChoice};
+use crate::compact;
 use crate::events::TurnEvents;
-use crate::runtime::{LaneHandle, Running, Shared, Submitted, TurnHandle, TurnRequest, lock};
+use crate::prompt::PromptContext;
+use crate::runtime::{
+    LaneHandle, Lineage, Running, Shared, Submitted, TurnHandle, TurnRequest, lock,
+};
 use crate::turn::{self, TurnJob};
 use crate::{Error, Result};
 
@@ -49,6 +53,7 @@ struct Queued {
     tier: Option<Tier>,
     model: Option<ModelRef>,
     approver: Option<Arc<dyn Approver>>,
+    lineage: Lineage,
     /// Where the outcome goes; `None` for a turn rerun after a restart.
     outcome: Option<oneshot::Sender<Result<TurnOutcome>>>,
 }
@@ -203,6 +208,7 @@ impl Lane {
                         tier: None,
                         model: None,
                         approver: None,
+                        lineage: Lineage::default(),
                         outcome: None,
                     });
                 }
@@ -328,6 +334,7 @@ impl Lane {
             tier: request.tier,
             model: request.model,
             approver: request.approver,
+            lineage: request.lineage,
             outcome: Some(tx),
         });
         Ok(TurnHandle {
@@ -375,6 +382,7 @@ impl Lane {
             tier,
             model,
             approver,
+            lineage: queued.lineage.clone(),
             events: TurnEvents {
                 channel: self.handle.events.clone(),
                 turn,
@@ -455,10 +463,7 @@ impl Lane {
             }
             // `SessionManager::submit` answers /cancel without the queue.
             Command::Cancel => Ok("Nothing is running.".to_owned()),
-            Command::Compact => Ok(
-                "/compact is not available yet: compaction arrives in a later version. Nothing was changed."
-                    .to_owned(),
-            ),
+            Command::Compact => self.compact_now().await,
             Command::Model(None) => Ok(self.describe_model()),
             Command::Model(Some(ModelChoice::Tier(tier))) => {
                 self.shared.router.check_tier(tier)?;
@@ -477,7 +482,11 @@ impl Lane {
                 let current = self.session_agent().name.clone();
                 let mut out = String::from("Agents:");
                 for name in self.shared.agents.names() {
-                    let mark = if name == current { " (this session)" } else { "" };
+                    let mark = if name == current {
+                        " (this session)"
+                    } else {
+                        ""
+                    };
                     let _ = write!(out, "\n- {name}{mark}");
                 }
                 Ok(out)
@@ -488,6 +497,63 @@ impl Lane {
                 store.set_metadata(&self.key, &self.meta).await?;
                 Ok(format!("This session now talks to the agent '{name}'."))
             }
+        }
+    }
+
+    /// `/compact`: summarises everything older than the kept turns now.
+    async fn compact_now(&mut self) -> Result<String> {
+        if self.running.is_some() {
+            return Ok(
+                "A turn is running; send /compact again when it has finished. Nothing was changed."
+                    .to_owned(),
+            );
+        }
+        if !self.shared.compaction.enabled {
+            return Ok(
+                "Compaction is off (compaction.enabled: false). Nothing was changed.".to_owned(),
+            );
+        }
+        let agent = self.session_agent().clone();
+        let (tier, model) = self.model_choice(&agent, None, None);
+        let model = match model {
+            Some(model) => model,
+            None => match self.shared.router.chain(tier).first() {
+                Some(model) => model.clone(),
+                None => {
+                    self.shared.router.check_tier(tier)?;
+                    return Ok("No model to compact for. Nothing was changed.".to_owned());
+                }
+            },
+        };
+        let system = agent
+            .prompt
+            .build(&PromptContext {
+                session: &self.key,
+                agent: &agent.name,
+                workspace: agent.workspace(),
+                message: &[],
+            })
+            .await;
+        let tools = self
+            .shared
+            .executor
+            .registry()
+            .specs_for(agent.policy_for(Some(model.provider())));
+        let counter =
+            flynn_models::token_counter(self.shared.router.token_counting(), model.model());
+        let overhead = counter.count_request(Some(&system), &[], &tools);
+        match compact::force(&self.shared, &self.key, &model, overhead).await? {
+            Some(report) => {
+                self.publish(None, compact::event(&report));
+                Ok(compact::describe(
+                    &report,
+                    self.shared.compaction.keep_turns,
+                ))
+            }
+            None => Ok(format!(
+                "Nothing to compact: the conversation has no more than the last {} turns, which are always kept.",
+                self.shared.compaction.keep_turns
+            )),
         }
     }
 

@@ -22,8 +22,11 @@
 
 mod agents;
 mod commands;
+mod compact;
+mod delegate;
 mod error;
 mod events;
+mod host;
 mod lane;
 mod prompt;
 mod runtime;
@@ -31,10 +34,13 @@ mod turn;
 
 pub use agents::{AgentProfile, Agents};
 pub use commands::{BadArgument, Command, HELP, ModelChoice};
+pub use delegate::{AgentOrchestrator, DelegationSettings, SubAgentRequest, SubAgentResult};
 pub use error::{Error, Result};
 pub use events::{EventStream, GLOBAL_CAPACITY, SESSION_CAPACITY};
 pub use flynn_protocol::{AgentEvent, EventEnvelope, Lagged};
+pub use host::SUBAGENT_PROMPT;
 pub use prompt::{
     DEFAULT_SYSTEM_PROMPT, PROMPT_FILE_LIMIT, PromptBuilder, PromptContext, PromptSlot,
 };
 pub use runtime::{RuntimeParts, SessionManager, Submitted, TurnHandle, TurnRequest};
+pub use turn::TOOL_SUMMARY_PROMPT;

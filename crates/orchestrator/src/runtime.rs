@@ -5,17 +5,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use flynn_context::MemoryFlush;
 use flynn_models::{ModelRouter, PriceTable};
-use flynn_protocol::config::{InterruptedTurns, ModelRef, SessionsConfig};
+use flynn_protocol::config::CompactionConfig;
+use flynn_protocol::config::{Autonomy, InterruptedTurns, ModelRef, SessionsConfig};
 use flynn_protocol::{AgentEvent, ContentBlock, RunState, SessionKey, Tier, TurnId, TurnOutcome};
 use flynn_sessions::SessionStore;
 use flynn_tools::{Approver, ToolExecutor};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::agents::Agents;
 use crate::commands::Command;
+use crate::delegate::{AgentOrchestrator, DelegationSettings};
 use crate::events::{EventBus, EventStream, SessionEvents};
 use crate::lane::{Lane, LaneOp};
 use crate::{Error, Result};
@@ -34,6 +37,25 @@ pub struct TurnRequest {
     /// Asks a person about tool calls that need confirmation; without one,
     /// such calls are denied.
     pub approver: Option<Arc<dyn Approver>>,
+    /// Set when another turn (a sub-agent's parent, a `sessions.send`)
+    /// waits on this one.
+    pub(crate) lineage: Lineage,
+}
+
+/// The turns a turn was started by, for depth limits and to refuse cycles.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Lineage {
+    /// Sessions whose running turns wait on this one, outermost first.
+    pub(crate) parents: Vec<SessionKey>,
+    /// A sub-agent may not do more than the agent that started it.
+    pub(crate) autonomy_cap: Option<Autonomy>,
+}
+
+impl Lineage {
+    /// How deep in delegation the turn is: 0 for a message from a person.
+    pub(crate) fn depth(&self) -> u32 {
+        u32::try_from(self.parents.len()).unwrap_or(u32::MAX)
+    }
 }
 
 impl std::fmt::Debug for TurnRequest {
@@ -45,6 +67,7 @@ impl std::fmt::Debug for TurnRequest {
             .field("model", &self.model)
             .field("agent", &self.agent)
             .field("approver", &self.approver.is_some())
+            .field("lineage", &self.lineage)
             .finish()
     }
 }
@@ -58,6 +81,7 @@ impl TurnRequest {
             model: None,
             agent: None,
             approver: None,
+            lineage: Lineage::default(),
         }
     }
 }
@@ -98,6 +122,11 @@ pub struct RuntimeParts {
     /// Largest answer asked of a model per call.
     pub max_tokens: u32,
     pub sessions: SessionsConfig,
+    /// Delegation tiers, sub-agent limits, escalation, tool summaries.
+    pub delegation: DelegationSettings,
+    pub compaction: CompactionConfig,
+    /// Told what compaction is about to replace (the memory issue fills it).
+    pub memory_flush: Option<Arc<dyn MemoryFlush>>,
 }
 
 impl std::fmt::Debug for RuntimeParts {
@@ -117,6 +146,11 @@ pub(crate) struct Shared {
     pub(crate) agents: Agents,
     pub(crate) prices: PriceTable,
     pub(crate) max_tokens: u32,
+    pub(crate) orchestrator: AgentOrchestrator,
+    /// Places for sub-agents (`agents.subagents.max_concurrent`).
+    pub(crate) subagents: Arc<Semaphore>,
+    pub(crate) compaction: CompactionConfig,
+    pub(crate) memory_flush: Option<Arc<dyn MemoryFlush>>,
     pub(crate) queue_limit: usize,
     pub(crate) lane_idle: Duration,
     pub(crate) interrupted_turns: InterruptedTurns,
@@ -251,6 +285,15 @@ impl SessionManager {
     /// A runtime over these parts. Lanes are tasks on the caller's tokio
     /// runtime, tracked and stopped by [`shutdown`](Self::shutdown).
     pub fn new(parts: RuntimeParts) -> Self {
+        let orchestrator = AgentOrchestrator::new(
+            parts.router.clone(),
+            parts.store.clone(),
+            parts.prices.clone(),
+            parts.delegation.clone(),
+        );
+        let places = usize::try_from(parts.delegation.subagents.max_concurrent.max(1))
+            .unwrap_or(usize::MAX)
+            .min(Semaphore::MAX_PERMITS);
         let shared = Shared {
             router: parts.router,
             store: parts.store,
@@ -258,6 +301,10 @@ impl SessionManager {
             agents: parts.agents,
             prices: parts.prices,
             max_tokens: parts.max_tokens,
+            orchestrator,
+            subagents: Arc::new(Semaphore::new(places)),
+            compaction: parts.compaction,
+            memory_flush: parts.memory_flush,
             queue_limit: parts.sessions.queue_limit.max(1),
             lane_idle: Duration::from_secs(parts.sessions.lane_idle_secs.max(1)),
             interrupted_turns: parts.sessions.interrupted_turns,
@@ -271,6 +318,16 @@ impl SessionManager {
         SessionManager {
             shared: Arc::new(shared),
         }
+    }
+
+    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
+        SessionManager { shared }
+    }
+
+    /// Runs background model work on the tiers `agents.delegation` names,
+    /// costed per tier and purpose.
+    pub fn orchestrator(&self) -> &AgentOrchestrator {
+        &self.shared.orchestrator
     }
 
     pub fn store(&self) -> &Arc<dyn SessionStore> {
@@ -361,6 +418,11 @@ impl SessionManager {
     /// was running.
     pub fn cancel(&self, session: &SessionKey) -> bool {
         self.cancel_where(session, |_| true)
+    }
+
+    /// Cancels one turn if it is running now; returns whether it was.
+    pub(crate) fn cancel_turn_now(&self, session: &SessionKey, turn: TurnId) -> bool {
+        self.cancel_where(session, |running| running == turn)
     }
 
     /// Cancels one turn: running, or still waiting in the queue.

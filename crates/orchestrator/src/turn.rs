@@ -2,20 +2,25 @@
 
 use std::sync::Arc;
 
+use flynn_context::{Budget, CompactionError};
 use flynn_models::{ModelRequest, ModelResponse, RoutedStream, StreamEvent};
 use flynn_protocol::config::ModelRef;
 use flynn_protocol::{
     AgentEvent, ContentBlock, Message, Purpose, Resolution, Role, RunState, SessionKey, Tier,
-    ToolCall, ToolCallSummary, TurnId, TurnOutcome, Usage,
+    ToolCall, ToolCallSummary, ToolResult, ToolSpec, TurnId, TurnOutcome, Usage,
 };
 use flynn_sessions::{TurnStatus, UsageRecord};
+use flynn_tools::builtin::TOOL_OUTPUT;
 use flynn_tools::{ApprovalRequest, Approver, GateObserver, Provenance, ToolContext};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::agents::AgentProfile;
+use crate::delegate::SubAgentRequest;
 use crate::events::TurnEvents;
+use crate::host::TurnHost;
 use crate::prompt::PromptContext;
+use crate::runtime::Lineage;
 use crate::runtime::Shared;
 use crate::{Error, Result};
 
@@ -30,6 +35,7 @@ pub(crate) struct TurnJob {
     pub(crate) tier: Tier,
     pub(crate) model: Option<ModelRef>,
     pub(crate) approver: Arc<dyn Approver>,
+    pub(crate) lineage: Lineage,
     pub(crate) events: TurnEvents,
     pub(crate) cancel: CancellationToken,
 }
@@ -86,9 +92,7 @@ async fn body(job: &TurnJob) -> Result<TurnOutcome> {
     let store = &shared.store;
     let key = &job.session;
     store.start_turn(job.turn, shared.pid).await?;
-    let stored = store.history(key).await?;
-    let mut history =
-        flynn_context::prepare(stored.into_iter().map(|stored| stored.message).collect());
+    let mut history = load_history(job).await?;
 
     let agent = &job.agent;
     let system = agent
@@ -110,7 +114,11 @@ async fn body(job: &TurnJob) -> Result<TurnOutcome> {
             .first()
             .map(|model| model.provider().to_owned()),
     };
-    let policy = agent.policy_for(provider.as_deref()).clone();
+    let mut policy = agent.policy_for(provider.as_deref()).clone();
+    if let Some(cap) = job.lineage.autonomy_cap {
+        // A sub-agent never does more than the agent that started it.
+        policy = Arc::new(policy.capped(cap));
+    }
     let catalog = Arc::new(shared.executor.catalog(policy.clone()));
     let ctx = ToolContext {
         workspace: agent.workspace().to_path_buf(),
@@ -123,6 +131,14 @@ async fn body(job: &TurnJob) -> Result<TurnOutcome> {
         observer: Some(Arc::new(GateEvents(job.events.clone()))),
         provenance: Arc::new(Provenance::new()),
         catalog: Some(catalog.clone()),
+        host: Some(Arc::new(TurnHost {
+            shared: shared.clone(),
+            session: key.clone(),
+            agent: agent.clone(),
+            tier: job.tier,
+            lineage: job.lineage.clone(),
+            approver: job.approver.clone(),
+        })),
     };
     let mut usage = Usage::default();
     let mut cost: Option<f64> = None;
@@ -130,80 +146,140 @@ async fn body(job: &TurnJob) -> Result<TurnOutcome> {
     let mut texts = Vec::new();
     let mut last_model = None;
     let iterations = agent.max_iterations.max(1);
+    let mut route = Route {
+        tier: job.tier,
+        model: job.model.clone(),
+        purpose: Purpose::Conversation,
+    };
+    let mut escalated = false;
 
-    for _ in 0..iterations {
-        let request = ModelRequest {
-            model: String::new(),
-            system: Some(system.clone()),
-            messages: history.clone(),
-            // Tools found with `tools.search` join the offer.
-            tools: catalog.offered(),
-            max_tokens: shared.max_tokens,
-            temperature: None,
-        };
-        let step = call_model(job, request).await?;
-        usage.add(step.response.usage);
-        let call_cost = shared.prices.cost(
-            step.model.provider(),
-            step.model.model(),
-            &step.response.usage,
-        );
-        if let Some(call_cost) = call_cost {
-            *cost.get_or_insert(0.0) += call_cost;
-        }
-        let message = step.response.message;
-        // The answer and what it cost are stored together: a paid-for
-        // answer is never lost, nor counted without being kept.
-        store
-            .append_answer(
-                key,
-                Some(job.turn),
-                &message,
-                &UsageRecord {
-                    session: key.clone(),
-                    provider: step.model.provider().to_owned(),
-                    model: step.model.model().to_owned(),
-                    tier: job.tier,
-                    purpose: Purpose::Conversation,
-                    usage: step.response.usage,
-                    cost_usd: call_cost,
-                },
-            )
-            .await?;
-        last_model = Some(step.model);
-        let text = message.text();
-        if !text.is_empty() {
-            texts.push(text.clone());
-        }
-        let calls: Vec<ToolCall> = message
-            .tool_uses()
-            .map(|(id, name, input)| ToolCall {
-                id: id.to_owned(),
-                name: name.to_owned(),
-                arguments: input.clone(),
-            })
-            .collect();
-        history.push(message);
+    loop {
+        for _ in 0..iterations {
+            let tools = catalog.offered();
+            compact_if_needed(job, &route, &system, &tools, &mut history, false).await?;
+            let request = ModelRequest {
+                model: String::new(),
+                system: Some(system.clone()),
+                messages: history.clone(),
+                // Tools found with `tools.search` join the offer.
+                tools,
+                max_tokens: shared.max_tokens,
+                temperature: None,
+            };
+            let step = match call_model(job, &route, request.clone()).await {
+                Err(Error::Model(error)) if error.is_context_overflow() => {
+                    // The window was smaller than thought (or the estimate
+                    // low): compact now and try once more.
+                    tracing::info!(session = %key, %error, "context overflow; compacting and retrying");
+                    let compacted =
+                        compact_if_needed(job, &route, &system, &request.tools, &mut history, true)
+                            .await?;
+                    if !compacted {
+                        return Err(Error::Model(error));
+                    }
+                    call_model(
+                        job,
+                        &route,
+                        ModelRequest {
+                            messages: history.clone(),
+                            ..request
+                        },
+                    )
+                    .await?
+                }
+                other => other?,
+            };
+            usage.add(step.response.usage);
+            let call_cost = shared.prices.cost(
+                step.model.provider(),
+                step.model.model(),
+                &step.response.usage,
+            );
+            if let Some(call_cost) = call_cost {
+                *cost.get_or_insert(0.0) += call_cost;
+            }
+            let message = step.response.message;
+            // The answer and what it cost are stored together: a paid-for
+            // answer is never lost, nor counted without being kept.
+            store
+                .append_answer(
+                    key,
+                    Some(job.turn),
+                    &message,
+                    &UsageRecord {
+                        session: key.clone(),
+                        provider: step.model.provider().to_owned(),
+                        model: step.model.model().to_owned(),
+                        tier: route.tier,
+                        purpose: route.purpose,
+                        usage: step.response.usage,
+                        cost_usd: call_cost,
+                    },
+                )
+                .await?;
+            last_model = Some(step.model);
+            let text = message.text();
+            if !text.is_empty() {
+                texts.push(text.clone());
+            }
+            let calls: Vec<ToolCall> = message
+                .tool_uses()
+                .map(|(id, name, input)| ToolCall {
+                    id: id.to_owned(),
+                    name: name.to_owned(),
+                    arguments: input.clone(),
+                })
+                .collect();
+            history.push(message);
 
-        if calls.is_empty() {
-            return Ok(outcome(text, last_model, (usage, cost), tool_calls, None));
+            if calls.is_empty() {
+                return Ok(outcome(text, last_model, (usage, cost), tool_calls, None));
+            }
+            let results = run_tools(job, &calls, &ctx, &mut tool_calls).await;
+            let results = Message {
+                role: Role::User,
+                content: results,
+            };
+            store
+                .append_for_turn(key, job.turn, std::slice::from_ref(&results))
+                .await?;
+            history.push(results);
+            if job.cancel.is_cancelled() {
+                return Err(Error::Cancelled);
+            }
         }
-        let results = run_tools(job, &calls, &ctx, &mut tool_calls).await;
-        let results = Message {
-            role: Role::User,
-            content: results,
+        // Out of model calls: go on once on the complex tier when allowed.
+        let complex = shared.orchestrator.tier_for(Purpose::ComplexReasoning);
+        let settings = shared.orchestrator.settings();
+        if escalated
+            || !settings.auto_escalate
+            || route.model.is_some()
+            || route.tier == complex
+            || shared.router.check_tier(complex).is_err()
+        {
+            break;
+        }
+        escalated = true;
+        job.events.publish(AgentEvent::Warning {
+            message: format!(
+                "reached {iterations} model calls (agents.max_iterations) on the {} tier; continuing once on the {complex} tier (agents.auto_escalate)",
+                route.tier
+            ),
+        });
+        route = Route {
+            tier: complex,
+            model: None,
+            purpose: Purpose::ComplexReasoning,
         };
-        store
-            .append_for_turn(key, job.turn, std::slice::from_ref(&results))
-            .await?;
-        history.push(results);
-        if job.cancel.is_cancelled() {
-            return Err(Error::Cancelled);
-        }
     }
 
+    let total = if escalated {
+        iterations.saturating_mul(2)
+    } else {
+        iterations
+    };
     let warning = format!(
-        "stopped after {iterations} model calls (agents.max_iterations) while the model was still using tools; the answer may be incomplete"
+        "stopped after {total} model calls (agents.max_iterations) while the model was still using tools; the answer may be incomplete"
     );
     job.events.publish(AgentEvent::Warning {
         message: warning.clone(),
@@ -217,16 +293,89 @@ async fn body(job: &TurnJob) -> Result<TurnOutcome> {
     ))
 }
 
-async fn call_model(job: &TurnJob, request: ModelRequest) -> Result<Step> {
+/// Which models a model call goes to, and what it is counted as.
+struct Route {
+    tier: Tier,
+    model: Option<ModelRef>,
+    purpose: Purpose,
+}
+
+/// The session's stored history, made ready to send.
+async fn load_history(job: &TurnJob) -> Result<Vec<Message>> {
+    let stored = job.shared.store.history(&job.session).await?;
+    Ok(flynn_context::prepare(
+        stored.into_iter().map(|stored| stored.message).collect(),
+    ))
+}
+
+/// Compacts the session when the next request would reach
+/// `compaction.threshold_pct` of the model's window (or, with `force`,
+/// whenever there is anything to compact), and reloads `history`.
+/// Returns whether anything was compacted.
+async fn compact_if_needed(
+    job: &TurnJob,
+    route: &Route,
+    system: &str,
+    tools: &[ToolSpec],
+    history: &mut Vec<Message>,
+    force: bool,
+) -> Result<bool> {
+    let shared = &job.shared;
+    if !shared.compaction.enabled {
+        return Ok(false);
+    }
+    let model = match &route.model {
+        Some(model) => Some(model.clone()),
+        None => shared.router.chain(route.tier).first().cloned(),
+    };
+    let Some(model) = model else {
+        return Ok(false);
+    };
+    let compactor = crate::compact::compactor(
+        shared,
+        &job.session,
+        job.lineage.depth(),
+        &model,
+        &job.cancel,
+    );
+    let counter = flynn_models::token_counter(shared.router.token_counting(), model.model());
+    let overhead = counter.count_request(Some(system), &[], tools);
+    let tokens = overhead + counter.count_request(None, history, &[]);
+    let window = crate::compact::window_of(shared, &model).await;
+    if !force && !compactor.should_compact(tokens, window) {
+        return Ok(false);
+    }
+    let report = compactor
+        .compact(
+            shared.store.as_ref(),
+            &job.session,
+            Budget { window, overhead },
+            force,
+            &job.cancel,
+        )
+        .await;
+    match report {
+        Ok(Some(report)) => {
+            job.events.publish(crate::compact::event(&report));
+            *history = load_history(job).await?;
+            Ok(true)
+        }
+        Ok(None) => Ok(false),
+        Err(CompactionError::Cancelled) => Err(Error::Cancelled),
+        Err(CompactionError::Store(error)) => Err(error.into()),
+    }
+}
+
+async fn call_model(job: &TurnJob, route: &Route, request: ModelRequest) -> Result<Step> {
     let router = &job.shared.router;
     let cancel = &job.cancel;
     let routed = tokio::select! {
         biased;
         () = cancel.cancelled() => return Err(Error::Cancelled),
         routed = async {
-            match &job.model {
+            match &route.model {
                 Some(model) => router.stream_model(model, request).await,
-                None => router.stream(job.tier, request).await,
+                None => router.stream(route.tier, request).await,
             }
         } => routed?,
     };
@@ -311,7 +460,7 @@ async fn run_tools(
                 ok: !result.is_error,
                 output: result.content.clone(),
             });
-            result
+            condense(job, call, result, ctx).await
         }))
         .await;
         for (call, result) in batch.iter().zip(done) {
@@ -328,6 +477,97 @@ async fn run_tools(
         start = end;
     }
     results
+}
+
+/// Instructions for condensing a tool's output.
+pub const TOOL_SUMMARY_PROMPT: &str = "You condense the output of a tool an AI assistant called, so the assistant can go on with its task. Keep every fact it may need: names, numbers, paths, errors, and the lines that answer what the call was for, quoted exactly. Leave out repetition and noise. Answer with the condensed output only.";
+
+/// A successful output longer than `tools.summarise_over_bytes` is kept
+/// whole in the session and replaced, for the model, by a summary from the
+/// `tool_summarisation` tier with a note naming the call id for
+/// `tool.output`. If the summary cannot be had, the output stays as it is.
+async fn condense(
+    job: &TurnJob,
+    call: &ToolCall,
+    result: ToolResult,
+    ctx: &ToolContext,
+) -> ToolResult {
+    let shared = &job.shared;
+    let Some(limit) = shared.orchestrator.settings().summarise_over_bytes else {
+        return result;
+    };
+    if result.is_error || result.content.len() <= limit || call.name == TOOL_OUTPUT {
+        return result;
+    }
+    let kept = shared
+        .store
+        .put_tool_output(
+            &job.session,
+            &flynn_sessions::ToolOutput {
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                content: result.content.clone(),
+                created_at: now_millis(),
+            },
+        )
+        .await;
+    if let Err(error) = kept {
+        tracing::warn!(tool = %call.name, %error, "cannot keep a tool output; passing it on whole");
+        return result;
+    }
+    let untrusted = shared
+        .executor
+        .registry()
+        .get(&call.name)
+        .is_some_and(|tool| tool.untrusted_output());
+    let request = SubAgentRequest {
+        depth: job.lineage.depth(),
+        max_tokens: Some(1024),
+        ..SubAgentRequest::new(
+            Purpose::ToolSummarisation,
+            job.session.clone(),
+            TOOL_SUMMARY_PROMPT,
+            format!(
+                "The assistant called {} with {}. Its output ({} bytes):\n\n{}",
+                call.name,
+                call.arguments,
+                result.content.len(),
+                result.content
+            ),
+        )
+    };
+    match shared.orchestrator.delegate(request, &job.cancel).await {
+        Ok(summary) if !summary.content.trim().is_empty() => {
+            if let Some(catalog) = &ctx.catalog {
+                catalog.reveal(TOOL_OUTPUT);
+            }
+            let mut body = summary.content;
+            if untrusted {
+                // Condensed web content is still web content.
+                body = flynn_tools::wrap_untrusted(&call.name, &body);
+            }
+            ToolResult {
+                content: format!(
+                    "[condensed from {} bytes by the {} tier; the whole output: tool.output {{\"id\": \"{}\"}}]\n{body}",
+                    result.content.len(),
+                    summary.tier,
+                    call.id
+                ),
+                ..result
+            }
+        }
+        Ok(_) => result,
+        Err(error) => {
+            tracing::warn!(tool = %call.name, %error, "cannot condense a tool output; passing it on whole");
+            result
+        }
+    }
+}
+
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Turns the tool gate's confirmation steps into events.

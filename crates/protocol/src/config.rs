@@ -873,9 +873,9 @@ fn any_glob() -> String {
 pub enum ToolProfile {
     /// Memory only.
     Minimal,
-    /// Memory, web and sessions: a chat assistant that runs nothing.
+    /// Memory, web, sessions and sub-agents: a chat assistant that runs nothing.
     Messaging,
-    /// Files, shell, processes, web, memory and sessions.
+    /// Files, shell, processes, web, memory, sessions and sub-agents.
     Coding,
     /// Every tool.
     #[default]

@@ -14,9 +14,11 @@ use crate::{Tool, ToolPolicy, ToolRegistry};
 /// The name of the tool that finds deferred tools.
 pub const TOOL_SEARCH: &str = "tools.search";
 
-/// Tools deferred when `tools.deferred` is not set: background processes
-/// and the searches, which a turn uses only now and then.
-pub const DEFAULT_DEFERRED: &[&str] = &["process.*", "file.search", "web.search"];
+/// Tools deferred when `tools.deferred` is not set: background processes,
+/// the searches and other sessions, which a turn uses only now and then.
+/// (`tool.output` is never offered until a turn has an output to read
+/// back: see [`ToolCatalog::reveal`].)
+pub const DEFAULT_DEFERRED: &[&str] = &["process.*", "file.search", "web.search", "sessions.*"];
 
 /// One turn's view of the registry: the agent's policy, the deferred
 /// tools, and which of them the model has found so far.
@@ -51,6 +53,12 @@ impl ToolCatalog {
         name != TOOL_SEARCH && any_matches(&self.deferred, name)
     }
 
+    /// `tool.output` reads back outputs shown condensed; it is offered only
+    /// once a turn has one, and `tools.search` does not list it.
+    fn on_reveal_only(name: &str) -> bool {
+        name == crate::builtin::TOOL_OUTPUT
+    }
+
     fn permitted(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
         self.registry
             .tools()
@@ -61,7 +69,11 @@ impl ToolCatalog {
     fn hidden(&self) -> Vec<&Arc<dyn Tool>> {
         let found = self.found.lock().map(|f| f.clone()).unwrap_or_default();
         self.permitted()
-            .filter(|tool| self.is_deferred(tool.name()) && !found.contains(tool.name()))
+            .filter(|tool| {
+                self.is_deferred(tool.name())
+                    && !found.contains(tool.name())
+                    && !Self::on_reveal_only(tool.name())
+            })
             .collect()
     }
 
@@ -74,7 +86,7 @@ impl ToolCatalog {
         let mut specs = Vec::new();
         for tool in self.permitted() {
             let name = tool.name();
-            if name == TOOL_SEARCH {
+            if name == TOOL_SEARCH || (Self::on_reveal_only(name) && !found.contains(name)) {
                 continue;
             }
             if self.is_deferred(name) && !found.contains(name) {
@@ -88,6 +100,14 @@ impl ToolCatalog {
             specs.sort_by(|a, b| a.name.cmp(&b.name));
         }
         specs
+    }
+
+    /// Offers `name` from the next request on, as if the model had found
+    /// it (`tool.output` once an output was shown condensed).
+    pub fn reveal(&self, name: &str) {
+        if let Ok(mut found) = self.found.lock() {
+            found.insert(name.to_owned());
+        }
     }
 
     /// Finds up to `limit` hidden tools matching the words of `query` (in

@@ -84,9 +84,10 @@ impl ToolPolicy {
     /// its profile has it, `enabled` (when set) matches it, and no `deny`
     /// glob does. [`permits`](Self::permits) also applies the autonomy.
     pub fn allows(&self, name: &str) -> bool {
-        // `tools.search` only ever offers tools this policy permits, so
-        // `enabled` lists need not name it; `deny` can still remove it.
-        if name == crate::TOOL_SEARCH {
+        // `tools.search` only ever offers tools this policy permits, and
+        // `tool.output` only reads back this session's own tool output, so
+        // `enabled` lists need not name them; `deny` can still remove them.
+        if name == crate::TOOL_SEARCH || name == crate::builtin::TOOL_OUTPUT {
             return !any_matches(&self.deny, name);
         }
         any_matches(&self.profile_globs, name)
@@ -110,6 +111,22 @@ impl ToolPolicy {
 
     pub fn autonomy(&self) -> Autonomy {
         self.autonomy
+    }
+
+    /// This policy with its autonomy lowered to `cap` when `cap` allows
+    /// less (`read_only` < `supervised` < `full`): what a sub-agent gets, so
+    /// it never does more than the agent that started it.
+    pub fn capped(&self, cap: Autonomy) -> Self {
+        let rank = |autonomy: Autonomy| match autonomy {
+            Autonomy::ReadOnly => 0,
+            Autonomy::Supervised => 1,
+            Autonomy::Full => 2,
+        };
+        let mut policy = self.clone();
+        if rank(cap) < rank(policy.autonomy) {
+            policy.autonomy = cap;
+        }
+        policy
     }
 
     pub fn profile(&self) -> ToolProfile {
@@ -164,7 +181,7 @@ fn list_or_none(names: &[String]) -> String {
 fn profile_patterns(profile: ToolProfile) -> &'static [&'static str] {
     match profile {
         ToolProfile::Minimal => &["memory.*"],
-        ToolProfile::Messaging => &["memory.*", "web.*", "sessions.*"],
+        ToolProfile::Messaging => &["memory.*", "web.*", "sessions.*", "agents.*"],
         ToolProfile::Coding => &[
             "file.*",
             "shell.*",
@@ -172,6 +189,7 @@ fn profile_patterns(profile: ToolProfile) -> &'static [&'static str] {
             "web.*",
             "memory.*",
             "sessions.*",
+            "agents.*",
         ],
         ToolProfile::Full => &["*"],
     }
@@ -343,5 +361,45 @@ mod tests {
         );
         // Supervised and full offer them all.
         assert!(ToolPolicy::allow_all().permits_effect("shell.exec", ToolEffect::RunsProcesses));
+    }
+
+    #[test]
+    fn a_cap_only_ever_lowers_autonomy() {
+        let full = ToolPolicy::allow_all();
+        assert_eq!(
+            full.capped(Autonomy::Supervised).autonomy(),
+            Autonomy::Supervised
+        );
+        assert_eq!(
+            full.capped(Autonomy::ReadOnly).autonomy(),
+            Autonomy::ReadOnly
+        );
+        let read_only = full.capped(Autonomy::ReadOnly);
+        assert_eq!(
+            read_only.capped(Autonomy::Full).autonomy(),
+            Autonomy::ReadOnly
+        );
+        assert!(!read_only.permits_effect("shell.exec", ToolEffect::RunsProcesses));
+    }
+
+    #[test]
+    fn tool_output_needs_no_enabled_entry_but_can_be_denied() {
+        let narrow = ToolPolicy::new(
+            &ToolsConfig {
+                enabled: Some(vec!["file.read".to_owned()]),
+                ..ToolsConfig::default()
+            },
+            None,
+        );
+        assert!(narrow.allows("tool.output"));
+        assert!(!narrow.allows("agents.spawn"));
+        let denied = ToolPolicy::new(
+            &ToolsConfig {
+                deny: vec!["tool.*".to_owned()],
+                ..ToolsConfig::default()
+            },
+            None,
+        );
+        assert!(!denied.allows("tool.output"));
     }
 }

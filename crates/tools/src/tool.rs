@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::builtin::AgentHost;
 use crate::{Approver, DenyAll, GateObserver, Provenance, ToolCatalog, ToolError, ToolPolicy};
 
 /// What a tool call may use besides its arguments, and what its gate
@@ -37,6 +38,10 @@ pub struct ToolContext {
     /// The turn's tool offer, which `tools.search` extends; `None` outside
     /// a turn.
     pub catalog: Option<Arc<ToolCatalog>>,
+    /// The agent runtime, for the tools that reach other agents and
+    /// sessions (`agents.spawn`, `sessions.*`, `tool.output`); `None`
+    /// outside a turn.
+    pub host: Option<Arc<dyn AgentHost>>,
 }
 
 impl ToolContext {
@@ -56,6 +61,7 @@ impl ToolContext {
             observer: None,
             provenance: Arc::new(Provenance::new()),
             catalog: None,
+            host: None,
         }
     }
 }

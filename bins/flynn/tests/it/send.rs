@@ -120,6 +120,7 @@ async fn a_tool_round_trip_runs_shell_exec_and_returns_its_output() {
     assert_eq!(
         tools,
         [
+            "agents_spawn",
             "file_edit",
             "file_list",
             "file_read",
@@ -308,7 +309,7 @@ async fn model_flag_pins_a_model_and_json_names_it() {
     assert_eq!(
         stdout(&usage),
         format!(
-            "TIER      CALLS        INPUT       OUTPUT   COST (USD)\nfast          1 {:>12} {:>12}       0.0000\ntotal                                           0.0000\n(1 call(s) with no known price are not in the cost; set models.prices)\n",
+            "TIER     PURPOSE             CALLS        INPUT       OUTPUT   COST (USD)\nfast     conversation            1 {:>12} {:>12}       0.0000\ntotal                                                              0.0000\n(1 call(s) with no known price are not in the cost; set models.prices)\n",
             INPUT_TOKENS, OUTPUT_TOKENS
         )
     );

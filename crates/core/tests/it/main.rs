@@ -159,9 +159,10 @@ async fn an_enabled_pattern_that_matches_no_tool_is_refused_at_build() {
         .unwrap_err();
     assert_eq!(
         error.to_string(),
-        "tools.enabled: unknown tool(s) weather.*, file.raed (available: file.edit, file.list, \
-         file.read, file.search, file.write, process.kill, process.list, process.output, process.start, \
-         process.status, shell.exec, tools.search, web.fetch, web.search)"
+        "tools.enabled: unknown tool(s) weather.*, file.raed (available: agents.spawn, file.edit, \
+         file.list, file.read, file.search, file.write, process.kill, process.list, process.output, \
+         process.start, process.status, sessions.history, sessions.list, sessions.send, shell.exec, \
+         tool.output, tools.search, web.fetch, web.search)"
     );
 }
 

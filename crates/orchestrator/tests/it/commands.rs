@@ -16,7 +16,7 @@ async fn help_status_and_compact_answer_without_the_model() {
     insta::assert_snapshot!("status_after_one_turn", h.command(&k, "/status").await);
     assert_eq!(
         h.command(&k, "/compact").await,
-        "/compact is not available yet: compaction arrives in a later version. Nothing was changed."
+        "Nothing to compact: the conversation has no more than the last 4 turns, which are always kept."
     );
     assert_eq!(h.command(&k, "/cancel").await, "Nothing is running.");
     assert_eq!(model.requests().len(), 1);

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod commands;
+mod delegation;
 mod lanes;
 mod recovery;
 mod turns;
@@ -16,12 +17,14 @@ use flynn_models::{
     ClientInfo, Error as ModelError, ModelClient, ModelRequest, ModelResponse, ModelRouter,
     ModelStream, PriceTable, StopReason, StreamEvent,
 };
+use flynn_orchestrator::DelegationSettings;
 use flynn_orchestrator::{
     AgentEvent, Agents, EventStream, RuntimeParts, SessionManager, Submitted, TurnHandle,
     TurnRequest,
 };
 use flynn_protocol::config::{
-    AgentsConfig, Autonomy, ModelsConfig, ProviderKind, SessionsConfig, TiersConfig, ToolsConfig,
+    AgentsConfig, Autonomy, CompactionConfig, ModelsConfig, ProviderKind, SessionsConfig,
+    TiersConfig, ToolsConfig,
 };
 use flynn_protocol::{ContentBlock, Message, Role, RunState, SessionKey, TurnOutcome, Usage};
 use flynn_sessions::{SessionStore, SqliteStore};
@@ -179,6 +182,8 @@ pub struct Setup {
     pub tools: ToolsConfig,
     pub sessions: SessionsConfig,
     pub prices: PriceTable,
+    pub compaction: CompactionConfig,
+    pub memory_flush: Option<Arc<dyn flynn_context::MemoryFlush>>,
 }
 
 impl Default for Setup {
@@ -193,6 +198,8 @@ impl Default for Setup {
             },
             sessions: SessionsConfig::default(),
             prices: PriceTable::default(),
+            compaction: CompactionConfig::default(),
+            memory_flush: None,
         }
     }
 }
@@ -317,6 +324,12 @@ pub fn manager_with(
         prices: setup.prices,
         max_tokens: setup.models.max_tokens,
         sessions: setup.sessions,
+        delegation: DelegationSettings::from_agents(
+            &setup.agents,
+            setup.tools.summarise_over_bytes,
+        ),
+        compaction: setup.compaction,
+        memory_flush: setup.memory_flush,
     })
 }
 

@@ -1,11 +1,16 @@
 //! The tools Flynn ships with.
 
+mod agents;
 mod files;
 pub mod process;
 mod shell;
 mod tool_search;
 pub mod web;
 
+pub use agents::{
+    AgentHost, AgentsSpawn, SessionsHistory, SessionsList, SessionsSend, SpawnRequest, TOOL_OUTPUT,
+    ToolOutputRead, page,
+};
 pub use files::{FileEdit, FileList, FileRead, FileSearch, FileWrite};
 pub use process::{
     ProcessKill, ProcessList, ProcessManager, ProcessOutput, ProcessStart, ProcessStatusTool,
@@ -49,6 +54,11 @@ pub fn registry(config: &ToolsConfig) -> ToolRegistry {
         .register(ProcessKill::new(processes.clone()))
         .register(ProcessList::new(processes))
         .register(WebFetch::new(&config.web_fetch))
-        .register(WebSearch::new(&config.web_search));
+        .register(WebSearch::new(&config.web_search))
+        .register(AgentsSpawn)
+        .register(SessionsList)
+        .register(SessionsHistory)
+        .register(SessionsSend)
+        .register(ToolOutputRead);
     registry
 }

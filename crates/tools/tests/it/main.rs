@@ -73,6 +73,7 @@ pub async fn bwrap_runs() -> bool {
 
 /// Every built-in tool, sorted.
 pub const BUILTIN: &[&str] = &[
+    "agents.spawn",
     "file.edit",
     "file.list",
     "file.read",
@@ -83,7 +84,11 @@ pub const BUILTIN: &[&str] = &[
     "process.output",
     "process.start",
     "process.status",
+    "sessions.history",
+    "sessions.list",
+    "sessions.send",
     "shell.exec",
+    "tool.output",
     "tools.search",
     "web.fetch",
     "web.search",
@@ -186,7 +191,7 @@ async fn unknown_tools_and_bad_arguments_become_error_results() {
             .execute(&call("shell_exec", json!({})), &narrow)
             .await,
         err(
-            "unknown tool 'shell_exec' (available: file.edit, file.list, file.read, file.search, file.write, tools.search)"
+            "unknown tool 'shell_exec' (available: file.edit, file.list, file.read, file.search, file.write, tool.output, tools.search)"
         )
     );
 }

@@ -25,7 +25,7 @@ fn the_builtin_registry_holds_every_tool_whatever_is_enabled() {
     assert_eq!(registry.names().collect::<Vec<_>>(), BUILTIN);
     assert_eq!(
         names(&registry.specs_for(&ToolPolicy::new(&config, None))),
-        ["shell.exec", "tools.search"]
+        ["shell.exec", "tool.output", "tools.search"]
     );
 }
 
@@ -48,11 +48,16 @@ fn specs_for_lists_only_allowed_tools_sorted() {
     assert_eq!(
         names(&specs_for(&deny_shell)),
         [
+            "agents.spawn",
             "file.edit",
             "file.list",
             "file.read",
             "file.search",
             "file.write",
+            "sessions.history",
+            "sessions.list",
+            "sessions.send",
+            "tool.output",
             "tools.search",
             "web.fetch",
             "web.search"
@@ -62,7 +67,7 @@ fn specs_for_lists_only_allowed_tools_sorted() {
         profile: ToolProfile::Minimal,
         ..ToolsConfig::default()
     };
-    assert_eq!(names(&specs_for(&minimal)), ["tools.search"]);
+    assert_eq!(names(&specs_for(&minimal)), ["tool.output", "tools.search"]);
 }
 
 #[test]
@@ -160,6 +165,7 @@ fn tools_declare_their_effect_and_only_read_only_ones_run_in_parallel() {
     assert_eq!(
         declared,
         [
+            ("agents.spawn", ToolEffect::ReadOnly, true),
             ("file.edit", ToolEffect::WritesFiles, false),
             ("file.list", ToolEffect::ReadOnly, true),
             ("file.read", ToolEffect::ReadOnly, true),
@@ -170,7 +176,11 @@ fn tools_declare_their_effect_and_only_read_only_ones_run_in_parallel() {
             ("process.output", ToolEffect::ReadOnly, true),
             ("process.start", ToolEffect::RunsProcesses, false),
             ("process.status", ToolEffect::ReadOnly, true),
+            ("sessions.history", ToolEffect::ReadOnly, true),
+            ("sessions.list", ToolEffect::ReadOnly, true),
+            ("sessions.send", ToolEffect::SendsMessages, false),
             ("shell.exec", ToolEffect::RunsProcesses, false),
+            ("tool.output", ToolEffect::ReadOnly, true),
             ("tools.search", ToolEffect::ReadOnly, true),
             ("web.fetch", ToolEffect::Network, true),
             ("web.probe", ToolEffect::Network, true),

@@ -1,0 +1,223 @@
+//! Delegation: stateless model calls on the tier a purpose is configured
+//! for, costed to that tier and purpose.
+
+use std::sync::Arc;
+
+use flynn_models::{ModelRequest, ModelRouter, PriceTable};
+use flynn_protocol::config::{
+    AgentsConfig, DelegationConfig, FlynnConfig, ModelRef, SessionAccess, SubagentsConfig,
+};
+use flynn_protocol::{Message, Purpose, SessionKey, Tier, Usage};
+use flynn_sessions::{SessionStore, UsageRecord};
+use tokio_util::sync::CancellationToken;
+
+use crate::{Error, Result};
+
+/// What the runtime needs to know about delegation, sub-agents and
+/// escalation (`agents.*`), and about condensing long tool output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DelegationSettings {
+    pub tiers: DelegationConfig,
+    pub max_depth: u32,
+    pub auto_escalate: bool,
+    pub subagents: SubagentsConfig,
+    pub session_access: SessionAccess,
+    /// `tools.summarise_over_bytes`.
+    pub summarise_over_bytes: Option<usize>,
+}
+
+impl Default for DelegationSettings {
+    fn default() -> Self {
+        Self::from_agents(&AgentsConfig::default(), None)
+    }
+}
+
+impl DelegationSettings {
+    pub fn from_config(config: &FlynnConfig) -> Self {
+        Self::from_agents(&config.agents, config.tools.summarise_over_bytes)
+    }
+
+    pub fn from_agents(agents: &AgentsConfig, summarise_over_bytes: Option<usize>) -> Self {
+        DelegationSettings {
+            tiers: agents.delegation.clone(),
+            max_depth: agents.max_delegation_depth,
+            auto_escalate: agents.auto_escalate,
+            subagents: agents.subagents.clone(),
+            session_access: agents.session_access,
+            summarise_over_bytes,
+        }
+    }
+}
+
+/// One stateless task for a model: no session history, no tools.
+#[derive(Debug, Clone)]
+pub struct SubAgentRequest {
+    pub purpose: Purpose,
+    /// The tier to use; `agents.delegation`'s tier for the purpose when
+    /// `None` (the default tier for purposes without one).
+    pub tier: Option<Tier>,
+    /// Instructions for the task.
+    pub system: String,
+    /// The task.
+    pub message: String,
+    /// The longest answer wanted, in tokens; the runtime's limit when `None`.
+    pub max_tokens: Option<u32>,
+    /// The session the work is done for; its usage is recorded there.
+    pub session: SessionKey,
+    /// How deep in delegation the caller already is: 0 for a turn, 1 for a
+    /// sub-agent... The call itself is one deeper.
+    pub depth: u32,
+}
+
+impl SubAgentRequest {
+    pub fn new(
+        purpose: Purpose,
+        session: SessionKey,
+        system: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        SubAgentRequest {
+            purpose,
+            tier: None,
+            system: system.into(),
+            message: message.into(),
+            max_tokens: None,
+            session,
+            depth: 0,
+        }
+    }
+}
+
+/// What a delegated call answered, and what it cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubAgentResult {
+    pub content: String,
+    pub tier: Tier,
+    pub model: ModelRef,
+    pub usage: Usage,
+    /// USD; `None` when the model's price is unknown.
+    pub cost_usd: Option<f64>,
+}
+
+/// Runs background work on cheap tiers: every model call that is not a
+/// turn's own (compaction summaries, memory extraction, tool-output
+/// summaries, single-answer sub-agents) goes through
+/// [`delegate`](Self::delegate), which picks the purpose's tier
+/// (`agents.delegation`), enforces `agents.max_delegation_depth`, and
+/// records the usage under the tier and the purpose.
+#[derive(Clone)]
+pub struct AgentOrchestrator {
+    router: Arc<ModelRouter>,
+    store: Arc<dyn SessionStore>,
+    prices: PriceTable,
+    settings: DelegationSettings,
+    max_tokens: u32,
+}
+
+impl std::fmt::Debug for AgentOrchestrator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentOrchestrator")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentOrchestrator {
+    pub fn new(
+        router: Arc<ModelRouter>,
+        store: Arc<dyn SessionStore>,
+        prices: PriceTable,
+        settings: DelegationSettings,
+    ) -> Self {
+        let max_tokens = router.max_tokens();
+        AgentOrchestrator {
+            router,
+            store,
+            prices,
+            settings,
+            max_tokens,
+        }
+    }
+
+    pub fn settings(&self) -> &DelegationSettings {
+        &self.settings
+    }
+
+    pub fn router(&self) -> &Arc<ModelRouter> {
+        &self.router
+    }
+
+    /// The tier work of this purpose runs on.
+    pub fn tier_for(&self, purpose: Purpose) -> Tier {
+        self.settings.tiers.tier_for(purpose).unwrap_or_default()
+    }
+
+    /// Runs one stateless call and records its usage. Fails when the call
+    /// would nest deeper than `agents.max_delegation_depth`, when `cancel`
+    /// fires, or when every model of the tier fails.
+    pub async fn delegate(
+        &self,
+        request: SubAgentRequest,
+        cancel: &CancellationToken,
+    ) -> Result<SubAgentResult> {
+        let depth = request.depth + 1;
+        if depth > self.settings.max_depth {
+            return Err(Error::DelegationTooDeep {
+                depth,
+                max: self.settings.max_depth,
+            });
+        }
+        let tier = request
+            .tier
+            .unwrap_or_else(|| self.tier_for(request.purpose));
+        let call = ModelRequest {
+            model: String::new(),
+            system: Some(request.system),
+            messages: vec![Message::user(request.message)],
+            tools: Vec::new(),
+            max_tokens: request.max_tokens.unwrap_or(self.max_tokens),
+            temperature: None,
+        };
+        let routed = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(Error::Cancelled),
+            routed = self.router.stream(tier, call) => routed?,
+        };
+        let model = routed.model.clone();
+        let provider = model.provider().to_owned();
+        let response = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(Error::Cancelled),
+            response = flynn_models::drain(&provider, routed.stream) => response?,
+        };
+        let cost_usd = self
+            .prices
+            .cost(model.provider(), model.model(), &response.usage);
+        self.store
+            .record_usage(&UsageRecord {
+                session: request.session,
+                provider,
+                model: model.model().to_owned(),
+                tier,
+                purpose: request.purpose,
+                usage: response.usage,
+                cost_usd,
+            })
+            .await?;
+        tracing::debug!(
+            purpose = %request.purpose,
+            %tier,
+            %model,
+            input = response.usage.input_tokens,
+            output = response.usage.output_tokens,
+            "delegated call"
+        );
+        Ok(SubAgentResult {
+            content: response.message.text(),
+            tier,
+            model,
+            usage: response.usage,
+            cost_usd,
+        })
+    }
+}
