@@ -364,38 +364,47 @@ impl Compactor {
                 "the summariser's window of {window} tokens cannot hold its instructions, a {budget}-token summary and some conversation"
             ));
         }
-        let mut summary: Option<String> = earlier.map(str::to_owned);
+        // The last summary the summariser wrote (or the earlier one), and
+        // where the messages it does not cover start when extractive
+        // summaries took over after it: consecutive fallbacks make one
+        // extractive summary from there, rather than nesting them.
+        let mut good: Option<String> = earlier.map(str::to_owned);
+        let mut uncovered: Option<usize> = None;
+        let mut summary = good.clone();
         let mut start = 0;
         while start < messages.len() {
-            if !usable {
-                summary = Some(extractive(
-                    self.counter,
-                    summary.as_deref(),
-                    &messages[start..],
-                    &outcomes,
-                    budget,
-                ));
-                break;
-            }
-            let (end, input) = self.chunk(summary.as_deref(), &rendered, start, room);
-            out.chunks += 1;
-            out.sent_tokens += system_tokens + self.counter.count_text(&input);
-            let answer = self.call(&input, max_tokens, cancel).await?;
-            match answer.and_then(|answer| self.check(answer, budget)) {
-                Ok(answer) => summary = Some(answer),
-                Err(failure) => {
-                    tracing::warn!(reason = %failure.reason, "using an extractive summary instead of the summariser's");
-                    usable &= !failure.timed_out;
-                    out.fallback_reason.get_or_insert(failure.reason);
-                    summary = Some(extractive(
-                        self.counter,
-                        summary.as_deref(),
-                        &messages[start..end],
-                        &outcomes,
-                        budget,
-                    ));
+            let end = if usable {
+                let (end, input) = self.chunk(summary.as_deref(), &rendered, start, room);
+                out.chunks += 1;
+                out.sent_tokens += system_tokens + self.counter.count_text(&input);
+                let answer = self.call(&input, max_tokens, cancel).await?;
+                match answer.and_then(|answer| self.check(answer, budget)) {
+                    Ok(answer) => {
+                        good = Some(answer);
+                        summary.clone_from(&good);
+                        uncovered = None;
+                        start = end;
+                        continue;
+                    }
+                    Err(failure) => {
+                        tracing::warn!(reason = %failure.reason, "using an extractive summary instead of the summariser's");
+                        usable &= !failure.timed_out;
+                        out.fallback_reason.get_or_insert(failure.reason);
+                        end
+                    }
                 }
-            }
+            } else {
+                // The summariser is not called again: the rest at once.
+                messages.len()
+            };
+            let from = *uncovered.get_or_insert(start);
+            summary = Some(extractive(
+                self.counter,
+                good.as_deref(),
+                &messages[from..end],
+                &outcomes,
+                budget,
+            ));
             start = end;
         }
         out.text = summary.unwrap_or_default();
