@@ -285,7 +285,8 @@ impl Compactor {
             .and_then(summarised_count)
             .unwrap_or(fresh)
             + (cut - fresh);
-        let message = summary_message(represented, &summary.text);
+        let body = clean(&summary.text);
+        let message = summary_message(represented, &body);
 
         if let Some(flush) = &self.flush {
             let flushed = tokio::select! {
@@ -293,7 +294,7 @@ impl Compactor {
                 () = cancel.cancelled() => return Err(CompactionError::Cancelled),
                 flushed = tokio::time::timeout(
                     self.settings.timeout,
-                    flush.flush(key, compacted, &summary.text),
+                    flush.flush(key, compacted, &body),
                 ) => flushed,
             };
             match flushed {
@@ -531,9 +532,10 @@ fn render_for_summary(message: &Message) -> String {
     }
 }
 
-/// The stored summary message: a user message with one text block.
-fn summary_message(represented: usize, summary: &str) -> Message {
-    // Never nest headers, even when the summariser echoes one.
+/// A summary as it is stored: trimmed, without a header the summariser
+/// may have echoed, and without the prefix anywhere in it, so a stored
+/// summary never nests headers.
+fn clean(summary: &str) -> String {
     let mut body = summary.trim();
     while let Some(rest) = body.strip_prefix(SUMMARY_PREFIX) {
         body = rest
@@ -541,7 +543,12 @@ fn summary_message(represented: usize, summary: &str) -> Message {
             .map_or(rest, |(_, after)| after)
             .trim();
     }
-    let body = body.replace(SUMMARY_PREFIX, "[summary]");
+    body.replace(SUMMARY_PREFIX, "[summary]")
+}
+
+/// The stored summary message: a user message with one text block, the
+/// header and then `body` (see [`clean`]).
+fn summary_message(represented: usize, body: &str) -> Message {
     Message {
         role: Role::User,
         content: vec![ContentBlock::text(format!(
@@ -605,7 +612,7 @@ mod tests {
         );
         assert_eq!(summarised_count(&message), Some(12));
         // An echoed header is not nested.
-        let echoed = summary_message(20, &message.text());
+        let echoed = summary_message(20, &clean(&message.text()));
         assert_eq!(echoed.text().matches(SUMMARY_PREFIX).count(), 1);
         assert_eq!(
             summary_body(&echoed).as_deref(),

@@ -133,8 +133,16 @@ async fn a_tool_call_is_never_separated_from_its_result() {
     all.push(Message::assistant("The logs are collected."));
     assert!(paired(&all));
 
+    // The last turn starts at "hurry up" (10), inside the exchange of "w"
+    // (9 to 11): keeping one turn moves the cut back to the turn before.
+    let store = store_with(&all).await;
+    let compactor1 = compactor(settings(1), Scripted::new(100_000, vec![]));
+    let report = compact(&compactor1, &store, HUGE).await.unwrap();
+    assert_eq!(report.replaced, 8);
+    assert_eq!(history(&store).await[1..], all[8..]);
+
     let mut cuts = Vec::new();
-    for window in (300..=6_000).step_by(100) {
+    for window in (300..=6_000).step_by(50) {
         let store = store_with(&all).await;
         let compactor = compactor(settings(4), Scripted::new(100_000, vec![]));
         let budget = Budget {

@@ -102,11 +102,12 @@ pub fn turn(n: usize, calls: usize, pad: usize) -> Vec<Message> {
 pub enum Step {
     Answer(String),
     Fail(String),
-    /// Never answers.
+    /// Does not answer for a day (the paused clock gets there at once
+    /// when nothing times the call out), then fails.
     Hang,
     /// Appends messages to the store, then answers.
     Append(Arc<TestStore>, Vec<Message>, String),
-    /// Fires the token, then never answers.
+    /// Fires the token, then hangs as [`Step::Hang`] does.
     Cancel(CancellationToken),
 }
 
@@ -162,14 +163,14 @@ impl Summariser for Scripted {
             None => Ok(format!("summary {n}")),
             Some(Step::Answer(answer)) => Ok(answer),
             Some(Step::Fail(error)) => Err(error),
-            Some(Step::Hang) => std::future::pending().await,
+            Some(Step::Hang) => hang().await,
             Some(Step::Append(store, messages, answer)) => {
                 store.append(&key(), &messages).await.unwrap();
                 Ok(answer)
             }
             Some(Step::Cancel(token)) => {
                 token.cancel();
-                std::future::pending().await
+                hang().await
             }
         }
     }
@@ -177,6 +178,14 @@ impl Summariser for Scripted {
     fn window_tokens(&self) -> usize {
         self.window
     }
+}
+
+/// Waits a day, then fails: with the clock paused, a test whose code
+/// under test forgot a timeout or a cancellation sees this error rather
+/// than hanging.
+async fn hang() -> Result<String, String> {
+    tokio::time::sleep(Duration::from_secs(24 * 3_600)).await;
+    Err("still waiting after a day".into())
 }
 
 pub fn settings(keep_turns: usize) -> CompactionSettings {

@@ -2,6 +2,7 @@
 //! memory flush, cancellation, and compacting again.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use flynn_context::{CompactionError, MemoryFlush, SUMMARY_PREFIX, is_summary};
@@ -108,13 +109,14 @@ async fn the_memory_flush_sees_the_compacted_messages_before_they_go() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn cancelling_while_summarising_leaves_the_history_unchanged() {
     let all: Vec<Message> = (0..6).flat_map(|n| turn(n, 1, 40)).collect();
     let store = store_with(&all).await;
     let cancel = CancellationToken::new();
     let summariser = Scripted::new(100_000, vec![Step::Cancel(cancel.clone())]);
     let compactor = compactor(settings(2), summariser.clone());
+    let started = tokio::time::Instant::now();
     let outcome = compactor
         .compact(&*store, &key(), HUGE, true, &cancel)
         .await;
@@ -122,6 +124,8 @@ async fn cancelling_while_summarising_leaves_the_history_unchanged() {
         matches!(outcome, Err(CompactionError::Cancelled)),
         "{outcome:?}"
     );
+    // At once, not when the summariser's timeout ran out.
+    assert_eq!(started.elapsed(), Duration::ZERO);
     assert_eq!(summariser.calls().len(), 1);
     assert_eq!(history(&store).await, all);
     // A token cancelled before the start stops it before it reads anything.
@@ -179,4 +183,10 @@ async fn compacting_twice_folds_the_first_summary_into_the_second() {
     );
     assert!(!second.contains(SUMMARY_PREFIX), "{second}");
     assert!(!second.contains("question 3"), "{second}");
+
+    // Right after, only the summary is older than the kept turns: nothing
+    // to do, and the summariser is not asked to summarise its own summary.
+    assert_eq!(compact(&compactor, &store, HUGE).await, None);
+    assert_eq!(summariser.calls().len(), 2);
+    assert_eq!(history(&store).await, after);
 }
