@@ -91,6 +91,11 @@ pub(crate) fn extractive(
         .filter(|summary| !summary.is_empty())
         .map(|summary| {
             let prefix = "Summary so far: ";
+            // An extractive summary of an extractive summary says so once.
+            let mut summary = summary;
+            while let Some(rest) = summary.strip_prefix(prefix.trim_end()) {
+                summary = rest.trim_start();
+            }
             let room = (budget / 2).saturating_sub(counter.count_text(prefix));
             format!("{prefix}{}", clip_tokens(counter, summary, room))
         });

@@ -11,8 +11,8 @@ use std::future::Future;
 use async_trait::async_trait;
 use flynn_protocol::{ContentBlock, Message, SessionKey, Tier, TurnId};
 use flynn_sessions::{
-    Result, SessionInfo, SessionMeta, SessionStore, SqliteStore, StoredMessage, TurnOrigin,
-    TurnRecord, TurnStatus, UsageRecord, UsageTotal,
+    Result, SessionInfo, SessionMeta, SessionStore, SqliteStore, StoredMessage, ToolOutput,
+    TurnOrigin, TurnRecord, TurnStatus, UsageLine, UsageRecord, UsageTotal,
 };
 use tokio::runtime::Runtime;
 
@@ -161,6 +161,24 @@ impl SessionStore for TestStore {
     async fn usage_by_tier(&self, session: Option<&SessionKey>) -> Result<Vec<(Tier, UsageTotal)>> {
         let session = session.cloned();
         self.run(|s| async move { s.usage_by_tier(session.as_ref()).await })
+            .await
+    }
+
+    async fn usage_by_purpose(&self, session: Option<&SessionKey>) -> Result<Vec<UsageLine>> {
+        let session = session.cloned();
+        self.run(|s| async move { s.usage_by_purpose(session.as_ref()).await })
+            .await
+    }
+
+    async fn put_tool_output(&self, key: &SessionKey, output: &ToolOutput) -> Result<()> {
+        let (key, output) = (key.clone(), output.clone());
+        self.run(|s| async move { s.put_tool_output(&key, &output).await })
+            .await
+    }
+
+    async fn tool_output(&self, key: &SessionKey, call_id: &str) -> Result<Option<ToolOutput>> {
+        let (key, call_id) = (key.clone(), call_id.to_owned());
+        self.run(|s| async move { s.tool_output(&key, &call_id).await })
             .await
     }
 
