@@ -61,7 +61,15 @@ pub fn run(args: &[String]) -> Result<()> {
         bail!("cargo bench -p flynn-models failed ({status})");
     }
     let status = Command::new(&cargo)
-        .args(["bench", "-p", "flynn-orchestrator", "--bench", "runtime"])
+        .args([
+            "bench",
+            "-p",
+            "flynn-orchestrator",
+            "--bench",
+            "runtime",
+            "--bench",
+            "compaction",
+        ])
         .current_dir(&root)
         .status()
         .context("running cargo bench")?;
@@ -87,9 +95,14 @@ pub fn run(args: &[String]) -> Result<()> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| root.join("target"), std::path::PathBuf::from);
     let micro = micro_results(&target.join("criterion"))?;
+    let compaction: Value = serde_json::from_str(
+        &std::fs::read_to_string(target.join("criterion/flynn-compaction.json"))
+            .context("reading the compaction benchmark's counts")?,
+    )?;
 
     let mut markdown = render(&results, &machine());
     markdown.push_str(&render_micro(&micro));
+    markdown.push_str(&render_compaction(&compaction, &micro));
     std::fs::write(root.join("docs/benchmarks.md"), &markdown)?;
     print!("{markdown}");
     Ok(())
@@ -117,6 +130,7 @@ const MICRO: &[&str] = &[
     "cancel/tool_process",
     "tools/executor_call",
     "web_fetch_extract/markdown_1mb_article",
+    "compaction/history_200k_tokens",
 ];
 
 fn micro_results(criterion: &std::path::Path) -> Result<Vec<Micro>> {
@@ -210,6 +224,37 @@ fn render_micro(micro: &[Micro]) -> String {
                 "\nCancel to turn end, {what}: {ms:.3} ms; target within 100 ms: {verdict}."
             );
         }
+    }
+    md
+}
+
+/// Compaction of a long history, and what background work costs in a long
+/// conversation (see `crates/orchestrator/benches/compaction.rs`).
+fn render_compaction(counts: &Value, micro: &[Micro]) -> String {
+    let n = |key: &str| counts[key].as_u64().unwrap_or(0);
+    let mut md = String::from("\n## Compaction and delegation\n");
+    if let Some(m) = micro
+        .iter()
+        .find(|m| m.id == "compaction/history_200k_tokens")
+    {
+        let _ = writeln!(
+            md,
+            "\nCompacting a {}-token history (500 exchanges with tool calls) at 80% of the window, with a summariser that answers at once: {:.1} ms of Flynn's own work (split, render, {} summariser calls, store); {} tokens sent to the summariser; about {} tokens left in the prompt.",
+            n("history_tokens"),
+            m.median_ns / 1e6,
+            n("summariser_calls"),
+            n("summariser_tokens"),
+            n("tokens_after"),
+        );
+    }
+    let (fast, all) = (n("fast_tokens"), n("all_tokens"));
+    if all > 0 {
+        let share = fast as f64 * 100.0 / all as f64;
+        let _ = writeln!(
+            md,
+            "\nA {}-turn conversation on a 16k-token default model, compacting on the fast tier: {fast} of {all} tokens billed ({share:.1}%) went to the fast tier.",
+            n("conversation_turns"),
+        );
     }
     md
 }
