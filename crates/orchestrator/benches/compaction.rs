@@ -115,7 +115,8 @@ fn compaction(c: &mut Criterion, stats: &mut serde_json::Map<String, serde_json:
     stats.insert("tokens_after".into(), json!(report.tokens_after));
 
     let mut n = 0;
-    c.bench_function("compaction/history_200k_tokens", |b| {
+    let mut group = c.benchmark_group("compaction");
+    group.bench_function("history_200k_tokens", |b| {
         b.iter_batched(
             || {
                 n += 1;
@@ -127,6 +128,7 @@ fn compaction(c: &mut Criterion, stats: &mut serde_json::Map<String, serde_json:
             BatchSize::PerIteration,
         );
     });
+    group.finish();
 }
 
 /// A model that bills what it is sent (estimated) and answers with about

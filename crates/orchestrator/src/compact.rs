@@ -152,14 +152,14 @@ pub(crate) async fn force(
 }
 
 /// One line saying what was compacted.
-pub(crate) fn describe(report: &CompactionReport, keep_turns: u32) -> String {
+pub(crate) fn describe(report: &CompactionReport) -> String {
     let how = match &report.fallback_reason {
         Some(reason) if report.fallback => format!("an extractive summary ({reason})"),
         _ if report.fallback => "an extractive summary".to_owned(),
         _ => "a summary".to_owned(),
     };
     format!(
-        "Compacted {} older messages into {how}: about {} tokens before, {} after; the last {keep_turns} turns are kept word for word.",
+        "Compacted {} older messages into {how}: about {} tokens before, {} after; the most recent turns are kept word for word.",
         report.replaced, report.tokens_before, report.tokens_after
     )
 }
