@@ -545,7 +545,7 @@ impl Lane {
         match compact::force(&self.shared, &self.key, &model, overhead).await? {
             Some(report) => {
                 self.publish(None, compact::event(&report));
-                Ok(compact::describe(\&report))
+                Ok(compact::describe(&report))
             }
             None => Ok(format!(
                 "Nothing to compact: the conversation has no more than the last {} turns, which are always kept.",
