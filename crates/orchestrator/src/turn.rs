@@ -157,35 +157,27 @@ async fn body(job: &TurnJob) -> Result<TurnOutcome> {
         for _ in 0..iterations {
             let tools = catalog.offered();
             compact_if_needed(job, &route, &system, &tools, &mut history, false).await?;
-            let request = ModelRequest {
+            let request = |messages: Vec<Message>, tools: Vec<ToolSpec>| ModelRequest {
                 model: String::new(),
                 system: Some(system.clone()),
-                messages: history.clone(),
+                messages,
                 // Tools found with `tools.search` join the offer.
                 tools,
                 max_tokens: shared.max_tokens,
                 temperature: None,
             };
-            let step = match call_model(job, &route, request.clone()).await {
+            let step = match call_model(job, &route, request(history.clone(), tools.clone())).await
+            {
                 Err(Error::Model(error)) if error.is_context_overflow() => {
                     // The window was smaller than thought (or the estimate
                     // low): compact now and try once more.
                     tracing::info!(session = %key, %error, "context overflow; compacting and retrying");
                     let compacted =
-                        compact_if_needed(job, &route, &system, &request.tools, &mut history, true)
-                            .await?;
+                        compact_if_needed(job, &route, &system, &tools, &mut history, true).await?;
                     if !compacted {
                         return Err(Error::Model(error));
                     }
-                    call_model(
-                        job,
-                        &route,
-                        ModelRequest {
-                            messages: history.clone(),
-                            ..request
-                        },
-                    )
-                    .await?
+                    call_model(job, &route, request(history.clone(), tools)).await?
                 }
                 other => other?,
             };
