@@ -15,10 +15,17 @@ use crate::{Tool, ToolPolicy, ToolRegistry};
 pub const TOOL_SEARCH: &str = "tools.search";
 
 /// Tools deferred when `tools.deferred` is not set: background processes,
-/// the searches and other sessions, which a turn uses only now and then.
+/// the searches, other sessions and sub-agents, which a turn uses only now
+/// and then.
 /// (`tool.output` is never offered until a turn has an output to read
 /// back: see [`ToolCatalog::reveal`].)
-pub const DEFAULT_DEFERRED: &[&str] = &["process.*", "file.search", "web.search", "sessions.*"];
+pub const DEFAULT_DEFERRED: &[&str] = &[
+    "process.*",
+    "file.search",
+    "web.search",
+    "sessions.*",
+    "agents.*",
+];
 
 /// One turn's view of the registry: the agent's policy, the deferred
 /// tools, and which of them the model has found so far.

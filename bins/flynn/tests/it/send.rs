@@ -120,7 +120,6 @@ async fn a_tool_round_trip_runs_shell_exec_and_returns_its_output() {
     assert_eq!(
         tools,
         [
-            "agents_spawn",
             "file_edit",
             "file_list",
             "file_read",

@@ -91,9 +91,14 @@ async fn a_turn_compacts_once_the_prompt_reaches_the_threshold_and_not_before() 
     let history = h.history(&k).await;
     assert!(is_summary(&history[0]), "{:?}", history[0]);
     assert_eq!(history.iter().filter(|m| is_summary(m)).count(), 1);
-    // The last turns are whole: the newest message and its echo.
-    let last = history.last().unwrap();
-    assert!(last.text().starts_with("re: m11 "), "{}", last.text());
+    // The newest turn is whole: the message as sent, then its answer.
+    let n = history.len();
+    assert_eq!(history[n - 2], Message::user(words(300, "m11")));
+    assert!(
+        history[n - 1].text().starts_with("re: "),
+        "{}",
+        history[n - 1].text()
+    );
     let usage = h.store.usage_by_purpose(Some(&k)).await.unwrap();
     assert!(
         usage

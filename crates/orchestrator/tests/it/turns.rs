@@ -70,7 +70,6 @@ async fn a_plain_answer_streams_and_is_stored_with_its_turn() {
     assert_eq!(
         tools,
         [
-            "agents.spawn",
             "file.edit",
             "file.list",
             "file.read",
@@ -436,7 +435,6 @@ async fn routes_pick_the_agent_whose_tier_tools_and_prompt_the_turn_uses() {
     assert_eq!(
         names(&coder[0]),
         [
-            "agents.spawn",
             "file.edit",
             "file.list",
             "file.read",
@@ -671,7 +669,6 @@ async fn a_provider_override_changes_the_tools_its_models_are_offered() {
     assert_eq!(
         names,
         [
-            "agents.spawn",
             "file.edit",
             "file.list",
             "file.read",
