@@ -1,0 +1,41 @@
+//! Gemini embeddings (being written).
+
+use async_trait::async_trait;
+
+use super::{EmbedError, EmbedInput, Embedder, HttpSettings};
+
+#[derive(Debug)]
+pub struct GeminiEmbedder {
+    settings: HttpSettings,
+    id: String,
+}
+
+impl GeminiEmbedder {
+    pub fn new(settings: HttpSettings) -> Result<Self, EmbedError> {
+        Err(EmbedError::Config(format!(
+            "gemini embeddings are not available yet ({})",
+            settings.id("gemini")
+        )))
+    }
+}
+
+#[async_trait]
+impl Embedder for GeminiEmbedder {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn batch_size(&self) -> usize {
+        self.settings.batch_size
+    }
+
+    async fn embed(
+        &self,
+        _texts: &[String],
+        _input: EmbedInput,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Err(EmbedError::Config(
+            "gemini embeddings are not available yet".to_owned(),
+        ))
+    }
+}

@@ -1,0 +1,89 @@
+//! OpenAI's `POST /v1/embeddings`, which compatible servers (vLLM,
+//! llama.cpp, LM Studio, OpenRouter, Ollama's `/v1`) speak too.
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{EmbedError, EmbedInput, Embedder, HttpSettings, check_vectors};
+use crate::http;
+
+const SERVICE: &str = "openai";
+
+/// Embeds through an OpenAI-compatible `/embeddings` endpoint.
+#[derive(Debug)]
+pub struct OpenAiEmbedder {
+    settings: HttpSettings,
+    id: String,
+    client: reqwest::Client,
+}
+
+impl OpenAiEmbedder {
+    /// `settings.base_url` ends where OpenAI's does, in `/v1`.
+    pub fn new(settings: HttpSettings) -> Result<Self, EmbedError> {
+        Ok(OpenAiEmbedder {
+            id: settings.id(SERVICE),
+            client: http::client(SERVICE, settings.timeout)?,
+            settings,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct Response {
+    data: Vec<Item>,
+}
+
+#[derive(Deserialize)]
+struct Item {
+    embedding: Vec<f32>,
+    index: usize,
+}
+
+#[async_trait]
+impl Embedder for OpenAiEmbedder {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn batch_size(&self) -> usize {
+        self.settings.batch_size
+    }
+
+    async fn embed(
+        &self,
+        texts: &[String],
+        _input: EmbedInput,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut body = json!({
+            "model": self.settings.model,
+            "input": texts,
+            "encoding_format": "float",
+        });
+        if let Some(dimensions) = self.settings.dimensions {
+            body["dimensions"] = Value::from(dimensions);
+        }
+        let mut request = self
+            .client
+            .post(self.settings.url("/embeddings"))
+            .json(&body);
+        if let Some(key) = &self.settings.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response: Response = http::send(SERVICE, request).await?;
+        let mut data = response.data;
+        data.sort_by_key(|item| item.index);
+        if data.iter().enumerate().any(|(i, item)| item.index != i) {
+            return Err(EmbedError::Decode {
+                service: SERVICE,
+                message: "the answer's indexes do not match the texts sent".to_owned(),
+            });
+        }
+        let vectors: Vec<Vec<f32>> = data.into_iter().map(|item| item.embedding).collect();
+        check_vectors(SERVICE, &vectors, texts.len())?;
+        Ok(vectors)
+    }
+}

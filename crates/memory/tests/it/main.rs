@@ -1,0 +1,1 @@
+//! flynn-memory's integration tests.
