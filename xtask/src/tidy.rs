@@ -52,7 +52,56 @@ pub fn check_workspace(root: &Path) -> Result<Vec<String>> {
         .context("reading docs/ARCHITECTURE.md")?;
     let layers = parse_layers(&architecture)?;
     let packages = load_packages(root)?;
-    Ok(check(&layers, &packages))
+    let mut problems = check(&layers, &packages);
+    problems.extend(check_unsafe(root)?);
+    Ok(problems)
+}
+
+/// The only files allowed to opt out of the workspace's `unsafe_code =
+/// "deny"`, and why. Everything else stays safe Rust.
+pub const UNSAFE_ALLOWED: &[(&str, &str)] = &[(
+    "crates/memory/src/vector.rs",
+    "registers sqlite-vec's C entry point with SQLite",
+)];
+
+/// Fails on `allow(unsafe_code)` (or `expect`) outside [`UNSAFE_ALLOWED`].
+fn check_unsafe(root: &Path) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let mut pending = vec![root.join("crates"), root.join("bins"), root.join("xtask")];
+    while let Some(dir) = pending.pop() {
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
+        {
+            let path = entry?.path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path)?;
+            let relative = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .replace('\\', "/");
+            problems.extend(unsafe_problems(&relative, &text));
+        }
+    }
+    Ok(problems)
+}
+
+/// What [`check_unsafe`] says of one file.
+pub fn unsafe_problems(relative: &str, text: &str) -> Option<String> {
+    let opts_out = text.lines().any(|line| {
+        let line = line.replace(' ', "");
+        (line.starts_with("#[") || line.starts_with("#!["))
+            && (line.contains("allow(unsafe_code") || line.contains("expect(unsafe_code"))
+    });
+    (opts_out && !UNSAFE_ALLOWED.iter().any(|(file, _)| *file == relative)).then(|| {
+        format!("{relative}: allows unsafe code; only the files in xtask's UNSAFE_ALLOWED may")
+    })
 }
 
 /// Reads the layer table: rows `| <layer> | `crate` ... |` where layer is a
@@ -229,6 +278,24 @@ fn has_workspace_lints(manifest: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unsafe_code_is_allowed_only_where_listed() {
+        let opt_out = "fn f() {\n#[allow(unsafe_code)]\nunsafe {}\n}";
+        assert_eq!(
+            unsafe_problems("crates/memory/src/vector.rs", opt_out),
+            None
+        );
+        let problem = unsafe_problems("crates/tools/src/lib.rs", opt_out);
+        assert!(problem.is_some_and(|p| p.contains("crates/tools/src/lib.rs")));
+        assert_eq!(
+            unsafe_problems(
+                "crates/tools/src/lib.rs",
+                "// allow(unsafe_code) is not used here"
+            ),
+            None
+        );
+    }
 
     const TABLE: &str = "
 | layer | crate | owns |

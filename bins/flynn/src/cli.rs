@@ -24,6 +24,51 @@ pub enum Command {
     Usage(UsageArgs),
     /// Which OS sandbox shell and process tools run in, and why.
     Sandbox(SandboxArgs),
+    /// Memory files and their search index.
+    Memory(MemoryArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MemoryArgs {
+    #[command(subcommand)]
+    pub command: MemoryCommand,
+    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MemoryCommand {
+    /// Where memory lives, what the index holds, and how search ranks.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Search every memory file: file, line and a snippet per hit.
+    Search {
+        /// What to look for.
+        query: String,
+        /// Hits shown at most.
+        #[arg(long, default_value_t = 8)]
+        limit: usize,
+        /// Keywords (BM25) only, even with an embedder.
+        #[arg(long)]
+        keywords: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rebuild the search index from the memory files.
+    Reindex {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print one memory file: user, global, daily, sessions/<id>, or a path.
+    Show {
+        namespace: String,
+        /// The conversation `session` stands for.
+        #[arg(long)]
+        session: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -27,6 +27,7 @@ mod approve;
 mod cli;
 mod config_cmd;
 mod exit;
+mod memory;
 mod sandbox;
 mod send;
 mod sessions;
@@ -71,6 +72,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Config(args) => config_cmd::run(args),
         Command::Usage(args) => sessions::usage(args).await,
         Command::Sandbox(args) => sandbox::run(args).await,
+        Command::Memory(args) => memory::run(args).await,
     }
 }
 

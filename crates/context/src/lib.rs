@@ -19,7 +19,7 @@ use std::collections::HashSet;
 
 pub use compaction::{
     Budget, COMPACTION_PROMPT, CompactionReport, CompactionSettings, Compactor, MemoryFlush,
-    SUMMARY_PREFIX, Summariser, is_summary,
+    SUMMARY_PREFIX, Summariser, is_summary, render_message,
 };
 pub use error::CompactionError;
 

@@ -1,11 +1,12 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use flynn_context::MemoryFlush;
+use flynn_memory::Memory;
 use flynn_models::{ModelRouter, PriceTable};
 use flynn_orchestrator::{
-    Agents, DelegationSettings, EventStream, PromptSlot, RuntimeParts, SessionManager, Submitted,
-    TurnRequest,
+    Agents, DelegationSettings, EventStream, MemoryRuntime, PromptSlot, RuntimeParts,
+    SessionManager, Submitted, TurnRequest,
 };
 use flynn_protocol::config::FlynnConfig;
 use flynn_protocol::{AgentEvent, RunState, SessionKey, TurnOutcome};
@@ -26,6 +27,7 @@ pub struct FlynnBuilder {
     slots: Vec<Arc<dyn PromptSlot>>,
     store: Option<Arc<dyn SessionStore>>,
     memory_flush: Option<Arc<dyn MemoryFlush>>,
+    memory: Option<Memory>,
 }
 
 impl std::fmt::Debug for FlynnBuilder {
@@ -93,6 +95,13 @@ impl FlynnBuilder {
         self
     }
 
+    /// Uses this memory instead of opening the configured one
+    /// (`memory.dir`, `memory.index`, `memory.embeddings`).
+    pub fn memory(mut self, memory: Memory) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
     /// Composes the runtime. Refuses a config it cannot run (unknown
     /// providers or agents, a tools policy naming no tool) before anything
     /// is opened or stored.
@@ -100,7 +109,25 @@ impl FlynnBuilder {
         let config = self.config;
         let router = ModelRouter::from_config(&config.providers, &config.models)?;
 
+        let memory = match self.memory {
+            Some(memory) if config.memory.enabled => Some(memory),
+            Some(_) => None,
+            None => open_memory(&config, self.home.as_deref()).await?,
+        };
+        let memory = memory.map(|memory| MemoryRuntime {
+            memory,
+            auto_extract: config.memory.auto_extract,
+            max_context_tokens: usize::try_from(config.memory.max_context_tokens)
+                .unwrap_or(usize::MAX),
+            context_hits: usize::try_from(config.memory.context_hits).unwrap_or(usize::MAX),
+        });
+
         let mut registry = flynn_tools::builtin::registry(&config.tools);
+        if let Some(memory) = &memory {
+            for tool in memory.tools() {
+                registry.register_dyn(tool);
+            }
+        }
         for tool in self.tools {
             registry.register_dyn(tool);
         }
@@ -156,6 +183,9 @@ impl FlynnBuilder {
             })?,
         };
         let mut agents = Agents::from_config(&config.agents, &config.tools, &workspace)?;
+        if let Some(memory) = &memory {
+            agents.add_slot(memory.slot());
+        }
         for slot in self.slots {
             agents.add_slot(slot);
         }
@@ -186,8 +216,12 @@ impl FlynnBuilder {
             delegation: DelegationSettings::from_config(&config),
             compaction: config.compaction.clone(),
             memory_flush: self.memory_flush,
+            memory: memory.clone(),
         });
-        Ok(Flynn { manager })
+        Ok(Flynn {
+            manager,
+            memory: memory.map(|m| m.memory),
+        })
     }
 }
 
@@ -196,6 +230,7 @@ impl FlynnBuilder {
 #[derive(Debug, Clone)]
 pub struct Flynn {
     manager: SessionManager,
+    memory: Option<Memory>,
 }
 
 impl Flynn {
@@ -336,4 +371,41 @@ impl Flynn {
     pub fn manager(&self) -> &SessionManager {
         &self.manager
     }
+
+    /// The memory files and their index; `None` when `memory.enabled` is
+    /// off or there is no place for them.
+    pub fn memory(&self) -> Option<&Memory> {
+        self.memory.as_ref()
+    }
+}
+
+/// Opens the configured memory: `memory.dir` (else `<home>/memory`),
+/// indexed at `memory.index` (else `<home>/memory-index.db`) with the
+/// configured embedder. `None` when memory is off, or when there is
+/// neither a home nor a `memory.dir`.
+pub async fn open_memory(config: &FlynnConfig, home: Option<&Path>) -> Result<Option<Memory>> {
+    let settings = &config.memory;
+    if !settings.enabled {
+        return Ok(None);
+    }
+    let Some(dir) = settings
+        .dir
+        .clone()
+        .or_else(|| home.map(|h| h.join("memory")))
+    else {
+        return Ok(None);
+    };
+    let index = match (&settings.index, home) {
+        (Some(index), _) => index.clone(),
+        (None, Some(home)) => home.join("memory-index.db"),
+        (None, None) => dir.join(".index.db"),
+    };
+    let embedder = match &settings.embeddings {
+        Some(embeddings) => Some(
+            flynn_memory::embed::from_config(embeddings, &config.providers)
+                .map_err(flynn_memory::Error::from)?,
+        ),
+        None => None,
+    };
+    Ok(Some(Memory::open(dir, &index, embedder).await?))
 }

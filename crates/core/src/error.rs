@@ -12,6 +12,9 @@ pub enum Error {
     /// The session store could not be opened.
     #[error(transparent)]
     Storage(#[from] flynn_sessions::Error),
+    /// Memory files or their index could not be opened.
+    #[error(transparent)]
+    Memory(#[from] flynn_memory::Error),
     /// A message was refused, or its turn failed.
     #[error(transparent)]
     Turn(#[from] flynn_orchestrator::Error),
@@ -27,6 +30,10 @@ impl Error {
             Error::Model(error) if error.is_config() => ErrorCode::Config,
             Error::Model(_) => ErrorCode::Provider,
             Error::Storage(_) => ErrorCode::Storage,
+            Error::Memory(flynn_memory::Error::Embed(flynn_memory::EmbedError::Config(_))) => {
+                ErrorCode::Config
+            }
+            Error::Memory(_) => ErrorCode::Storage,
             Error::Turn(error) => error.code(),
         }
     }

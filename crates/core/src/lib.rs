@@ -27,17 +27,20 @@
 mod builder;
 mod error;
 
-pub use builder::{Flynn, FlynnBuilder};
+pub use builder::{Flynn, FlynnBuilder, open_memory};
 pub use error::{Error, Result};
 
 pub use flynn_config as config;
 pub use flynn_context as context;
 pub use flynn_context::MemoryFlush;
+pub use flynn_memory as memory;
+pub use flynn_memory::Memory;
 pub use flynn_models as models;
+pub use flynn_orchestrator::memory::render_hits as render_memory_hits;
 pub use flynn_orchestrator::{
-    AgentOrchestrator, AgentProfile, Agents, DEFAULT_SYSTEM_PROMPT, EventStream, PromptContext,
-    PromptSlot, SessionManager, SubAgentRequest, SubAgentResult, Submitted, TurnHandle,
-    TurnRequest,
+    AgentOrchestrator, AgentProfile, Agents, DEFAULT_SYSTEM_PROMPT, EventStream, MemoryRuntime,
+    PromptContext, PromptSlot, SessionManager, SubAgentRequest, SubAgentResult, Submitted,
+    TurnHandle, TurnRequest,
 };
 pub use flynn_protocol as protocol;
 pub use flynn_protocol::config::FlynnConfig;

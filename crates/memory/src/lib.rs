@@ -3,8 +3,200 @@
 //! search index in SQLite rebuilt from them (FTS5 keyword ranking plus
 //! sqlite-vec similarity, merged by reciprocal rank fusion), and the
 //! embedders that feed it.
+//!
+//! [`Memory`] puts the pieces together: it syncs the index before every
+//! search, so edits a person makes with an editor are found at once.
 
+pub mod chunk;
 pub mod embed;
+mod error;
 mod http;
+pub mod index;
+pub mod namespace;
+pub mod store;
+pub mod vector;
+
+use std::path::PathBuf;
+use std::sync::Arc;
 
 pub use embed::{EmbedError, EmbedInput, Embedder, HttpSettings};
+pub use error::{Error, Result};
+pub use index::{Hit, IndexStatus, MemoryIndex, SearchMode, SearchOptions, SyncReport};
+pub use namespace::{Namespace, Scope};
+pub use store::{FileEntry, MemoryFile, MemoryStore, WriteMode, Written, version_of};
+
+/// Heading of the system prompt section memory fills.
+pub const CONTEXT_HEADING: &str = "[Memory Context]";
+
+/// The memory files and their index.
+#[derive(Debug, Clone)]
+pub struct Memory {
+    store: MemoryStore,
+    index: Arc<MemoryIndex>,
+}
+
+/// Counts tokens the way the caller's model does.
+pub type TokenCount<'a> = &'a (dyn Fn(&str) -> usize + Sync);
+
+impl Memory {
+    /// Memory in `dir`, indexed at `index` with `embedder` (none: keyword
+    /// search only).
+    pub async fn open(
+        dir: impl Into<PathBuf>,
+        index: &std::path::Path,
+        embedder: Option<Arc<dyn Embedder>>,
+    ) -> Result<Self> {
+        Ok(Memory {
+            store: MemoryStore::new(dir),
+            index: Arc::new(MemoryIndex::open(index, embedder).await?),
+        })
+    }
+
+    pub fn store(&self) -> &MemoryStore {
+        &self.store
+    }
+
+    pub fn index(&self) -> &MemoryIndex {
+        &self.index
+    }
+
+    /// Brings the index up to date with the files.
+    pub async fn sync(&self) -> Result<SyncReport> {
+        self.index.sync(&self.store).await
+    }
+
+    /// Rebuilds the index from the files.
+    pub async fn reindex(&self) -> Result<SyncReport> {
+        self.index.reindex(&self.store).await
+    }
+
+    /// Syncs, then searches.
+    pub async fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<Hit>> {
+        if let Err(error) = self.sync().await {
+            // A file that cannot be read should not stop search over the
+            // rest.
+            tracing::warn!(%error, "memory index not synced before search");
+        }
+        self.index.search(query, options).await
+    }
+
+    /// Appends or replaces a file, then indexes it (a failing index is
+    /// logged: the file, which is the truth, was written).
+    pub async fn write(
+        &self,
+        namespace: &Namespace,
+        text: &str,
+        mode: WriteMode,
+    ) -> Result<Written> {
+        let written = self.store.write(namespace, text, mode).await?;
+        if let Err(error) = self.sync().await {
+            tracing::warn!(%error, "memory written but not indexed yet");
+        }
+        Ok(written)
+    }
+
+    /// The `[Memory Context]` section for a message: `user.md`, then
+    /// `global.md` (each the newest part that fits), then the best search
+    /// hits for the message from the other files, all within `budget`
+    /// tokens as `count` counts them. `None` when memory has nothing to
+    /// add, so a turn with empty memory carries no section at all.
+    pub async fn context(
+        &self,
+        message: &str,
+        hits: usize,
+        budget: usize,
+        count: TokenCount<'_>,
+    ) -> Result<Option<String>> {
+        const INTRO: &str = "Your persistent memory: markdown files you keep with memory.write (memory.search and memory.read find more; tools.search offers them). Use it for continuity across conversations; it may be out of date.";
+        let mut out = format!("{CONTEXT_HEADING}\n{INTRO}");
+        let mut used = count(&out);
+        let mut added = false;
+        for (namespace, title) in [
+            (Namespace::user(), "User (user.md)"),
+            (Namespace::global(), "Global (global.md)"),
+        ] {
+            let Some(file) = self.store.read(&namespace).await? else {
+                continue;
+            };
+            let content = file.content.trim();
+            if content.is_empty() {
+                continue;
+            }
+            let heading = format!("\n\n## {title}\n");
+            // Each file gets at most half of what is left, so the other
+            // and the hits keep room.
+            let room = budget.saturating_sub(used + count(&heading)) / 2;
+            let Some(body) = newest_that_fits(content, room, &namespace, count) else {
+                continue;
+            };
+            used += count(&heading) + count(&body);
+            out.push_str(&heading);
+            out.push_str(&body);
+            added = true;
+        }
+        let words = index::query_words(message);
+        if hits > 0 && !words.is_empty() {
+            let options = SearchOptions {
+                limit: hits,
+                mode: SearchMode::Hybrid,
+                min_similarity: 0.3,
+                exclude: vec!["user.md".to_owned(), "global.md".to_owned()],
+            };
+            let found = self.search(message, &options).await?;
+            let mut section = String::from("\n\n## Related notes (memory.search)");
+            let mut listed = 0;
+            for hit in found {
+                let line = format!(
+                    "\n- {}:{}: {}",
+                    hit.file,
+                    hit.start_line,
+                    hit.text.split_whitespace().collect::<Vec<_>>().join(" ")
+                );
+                if used + count(&section) + count(&line) > budget {
+                    break;
+                }
+                section.push_str(&line);
+                listed += 1;
+            }
+            if listed > 0 {
+                used += count(&section);
+                out.push_str(&section);
+                added = true;
+            }
+        }
+        let _ = used;
+        Ok(added.then_some(out))
+    }
+}
+
+/// The last lines of `content` that fit `room` tokens, with a note when
+/// older lines were left out; `None` when not even the note fits.
+fn newest_that_fits(
+    content: &str,
+    room: usize,
+    namespace: &Namespace,
+    count: TokenCount<'_>,
+) -> Option<String> {
+    if count(content) <= room {
+        return Some(content.to_owned());
+    }
+    let note = format!("[older lines left out: memory.read {namespace} shows them]");
+    let mut used = count(&note);
+    if used >= room {
+        return None;
+    }
+    let mut kept: Vec<&str> = Vec::new();
+    for line in content.lines().rev() {
+        let cost = count(line) + 1;
+        if used + cost > room {
+            break;
+        }
+        used += cost;
+        kept.push(line);
+    }
+    if kept.is_empty() {
+        return None;
+    }
+    kept.reverse();
+    Some(format!("{note}\n{}", kept.join("\n")))
+}

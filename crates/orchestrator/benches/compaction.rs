@@ -210,6 +210,7 @@ fn fast_share(stats: &mut serde_json::Map<String, serde_json::Value>) {
             delegation: DelegationSettings::default(),
             compaction: CompactionConfig::default(),
             memory_flush: None,
+            memory: None,
         });
         let key: SessionKey = "cli:share".parse().unwrap();
         for i in 0..300 {

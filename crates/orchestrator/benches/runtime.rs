@@ -136,6 +136,7 @@ async fn manager(dir: &std::path::Path, mode: Mode) -> SessionManager {
         delegation: flynn_orchestrator::DelegationSettings::default(),
         compaction: flynn_protocol::config::CompactionConfig::default(),
         memory_flush: None,
+        memory: None,
     })
 }
 

@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use flynn_context::{
-    Budget, CompactionError, CompactionReport, CompactionSettings, Compactor, Summariser,
+    Budget, CompactionError, CompactionReport, CompactionSettings, Compactor, MemoryFlush,
+    Summariser,
 };
 use flynn_protocol::config::ModelRef;
 use flynn_protocol::{AgentEvent, Purpose, SessionKey, Tier};
 use tokio_util::sync::CancellationToken;
 
 use crate::delegate::{AgentOrchestrator, SubAgentRequest};
+use crate::memory::{Both, Extractor};
 use crate::runtime::Shared;
 use crate::{Error, Result};
 
@@ -81,9 +83,25 @@ pub(crate) fn compactor(
     };
     let counter = flynn_models::token_counter(shared.router.token_counting(), model.model());
     let compactor = Compactor::new(settings, Arc::new(summariser), counter);
-    match &shared.memory_flush {
-        Some(flush) => compactor.with_flush(flush.clone()),
-        None => compactor,
+    let extractor: Option<Arc<dyn MemoryFlush>> = shared
+        .memory
+        .as_ref()
+        .filter(|memory| memory.auto_extract)
+        .map(|memory| {
+            Arc::new(Extractor {
+                memory: memory.memory.clone(),
+                orchestrator: shared.orchestrator.clone(),
+                depth,
+                cancel: cancel.clone(),
+            }) as Arc<dyn MemoryFlush>
+        });
+    match (&shared.memory_flush, extractor) {
+        (Some(flush), Some(extractor)) => {
+            compactor.with_flush(Arc::new(Both(flush.clone(), extractor)))
+        }
+        (Some(flush), None) => compactor.with_flush(flush.clone()),
+        (None, Some(extractor)) => compactor.with_flush(extractor),
+        (None, None) => compactor,
     }
 }
 

@@ -28,6 +28,7 @@ mod error;
 mod events;
 mod host;
 mod lane;
+pub mod memory;
 mod prompt;
 mod runtime;
 mod turn;
@@ -39,6 +40,7 @@ pub use error::{Error, Result};
 pub use events::{EventStream, GLOBAL_CAPACITY, SESSION_CAPACITY};
 pub use flynn_protocol::{AgentEvent, EventEnvelope, Lagged};
 pub use host::SUBAGENT_PROMPT;
+pub use memory::MemoryRuntime;
 pub use prompt::{
     DEFAULT_SYSTEM_PROMPT, PROMPT_FILE_LIMIT, PromptBuilder, PromptContext, PromptSlot,
 };

@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use flynn_context::MemoryFlush;
+
+use crate::memory::MemoryRuntime;
 use flynn_models::{ModelRouter, PriceTable};
 use flynn_protocol::config::CompactionConfig;
 use flynn_protocol::config::{Autonomy, InterruptedTurns, ModelRef, SessionsConfig};
@@ -125,8 +127,12 @@ pub struct RuntimeParts {
     /// Delegation tiers, sub-agent limits, escalation, tool summaries.
     pub delegation: DelegationSettings,
     pub compaction: CompactionConfig,
-    /// Told what compaction is about to replace (the memory issue fills it).
+    /// Told what compaction is about to replace, before memory extraction.
     pub memory_flush: Option<Arc<dyn MemoryFlush>>,
+    /// Memory files and their index: facts are extracted into them after
+    /// compaction (the tools and the prompt slot are added by whoever
+    /// builds the registry and the agents, see [`MemoryRuntime`]).
+    pub memory: Option<MemoryRuntime>,
 }
 
 impl std::fmt::Debug for RuntimeParts {
@@ -151,6 +157,7 @@ pub(crate) struct Shared {
     pub(crate) subagents: Arc<Semaphore>,
     pub(crate) compaction: CompactionConfig,
     pub(crate) memory_flush: Option<Arc<dyn MemoryFlush>>,
+    pub(crate) memory: Option<MemoryRuntime>,
     pub(crate) queue_limit: usize,
     pub(crate) lane_idle: Duration,
     pub(crate) interrupted_turns: InterruptedTurns,
@@ -305,6 +312,7 @@ impl SessionManager {
             subagents: Arc::new(Semaphore::new(places)),
             compaction: parts.compaction,
             memory_flush: parts.memory_flush,
+            memory: parts.memory,
             queue_limit: parts.sessions.queue_limit.max(1),
             lane_idle: Duration::from_secs(parts.sessions.lane_idle_secs.max(1)),
             interrupted_turns: parts.sessions.interrupted_turns,

@@ -47,6 +47,10 @@ pub enum ToolEffect {
     SendsMessages,
     /// Runs programs, which may do anything the user can.
     RunsProcesses,
+    /// Changes Flynn's own memory files (`memory.write`): not asked about
+    /// under `supervised` autonomy, but hidden at `read_only` and asked
+    /// about once untrusted content is in the turn, like the risky ones.
+    WritesMemory,
 }
 
 impl ToolEffect {
@@ -57,17 +61,25 @@ impl ToolEffect {
             ToolEffect::WritesFiles => "writes_files",
             ToolEffect::SendsMessages => "sends_messages",
             ToolEffect::RunsProcesses => "runs_processes",
+            ToolEffect::WritesMemory => "writes_memory",
         }
     }
 
     /// Whether the effect changes something outside Flynn (files,
     /// processes, other people's inboxes): what `supervised` autonomy asks
-    /// about, `read_only` hides, and untrusted content gates.
+    /// about.
     pub fn is_risky(self) -> bool {
         matches!(
             self,
             ToolEffect::WritesFiles | ToolEffect::SendsMessages | ToolEffect::RunsProcesses
         )
+    }
+
+    /// Whether the effect outlives the turn: the risky effects, and
+    /// writing memory (which a later turn reads back as instructions).
+    /// What `read_only` autonomy hides and untrusted content gates.
+    pub fn changes_state(self) -> bool {
+        self.is_risky() || self == ToolEffect::WritesMemory
     }
 }
 

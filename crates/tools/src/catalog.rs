@@ -22,7 +22,10 @@ pub const TOOL_SEARCH: &str = "tools.search";
 pub const DEFAULT_DEFERRED: &[&str] = &[
     "process.*",
     "file.search",
+    "file.list",
     "web.search",
+    "memory.read",
+    "memory.search",
     "sessions.*",
     "agents.*",
 ];

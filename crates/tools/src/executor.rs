@@ -198,7 +198,7 @@ impl ToolExecutor {
         }
         let effect = tool.effect();
         let mut action = self.hooks.decide(&call.name, effect, ctx.policy.autonomy());
-        if effect.is_risky()
+        if effect.changes_state()
             && action != HookAction::Confirm
             && let Some(source) = ctx.provenance.untrusted_source()
         {

@@ -106,7 +106,7 @@ impl ToolPolicy {
 
     /// [`permits`](Self::permits) for a tool known by name and effect.
     pub fn permits_effect(&self, name: &str, effect: ToolEffect) -> bool {
-        self.allows(name) && !(self.autonomy == Autonomy::ReadOnly && effect.is_risky())
+        self.allows(name) && !(self.autonomy == Autonomy::ReadOnly && effect.changes_state())
     }
 
     pub fn autonomy(&self) -> Autonomy {

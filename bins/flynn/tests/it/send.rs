@@ -121,9 +121,9 @@ async fn a_tool_round_trip_runs_shell_exec_and_returns_its_output() {
         tools,
         [
             "file_edit",
-            "file_list",
             "file_read",
             "file_write",
+            "memory_write",
             "shell_exec",
             "tools_search",
             "web_fetch",

@@ -30,6 +30,13 @@ use cut::Cuts;
 use extract::{extractive, outcomes};
 use text::{clip_tokens, render};
 
+/// One message as the summariser reads it: a line per content block
+/// (`user: ...`, `assistant called tool {...}`, `tool result (ok): ...`,
+/// long tool input and output clipped), thinking left out.
+pub fn render_message(message: &Message) -> String {
+    render(message)
+}
+
 /// Marks a stored message as a compaction summary; it starts the text.
 pub const SUMMARY_PREFIX: &str = "[flynn:summary]";
 

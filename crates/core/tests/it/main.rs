@@ -134,13 +134,7 @@ async fn an_embedders_tool_runs_and_obeys_the_tools_policy() {
         .unwrap();
     assert_eq!(
         offered(&fake.requests()[2].body),
-        [
-            "file_edit",
-            "file_list",
-            "file_read",
-            "file_write",
-            "tools_search"
-        ]
+        ["file_edit", "file_read", "file_write", "tools_search"]
     );
     assert_eq!(fake.violations(), Vec::<String>::new());
 }
@@ -160,7 +154,7 @@ async fn an_enabled_pattern_that_matches_no_tool_is_refused_at_build() {
     assert_eq!(
         error.to_string(),
         "tools.enabled: unknown tool(s) weather.*, file.raed (available: agents.spawn, file.edit, \
-         file.list, file.read, file.search, file.write, process.kill, process.list, process.output, \
+         file.list, file.read, file.search, file.write, memory.read, memory.search, memory.write, process.kill, process.list, process.output, \
          process.start, process.status, sessions.history, sessions.list, sessions.send, shell.exec, \
          tool.output, tools.search, web.fetch, web.search)"
     );

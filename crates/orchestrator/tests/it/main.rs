@@ -185,6 +185,7 @@ pub struct Setup {
     pub prices: PriceTable,
     pub compaction: CompactionConfig,
     pub memory_flush: Option<Arc<dyn flynn_context::MemoryFlush>>,
+    pub memory: Option<flynn_orchestrator::MemoryRuntime>,
 }
 
 impl Default for Setup {
@@ -201,6 +202,7 @@ impl Default for Setup {
             prices: PriceTable::default(),
             compaction: CompactionConfig::default(),
             memory_flush: None,
+            memory: None,
         }
     }
 }
@@ -314,9 +316,15 @@ pub fn manager_with(
     setup: Setup,
 ) -> SessionManager {
     let router = Arc::new(ModelRouter::new(clients, setup.models.clone()));
-    let registry = flynn_tools::builtin::registry(&setup.tools);
+    let mut registry = flynn_tools::builtin::registry(&setup.tools);
+    let mut agents = Agents::from_config(&setup.agents, &setup.tools, workspace).unwrap();
+    if let Some(memory) = &setup.memory {
+        for tool in memory.tools() {
+            registry.register_dyn(tool);
+        }
+        agents.add_slot(memory.slot());
+    }
     let executor = ToolExecutor::from_config(Arc::new(registry), &setup.tools);
-    let agents = Agents::from_config(&setup.agents, &setup.tools, workspace).unwrap();
     SessionManager::new(RuntimeParts {
         router,
         store,
@@ -331,6 +339,7 @@ pub fn manager_with(
         ),
         compaction: setup.compaction,
         memory_flush: setup.memory_flush,
+        memory: setup.memory,
     })
 }
 

@@ -1,0 +1,978 @@
+//! The search index: a SQLite file derived from the memory files and
+//! rebuilt from them whenever they change. Chunks are ranked by FTS5's
+//! BM25 and, with an embedder, by vector distance in a sqlite-vec table;
+//! the two rankings are merged by reciprocal rank fusion.
+//!
+//! Nothing here is the truth: deleting the index file loses nothing, the
+//! next sync rebuilds it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+
+use crate::chunk::chunk;
+use crate::embed::{EmbedInput, Embedder};
+use crate::namespace::Namespace;
+use crate::store::{FileEntry, MemoryStore};
+use crate::vector::{cosine_from_distance, from_blob, normalise, register_sqlite_vec, to_blob};
+use crate::{Error, Result};
+
+/// Bumped when the index's tables change; an index of another version is
+/// dropped and rebuilt from the files.
+const SCHEMA_VERSION: i64 = 1;
+/// The `k` of reciprocal rank fusion: a hit's score is the sum over the
+/// rankings it appears in of `1 / (k + rank)`.
+pub const RRF_K: f64 = 60.0;
+/// How long query embedding may take before a search goes on with
+/// keywords only.
+const QUERY_EMBED_TIMEOUT: Duration = Duration::from_secs(5);
+/// The first pause after the embedder fails; it doubles up to
+/// [`MAX_BACKOFF`] and resets on success.
+const FIRST_BACKOFF: Duration = Duration::from_secs(30);
+const MAX_BACKOFF: Duration = Duration::from_secs(600);
+
+/// Which rankings a search uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SearchMode {
+    /// Keywords and vectors fused; keywords alone without an embedder.
+    #[default]
+    Hybrid,
+    /// BM25 only.
+    Keyword,
+    /// Vectors only (nothing without an embedder).
+    Vector,
+}
+
+/// What a search looks for.
+#[derive(Debug, Clone)]
+pub struct SearchOptions {
+    /// Hits returned at most.
+    pub limit: usize,
+    pub mode: SearchMode,
+    /// A hit found only by vectors must be at least this similar (cosine)
+    /// to the query; keyword matches always count.
+    pub min_similarity: f64,
+    /// Leave out hits in these files (`user.md`...).
+    pub exclude: Vec<String>,
+}
+
+impl Default for SearchOptions {
+    fn default() -> Self {
+        SearchOptions {
+            limit: 8,
+            mode: SearchMode::Hybrid,
+            min_similarity: 0.25,
+            exclude: Vec::new(),
+        }
+    }
+}
+
+/// One search result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hit {
+    pub namespace: Namespace,
+    /// The file, relative to the memory directory.
+    pub file: String,
+    /// First and last line of the chunk, 1-based.
+    pub start_line: u32,
+    pub end_line: u32,
+    pub heading: Option<String>,
+    /// The chunk's text.
+    pub text: String,
+    /// A short excerpt around the first query word found.
+    pub snippet: String,
+    /// The fused score (higher is better).
+    pub score: f64,
+    /// 1-based rank in the keyword ranking, when it was there.
+    pub keyword_rank: Option<u32>,
+    /// 1-based rank in the vector ranking, when it was there.
+    pub vector_rank: Option<u32>,
+    /// Cosine similarity to the query, when vectors were searched.
+    pub similarity: Option<f64>,
+}
+
+/// What one sync changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    pub files_added: usize,
+    pub files_changed: usize,
+    pub files_removed: usize,
+    pub chunks_added: usize,
+    pub chunks_removed: usize,
+    /// Vectors computed by the embedder.
+    pub embedded: usize,
+    /// Vectors taken from the cache (content seen before).
+    pub reused: usize,
+    /// Chunks still without a vector (the embedder failed or waits).
+    pub pending: usize,
+    /// Why vectors are missing, when the embedder failed.
+    pub embed_error: Option<String>,
+}
+
+impl SyncReport {
+    pub fn changed_anything(&self) -> bool {
+        self.files_added + self.files_changed + self.files_removed + self.embedded + self.reused > 0
+    }
+}
+
+/// What `flynn memory status` shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexStatus {
+    pub path: PathBuf,
+    pub files: usize,
+    pub chunks: usize,
+    pub vectors: usize,
+    /// The configured embedder's id; `None`: keyword search only.
+    pub embedder: Option<String>,
+    pub dimensions: Option<usize>,
+    pub cached_vectors: usize,
+    /// The index file's size on disk, WAL included.
+    pub bytes: u64,
+    /// The embedder's last failure, when it has not succeeded since.
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct EmbedHealth {
+    last_error: Option<String>,
+    retry_at: Option<Instant>,
+    backoff: Option<Duration>,
+}
+
+/// The memory search index.
+pub struct MemoryIndex {
+    pool: SqlitePool,
+    path: PathBuf,
+    embedder: Option<Arc<dyn Embedder>>,
+    sync_lock: tokio::sync::Mutex<()>,
+    health: Mutex<EmbedHealth>,
+}
+
+impl std::fmt::Debug for MemoryIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryIndex")
+            .field("path", &self.path)
+            .field(
+                "embedder",
+                &self.embedder.as_ref().map(|e| e.id().to_owned()),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// A chunk's fused score, keyword rank, vector rank and similarity.
+type Fused = (f64, Option<u32>, Option<u32>, Option<f64>);
+
+struct FileRow {
+    size: i64,
+    modified_ns: i64,
+    hash: String,
+}
+
+impl MemoryIndex {
+    /// Opens (creating) the index at `path`. An index written by another
+    /// version of Flynn is emptied, to be rebuilt by the next sync.
+    pub async fn open(path: &Path, embedder: Option<Arc<dyn Embedder>>) -> Result<Self> {
+        register_sqlite_vec();
+        let fail = |source| Error::Index {
+            path: path.to_path_buf(),
+            source,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .map_err(fail)?;
+        let index = MemoryIndex {
+            pool,
+            path: path.to_path_buf(),
+            embedder,
+            sync_lock: tokio::sync::Mutex::new(()),
+            health: Mutex::new(EmbedHealth::default()),
+        };
+        index.prepare_schema().await?;
+        Ok(index)
+    }
+
+    fn fail(&self) -> impl Fn(sqlx::Error) -> Error + '_ {
+        move |source| Error::Index {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
+    }
+
+    async fn prepare_schema(&self) -> Result<()> {
+        let version: i64 = sqlx::query_scalar("PRAGMA user_version")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(self.fail())?;
+        if version == SCHEMA_VERSION {
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await.map_err(self.fail())?;
+        for statement in [
+            "DROP TABLE IF EXISTS chunks_vec",
+            "DROP TABLE IF EXISTS chunks_fts",
+            "DROP TABLE IF EXISTS chunks",
+            "DROP TABLE IF EXISTS files",
+            "DROP TABLE IF EXISTS meta",
+            "DROP TABLE IF EXISTS embedding_cache",
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+            "CREATE TABLE files (path TEXT PRIMARY KEY, size INTEGER NOT NULL, modified_ns INTEGER NOT NULL, hash TEXT NOT NULL)",
+            "CREATE TABLE chunks (id INTEGER PRIMARY KEY, path TEXT NOT NULL, start_line INTEGER NOT NULL, end_line INTEGER NOT NULL, heading TEXT, text TEXT NOT NULL, hash TEXT NOT NULL, embedded INTEGER NOT NULL DEFAULT 0)",
+            "CREATE INDEX chunks_by_path ON chunks(path)",
+            "CREATE INDEX chunks_pending ON chunks(embedded) WHERE embedded = 0",
+            "CREATE VIRTUAL TABLE chunks_fts USING fts5(body, tokenize = 'porter unicode61')",
+            "CREATE TABLE embedding_cache (embedder TEXT NOT NULL, hash TEXT NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (embedder, hash)) WITHOUT ROWID",
+        ] {
+            sqlx::query(statement)
+                .execute(&mut *tx)
+                .await
+                .map_err(self.fail())?;
+        }
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "PRAGMA user_version = {SCHEMA_VERSION}"
+        )))
+        .execute(&mut *tx)
+        .await
+        .map_err(self.fail())?;
+        tx.commit().await.map_err(self.fail())?;
+        Ok(())
+    }
+
+    async fn meta(&self, key: &str) -> Result<Option<String>> {
+        sqlx::query_scalar("SELECT value FROM meta WHERE key = ?")
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(self.fail())
+    }
+
+    /// Empties the index; the next sync rebuilds everything from the
+    /// files (vectors come from the cache where the text is unchanged).
+    pub async fn clear(&self) -> Result<()> {
+        let _guard = self.sync_lock.lock().await;
+        let mut tx = self.pool.begin().await.map_err(self.fail())?;
+        for statement in [
+            "DROP TABLE IF EXISTS chunks_vec",
+            "DELETE FROM chunks_fts",
+            "DELETE FROM chunks",
+            "DELETE FROM files",
+            "DELETE FROM meta",
+        ] {
+            sqlx::query(statement)
+                .execute(&mut *tx)
+                .await
+                .map_err(self.fail())?;
+        }
+        tx.commit().await.map_err(self.fail())?;
+        Ok(())
+    }
+
+    /// Rebuilds the index from scratch and drops cached vectors no chunk
+    /// uses any more.
+    pub async fn reindex(&self, store: &MemoryStore) -> Result<SyncReport> {
+        self.clear().await?;
+        {
+            let mut health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+            *health = EmbedHealth::default();
+        }
+        let report = self.sync(store).await?;
+        sqlx::query("DELETE FROM embedding_cache WHERE hash NOT IN (SELECT hash FROM chunks)")
+            .execute(&self.pool)
+            .await
+            .map_err(self.fail())?;
+        Ok(report)
+    }
+
+    /// Brings the index up to date with the files: new, changed, removed
+    /// and renamed files are re-chunked, then chunks without a vector are
+    /// embedded (from the cache when their text was seen before). Cheap
+    /// when nothing changed: one `stat` per file.
+    pub async fn sync(&self, store: &MemoryStore) -> Result<SyncReport> {
+        let _guard = self.sync_lock.lock().await;
+        let mut report = SyncReport::default();
+        let on_disk = store.list().await?;
+        let rows = sqlx::query("SELECT path, size, modified_ns, hash FROM files")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.fail())?;
+        let mut known: HashMap<String, FileRow> = HashMap::with_capacity(rows.len());
+        for row in rows {
+            known.insert(
+                row.try_get("path").map_err(self.fail())?,
+                FileRow {
+                    size: row.try_get("size").map_err(self.fail())?,
+                    modified_ns: row.try_get("modified_ns").map_err(self.fail())?,
+                    hash: row.try_get("hash").map_err(self.fail())?,
+                },
+            );
+        }
+        let present: HashSet<&str> = on_disk.iter().map(|f| f.relative.as_str()).collect();
+        let removed: Vec<String> = known
+            .keys()
+            .filter(|path| !present.contains(path.as_str()))
+            .cloned()
+            .collect();
+        let stale: Vec<FileEntry> = on_disk
+            .iter()
+            .filter(|file| {
+                known.get(&file.relative).is_none_or(|row| {
+                    row.size != i64::try_from(file.size).unwrap_or(i64::MAX)
+                        || row.modified_ns != file.modified_ns
+                })
+            })
+            .cloned()
+            .collect();
+
+        if !removed.is_empty() || !stale.is_empty() {
+            let dir = store.dir().to_path_buf();
+            let read = tokio::task::spawn_blocking(move || {
+                stale
+                    .into_iter()
+                    .map(|file| {
+                        let bytes = std::fs::read(dir.join(&file.relative));
+                        (file, bytes)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .unwrap_or_default();
+            let mut tx = self.pool.begin().await.map_err(self.fail())?;
+            let has_vectors = table_exists(&mut tx, "chunks_vec")
+                .await
+                .map_err(self.fail())?;
+            for path in &removed {
+                report.chunks_removed += delete_chunks(&mut tx, path, has_vectors)
+                    .await
+                    .map_err(self.fail())?;
+                sqlx::query("DELETE FROM files WHERE path = ?")
+                    .bind(path)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(self.fail())?;
+                report.files_removed += 1;
+            }
+            for (file, bytes) in read {
+                let bytes = match bytes {
+                    Ok(bytes) => bytes,
+                    // Deleted between the listing and the read: the next
+                    // sync sees it gone.
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(error) => {
+                        tracing::warn!(file = %file.relative, %error, "memory file not indexed");
+                        continue;
+                    }
+                };
+                let content = String::from_utf8_lossy(&bytes);
+                let hash = hash_text(&content);
+                let previous = known.get(&file.relative);
+                if previous.is_some_and(|row| row.hash == hash) {
+                    // Touched, not changed.
+                } else {
+                    if previous.is_some() {
+                        report.chunks_removed +=
+                            delete_chunks(&mut tx, &file.relative, has_vectors)
+                                .await
+                                .map_err(self.fail())?;
+                        report.files_changed += 1;
+                    } else {
+                        report.files_added += 1;
+                    }
+                    for piece in chunk(&content) {
+                        let body = piece.indexed_text();
+                        let id: i64 = sqlx::query_scalar(
+                            "INSERT INTO chunks (path, start_line, end_line, heading, text, hash) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+                        )
+                        .bind(&file.relative)
+                        .bind(piece.start_line)
+                        .bind(piece.end_line)
+                        .bind(&piece.heading)
+                        .bind(&piece.text)
+                        .bind(hash_text(&body))
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(self.fail())?;
+                        sqlx::query("INSERT INTO chunks_fts (rowid, body) VALUES (?, ?)")
+                            .bind(id)
+                            .bind(&body)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(self.fail())?;
+                        report.chunks_added += 1;
+                    }
+                }
+                sqlx::query(
+                    "INSERT INTO files (path, size, modified_ns, hash) VALUES (?, ?, ?, ?) \
+                     ON CONFLICT(path) DO UPDATE SET size = excluded.size, modified_ns = excluded.modified_ns, hash = excluded.hash",
+                )
+                .bind(&file.relative)
+                .bind(i64::try_from(file.size).unwrap_or(i64::MAX))
+                .bind(file.modified_ns)
+                .bind(&hash)
+                .execute(&mut *tx)
+                .await
+                .map_err(self.fail())?;
+            }
+            tx.commit().await.map_err(self.fail())?;
+        }
+
+        self.embed_pending(&mut report).await?;
+        if report.changed_anything() {
+            tracing::debug!(?report, "memory index synced");
+        }
+        Ok(report)
+    }
+
+    /// Switches the vector table to the current embedder (dropping
+    /// vectors of another), then gives pending chunks their vectors.
+    async fn embed_pending(&self, report: &mut SyncReport) -> Result<()> {
+        let current = self.embedder.as_ref().map(|e| e.id().to_owned());
+        let stored = self.meta("embedder").await?;
+        if stored != current {
+            let mut tx = self.pool.begin().await.map_err(self.fail())?;
+            for statement in [
+                "DROP TABLE IF EXISTS chunks_vec",
+                "DELETE FROM meta WHERE key IN ('embedder', 'dimensions')",
+                "UPDATE chunks SET embedded = 0",
+            ] {
+                sqlx::query(statement)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(self.fail())?;
+            }
+            if let Some(id) = &current {
+                sqlx::query("INSERT INTO meta (key, value) VALUES ('embedder', ?)")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(self.fail())?;
+            }
+            tx.commit().await.map_err(self.fail())?;
+        }
+        let Some(embedder) = self.embedder.clone() else {
+            return Ok(());
+        };
+        let embedder_id = embedder.id().to_owned();
+        let waiting = {
+            let health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+            health.retry_at.is_some_and(|at| Instant::now() < at)
+        };
+        let batch = embedder.batch_size().max(1);
+        let mut after = 0i64;
+        loop {
+            let rows = sqlx::query(
+                "SELECT id, hash, heading, text FROM chunks WHERE embedded = 0 AND id > ? ORDER BY id LIMIT ?",
+            )
+            .bind(after)
+            .bind(i64::try_from(batch.max(256)).unwrap_or(256))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.fail())?;
+            if rows.is_empty() {
+                break;
+            }
+            let mut pending: Vec<(i64, String, String)> = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let id: i64 = row.try_get("id").map_err(self.fail())?;
+                let heading: Option<String> = row.try_get("heading").map_err(self.fail())?;
+                let text: String = row.try_get("text").map_err(self.fail())?;
+                let body = match heading {
+                    Some(heading) => format!("{heading}\n{text}"),
+                    None => text,
+                };
+                pending.push((id, row.try_get("hash").map_err(self.fail())?, body));
+                after = id;
+            }
+            // Cached vectors first.
+            let mut vectors: BTreeMap<i64, Vec<f32>> = BTreeMap::new();
+            let mut misses: Vec<(i64, String, String)> = Vec::new();
+            for (id, hash, body) in pending {
+                let cached: Option<Vec<u8>> = sqlx::query_scalar(
+                    "SELECT vector FROM embedding_cache WHERE embedder = ? AND hash = ?",
+                )
+                .bind(&embedder_id)
+                .bind(&hash)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(self.fail())?;
+                match cached.and_then(|blob| from_blob(&blob)) {
+                    Some(vector) => {
+                        vectors.insert(id, vector);
+                        report.reused += 1;
+                    }
+                    None => misses.push((id, hash, body)),
+                }
+            }
+            let mut fresh: Vec<(i64, String, Vec<f32>)> = Vec::new();
+            if !misses.is_empty() && !waiting && report.embed_error.is_none() {
+                for group in misses.chunks(batch) {
+                    let texts: Vec<String> =
+                        group.iter().map(|(_, _, body)| body.clone()).collect();
+                    match embedder.embed(&texts, EmbedInput::Document).await {
+                        Ok(result) if result.len() == group.len() => {
+                            self.embedder_ok();
+                            for ((id, hash, _), mut vector) in group.iter().zip(result) {
+                                normalise(&mut vector);
+                                fresh.push((*id, hash.clone(), vector));
+                            }
+                        }
+                        Ok(result) => {
+                            let message =
+                                format!("{} vectors for {} texts", result.len(), group.len());
+                            report.embed_error = Some(self.embedder_failed(message));
+                            break;
+                        }
+                        Err(error) => {
+                            report.embed_error = Some(self.embedder_failed(error.to_string()));
+                            break;
+                        }
+                    }
+                }
+            }
+            report.embedded += fresh.len();
+            if vectors.is_empty() && fresh.is_empty() {
+                continue;
+            }
+            let mut tx = self.pool.begin().await.map_err(self.fail())?;
+            let dimensions = match vectors.values().next().or(fresh.first().map(|(_, _, v)| v)) {
+                Some(vector) => vector.len(),
+                None => continue,
+            };
+            self.ensure_vector_table(&mut tx, dimensions).await?;
+            for (id, hash, vector) in &fresh {
+                sqlx::query("INSERT OR REPLACE INTO embedding_cache (embedder, hash, vector) VALUES (?, ?, ?)")
+                    .bind(&embedder_id)
+                    .bind(hash)
+                    .bind(to_blob(vector))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(self.fail())?;
+                vectors.insert(*id, vector.clone());
+            }
+            for (id, vector) in &vectors {
+                if vector.len() != dimensions {
+                    tracing::warn!(
+                        id,
+                        got = vector.len(),
+                        dimensions,
+                        "memory vector of the wrong size skipped"
+                    );
+                    continue;
+                }
+                sqlx::query("INSERT OR REPLACE INTO chunks_vec (rowid, embedding) VALUES (?, ?)")
+                    .bind(id)
+                    .bind(to_blob(vector))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(self.fail())?;
+                sqlx::query("UPDATE chunks SET embedded = 1 WHERE id = ?")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(self.fail())?;
+            }
+            tx.commit().await.map_err(self.fail())?;
+        }
+        report.pending =
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM chunks WHERE embedded = 0")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(self.fail())?
+                .try_into()
+                .unwrap_or(0);
+        if report.pending > 0 && report.embed_error.is_none() {
+            let health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+            report.embed_error = health.last_error.clone();
+        }
+        Ok(())
+    }
+
+    async fn ensure_vector_table(
+        &self,
+        tx: &mut sqlx::SqliteConnection,
+        dimensions: usize,
+    ) -> Result<()> {
+        let stored =
+            sqlx::query_scalar::<_, String>("SELECT value FROM meta WHERE key = 'dimensions'")
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(self.fail())?;
+        if stored.as_deref() == Some(dimensions.to_string().as_str())
+            && table_exists(tx, "chunks_vec").await.map_err(self.fail())?
+        {
+            return Ok(());
+        }
+        sqlx::query("DROP TABLE IF EXISTS chunks_vec")
+            .execute(&mut *tx)
+            .await
+            .map_err(self.fail())?;
+        // `dimensions` is a number, not text from outside.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[{dimensions}])"
+        )))
+        .execute(&mut *tx)
+        .await
+        .map_err(self.fail())?;
+        sqlx::query("INSERT OR REPLACE INTO meta (key, value) VALUES ('dimensions', ?)")
+            .bind(dimensions.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(self.fail())?;
+        Ok(())
+    }
+
+    fn embedder_ok(&self) {
+        let mut health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+        *health = EmbedHealth::default();
+    }
+
+    /// Records a failure and when to try again; returns the message.
+    fn embedder_failed(&self, message: String) -> String {
+        tracing::warn!(error = %message, "memory embedder failed; search uses keywords until it answers");
+        let mut health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+        let backoff = health
+            .backoff
+            .map_or(FIRST_BACKOFF, |b| (b * 2).min(MAX_BACKOFF));
+        health.backoff = Some(backoff);
+        health.retry_at = Some(Instant::now() + backoff);
+        health.last_error = Some(message.clone());
+        message
+    }
+
+    /// Searches the index as it is (call [`sync`](Self::sync) first to
+    /// see the files' latest state).
+    pub async fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<Hit>> {
+        let limit = options.limit.max(1);
+        let candidates = (limit * 4 + options.exclude.len() * 8).max(24);
+        let words = query_words(query);
+        let mut keyword: Vec<i64> = Vec::new();
+        if options.mode != SearchMode::Vector && !words.is_empty() {
+            let expression = words
+                .iter()
+                .map(|w| format!("\"{w}\""))
+                .collect::<Vec<_>>()
+                .join(" OR ");
+            keyword = sqlx::query_scalar(
+                "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY bm25(chunks_fts) LIMIT ?",
+            )
+            .bind(&expression)
+            .bind(i64::try_from(candidates).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.fail())?;
+        }
+        let mut nearest: Vec<(i64, f64)> = Vec::new();
+        if options.mode != SearchMode::Keyword
+            && let Some(vector) = self.query_vector(query).await
+        {
+            nearest = self.nearest(&vector, candidates).await?;
+        }
+
+        // Reciprocal rank fusion.
+        let mut fused: HashMap<i64, Fused> = HashMap::new();
+        for (rank, id) in keyword.iter().enumerate() {
+            let rank = u32::try_from(rank + 1).unwrap_or(u32::MAX);
+            let entry = fused.entry(*id).or_default();
+            entry.0 += 1.0 / (RRF_K + f64::from(rank));
+            entry.1 = Some(rank);
+        }
+        for (rank, (id, distance)) in nearest.iter().enumerate() {
+            let similarity = cosine_from_distance(*distance);
+            let rank = u32::try_from(rank + 1).unwrap_or(u32::MAX);
+            let entry = fused.entry(*id).or_default();
+            entry.3 = Some(similarity);
+            if entry.1.is_none() && similarity < options.min_similarity {
+                continue;
+            }
+            entry.0 += 1.0 / (RRF_K + f64::from(rank));
+            entry.2 = Some(rank);
+        }
+        let mut ranked: Vec<(i64, Fused)> = fused
+            .into_iter()
+            .filter(|(_, (score, ..))| *score > 0.0)
+            .collect();
+        ranked.sort_by(|a, b| b.1.0.total_cmp(&a.1.0).then(a.0.cmp(&b.0)));
+
+        let mut hits = Vec::with_capacity(limit);
+        for (id, (score, keyword_rank, vector_rank, similarity)) in ranked {
+            if hits.len() >= limit {
+                break;
+            }
+            let Some(row) = sqlx::query(
+                "SELECT path, start_line, end_line, heading, text FROM chunks WHERE id = ?",
+            )
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(self.fail())?
+            else {
+                continue;
+            };
+            let file: String = row.try_get("path").map_err(self.fail())?;
+            if options.exclude.contains(&file) {
+                continue;
+            }
+            let Some(namespace) = Namespace::from_relative(Path::new(&file)) else {
+                continue;
+            };
+            let text: String = row.try_get("text").map_err(self.fail())?;
+            hits.push(Hit {
+                namespace,
+                snippet: snippet(&text, &words),
+                start_line: row
+                    .try_get::<i64, _>("start_line")
+                    .map_err(self.fail())?
+                    .try_into()
+                    .unwrap_or(0),
+                end_line: row
+                    .try_get::<i64, _>("end_line")
+                    .map_err(self.fail())?
+                    .try_into()
+                    .unwrap_or(0),
+                heading: row.try_get("heading").map_err(self.fail())?,
+                file,
+                text,
+                score,
+                keyword_rank,
+                vector_rank,
+                similarity,
+            });
+        }
+        Ok(hits)
+    }
+
+    /// The query's vector, or `None` (no embedder, no vectors yet, the
+    /// embedder failing or too slow): the search goes on with keywords.
+    async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
+        let embedder = self.embedder.as_ref()?;
+        let dimensions = self.meta("dimensions").await.ok().flatten()?;
+        {
+            let health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+            if health.retry_at.is_some_and(|at| Instant::now() < at) {
+                return None;
+            }
+        }
+        let texts = [query.to_owned()];
+        let result = tokio::time::timeout(
+            QUERY_EMBED_TIMEOUT,
+            embedder.embed(&texts, EmbedInput::Query),
+        )
+        .await;
+        let mut vector = match result {
+            Ok(Ok(mut vectors)) if vectors.len() == 1 => vectors.pop()?,
+            Ok(Ok(vectors)) => {
+                self.embedder_failed(format!("{} vectors for 1 query", vectors.len()));
+                return None;
+            }
+            Ok(Err(error)) => {
+                self.embedder_failed(error.to_string());
+                return None;
+            }
+            Err(_) => {
+                tracing::warn!("memory query embedding timed out; keywords only");
+                return None;
+            }
+        };
+        if vector.len().to_string() != dimensions {
+            tracing::warn!(got = vector.len(), %dimensions, "query vector size differs from the index; keywords only");
+            return None;
+        }
+        normalise(&mut vector);
+        Some(vector)
+    }
+
+    async fn nearest(&self, vector: &[f32], k: usize) -> Result<Vec<(i64, f64)>> {
+        let rows = sqlx::query(
+            "SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ? ORDER BY distance",
+        )
+        .bind(to_blob(vector))
+        .bind(i64::try_from(k).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await;
+        let rows = match rows {
+            Ok(rows) => rows,
+            // No vector table yet.
+            Err(sqlx::Error::Database(error)) if error.message().contains("no such table") => {
+                return Ok(Vec::new());
+            }
+            Err(error) => return Err(self.fail()(error)),
+        };
+        rows.iter()
+            .map(|row| Ok((row.try_get("rowid")?, row.try_get("distance")?)))
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(self.fail())
+    }
+
+    /// Counts for `flynn memory status`.
+    pub async fn status(&self) -> Result<IndexStatus> {
+        let count = |sql: &'static str| {
+            let pool = self.pool.clone();
+            async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(&pool).await }
+        };
+        let files = count("SELECT count(*) FROM files")
+            .await
+            .map_err(self.fail())?;
+        let chunks = count("SELECT count(*) FROM chunks")
+            .await
+            .map_err(self.fail())?;
+        let vectors = count("SELECT count(*) FROM chunks WHERE embedded = 1")
+            .await
+            .map_err(self.fail())?;
+        let cached = count("SELECT count(*) FROM embedding_cache")
+            .await
+            .map_err(self.fail())?;
+        let dimensions = self.meta("dimensions").await?.and_then(|d| d.parse().ok());
+        let mut bytes = 0;
+        for suffix in ["", "-wal"] {
+            let mut name = self.path.as_os_str().to_owned();
+            name.push(suffix);
+            bytes += std::fs::metadata(PathBuf::from(name)).map_or(0, |m| m.len());
+        }
+        let last_error = self
+            .health
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .last_error
+            .clone();
+        Ok(IndexStatus {
+            path: self.path.clone(),
+            files: usize::try_from(files).unwrap_or(0),
+            chunks: usize::try_from(chunks).unwrap_or(0),
+            vectors: usize::try_from(vectors).unwrap_or(0),
+            embedder: self.embedder.as_ref().map(|e| e.id().to_owned()),
+            dimensions,
+            cached_vectors: usize::try_from(cached).unwrap_or(0),
+            bytes,
+            last_error,
+        })
+    }
+
+    /// Closes the database (checkpointing its WAL).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+async fn table_exists(tx: &mut sqlx::SqliteConnection, name: &str) -> Result<bool, sqlx::Error> {
+    let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM sqlite_master WHERE name = ?")
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?;
+    Ok(found.is_some())
+}
+
+async fn delete_chunks(
+    tx: &mut sqlx::SqliteConnection,
+    path: &str,
+    has_vectors: bool,
+) -> Result<usize, sqlx::Error> {
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM chunks WHERE path = ?")
+        .bind(path)
+        .fetch_all(&mut *tx)
+        .await?;
+    for id in &ids {
+        sqlx::query("DELETE FROM chunks_fts WHERE rowid = ?")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        if has_vectors {
+            sqlx::query("DELETE FROM chunks_vec WHERE rowid = ?")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+    }
+    sqlx::query("DELETE FROM chunks WHERE path = ?")
+        .bind(path)
+        .execute(&mut *tx)
+        .await?;
+    Ok(ids.len())
+}
+
+/// Content hash (hex) of a text.
+pub(crate) fn hash_text(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Words a query is matched by: lower-case letters and digits, without
+/// the most common English words (which would match every chunk).
+pub fn query_words(query: &str) -> Vec<String> {
+    const STOP: &[&str] = &[
+        "a", "an", "and", "are", "as", "at", "be", "but", "by", "did", "do", "does", "for", "from",
+        "had", "has", "have", "how", "i", "if", "in", "is", "it", "its", "me", "my", "of", "on",
+        "or", "so", "that", "the", "their", "there", "this", "to", "was", "we", "what", "when",
+        "where", "which", "who", "why", "will", "with", "you", "your",
+    ];
+    let mut words: Vec<String> = Vec::new();
+    for word in query
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        let word = word.to_lowercase();
+        if STOP.contains(&word.as_str()) || words.contains(&word) {
+            continue;
+        }
+        words.push(word);
+        if words.len() == 32 {
+            break;
+        }
+    }
+    words
+}
+
+/// Up to ~200 characters of `text` on one line, around the first query
+/// word it contains.
+fn snippet(text: &str, words: &[String]) -> String {
+    const WIDTH: usize = 200;
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= WIDTH {
+        return flat;
+    }
+    let lower = flat.to_lowercase();
+    let at = words
+        .iter()
+        .filter_map(|w| lower.find(w.as_str()))
+        .min()
+        .unwrap_or(0);
+    // Lower-casing can change byte offsets; fall back to the start.
+    let at = if flat.is_char_boundary(at) { at } else { 0 };
+    let chars_before = flat[..at].chars().count();
+    let start_char = chars_before.saturating_sub(WIDTH / 4);
+    let piece: String = flat.chars().skip(start_char).take(WIDTH).collect();
+    let mut out = String::new();
+    if start_char > 0 {
+        out.push('…');
+    }
+    out.push_str(piece.trim());
+    if start_char + WIDTH < flat.chars().count() {
+        out.push('…');
+    }
+    out
+}

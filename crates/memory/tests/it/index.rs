@@ -1,0 +1,400 @@
+//! The index follows the files, ranks with keywords and vectors, caches
+//! vectors, and survives a failing embedder.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use flynn_memory::{
+    Embedder, Memory, MemoryIndex, MemoryStore, Namespace, SearchMode, SearchOptions, WriteMode,
+};
+
+use crate::support::TestEmbedder;
+
+fn ns(name: &str) -> Namespace {
+    Namespace::parse(name).unwrap()
+}
+
+fn write(dir: &Path, relative: &str, text: &str) {
+    let path = dir.join(relative);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+async fn memory(dir: &Path, embedder: Option<Arc<dyn Embedder>>) -> Memory {
+    Memory::open(dir.join("memory"), &dir.join("index.db"), embedder)
+        .await
+        .unwrap()
+}
+
+fn files(hits: &[flynn_memory::Hit]) -> Vec<String> {
+    hits.iter()
+        .map(|h| format!("{}:{}", h.file, h.start_line))
+        .collect()
+}
+
+#[tokio::test]
+async fn written_memory_is_found_with_file_line_and_snippet() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = memory(dir.path(), None).await;
+    memory
+        .write(
+            &ns("user"),
+            "# About\n\n- Name: Dana\n- Allergic to peanuts",
+            WriteMode::Append,
+        )
+        .await
+        .unwrap();
+    memory
+        .write(
+            &ns("projects/garden"),
+            "Planted tomatoes on the balcony in May.",
+            WriteMode::Append,
+        )
+        .await
+        .unwrap();
+
+    let hits = memory
+        .search("peanuts allergy?", &SearchOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(files(&hits), ["user.md:3"]);
+    assert_eq!(hits[0].namespace, ns("user"));
+    assert_eq!(hits[0].heading.as_deref(), Some("About"));
+    assert!(
+        hits[0].snippet.contains("Allergic to peanuts"),
+        "{}",
+        hits[0].snippet
+    );
+    assert_eq!(hits[0].keyword_rank, Some(1));
+
+    // Porter stemming: "tomato" finds "tomatoes".
+    let hits = memory
+        .search("tomato", &SearchOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(files(&hits), ["projects/garden.md:1"]);
+    // Nothing matches: nothing returned (no vectors without an embedder).
+    let hits = memory
+        .search("submarine", &SearchOptions::default())
+        .await
+        .unwrap();
+    assert!(hits.is_empty());
+}
+
+#[tokio::test]
+async fn queries_with_search_syntax_are_plain_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = memory(dir.path(), None).await;
+    memory
+        .write(
+            &ns("global"),
+            "The NEAR office is in Lisbon.",
+            WriteMode::Append,
+        )
+        .await
+        .unwrap();
+    for query in [
+        "\"lisbon",
+        "NEAR(office",
+        "office*",
+        "-lisbon",
+        "a:b OR",
+        "ÿ ☃ lisbon",
+        "",
+        "   ",
+    ] {
+        let result = memory.search(query, &SearchOptions::default()).await;
+        assert!(result.is_ok(), "{query:?}: {result:?}");
+    }
+    let hits = memory
+        .search("NEAR(office", &SearchOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1);
+}
+
+#[tokio::test]
+async fn the_index_follows_edits_deletions_and_renames() {
+    let dir = tempfile::tempdir().unwrap();
+    let embedder = Arc::new(TestEmbedder::new("test/words", 64));
+    let memory = memory(dir.path(), Some(embedder.clone())).await;
+    let root = dir.path().join("memory");
+    write(
+        &root,
+        "notes/car.md",
+        "The car is a blue Volvo.\n\nIt needs new tyres in spring.\n",
+    );
+    let report = memory.sync().await.unwrap();
+    assert_eq!(
+        (report.files_added, report.chunks_added),
+        (1, 1),
+        "{report:?}"
+    );
+    assert_eq!(embedder.embedded(), 1);
+
+    // An editor changes the file.
+    write(
+        &root,
+        "notes/car.md",
+        "The car is a red Tesla.\n\nIt needs new tyres in spring.\n",
+    );
+    let hits = memory
+        .search("volvo", &SearchOptions::default())
+        .await
+        .unwrap();
+    assert!(hits.is_empty(), "{hits:?}");
+    let hits = memory
+        .search("tesla", &SearchOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(files(&hits), ["notes/car.md:1"]);
+
+    // Renamed: found under the new name, and its vectors come from the
+    // cache (same text), not the embedder.
+    let before = embedder.embedded();
+    std::fs::rename(root.join("notes/car.md"), root.join("vehicles.md")).unwrap();
+    let report = memory.sync().await.unwrap();
+    assert_eq!(
+        (report.files_added, report.files_removed),
+        (1, 1),
+        "{report:?}"
+    );
+    assert_eq!((report.embedded, report.reused), (0, 1), "{report:?}");
+    assert_eq!(embedder.embedded(), before);
+    let hits = memory
+        .search("tesla", &SearchOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(files(&hits), ["vehicles.md:1"]);
+
+    // Deleted: gone from the index.
+    std::fs::remove_file(root.join("vehicles.md")).unwrap();
+    let hits = memory
+        .search("tesla", &SearchOptions::default())
+        .await
+        .unwrap();
+    assert!(hits.is_empty(), "{hits:?}");
+    let status = memory.index().status().await.unwrap();
+    assert_eq!((status.files, status.chunks, status.vectors), (0, 0, 0));
+
+    // A sync with nothing changed does nothing, and embeds nothing.
+    write(&root, "user.md", "- prefers trains");
+    memory.sync().await.unwrap();
+    let calls = embedder.calls.load(Ordering::SeqCst);
+    let report = memory.sync().await.unwrap();
+    assert!(!report.changed_anything(), "{report:?}");
+    assert_eq!(embedder.calls.load(Ordering::SeqCst), calls);
+}
+
+#[tokio::test]
+async fn an_edit_embeds_only_the_chunks_that_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let embedder = Arc::new(TestEmbedder::new("test/words", 64));
+    let memory = memory(dir.path(), Some(embedder.clone())).await;
+    let root = dir.path().join("memory");
+    let section = |topic: &str| format!("## {topic}\n- {topic} fact one\n- {topic} fact two\n\n");
+    let text: String = ["Alpha", "Beta", "Gamma"]
+        .iter()
+        .map(|t| section(t))
+        .collect();
+    write(&root, "global.md", &text);
+    memory.sync().await.unwrap();
+    assert_eq!(embedder.embedded(), 3);
+
+    write(
+        &root,
+        "global.md",
+        &text.replace("Beta fact two", "Beta fact changed"),
+    );
+    let report = memory.sync().await.unwrap();
+    assert_eq!((report.embedded, report.reused), (1, 2), "{report:?}");
+    assert_eq!(
+        embedder.seen.lock().unwrap().last().map(String::as_str),
+        Some("Beta\n- Beta fact one\n- Beta fact changed")
+    );
+}
+
+#[tokio::test]
+async fn changing_the_embedder_rebuilds_the_vectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("memory");
+    write(
+        &root,
+        "user.md",
+        "- likes sailing\n\n## Work\n- writes Rust\n",
+    );
+    let small = Arc::new(TestEmbedder::new("test/small", 32));
+    let memory = memory(dir.path(), Some(small.clone())).await;
+    memory.sync().await.unwrap();
+    let status = memory.index().status().await.unwrap();
+    assert_eq!((status.vectors, status.dimensions), (2, Some(32)));
+    memory.index().close().await;
+
+    let large = Arc::new(TestEmbedder::new("test/large", 48));
+    let memory = self::memory(dir.path(), Some(large.clone())).await;
+    let report = memory.sync().await.unwrap();
+    assert_eq!(report.embedded, 2, "{report:?}");
+    let status = memory.index().status().await.unwrap();
+    assert_eq!(status.embedder.as_deref(), Some("test/large"));
+    assert_eq!((status.vectors, status.dimensions), (2, Some(48)));
+    let hits = memory
+        .search(
+            "sailing",
+            &SearchOptions {
+                mode: SearchMode::Vector,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(files(&hits), ["user.md:1"]);
+    assert!(hits[0].similarity.unwrap() > 0.5, "{hits:?}");
+}
+
+#[tokio::test]
+async fn a_failing_embedder_leaves_keyword_search_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let embedder = Arc::new(TestEmbedder::new("test/words", 64));
+    embedder.failing.store(true, Ordering::SeqCst);
+    let memory = memory(dir.path(), Some(embedder.clone())).await;
+    write(
+        &dir.path().join("memory"),
+        "user.md",
+        "- birthday on 3 March\n",
+    );
+    let report = memory.sync().await.unwrap();
+    assert_eq!(report.pending, 1);
+    assert!(
+        report
+            .embed_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("embedder is down"),
+        "{report:?}"
+    );
+
+    let hits = memory
+        .search("birthday", &SearchOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(files(&hits), ["user.md:1"]);
+    let status = memory.index().status().await.unwrap();
+    assert_eq!(status.vectors, 0);
+    assert!(status.last_error.unwrap_or_default().contains("503"));
+    // It is not asked again at every search while it is down.
+    let calls = embedder.calls.load(Ordering::SeqCst);
+    memory
+        .search("birthday", &SearchOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(embedder.calls.load(Ordering::SeqCst), calls);
+
+    // Once it answers (after a reindex resets the pause), vectors come.
+    embedder.failing.store(false, Ordering::SeqCst);
+    let report = memory.reindex().await.unwrap();
+    assert_eq!((report.pending, report.embed_error), (0, None));
+    assert_eq!(memory.index().status().await.unwrap().vectors, 1);
+}
+
+#[tokio::test]
+async fn a_deleted_or_foreign_index_is_rebuilt_from_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("memory");
+    write(&root, "global.md", "The wifi password is on the fridge.\n");
+    let index_path = dir.path().join("index.db");
+    {
+        let index = MemoryIndex::open(&index_path, None).await.unwrap();
+        index.sync(&MemoryStore::new(&root)).await.unwrap();
+        index.close().await;
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", index_path.display()));
+    }
+    // A file that is not an index at all is refused with its path.
+    std::fs::write(
+        &index_path,
+        "not a database, just text that is long enough to look like one",
+    )
+    .unwrap();
+    let error = MemoryIndex::open(&index_path, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("index.db"), "{error}");
+    std::fs::remove_file(&index_path).unwrap();
+
+    let memory = memory(dir.path(), None).await;
+    let hits = memory
+        .search("wifi", &SearchOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(files(&hits), ["global.md:1"]);
+}
+
+#[tokio::test]
+async fn context_is_empty_for_empty_memory_and_capped_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = memory(dir.path(), None).await;
+    let count = |text: &str| text.len().div_ceil(4);
+    assert_eq!(
+        memory
+            .context("hello there", 5, 2000, &count)
+            .await
+            .unwrap(),
+        None
+    );
+
+    memory
+        .write(
+            &ns("user"),
+            "- Name: Dana\n- Lives in Porto",
+            WriteMode::Append,
+        )
+        .await
+        .unwrap();
+    memory
+        .write(
+            &ns("global"),
+            "- The home server is called atlas",
+            WriteMode::Append,
+        )
+        .await
+        .unwrap();
+    memory
+        .write(
+            &ns("projects/boat"),
+            "The boat engine was serviced in April by Marco.",
+            WriteMode::Append,
+        )
+        .await
+        .unwrap();
+    let context = memory
+        .context("when was the boat engine serviced?", 5, 2000, &count)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(context.starts_with("[Memory Context]\n"), "{context}");
+    let user = context.find("Lives in Porto").unwrap();
+    let global = context.find("atlas").unwrap();
+    let hit = context.find("projects/boat.md:1: The boat engine").unwrap();
+    assert!(user < global && global < hit, "{context}");
+
+    // Many facts: the newest that fit, a note, and the cap held.
+    let many: String = (0..400)
+        .map(|i| format!("- fact {i} about the user\n"))
+        .collect();
+    memory
+        .write(&ns("user"), &many, WriteMode::Append)
+        .await
+        .unwrap();
+    let context = memory
+        .context("boat engine", 5, 300, &count)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(count(&context) <= 300, "{} tokens", count(&context));
+    assert!(context.contains("fact 399"), "{context}");
+    assert!(!context.contains("fact 0 "), "{context}");
+    assert!(context.contains("[older lines left out: memory.read user shows them]"));
+}
