@@ -6,6 +6,7 @@ mod commands;
 mod compaction;
 mod delegation;
 mod lanes;
+mod memory;
 mod recovery;
 mod turns;
 
