@@ -3,7 +3,7 @@
 
 use flynn_protocol::Tier;
 use flynn_protocol::config::{
-    CONFIG_VERSION, FlynnConfig, MAIN_AGENT, ModelRef, ProviderKind, SearchProvider,
+    CONFIG_VERSION, EmbedderKind, FlynnConfig, MAIN_AGENT, ModelRef, ProviderKind, SearchProvider,
 };
 
 use crate::document::{Document, KeyPath, Located, NodeKind};
@@ -126,6 +126,7 @@ pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located>
     check_tools(config, &configured, &mut report);
     check_sessions(config, doc, &mut report);
     check_delegation(config, &mut report);
+    check_memory(config, &configured, &mut report);
 
     let retry = &config.models.retry;
     if retry.max_backoff_ms < retry.initial_backoff_ms {
@@ -412,6 +413,83 @@ fn check_delegation(config: &FlynnConfig, report: &mut impl FnMut(KeyPath, Probl
                 min: 1024,
             },
         );
+    }
+}
+
+/// The memory block: its embedder's provider, key, URL and sizes.
+fn check_memory(
+    config: &FlynnConfig,
+    configured: &[String],
+    report: &mut impl FnMut(KeyPath, Problem),
+) {
+    let memory = &config.memory;
+    if memory.max_context_tokens > 0 && memory.max_context_tokens < 100 {
+        report(
+            KeyPath::keys(&["memory", "max_context_tokens"]),
+            Problem::TooSmall {
+                value: memory.max_context_tokens.into(),
+                min: 100,
+            },
+        );
+    }
+    let Some(embeddings) = &memory.embeddings else {
+        return;
+    };
+    let path = KeyPath::keys(&["memory", "embeddings"]);
+    if let Some(provider) = &embeddings.provider
+        && let Some(problem) = unknown_provider(provider, configured)
+    {
+        report(path.clone().key("provider"), problem);
+    }
+    if let Some(url) = &embeddings.base_url
+        && !is_http_url(url)
+    {
+        report(
+            path.clone().key("base_url"),
+            Problem::InvalidUrl { url: url.clone() },
+        );
+    }
+    let has_key = embeddings.api_key.is_some()
+        || embeddings
+            .provider
+            .as_ref()
+            .and_then(|p| config.providers.get(p))
+            .is_some_and(|p| p.api_key.is_some());
+    let missing = match embeddings.kind {
+        EmbedderKind::Gemini if !has_key => {
+            Some("gemini embeddings need memory.embeddings.api_key (e.g. ${GEMINI_API_KEY})")
+        }
+        EmbedderKind::Voyage if !has_key => {
+            Some("voyage embeddings need memory.embeddings.api_key (e.g. ${VOYAGE_API_KEY})")
+        }
+        EmbedderKind::Openai
+            if !has_key && embeddings.base_url.is_none() && embeddings.provider.is_none() =>
+        {
+            Some(
+                "openai embeddings need memory.embeddings.api_key (e.g. ${OPENAI_API_KEY}), or a base_url of a compatible server",
+            )
+        }
+        EmbedderKind::Local if embeddings.model_dir.is_none() => Some(
+            "local embeddings need memory.embeddings.model_dir: the directory scripts/fetch-minilm.sh fills",
+        ),
+        _ => None,
+    };
+    if let Some(message) = missing {
+        report(
+            path.clone().key("kind"),
+            Problem::Other {
+                message: message.to_owned(),
+            },
+        );
+    }
+    let minimums: [(&str, u64, u64); 2] = [
+        ("batch_size", embeddings.batch_size.into(), 1),
+        ("timeout_secs", embeddings.timeout_secs, 1),
+    ];
+    for (key, value, min) in minimums {
+        if value < min {
+            report(path.clone().key(key), Problem::TooSmall { value, min });
+        }
     }
 }
 

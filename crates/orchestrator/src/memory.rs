@@ -444,8 +444,9 @@ pub fn parse_facts(answer: &str) -> Vec<(Namespace, String)> {
 }
 
 /// Word stems of a fact, for comparing facts: lower-case words of two
-/// or more characters, cut to five characters (so "likes"/"liked" and
-/// "prefers"/"preferred" match), without the commonest words.
+/// or more characters, without a plural or -ed/-ing ending, cut to five
+/// characters (so "likes"/"liked" and "prefers"/"preferred" match),
+/// without the commonest words.
 fn stems(text: &str) -> std::collections::BTreeSet<String> {
     const COMMON: &[&str] = &[
         "the", "a", "an", "and", "is", "are", "was", "of", "to", "in", "on", "for", "user",
@@ -454,7 +455,19 @@ fn stems(text: &str) -> std::collections::BTreeSet<String> {
     text.split(|c: char| !c.is_alphanumeric())
         .map(str::to_lowercase)
         .filter(|w| w.chars().count() >= 2 && !COMMON.contains(&w.as_str()))
-        .map(|w| w.chars().take(5).collect())
+        .map(|w| {
+            // A crude stemmer: enough to match likes/liked, prefers/preferred.
+            let mut stem = w.as_str();
+            for suffix in ["ing", "ed", "es", "s"] {
+                if let Some(rest) = stem.strip_suffix(suffix)
+                    && rest.chars().count() >= 3
+                {
+                    stem = rest;
+                    break;
+                }
+            }
+            stem.chars().take(5).collect()
+        })
         .collect()
 }
 

@@ -19,7 +19,7 @@ fn unknown_key_suggests_the_closest_and_lists_the_valid_ones() {
     );
     assert_error(
         "version: 1\nmodel:\n  tiers: {}\n",
-        "config.yaml:2:1: model: unknown key 'model' (did you mean 'models'?), expected one of: version, providers, models, agents, tools, sessions, gateway, compaction",
+        "config.yaml:2:1: model: unknown key 'model' (did you mean 'models'?), expected one of: version, providers, models, agents, tools, sessions, gateway, compaction, memory",
     );
     assert_error(
         "models:\n  tiers:\n    fats: []\n",
@@ -71,7 +71,7 @@ fn wrong_type_says_what_was_found_and_what_was_expected() {
     );
     assert_error(
         "- version: 1\n",
-        "config.yaml:1:1: found a list, expected a mapping with keys from: version, providers, models, agents, tools, sessions, gateway, compaction",
+        "config.yaml:1:1: found a list, expected a mapping with keys from: version, providers, models, agents, tools, sessions, gateway, compaction, memory",
     );
 }
 
@@ -439,5 +439,30 @@ config.yaml:3:19: sessions.lane_idle_secs: 0 is too small, expected at least 1",
     assert_error(
         "sessions:\n  interrupted_turns: retry\n",
         "config.yaml:2:22: sessions.interrupted_turns: unknown interrupted turns 'retry', expected one of: report, rerun",
+    );
+}
+
+#[test]
+fn memory_embeddings_are_checked() {
+    assert_error(
+        "providers:\n  ollama: {kind: ollama}\nmemory:\n  embeddings: {kind: ollama, provider: olama}\n",
+        "config.yaml:4:40: memory.embeddings.provider: unknown provider 'olama' (did you mean 'ollama'?), expected one of the configured providers: ollama",
+    );
+    assert_error(
+        "memory:\n  embeddings: {kind: voyage}\n",
+        "config.yaml:2:22: memory.embeddings.kind: voyage embeddings need memory.embeddings.api_key (e.g. ${VOYAGE_API_KEY})",
+    );
+    assert_error(
+        "memory:\n  embeddings: {kind: local, batch_size: 0}\n",
+        "config.yaml:2:22: memory.embeddings.kind: local embeddings need memory.embeddings.model_dir: the directory scripts/fetch-minilm.sh fills
+config.yaml:2:41: memory.embeddings.batch_size: 0 is too small, expected at least 1",
+    );
+    assert_error(
+        "memory:\n  embeddings: {kind: openai, base_url: localhost:8080}\n",
+        "config.yaml:2:40: memory.embeddings.base_url: invalid URL 'localhost:8080', expected an http:// or https:// URL with a host",
+    );
+    assert_error(
+        "memory:\n  embeddings: {kind: bert}\n",
+        "config.yaml:2:22: memory.embeddings.kind: unknown embedder kind 'bert', expected one of: openai, ollama, gemini, voyage, local",
     );
 }

@@ -71,7 +71,6 @@ async fn a_plain_answer_streams_and_is_stored_with_its_turn() {
         tools,
         [
             "file.edit",
-            "file.list",
             "file.read",
             "file.write",
             "shell.exec",
@@ -423,20 +422,13 @@ async fn routes_pick_the_agent_whose_tier_tools_and_prompt_the_turn_uses() {
     };
     assert_eq!(
         names(&chat[0]),
-        [
-            "file.edit",
-            "file.list",
-            "file.read",
-            "file.write",
-            "tools.search"
-        ]
+        ["file.edit", "file.read", "file.write", "tools.search"]
     );
     assert_eq!(coder[0].system.as_deref(), Some("You code."));
     assert_eq!(
         names(&coder[0]),
         [
             "file.edit",
-            "file.list",
             "file.read",
             "file.write",
             "shell.exec",
@@ -670,7 +662,6 @@ async fn a_provider_override_changes_the_tools_its_models_are_offered() {
         names,
         [
             "file.edit",
-            "file.list",
             "file.read",
             "file.write",
             "tools.search",
