@@ -92,6 +92,14 @@ pub fn run(args: &[String]) -> Result<()> {
     if !status.success() {
         bail!("cargo bench -p flynn-tools failed ({status})");
     }
+    let status = Command::new(&cargo)
+        .args(["bench", "-p", "flynn-memory", "--bench", "search"])
+        .current_dir(&root)
+        .status()
+        .context("running cargo bench")?;
+    if !status.success() {
+        bail!("cargo bench -p flynn-memory failed ({status})");
+    }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| root.join("target"), std::path::PathBuf::from);
     let micro = micro_results(&target.join("criterion"))?;
@@ -103,6 +111,11 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut markdown = render(&results, &machine());
     markdown.push_str(&render_micro(&micro));
     markdown.push_str(&render_compaction(&compaction, &micro));
+    let memory: Value = serde_json::from_str(
+        &std::fs::read_to_string(target.join("criterion/flynn-memory.json"))
+            .context("reading the memory benchmark's counts")?,
+    )?;
+    markdown.push_str(&render_memory(&memory, &micro));
     std::fs::write(root.join("docs/benchmarks.md"), &markdown)?;
     print!("{markdown}");
     Ok(())
@@ -131,7 +144,14 @@ const MICRO: &[&str] = &[
     "tools/executor_call",
     "web_fetch_extract/markdown_1mb_article",
     "compaction/history_200k_tokens",
+    "memory/hybrid_search_100k",
+    "memory/keyword_search_100k",
+    "memory/vector_search_100k",
 ];
+
+/// Hybrid memory search over 100,000 chunks must take at most this, at
+/// the median (ms).
+const MEMORY_SEARCH_MS: f64 = 20.0;
 
 fn micro_results(criterion: &std::path::Path) -> Result<Vec<Micro>> {
     MICRO
@@ -259,6 +279,43 @@ fn render_compaction(counts: &Value, micro: &[Micro]) -> String {
     md
 }
 
+/// Memory search over 100,000 chunks, indexing speed and the index's
+/// cost (see `crates/memory/benches/search.rs`).
+fn render_memory(counts: &Value, micro: &[Micro]) -> String {
+    let n = |key: &str| counts[key].as_u64().unwrap_or(0);
+    let ms = |id: &str| {
+        micro
+            .iter()
+            .find(|m| m.id == id)
+            .map_or(f64::NAN, |m| m.median_ns / 1e6)
+    };
+    let hybrid = ms("memory/hybrid_search_100k");
+    let verdict = if hybrid <= MEMORY_SEARCH_MS {
+        "meets"
+    } else {
+        "misses"
+    };
+    let mut md = String::from("\n## Memory search\n");
+    let _ = writeln!(
+        md,
+        "\nOver {} chunks ({} files of notes, {}-dimension vectors from an in-process stand-in embedder): hybrid search {hybrid:.2} ms at the median (target: at most {MEMORY_SEARCH_MS} ms): {verdict}; keywords alone {:.2} ms, vectors alone {:.2} ms.",
+        n("chunks"),
+        n("chunks") / 100,
+        n("dimensions"),
+        ms("memory/keyword_search_100k"),
+        ms("memory/vector_search_100k"),
+    );
+    let _ = writeln!(
+        md,
+        "\nBuilding the index from the files: {} chunks a second ({:.1} s for all, embedding included). The index file: {:.0} MB; the process grew by {:.1} MB of RSS building and searching it.",
+        n("chunks_per_second"),
+        n("build_ms") as f64 / 1000.0,
+        n("index_bytes") as f64 / 1_048_576.0,
+        n("rss_growth_kib") as f64 / 1024.0,
+    );
+    md
+}
+
 fn machine() -> String {
     let output = |program: &str, args: &[&str]| {
         Command::new(program)
@@ -379,6 +436,33 @@ mod tests {
             md.contains("sent 1234 bytes of JSON to the model: the system prompt assembled\nfor the turn, the default tools' schemas and the message (target: at most 3.5 KB = 3584 bytes): meets."),
             "{md}"
         );
+        let memory = serde_json::json!({"chunks": 100000, "dimensions": 384, "build_ms": 48500, "chunks_per_second": 2062, "index_bytes": 524288000, "rss_growth_kib": 25600});
+        let micro = vec![
+            Micro {
+                id: "memory/hybrid_search_100k".into(),
+                median_ns: 16.5e6,
+                throughput: None,
+            },
+            Micro {
+                id: "memory/keyword_search_100k".into(),
+                median_ns: 1.4e6,
+                throughput: None,
+            },
+            Micro {
+                id: "memory/vector_search_100k".into(),
+                median_ns: 14.3e6,
+                throughput: None,
+            },
+        ];
+        let md = render_memory(&memory, &micro);
+        assert!(md.contains("hybrid search 16.50 ms at the median (target: at most 20 ms): meets; keywords alone 1.40 ms, vectors alone 14.30 ms."), "{md}");
+        assert!(md.contains("2062 chunks a second (48.5 s for all, embedding included). The index file: 500 MB; the process grew by 25.0 MB"), "{md}");
+        let slow = vec![Micro {
+            id: "memory/hybrid_search_100k".into(),
+            median_ns: 21e6,
+            throughput: None,
+        }];
+        assert!(render_memory(&memory, &slow).contains(": misses;"));
         let heavy = serde_json::json!({"runs": 1, "send_request_bytes": 4000});
         assert!(render(&heavy, "m").contains("(target: at most 3.5 KB = 3584 bytes): misses."));
     }

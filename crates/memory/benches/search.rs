@@ -148,19 +148,18 @@ fn benches(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("memory");
+    // FLYNN_BENCH_KEEP=<dir> keeps the files and the index there to look at.
+    let kept = std::env::var_os("FLYNN_BENCH_KEEP").map(std::path::PathBuf::from);
+    let temp = tempfile::tempdir().unwrap();
+    let base = kept.unwrap_or_else(|| temp.path().to_path_buf());
+    let root = base.join("memory");
     let mut vocabulary = Vocabulary::new(20_000);
     write_corpus(&root, &mut vocabulary);
     let rss_before = rss_kib();
     let memory = runtime.block_on(async {
-        Memory::open(
-            &root,
-            &dir.path().join("index.db"),
-            Some(Arc::new(Projection)),
-        )
-        .await
-        .unwrap()
+        Memory::open(&root, &base.join("index.db"), Some(Arc::new(Projection)))
+            .await
+            .unwrap()
     });
     let started = Instant::now();
     let report = runtime.block_on(memory.sync()).unwrap();

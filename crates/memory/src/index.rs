@@ -24,7 +24,7 @@ use crate::{Error, Result};
 
 /// Bumped when the index's tables change; an index of another version is
 /// dropped and rebuilt from the files.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 /// The `k` of reciprocal rank fusion: a hit's score is the sum over the
 /// rankings it appears in of `1 / (k + rank)`.
 pub const RRF_K: f64 = 60.0;
@@ -245,7 +245,10 @@ impl MemoryIndex {
             "CREATE INDEX chunks_by_path ON chunks(path)",
             "CREATE INDEX chunks_pending ON chunks(embedded) WHERE embedded = 0",
             "CREATE VIRTUAL TABLE chunks_fts USING fts5(body, tokenize = 'porter unicode61')",
-            "CREATE TABLE embedding_cache (embedder TEXT NOT NULL, hash TEXT NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (embedder, hash)) WITHOUT ROWID",
+            // A rowid table: rows of kilobytes make a WITHOUT ROWID tree three
+            // times the data's size.
+            "CREATE TABLE embedding_cache (embedder TEXT NOT NULL, hash TEXT NOT NULL, vector BLOB NOT NULL)",
+            "CREATE UNIQUE INDEX embedding_cache_key ON embedding_cache(embedder, hash)",
         ] {
             sqlx::query(statement)
                 .execute(&mut *tx)
@@ -572,7 +575,7 @@ impl MemoryIndex {
             };
             self.ensure_vector_table(&mut tx, dimensions).await?;
             for (id, hash, vector) in &fresh {
-                sqlx::query("INSERT OR REPLACE INTO embedding_cache (embedder, hash, vector) VALUES (?, ?, ?)")
+                sqlx::query("INSERT INTO embedding_cache (embedder, hash, vector) VALUES (?, ?, ?) ON CONFLICT(embedder, hash) DO UPDATE SET vector = excluded.vector")
                     .bind(&embedder_id)
                     .bind(hash)
                     .bind(to_blob(vector))
