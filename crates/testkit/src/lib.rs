@@ -28,6 +28,7 @@
 mod anthropic;
 #[cfg(feature = "bedrock")]
 pub mod bedrock;
+pub mod embeddings;
 pub mod fixtures;
 mod llamacpp;
 mod ollama;
@@ -38,6 +39,7 @@ mod server;
 pub use anthropic::FakeAnthropic;
 #[cfg(feature = "bedrock")]
 pub use bedrock::{FakeBedrock, bedrock_error};
+pub use embeddings::{FakeEmbeddings, Vendor, fake_embedding};
 pub use llamacpp::FakeLlamaCpp;
 pub use ollama::FakeOllama;
 pub use openai::FakeOpenAi;

@@ -55,35 +55,37 @@ impl Embedder for OpenAiEmbedder {
         texts: &[String],
         _input: EmbedInput,
     ) -> Result<Vec<Vec<f32>>, EmbedError> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut body = json!({
-            "model": self.settings.model,
-            "input": texts,
-            "encoding_format": "float",
-        });
-        if let Some(dimensions) = self.settings.dimensions {
-            body["dimensions"] = Value::from(dimensions);
-        }
-        let mut request = self
-            .client
-            .post(self.settings.url("/embeddings"))
-            .json(&body);
-        if let Some(key) = &self.settings.api_key {
-            request = request.bearer_auth(key);
-        }
-        let response: Response = http::send(SERVICE, request).await?;
-        let mut data = response.data;
-        data.sort_by_key(|item| item.index);
-        if data.iter().enumerate().any(|(i, item)| item.index != i) {
-            return Err(EmbedError::Decode {
-                service: SERVICE,
-                message: "the answer's indexes do not match the texts sent".to_owned(),
+        let mut vectors = Vec::with_capacity(texts.len());
+        for batch in texts.chunks(self.settings.batch_size.max(1)) {
+            let mut body = json!({
+                "model": self.settings.model,
+                "input": batch,
+                "encoding_format": "float",
             });
+            if let Some(dimensions) = self.settings.dimensions {
+                body["dimensions"] = Value::from(dimensions);
+            }
+            let mut request = self
+                .client
+                .post(self.settings.url("/embeddings"))
+                .json(&body);
+            if let Some(key) = &self.settings.api_key {
+                request = request.bearer_auth(key);
+            }
+            let response: Response = http::send(SERVICE, request).await?;
+            let mut data = response.data;
+            data.sort_by_key(|item| item.index);
+            if data.iter().enumerate().any(|(i, item)| item.index != i) {
+                return Err(EmbedError::Decode {
+                    service: SERVICE,
+                    message: "the answer's indexes do not match the texts sent".to_owned(),
+                });
+            }
+            let batch_vectors: Vec<Vec<f32>> =
+                data.into_iter().map(|item| item.embedding).collect();
+            check_vectors(SERVICE, &batch_vectors, batch.len())?;
+            vectors.extend(batch_vectors);
         }
-        let vectors: Vec<Vec<f32>> = data.into_iter().map(|item| item.embedding).collect();
-        check_vectors(SERVICE, &vectors, texts.len())?;
         Ok(vectors)
     }
 }

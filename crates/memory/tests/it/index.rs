@@ -117,7 +117,7 @@ async fn queries_with_search_syntax_are_plain_words() {
 #[tokio::test]
 async fn the_index_follows_edits_deletions_and_renames() {
     let dir = tempfile::tempdir().unwrap();
-    let embedder = Arc::new(TestEmbedder::new("test/words", 64));
+    let embedder = Arc::new(TestEmbedder::new("test/words", 512));
     let memory = memory(dir.path(), Some(embedder.clone())).await;
     let root = dir.path().join("memory");
     write(

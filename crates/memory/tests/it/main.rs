@@ -1,6 +1,8 @@
 //! flynn-memory's integration tests.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod embedders;
 mod index;
+mod local;
 mod ranking;
 mod support;

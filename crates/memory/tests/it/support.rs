@@ -63,26 +63,7 @@ impl Embedder for TestEmbedder {
         }
         Ok(texts
             .iter()
-            .map(|t| words_vector(t, self.dimensions))
+            .map(|t| flynn_testkit::fake_embedding(t, self.dimensions))
             .collect())
     }
-}
-
-/// Feature hashing of lower-case words (replaced by the testkit's fake
-/// once it has one).
-fn words_vector(text: &str, dimensions: usize) -> Vec<f32> {
-    let mut vector = vec![0.0f32; dimensions];
-    for word in text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-    {
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for byte in word.to_lowercase().bytes() {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-        let slot = (hash % dimensions as u64) as usize;
-        vector[slot] += if hash & (1 << 63) == 0 { 1.0 } else { -1.0 };
-    }
-    vector
 }
