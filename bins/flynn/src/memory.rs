@@ -66,11 +66,11 @@ async fn status(memory: &Memory, json: bool) -> Result<(), Failure> {
     }
     outln!("memory   {}", memory.store().dir().display());
     outln!(
-        "index    {} ({}): {} files, {} chunks",
+        "index    {} ({}): {}, {}",
         status.path.display(),
         human_bytes(status.bytes),
-        status.files,
-        status.chunks
+        count(status.files, "file"),
+        count(status.chunks, "chunk")
     );
     outln!("search   {mode}");
     if let Some(error) = report.embed_error.or(status.last_error) {
@@ -158,7 +158,11 @@ fn print_report(report: &SyncReport, status: &IndexStatus, json: bool) {
         );
         return;
     }
-    let mut line = format!("indexed {} files: {} chunks", status.files, status.chunks);
+    let mut line = format!(
+        "indexed {}: {}",
+        count(status.files, "file"),
+        count(status.chunks, "chunk")
+    );
     if status.embedder.is_some() {
         line.push_str(&format!(
             ", {} vectors ({} embedded, {} from the cache)",
@@ -210,6 +214,15 @@ async fn show(memory: &Memory, name: &str, session: Option<String>) -> Result<()
                 }
             )))
         }
+    }
+}
+
+/// `1 file`, `3 files`.
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }
 

@@ -4,6 +4,7 @@
 mod config;
 mod crash;
 mod live;
+mod memory;
 mod send;
 mod sessions;
 
