@@ -32,19 +32,31 @@ pub async fn run(args: MemoryArgs) -> Result<(), Failure> {
         } => search(&memory, &query, limit, keywords, json).await,
         MemoryCommand::Reindex { json } => {
             let report = memory.reindex().await.map_err(failure)?;
-            let status = memory.index().status().await.map_err(failure)?;
+            let status = memory
+                .index()
+                .await
+                .map_err(failure)?
+                .status()
+                .await
+                .map_err(failure)?;
             print_report(&report, &status, json);
             Ok(())
         }
         MemoryCommand::Show { namespace, session } => show(&memory, &namespace, session).await,
     };
-    memory.index().close().await;
+    memory.close().await;
     result
 }
 
 async fn status(memory: &Memory, json: bool) -> Result<(), Failure> {
     let report = memory.sync().await.map_err(failure)?;
-    let status = memory.index().status().await.map_err(failure)?;
+    let status = memory
+        .index()
+        .await
+        .map_err(failure)?
+        .status()
+        .await
+        .map_err(failure)?;
     let mode = search_mode(&status);
     if json {
         outln!(

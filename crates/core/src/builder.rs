@@ -381,8 +381,8 @@ impl Flynn {
 
 /// Opens the configured memory: `memory.dir` (else `<home>/memory`),
 /// indexed at `memory.index` (else `<home>/memory-index.db`) with the
-/// configured embedder. `None` when memory is off, or when there is
-/// neither a home nor a `memory.dir`.
+/// configured embedder, the index opened on first use. `None` when
+/// memory is off, or when there is neither a home nor a `memory.dir`.
 pub async fn open_memory(config: &FlynnConfig, home: Option<&Path>) -> Result<Option<Memory>> {
     let settings = &config.memory;
     if !settings.enabled {
@@ -407,5 +407,5 @@ pub async fn open_memory(config: &FlynnConfig, home: Option<&Path>) -> Result<Op
         ),
         None => None,
     };
-    Ok(Some(Memory::open(dir, &index, embedder).await?))
+    Ok(Some(Memory::open_lazily(dir, &index, embedder)))
 }

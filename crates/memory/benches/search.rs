@@ -191,7 +191,14 @@ fn benches(c: &mut Criterion) {
             b.iter(|| {
                 i += 1;
                 let hits = runtime
-                    .block_on(memory.index().search(&queries[i % queries.len()], &options))
+                    .block_on(async {
+                        memory
+                            .index()
+                            .await
+                            .unwrap()
+                            .search(&queries[i % queries.len()], &options)
+                            .await
+                    })
                     .unwrap();
                 std::hint::black_box(hits);
             });
@@ -199,7 +206,9 @@ fn benches(c: &mut Criterion) {
     }
     group.finish();
     let rss_after = rss_kib();
-    let status = runtime.block_on(memory.index().status()).unwrap();
+    let status = runtime
+        .block_on(async { memory.index().await.unwrap().status().await })
+        .unwrap();
 
     let stats = json!({
         "chunks": status.chunks,

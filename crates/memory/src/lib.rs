@@ -32,7 +32,9 @@ pub const CONTEXT_HEADING: &str = "[Memory Context]";
 #[derive(Debug, Clone)]
 pub struct Memory {
     store: MemoryStore,
-    index: Arc<MemoryIndex>,
+    index: Arc<tokio::sync::OnceCell<MemoryIndex>>,
+    index_path: PathBuf,
+    embedder: Option<Arc<dyn Embedder>>,
 }
 
 /// Counts tokens the way the caller's model does.
@@ -46,28 +48,52 @@ impl Memory {
         index: &std::path::Path,
         embedder: Option<Arc<dyn Embedder>>,
     ) -> Result<Self> {
-        Ok(Memory {
+        let memory = Memory::open_lazily(dir, index, embedder);
+        memory.index().await?;
+        Ok(memory)
+    }
+
+    /// Like [`open`](Self::open), but the index is opened on first use,
+    /// so a runtime whose memory is empty never opens it.
+    pub fn open_lazily(
+        dir: impl Into<PathBuf>,
+        index: &std::path::Path,
+        embedder: Option<Arc<dyn Embedder>>,
+    ) -> Self {
+        Memory {
             store: MemoryStore::new(dir),
-            index: Arc::new(MemoryIndex::open(index, embedder).await?),
-        })
+            index: Arc::new(tokio::sync::OnceCell::new()),
+            index_path: index.to_path_buf(),
+            embedder,
+        }
     }
 
     pub fn store(&self) -> &MemoryStore {
         &self.store
     }
 
-    pub fn index(&self) -> &MemoryIndex {
-        &self.index
+    /// The index, opened now if it was not yet.
+    pub async fn index(&self) -> Result<&MemoryIndex> {
+        self.index
+            .get_or_try_init(|| MemoryIndex::open(&self.index_path, self.embedder.clone()))
+            .await
+    }
+
+    /// Closes the index if it was opened.
+    pub async fn close(&self) {
+        if let Some(index) = self.index.get() {
+            index.close().await;
+        }
     }
 
     /// Brings the index up to date with the files.
     pub async fn sync(&self) -> Result<SyncReport> {
-        self.index.sync(&self.store).await
+        self.index().await?.sync(&self.store).await
     }
 
     /// Rebuilds the index from the files.
     pub async fn reindex(&self) -> Result<SyncReport> {
-        self.index.reindex(&self.store).await
+        self.index().await?.reindex(&self.store).await
     }
 
     /// Syncs, then searches.
@@ -77,7 +103,7 @@ impl Memory {
             // rest.
             tracing::warn!(%error, "memory index not synced before search");
         }
-        self.index.search(query, options).await
+        self.index().await?.search(query, options).await
     }
 
     /// Appends or replaces a file, then indexes it (a failing index is
@@ -107,6 +133,10 @@ impl Memory {
         budget: usize,
         count: TokenCount<'_>,
     ) -> Result<Option<String>> {
+        // Empty memory: nothing to say, and no index to open.
+        if self.store.list().await?.is_empty() {
+            return Ok(None);
+        }
         const INTRO: &str = "Your persistent memory: markdown files you keep with memory.write (memory.search and memory.read find more; tools.search offers them). Use it for continuity across conversations; it may be out of date.";
         let mut out = format!("{CONTEXT_HEADING}\n{INTRO}");
         let mut used = count(&out);
