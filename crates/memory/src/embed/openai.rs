@@ -9,6 +9,8 @@ use super::{EmbedError, EmbedInput, Embedder, HttpSettings, check_vectors};
 use crate::http;
 
 const SERVICE: &str = "openai";
+/// Texts per request OpenAI accepts.
+pub const MAX_BATCH: usize = 2048;
 
 /// Embeds through an OpenAI-compatible `/embeddings` endpoint.
 #[derive(Debug)]
@@ -19,8 +21,10 @@ pub struct OpenAiEmbedder {
 }
 
 impl OpenAiEmbedder {
-    /// `settings.base_url` ends where OpenAI's does, in `/v1`.
-    pub fn new(settings: HttpSettings) -> Result<Self, EmbedError> {
+    /// `settings.base_url` ends where OpenAI's does, in `/v1`. At most
+    /// 2,048 texts go in one request (OpenAI's limit).
+    pub fn new(mut settings: HttpSettings) -> Result<Self, EmbedError> {
+        settings.batch_size = settings.batch_size.clamp(1, MAX_BATCH);
         Ok(OpenAiEmbedder {
             id: settings.id(SERVICE),
             client: http::client(SERVICE, settings.timeout)?,
@@ -56,7 +60,7 @@ impl Embedder for OpenAiEmbedder {
         _input: EmbedInput,
     ) -> Result<Vec<Vec<f32>>, EmbedError> {
         let mut vectors = Vec::with_capacity(texts.len());
-        for batch in texts.chunks(self.settings.batch_size.max(1)) {
+        for batch in texts.chunks(self.settings.batch_size) {
             let mut body = json!({
                 "model": self.settings.model,
                 "input": batch,
