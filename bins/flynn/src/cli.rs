@@ -26,6 +26,12 @@ pub enum Command {
     Sandbox(SandboxArgs),
     /// Memory files and their search index.
     Memory(MemoryArgs),
+    /// Print a shell completion script: `flynn completion bash >
+    /// ~/.local/share/bash-completion/completions/flynn`.
+    Completion {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -73,6 +73,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Usage(args) => sessions::usage(args).await,
         Command::Sandbox(args) => sandbox::run(args).await,
         Command::Memory(args) => memory::run(args).await,
+        Command::Completion { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command, "flynn", &mut script);
+            out!("{}", String::from_utf8_lossy(&script));
+            Ok(())
+        }
     }
 }
 

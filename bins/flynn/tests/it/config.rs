@@ -147,3 +147,40 @@ fn sandbox_prints_which_sandbox_runs_commands() {
         "{report}"
     );
 }
+
+#[test]
+fn completion_scripts_name_every_command_and_bash_parses_its_own() {
+    let env = Env::new();
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let output = env.run(&["completion", shell]);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{shell}: {}",
+            stderr(&output)
+        );
+        let script = stdout(&output);
+        for command in ["send", "sessions", "memory", "usage", "completion"] {
+            assert!(script.contains(command), "{shell} script lacks {command}");
+        }
+    }
+    let script = env.path().join("flynn.bash");
+    std::fs::write(&script, stdout(&env.run(&["completion", "bash"]))).unwrap();
+    let checked = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let unknown = env.run(&["completion", "tcsh"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        stderr(&unknown).contains("invalid value 'tcsh'"),
+        "{}",
+        stderr(&unknown)
+    );
+}
