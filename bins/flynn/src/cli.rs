@@ -166,4 +166,19 @@ pub enum ConfigCommand {
     Validate { file: Option<PathBuf> },
     /// Print the config file's JSON Schema.
     Schema,
+    /// Print one value of the config Flynn would run with (defaults and
+    /// `${VAR}`s filled in, secrets masked), by dotted path:
+    /// `models.tiers.default`, `providers.openai.base_url`, `memory`.
+    Get {
+        /// Dotted keys; list items by number (`models.tiers.default.0`).
+        /// Empty: the whole config.
+        #[arg(default_value = "")]
+        path: String,
+        /// Print JSON even for a single value.
+        #[arg(long)]
+        json: bool,
+        /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }

@@ -184,3 +184,42 @@ fn completion_scripts_name_every_command_and_bash_parses_its_own() {
         stderr(&unknown)
     );
 }
+
+#[test]
+fn config_get_prints_values_with_defaults_filled_and_secrets_masked() {
+    let env = Env::new().var("MY_KEY", "sk-very-secret");
+    let file = env.path().join("flynn.yaml");
+    std::fs::write(
+        &file,
+        "providers:\n  openai: {kind: openai, api_key: \"${MY_KEY}\"}\nmodels:\n  tiers:\n    default: [openai/gpt-4o-mini]\n",
+    )
+    .unwrap();
+    let file = file.display().to_string();
+    let get = |path: &str| env.run(&["config", "get", path, "--config", &file]);
+
+    assert_eq!(
+        stdout(&get("models.tiers.default.0")),
+        "openai/gpt-4o-mini\n"
+    );
+    assert_eq!(stdout(&get("providers.openai.api_key")), "****\n");
+    assert_eq!(stdout(&get("memory.max_context_tokens")), "2000\n");
+    let whole = stdout(&env.run(&["config", "get", "--config", &file]));
+    assert!(!whole.contains("sk-very-secret"), "{whole}");
+    let memory: Value = serde_json::from_str(&stdout(&get("memory"))).unwrap();
+    assert_eq!(memory["auto_extract"], true);
+
+    let wrong = get("memroy.dir");
+    assert_eq!(wrong.status.code(), Some(2));
+    assert!(
+        stderr(&wrong).contains("no key 'memroy' at the top, expected one of:"),
+        "{}",
+        stderr(&wrong)
+    );
+    let past = get("models.tiers.default.3");
+    assert!(
+        stderr(&past)
+            .contains("'models.tiers.default' has 1 item; there is no item 3 (items count from 0)"),
+        "{}",
+        stderr(&past)
+    );
+}
