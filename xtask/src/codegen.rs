@@ -2,8 +2,18 @@ use anyhow::Result;
 
 /// Writes every generated file.
 pub fn run() -> Result<()> {
-    let path = crate::project_root().join("config/flynn.schema.json");
-    std::fs::write(&path, flynn_config::schema_json())?;
-    println!("wrote {}", path.display());
+    let root = crate::project_root();
+    let files = [
+        ("config/flynn.schema.json", flynn_config::schema_json()),
+        (
+            "docs/protocol.schema.json",
+            flynn_gateway::schema::protocol_schema_json(),
+        ),
+    ];
+    for (path, content) in files {
+        let path = root.join(path);
+        std::fs::write(&path, content)?;
+        println!("wrote {}", path.display());
+    }
     Ok(())
 }

@@ -14,7 +14,7 @@ fn main() -> Result<()> {
         Some("bench") => bench::run(&args[1..]),
         Some("ci") => ci(),
         _ => bail!(
-            "usage: cargo xtask <command>\n\ncommands:\n  codegen  regenerate config/flynn.schema.json\n  tidy     check the layer table, lints and crate docs\n  ci       run everything CI runs (same as .ci/run)\n  bench    run the whole-process benchmarks and write docs/benchmarks.md"
+            "usage: cargo xtask <command>\n\ncommands:\n  codegen  regenerate config/flynn.schema.json and docs/protocol.schema.json\n  tidy     check the layer table, lints and crate docs\n  ci       run everything CI runs (same as .ci/run)\n  bench    run the whole-process benchmarks and write docs/benchmarks.md"
         ),
     }
 }

@@ -7,12 +7,17 @@ use std::io::{BufRead, BufReader, IsTerminal, Write};
 use async_trait::async_trait;
 use flynn_core::{ApprovalRequest, ApproveAll, Approver, Decision, DenyAll};
 
+/// Whether a person can be asked on a terminal.
+pub fn interactive() -> bool {
+    std::io::stderr().is_terminal() && std::fs::File::open("/dev/tty").is_ok()
+}
+
 /// The approver for this run.
 pub fn for_run(yes: bool) -> std::sync::Arc<dyn Approver> {
     if yes {
         return std::sync::Arc::new(ApproveAll);
     }
-    if std::io::stderr().is_terminal() && std::fs::File::open("/dev/tty").is_ok() {
+    if interactive() {
         return std::sync::Arc::new(Terminal {
             asking: tokio::sync::Mutex::new(()),
             always: std::sync::Mutex::new(std::collections::BTreeSet::new()),

@@ -16,6 +16,8 @@ pub struct Cli {
 pub enum Command {
     /// Send a message and stream the answer to stdout.
     Send(SendArgs),
+    /// Run the daemon in the foreground (same as `flynn-daemon`).
+    Start(StartArgs),
     /// List, show or reset conversations.
     Sessions(SessionsArgs),
     /// Check the config file or print its JSON Schema.
@@ -122,6 +124,20 @@ pub struct SendArgs {
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     pub json: bool,
+    /// Send through the daemon at this address (`http://127.0.0.1:18800`)
+    /// instead of running embedded; default FLYNN_GATEWAY_URL.
+    #[arg(long, value_name = "URL")]
+    pub gateway: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on, over gateway.bind.
+    #[arg(long)]
+    pub bind: Option<String>,
 }
 
 #[derive(Debug, Args)]

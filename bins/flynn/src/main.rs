@@ -28,9 +28,11 @@ mod cli;
 mod config_cmd;
 mod exit;
 mod memory;
+mod remote;
 mod sandbox;
 mod send;
 mod sessions;
+mod start;
 
 use std::process::ExitCode;
 
@@ -48,7 +50,12 @@ fn main() -> ExitCode {
             return ExitCode::from(if error.use_stderr() { 2 } else { 0 });
         }
     };
-    init_logging();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    if let Command::Start(_) = &cli.command {
+        start::init_logging();
+    } else {
+        init_logging();
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -68,6 +75,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Send(args) => send::run(args).await,
+        Command::Start(args) => start::run(args).await,
         Command::Sessions(args) => sessions::run(args).await,
         Command::Config(args) => config_cmd::run(args),
         Command::Usage(args) => sessions::usage(args).await,

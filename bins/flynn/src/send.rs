@@ -1,6 +1,7 @@
 use std::io::{IsTerminal, Read, Write};
 
 use flynn_core::config::{self, ProcessEnv};
+use flynn_core::gateway::api::SendParams;
 use flynn_core::{AgentEvent, CancellationToken, Flynn, SessionKey, TurnOutcome, TurnRequest};
 use serde_json::json;
 
@@ -15,6 +16,18 @@ pub async fn run(args: SendArgs) -> Result<(), Failure> {
             .map_err(|e: flynn_core::protocol::SessionKeyError| {
                 Failure::usage(format!("--session: {e}"))
             })?;
+    if let Some(target) = crate::remote::target(args.gateway.as_deref(), args.config.as_deref())? {
+        let params = SendParams {
+            session,
+            message,
+            tier: args.tier,
+            model: args.model,
+            agent: args.agent,
+            approval: Default::default(),
+        };
+        let mut printer = Printer::new(args.json);
+        return crate::remote::send(&target, params, args.yes, &mut printer, args.json).await;
+    }
     let loaded = config::load(args.config.as_deref(), &ProcessEnv)?;
     let flynn = Flynn::builder()
         .config(loaded.config)
@@ -81,7 +94,7 @@ fn read_message(arg: &str) -> Result<String, Failure> {
 }
 
 /// Writes the answer to stdout as it streams, and progress to stderr.
-struct Printer {
+pub(crate) struct Printer {
     json: bool,
     /// stderr is a terminal: a person is watching.
     tty: bool,
@@ -93,7 +106,7 @@ struct Printer {
 }
 
 impl Printer {
-    fn new(json: bool) -> Self {
+    pub(crate) fn new(json: bool) -> Self {
         Printer {
             json,
             tty: std::io::stderr().is_terminal(),
@@ -103,7 +116,7 @@ impl Printer {
         }
     }
 
-    fn event(&mut self, event: AgentEvent) {
+    pub(crate) fn event(&mut self, event: AgentEvent) {
         match event {
             AgentEvent::ContentDelta { text } if !self.json => {
                 let mut out = std::io::stdout().lock();
@@ -172,14 +185,14 @@ impl Printer {
         }
     }
 
-    fn end_line(&mut self) {
+    pub(crate) fn end_line(&mut self) {
         if self.open_line {
             outln!();
             self.open_line = false;
         }
     }
 
-    fn finish(&mut self, session: &SessionKey, outcome: &TurnOutcome) {
+    pub(crate) fn finish(&mut self, session: &SessionKey, outcome: &TurnOutcome) {
         if let Some(command) = &self.command {
             if self.json {
                 let out = json!({

@@ -43,6 +43,17 @@ pub enum Error {
         "cannot find a home directory for {needed_for}: HOME is not set, expected HOME or {needed_for} to be set"
     )]
     NoHome { needed_for: &'static str },
+    /// A change to the file could not be made (a path that crosses a
+    /// single value, a list item that does not exist).
+    #[error("cannot change the config: {0}")]
+    Edit(String),
+    /// The changed file could not be written.
+    #[error("{}: cannot write the config file: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl Error {

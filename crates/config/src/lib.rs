@@ -53,6 +53,7 @@
 
 mod decode;
 mod document;
+pub mod edit;
 mod env;
 mod error;
 mod expand;
@@ -61,6 +62,7 @@ mod paths;
 mod validate;
 mod zero_config;
 
+pub use edit::{lookup, masked};
 pub use env::{Env, MapEnv, ProcessEnv};
 pub use error::{Diagnostic, Error, Problem, Result};
 pub use load::{Loaded, Source, load, parse_str};

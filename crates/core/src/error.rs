@@ -18,6 +18,10 @@ pub enum Error {
     /// A message was refused, or its turn failed.
     #[error(transparent)]
     Turn(#[from] flynn_orchestrator::Error),
+    /// The daemon could not start serving (the address is taken, the
+    /// token file cannot be written).
+    #[error("{0}")]
+    Serve(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -35,6 +39,7 @@ impl Error {
             }
             Error::Memory(_) => ErrorCode::Storage,
             Error::Turn(error) => error.code(),
+            Error::Serve(_) => ErrorCode::Internal,
         }
     }
 }

@@ -25,6 +25,8 @@
 //! ```
 
 mod builder;
+#[cfg(feature = "daemon")]
+pub mod daemon;
 mod error;
 
 pub use builder::{Flynn, FlynnBuilder, open_memory};
@@ -33,6 +35,8 @@ pub use error::{Error, Result};
 pub use flynn_config as config;
 pub use flynn_context as context;
 pub use flynn_context::MemoryFlush;
+#[cfg(feature = "daemon")]
+pub use flynn_gateway as gateway;
 pub use flynn_memory as memory;
 pub use flynn_memory::Memory;
 pub use flynn_models as models;
@@ -45,7 +49,8 @@ pub use flynn_orchestrator::{
 pub use flynn_protocol as protocol;
 pub use flynn_protocol::config::FlynnConfig;
 pub use flynn_protocol::{
-    AgentEvent, ErrorCode, EventEnvelope, Lagged, Message, SessionKey, Tier, TurnId, TurnOutcome,
+    AgentEvent, ErrorCode, EventEnvelope, Lagged, Message, RunState, SessionKey, Tier, TurnId,
+    TurnOutcome,
 };
 pub use flynn_sessions as sessions;
 pub use flynn_sessions::{

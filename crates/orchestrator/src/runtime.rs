@@ -166,6 +166,9 @@ pub(crate) struct Shared {
     pub(crate) pid: u32,
     pub(crate) tracker: TaskTracker,
     pub(crate) shutdown: CancellationToken,
+    /// Set by [`SessionManager::drain`]: new messages are refused while
+    /// the turns already accepted finish.
+    draining: std::sync::atomic::AtomicBool,
     lanes: Mutex<HashMap<SessionKey, LaneHandle>>,
     generation: AtomicU64,
 }
@@ -320,6 +323,7 @@ impl SessionManager {
             pid: std::process::id(),
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
+            draining: std::sync::atomic::AtomicBool::new(false),
             lanes: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
         };
@@ -392,6 +396,9 @@ impl SessionManager {
             return rx
                 .await
                 .unwrap_or_else(|_| Err(Error::Lost("the lane stopped".to_owned())));
+        }
+        if self.shared.draining.load(Ordering::Acquire) {
+            return Err(Error::ShuttingDown);
         }
         // Refusals that need only the config, before anything is stored.
         if let Some(name) = &request.agent {
@@ -512,6 +519,53 @@ impl SessionManager {
     /// Sessions with a lane right now.
     pub fn active_lanes(&self) -> usize {
         lock(&self.shared.lanes).len()
+    }
+
+    /// The turns running right now, by session.
+    pub fn running(&self) -> Vec<(SessionKey, TurnId)> {
+        let handles: Vec<(SessionKey, LaneHandle)> = lock(&self.shared.lanes)
+            .iter()
+            .map(|(key, handle)| (key.clone(), handle.clone()))
+            .collect();
+        let mut running: Vec<(SessionKey, TurnId)> = handles
+            .into_iter()
+            .filter_map(|(key, handle)| lock(&handle.current).as_ref().map(|r| (key, r.turn)))
+            .collect();
+        running.sort();
+        running
+    }
+
+    /// Whether new messages are refused because the runtime is stopping.
+    pub fn is_draining(&self) -> bool {
+        self.shared.draining.load(Ordering::Acquire) || self.shared.shutdown.is_cancelled()
+    }
+
+    /// Stops gracefully: refuses new messages at once, lets the turns
+    /// already accepted (running or waiting) finish for up to `grace`,
+    /// then [`shutdown`](Self::shutdown)s, which cancels what is still
+    /// running. Turns still waiting then stay accepted for the next start.
+    /// Returns the number of turns that were cut short or left waiting.
+    pub async fn drain(&self, grace: Duration) -> usize {
+        self.shared.draining.store(true, Ordering::Release);
+        let deadline = tokio::time::Instant::now() + grace;
+        let left = loop {
+            let open = match self.shared.store.open_turns(None).await {
+                Ok(open) => open
+                    .iter()
+                    .filter(|turn| turn.origin.owner_pid == self.shared.pid)
+                    .count(),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read open turns while draining");
+                    self.running().len()
+                }
+            };
+            if open == 0 || tokio::time::Instant::now() >= deadline {
+                break open;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        self.shutdown().await;
+        left
     }
 
     /// Stops: refuses new messages, cancels running turns (each ends with

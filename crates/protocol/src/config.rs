@@ -92,6 +92,13 @@ impl FlynnConfig {
         if let Some(embeddings) = &self.memory.embeddings {
             secrets.extend(embeddings.api_key.clone());
         }
+        secrets.extend(self.gateway.token.clone());
+        secrets.extend(
+            self.gateway
+                .webhooks
+                .values()
+                .map(|hook| hook.secret.clone()),
+        );
         secrets
     }
 }
@@ -1506,12 +1513,34 @@ pub enum InterruptedTurns {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayConfig {
-    /// Address to listen on.
+    /// Address to listen on. Anything beyond loopback needs a token.
     #[serde(default = "default_bind")]
     pub bind: String,
-    /// Bearer token clients must present; generated when absent.
+    /// Bearer token clients must present; else `FLYNN_GATEWAY_TOKEN`, else
+    /// one generated into `FLYNN_HOME/gateway.token` (mode 0600).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// Origins (`https://host[:port]`) whose pages may open the WebSocket,
+    /// besides the gateway's own address.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_origins: Vec<String>,
+    /// Largest HTTP request body or WebSocket message, in bytes.
+    #[serde(default = "default_max_request_bytes")]
+    pub max_request_bytes: u32,
+    /// Requests (RPC calls, HTTP requests) one client may make per minute;
+    /// 0 turns the limit off.
+    #[serde(default = "default_rate_limit")]
+    pub rate_limit_per_minute: u32,
+    /// Trust Tailscale Serve's identity headers (`Tailscale-User-Login`)
+    /// from loopback peers instead of a token: only these logins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tailscale_users: Vec<String>,
+    /// Seconds a shutdown lets running turns finish before cancelling them.
+    #[serde(default = "default_shutdown_grace")]
+    pub shutdown_grace_secs: u64,
+    /// Signed inbound webhooks, by name: `POST /webhooks/<name>`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub webhooks: BTreeMap<String, WebhookConfig>,
 }
 
 impl Default for GatewayConfig {
@@ -1519,12 +1548,50 @@ impl Default for GatewayConfig {
         GatewayConfig {
             bind: default_bind(),
             token: None,
+            allowed_origins: Vec::new(),
+            max_request_bytes: default_max_request_bytes(),
+            rate_limit_per_minute: default_rate_limit(),
+            tailscale_users: Vec::new(),
+            shutdown_grace_secs: default_shutdown_grace(),
+            webhooks: BTreeMap::new(),
         }
     }
 }
 
+/// One inbound webhook: a request signed with `secret` (HMAC-SHA256 of
+/// the raw body, hex, in `X-Flynn-Signature: sha256=<hex>` or
+/// `X-Hub-Signature-256`) becomes a message to an agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// Shared secret the sender signs with.
+    pub secret: String,
+    /// Session the message goes to (default `webhook:<name>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// Agent that answers (default: the session's routed agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The message, with `{{body}}` replaced by the request body and
+    /// `{{name}}` by the webhook's name (default: the body as is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+}
+
 fn default_bind() -> String {
     "127.0.0.1:18800".to_owned()
+}
+
+fn default_max_request_bytes() -> u32 {
+    1024 * 1024
+}
+
+fn default_rate_limit() -> u32 {
+    600
+}
+
+fn default_shutdown_grace() -> u64 {
+    30
 }
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ fn wrong_type_says_what_was_found_and_what_was_expected() {
     );
     assert_error(
         "gateway: 127.0.0.1:18800\n",
-        "config.yaml:1:10: gateway: found the string '127.0.0.1:18800', expected a mapping with keys from: bind, token",
+        "config.yaml:1:10: gateway: found the string '127.0.0.1:18800', expected a mapping with keys from: bind, token, allowed_origins, max_request_bytes, rate_limit_per_minute, tailscale_users, shutdown_grace_secs, webhooks",
     );
     assert_error(
         "tools:\n  output_limit_bytes: 1.5e6\n",

@@ -1,0 +1,192 @@
+//! `flynn-daemon`: serves Flynn's gateway until SIGTERM or SIGINT.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use flynn_core::config::{self, ProcessEnv, Source};
+use flynn_core::daemon::{Daemon, DaemonOptions};
+
+/// Flynn's daemon: runs sessions and serves the gateway (JSON-RPC at
+/// /rpc, /healthz, /metrics, /v1/chat/completions, /webhooks/<name>).
+#[derive(Debug, Parser)]
+#[command(name = "flynn-daemon", version, about)]
+struct Args {
+    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address to listen on, over gateway.bind.
+    #[arg(long)]
+    bind: Option<String>,
+    /// Log lines as text or as JSON objects (one per line).
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(error) => {
+            let _ = error.print();
+            return ExitCode::from(if error.use_stderr() { 2 } else { 0 });
+        }
+    };
+    init_logging(args.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&args)) {
+        Ok(Stopped::Exit) => ExitCode::SUCCESS,
+        Ok(Stopped::Restart) => {
+            drop(runtime);
+            restart()
+        }
+        Err((code, message)) => {
+            tracing::error!("{message}");
+            eprintln!("error: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+enum Stopped {
+    Exit,
+    Restart,
+}
+
+async fn run(args: &Args) -> Result<Stopped, (u8, String)> {
+    let loaded =
+        config::load(args.config.as_deref(), &ProcessEnv).map_err(|e| (2, e.to_string()))?;
+    let config_file = match loaded.source {
+        Source::File(path) => Some(path),
+        Source::Environment => None,
+    };
+    let daemon = Daemon::start(DaemonOptions {
+        config: loaded.config,
+        config_file,
+        home: loaded.paths.home,
+        env_token: std::env::var("FLYNN_GATEWAY_TOKEN").ok(),
+        bind: args.bind.clone(),
+    })
+    .await
+    .map_err(|e| {
+        let code = match e.code() {
+            flynn_core::ErrorCode::Config => 2,
+            _ => 1,
+        };
+        (code, e.to_string())
+    })?;
+    eprintln!(
+        "flynn-daemon {} listening on http://{} (token: {})",
+        env!("CARGO_PKG_VERSION"),
+        daemon.addr(),
+        daemon.token_source()
+    );
+    let restart = tokio::select! {
+        signal = stop_signal() => {
+            tracing::info!(signal, "shutting down");
+            false
+        }
+        () = daemon.restart_requested() => true,
+    };
+    let restart = restart || daemon.restart_was_requested();
+    // A second signal while draining stops at once.
+    let shutdown = daemon.shutdown();
+    tokio::pin!(shutdown);
+    tokio::select! {
+        () = &mut shutdown => {}
+        signal = stop_signal() => {
+            tracing::warn!(signal, "stopping without waiting for running turns");
+            return Ok(Stopped::Exit);
+        }
+    }
+    Ok(if restart {
+        Stopped::Restart
+    } else {
+        Stopped::Exit
+    })
+}
+
+/// Waits for SIGTERM or SIGINT; returns its name.
+async fn stop_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            let _ = tokio::signal::ctrl_c().await;
+            return "SIGINT";
+        };
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "Ctrl-C"
+    }
+}
+
+/// Starts this program again in place, with the same arguments.
+fn restart() -> ExitCode {
+    let Ok(exe) = std::env::current_exe() else {
+        eprintln!("error: cannot find this program to restart it");
+        return ExitCode::FAILURE;
+    };
+    tracing::info!("restarting");
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        let error = std::process::Command::new(exe)
+            .args(std::env::args_os().skip(1))
+            .exec();
+        eprintln!("error: cannot restart: {error}");
+        ExitCode::FAILURE
+    }
+    #[cfg(not(unix))]
+    {
+        match std::process::Command::new(exe)
+            .args(std::env::args_os().skip(1))
+            .spawn()
+        {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("error: cannot restart: {error}");
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+/// Logs go to stderr (journald keeps them under systemd), filtered by
+/// `FLYNN_LOG` (default `info`).
+fn init_logging(format: LogFormat) {
+    let filter = std::env::var("FLYNN_LOG").unwrap_or_else(|_| "info".to_owned());
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}

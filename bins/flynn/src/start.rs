@@ -1,0 +1,60 @@
+//! `flynn start`: the daemon in the foreground, as `flynn-daemon` runs it.
+
+use flynn_core::config::{self, ProcessEnv, Source};
+use flynn_core::daemon::{Daemon, DaemonOptions};
+
+use crate::cli::StartArgs;
+use crate::exit::Failure;
+
+pub async fn run(args: StartArgs) -> Result<(), Failure> {
+    let loaded = config::load(args.config.as_deref(), &ProcessEnv)?;
+    let config_file = match loaded.source {
+        Source::File(path) => Some(path),
+        Source::Environment => None,
+    };
+    let daemon = Daemon::start(DaemonOptions {
+        config: loaded.config,
+        config_file,
+        home: loaded.paths.home,
+        env_token: std::env::var("FLYNN_GATEWAY_TOKEN").ok(),
+        bind: args.bind,
+    })
+    .await?;
+    eprintln!(
+        "flynn {} listening on http://{} (token: {}); Ctrl-C stops",
+        env!("CARGO_PKG_VERSION"),
+        daemon.addr(),
+        daemon.token_source()
+    );
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate() => {}
+        () = daemon.restart_requested() => {
+            eprintln!("restart requested: stopping (run `flynn start` again, or use flynn-daemon under systemd)");
+        }
+    }
+    daemon.shutdown().await;
+    Ok(())
+}
+
+async fn terminate() {
+    #[cfg(unix)]
+    if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    {
+        term.recv().await;
+        return;
+    }
+    std::future::pending::<()>().await;
+}
+
+/// The daemon logs at `info` by default (`FLYNN_LOG` overrides).
+pub fn init_logging() {
+    let filter = std::env::var("FLYNN_LOG").unwrap_or_else(|_| "info".to_owned());
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,492 @@
+//! Changing a config file by dotted path, keeping its comments and layout
+//! (`flynn config set`, the gateway's `config.patch`).
+//!
+//! Each change is made to the text: a scalar is replaced where it stands;
+//! a missing key is added under its parent, at the parent's indentation;
+//! a block (a map or a list) is replaced by one line in flow style. The
+//! result is validated like any config before it is written (atomically,
+//! temp file then rename), so an invalid change leaves the file as it was.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::document::{Document, Node, NodeKind};
+use crate::{Env, Error, Result};
+
+/// The config as JSON with every secret (`FlynnConfig::secrets`) shown as
+/// `****`.
+pub fn masked(config: &flynn_protocol::config::FlynnConfig) -> Value {
+    let secrets = config.secrets();
+    let mut value = serde_json::to_value(config).unwrap_or(Value::Null);
+    mask(&mut value, &secrets);
+    value
+}
+
+fn mask(value: &mut Value, secrets: &[String]) {
+    match value {
+        Value::String(text)
+            if secrets
+                .iter()
+                .any(|secret| !secret.is_empty() && text.contains(secret.as_str())) =>
+        {
+            *text = "****".to_owned();
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| mask(v, secrets)),
+        Value::Object(map) => map.values_mut().for_each(|v| mask(v, secrets)),
+        _ => {}
+    }
+}
+
+/// Why a path leads nowhere.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PathError(pub String);
+
+/// The value at a dotted path (`models.tiers.default.0`); empty: all.
+pub fn lookup<'a>(value: &'a Value, path: &str) -> std::result::Result<&'a Value, PathError> {
+    let mut current = value;
+    let mut walked = String::new();
+    for key in path.split('.').filter(|k| !k.is_empty()) {
+        let next = match current {
+            Value::Object(map) => map.get(key).ok_or_else(|| {
+                let keys: Vec<&str> = map.keys().map(String::as_str).collect();
+                PathError(format!(
+                    "no key '{key}' {}, expected one of: {}",
+                    if walked.is_empty() {
+                        "at the top".to_owned()
+                    } else {
+                        format!("under '{walked}'")
+                    },
+                    if keys.is_empty() {
+                        "(none set)".to_owned()
+                    } else {
+                        keys.join(", ")
+                    }
+                ))
+            })?,
+            Value::Array(items) => {
+                let index: usize = key.parse().map_err(|_| {
+                    PathError(format!(
+                        "'{walked}' is a list; expected an item number, not '{key}'"
+                    ))
+                })?;
+                items.get(index).ok_or_else(|| {
+                    PathError(format!(
+                        "'{walked}' has {} item{}; there is no item {index} (items count from 0)",
+                        items.len(),
+                        if items.len() == 1 { "" } else { "s" }
+                    ))
+                })?
+            }
+            _ => {
+                return Err(PathError(format!(
+                    "'{walked}' is a single value; it has no '{key}'"
+                )));
+            }
+        };
+        if !walked.is_empty() {
+            walked.push('.');
+        }
+        walked.push_str(key);
+        current = next;
+    }
+    Ok(current)
+}
+
+/// Reads a value given on a command line: JSON when it parses as JSON
+/// (`42`, `true`, `["a", "b"]`, `{"k": 1}`, `"quoted"`), else the text
+/// as a string.
+pub fn parse_cli_value(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+}
+
+/// Sets each `(dotted path, value)` in `text`, returning the new text.
+/// Fails on a path that crosses a single value or a list item that does
+/// not exist, and on a document it cannot edit in place (flow style).
+pub fn set_in_text(
+    text: &str,
+    changes: &[(String, Value)],
+) -> std::result::Result<String, PathError> {
+    let mut text = text.to_owned();
+    for (path, value) in changes {
+        let keys: Vec<&str> = path.split('.').filter(|k| !k.is_empty()).collect();
+        if keys.is_empty() {
+            return Err(PathError(
+                "an empty path: name the key to set, like `models.tiers.default`".to_owned(),
+            ));
+        }
+        text = set_one(&text, &keys, value)?;
+    }
+    Ok(text)
+}
+
+/// Applies the changes to the file, validates the result as a config
+/// (with `env` for `${VAR}`s) and writes it atomically. The file is left
+/// untouched when anything fails.
+pub fn set_in_file(file: &Path, changes: &[(String, Value)], env: &dyn Env) -> Result<()> {
+    let text = std::fs::read_to_string(file).map_err(|source| Error::Read {
+        path: file.to_path_buf(),
+        source,
+    })?;
+    let edited = set_in_text(&text, changes).map_err(|e| Error::Edit(e.0))?;
+    crate::parse_str(&edited, file, env)?;
+    write_atomically(file, &edited).map_err(|source| Error::Write {
+        path: file.to_path_buf(),
+        source,
+    })
+}
+
+/// Writes `text` to `file` through a temporary file in the same
+/// directory, keeping the file's permissions.
+pub fn write_atomically(file: &Path, text: &str) -> std::io::Result<()> {
+    let dir = file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "config.yaml".to_owned());
+    let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    std::fs::write(&temp, text)?;
+    if let Ok(meta) = std::fs::metadata(file) {
+        let _ = std::fs::set_permissions(&temp, meta.permissions());
+    }
+    std::fs::rename(&temp, file)
+}
+
+/// A value as YAML text on one line: scalars plain or double-quoted,
+/// maps and lists in flow style (JSON is valid YAML flow).
+fn inline(value: &Value) -> String {
+    match value {
+        Value::String(text) => serde_json::to_string(text).unwrap_or_default(),
+        other => other.to_string(),
+    }
+}
+
+fn line_start(text: &str, offset: usize) -> usize {
+    text[..offset].rfind('\n').map_or(0, |i| i + 1)
+}
+
+fn line_end(text: &str, offset: usize) -> usize {
+    text[offset..]
+        .find('\n')
+        .map_or(text.len(), |i| offset + i + 1)
+}
+
+/// Byte offset of the start of 1-based `line`.
+fn offset_of_line(text: &str, line: u64) -> usize {
+    if line <= 1 {
+        return 0;
+    }
+    let mut seen = 1;
+    for (i, byte) in text.bytes().enumerate() {
+        if byte == b'\n' {
+            seen += 1;
+            if seen == line {
+                return i + 1;
+            }
+        }
+    }
+    text.len()
+}
+
+/// Lines for `keys` (the missing part of a path) set to `value`, in block
+/// style, starting at `indent`.
+fn block_lines(keys: &[&str], value: &Value, indent: usize) -> String {
+    let mut out = String::new();
+    for (depth, key) in keys.iter().enumerate() {
+        let pad = " ".repeat(indent + depth * 2);
+        if depth + 1 == keys.len() {
+            out.push_str(&format!("{pad}{key}: {}\n", inline(value)));
+        } else {
+            out.push_str(&format!("{pad}{key}:\n"));
+        }
+    }
+    out
+}
+
+/// The last byte of the text a node covers, through its whole last line.
+fn node_end(text: &str, node: &Node) -> Option<usize> {
+    let span = node.span.clone()?;
+    let last = span.end.max(span.start + 1).min(text.len());
+    Some(line_end(text, last.saturating_sub(1)))
+}
+
+fn set_one(text: &str, keys: &[&str], value: &Value) -> std::result::Result<String, PathError> {
+    let doc = Document::parse(text).map_err(|e| {
+        PathError(format!(
+            "the file is not valid YAML ({}:{}): {}",
+            e.line, e.column, e.problem
+        ))
+    })?;
+    let mut node = &doc.root;
+    let mut walked: Vec<&str> = Vec::new();
+    // Column of the key whose value `node` is (1 for the root).
+    let mut key_column: u64 = 1;
+    for (depth, key) in keys.iter().enumerate() {
+        match &node.kind {
+            NodeKind::Map(entries) => {
+                let found = entries.iter().rev().find(|(k, _)| k.text == *key);
+                match found {
+                    Some((found_key, child)) => {
+                        walked.push(key);
+                        key_column = found_key.column;
+                        node = child;
+                        if depth + 1 == keys.len() {
+                            return replace(text, &doc, entries, key, node, value);
+                        }
+                    }
+                    None => return add_under(text, node, depth == 0, &keys[depth..], value),
+                }
+            }
+            NodeKind::Null if depth == 0 => {
+                // An empty file.
+                let mut out = text.to_owned();
+                if !out.is_empty() && !out.ends_with('\n') {
+                    out.push('\n');
+                }
+                out.push_str(&block_lines(keys, value, 0));
+                return Ok(out);
+            }
+            NodeKind::Null => {
+                // `key:` with nothing under it: the new keys go below it.
+                let at = node_end(text, node)
+                    .unwrap_or_else(|| line_end(text, offset_of_line(text, node.line)));
+                let parent_indent = usize::try_from(key_column).unwrap_or(1).saturating_sub(1);
+                let mut out = text.to_owned();
+                let insert = block_lines(&keys[depth..], value, parent_indent + 2);
+                let at = at.min(out.len());
+                let prefix = if at > 0 && !out[..at].ends_with('\n') {
+                    "\n"
+                } else {
+                    ""
+                };
+                out.insert_str(at, &format!("{prefix}{insert}"));
+                return Ok(out);
+            }
+            NodeKind::Seq(items) => {
+                let index: usize = key.parse().map_err(|_| {
+                    PathError(format!(
+                        "'{}' is a list; expected an item number, not '{key}'",
+                        walked.join(".")
+                    ))
+                })?;
+                let child = items.get(index).ok_or_else(|| {
+                    PathError(format!(
+                        "'{}' has {} items; there is no item {index} (items count from 0)",
+                        walked.join("."),
+                        items.len()
+                    ))
+                })?;
+                walked.push(key);
+                node = child;
+                if depth + 1 == keys.len() {
+                    return replace_item(text, node, value);
+                }
+            }
+            _ => {
+                return Err(PathError(format!(
+                    "'{}' is a single value; it has no '{key}'",
+                    walked.join(".")
+                )));
+            }
+        }
+    }
+    Err(PathError("nothing to set".to_owned()))
+}
+
+/// Replaces the value of `key` (an entry of `entries`).
+fn replace(
+    text: &str,
+    _doc: &Document<'_>,
+    entries: &[(crate::document::Key, Node)],
+    key: &str,
+    node: &Node,
+    value: &Value,
+) -> std::result::Result<String, PathError> {
+    let Some((key_node, _)) = entries.iter().rev().find(|(k, _)| k.text == key) else {
+        return Err(PathError(format!("no key '{key}'")));
+    };
+    let scalar_old = !matches!(
+        node.kind,
+        NodeKind::Map(_) | NodeKind::Seq(_) | NodeKind::Null
+    );
+    let mut out = text.to_owned();
+    if scalar_old
+        && let Some(span) = node.span.clone()
+        && span.end <= text.len()
+        && !text[span.clone()].contains('\n')
+    {
+        out.replace_range(span, &inline(value));
+        return Ok(out);
+    }
+    // A block, or nothing: the key's line(s) become one line.
+    let start = offset_of_line(text, key_node.line);
+    let end = match node_end(text, node) {
+        Some(end) if end > start => end,
+        _ => line_end(text, start),
+    };
+    let indent = usize::try_from(key_node.column)
+        .unwrap_or(1)
+        .saturating_sub(1);
+    // Keep a trailing comment on the key's own line when the block is on it.
+    out.replace_range(
+        start..end.min(out.len()),
+        &format!("{}{key}: {}\n", " ".repeat(indent), inline(value)),
+    );
+    Ok(out)
+}
+
+fn replace_item(text: &str, node: &Node, value: &Value) -> std::result::Result<String, PathError> {
+    match node.span.clone() {
+        Some(span)
+            if span.end <= text.len()
+                && !text[span.clone()].contains('\n')
+                && !matches!(node.kind, NodeKind::Map(_) | NodeKind::Seq(_)) =>
+        {
+            let mut out = text.to_owned();
+            out.replace_range(span, &inline(value));
+            Ok(out)
+        }
+        _ => Err(PathError(
+            "only a single value in a list can be replaced in place; set the whole list instead"
+                .to_owned(),
+        )),
+    }
+}
+
+/// Adds `keys` = `value` under the map `parent`, after its last entry.
+fn add_under(
+    text: &str,
+    parent: &Node,
+    top: bool,
+    keys: &[&str],
+    value: &Value,
+) -> std::result::Result<String, PathError> {
+    let NodeKind::Map(entries) = &parent.kind else {
+        return Err(PathError("expected a map".to_owned()));
+    };
+    let Some((first_key, _)) = entries.first() else {
+        return Err(PathError("cannot add to an empty map".to_owned()));
+    };
+    let indent = if top {
+        0
+    } else {
+        usize::try_from(first_key.column)
+            .unwrap_or(1)
+            .saturating_sub(1)
+    };
+    let first_line_start = offset_of_line(text, first_key.line);
+    if !top && text[first_line_start..].trim_start().starts_with('{') {
+        return Err(PathError(
+            "the parent map is written in flow style ({...}); edit it by hand".to_owned(),
+        ));
+    }
+    let mut at = 0;
+    for (key, node) in entries {
+        let key_end = line_end(text, offset_of_line(text, key.line));
+        at = at.max(key_end).max(node_end(text, node).unwrap_or(0));
+    }
+    let at = if top { text.len() } else { at.min(text.len()) };
+    let mut out = text.to_owned();
+    let prefix = if at > 0 && !out[..at].ends_with('\n') {
+        "\n"
+    } else {
+        ""
+    };
+    out.insert_str(at, &format!("{prefix}{}", block_lines(keys, value, indent)));
+    let _ = line_start;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn set(text: &str, path: &str, value: Value) -> String {
+        set_in_text(text, &[(path.to_owned(), value)]).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    const FILE: &str = "# my flynn\nproviders:\n  local:   # the box under the desk\n    kind: ollama\n    base_url: http://127.0.0.1:11434/v1\nmodels:\n  tiers:\n    default: [local/qwen2.5]  # fast enough\n    fast:\n      - local/qwen2.5\n# the end\n";
+
+    #[test]
+    fn a_scalar_is_replaced_in_place() {
+        let out = set(
+            FILE,
+            "providers.local.base_url",
+            json!("http://10.0.0.2:11434/v1"),
+        );
+        assert!(
+            out.contains("    base_url: \"http://10.0.0.2:11434/v1\"\n"),
+            "{out}"
+        );
+        assert!(out.contains("# the box under the desk") && out.contains("# the end"));
+        assert_eq!(out.lines().count(), FILE.lines().count());
+    }
+
+    #[test]
+    fn a_missing_key_is_added_under_its_parent() {
+        let out = set(FILE, "providers.local.timeout_secs", json!(30));
+        assert!(
+            out.contains("    base_url: http://127.0.0.1:11434/v1\n    timeout_secs: 30\nmodels:"),
+            "{out}"
+        );
+        let out = set(FILE, "gateway.bind", json!("0.0.0.0:18800"));
+        assert!(
+            out.ends_with("# the end\ngateway:\n  bind: \"0.0.0.0:18800\"\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_list_is_replaced_by_one_line() {
+        let out = set(FILE, "models.tiers.fast", json!(["local/a", "local/b"]));
+        assert!(
+            out.contains("    fast: [\"local/a\",\"local/b\"]\n# the end"),
+            "{out}"
+        );
+        let out = set(FILE, "models.tiers.default", json!(["local/x"]));
+        assert!(
+            out.contains("    default: [\"local/x\"]\n    fast:"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_list_item_is_replaced_in_place() {
+        let out = set(FILE, "models.tiers.fast.0", json!("local/z"));
+        assert!(out.contains("      - \"local/z\"\n"), "{out}");
+        let error = set_in_text(FILE, &[("models.tiers.fast.3".into(), json!("x"))]);
+        assert!(error.is_err_and(|e| e.0.contains("no item 3")));
+    }
+
+    #[test]
+    fn an_empty_file_gets_the_keys() {
+        assert_eq!(
+            set("", "gateway.bind", json!("a")),
+            "gateway:\n  bind: \"a\"\n"
+        );
+        assert_eq!(
+            set("gateway:\n", "gateway.bind", json!("a")),
+            "gateway:\n  bind: \"a\"\n"
+        );
+    }
+
+    #[test]
+    fn a_path_through_a_value_is_refused() {
+        let error = set_in_text(FILE, &[("providers.local.kind.x".into(), json!(1))]);
+        assert!(error.is_err_and(|e| e.0.contains("single value")));
+    }
+
+    #[test]
+    fn edits_are_valid_configs() -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let env = crate::MapEnv::new();
+        let out = set(FILE, "compaction.keep_turns", json!(6));
+        let config = crate::parse_str(&out, Path::new("c.yaml"), &env)?;
+        assert_eq!(config.compaction.keep_turns, 6);
+        Ok(())
+    }
+}

@@ -1,0 +1,229 @@
+//! The daemon: Flynn's runtime behind the gateway, started in order and
+//! stopped in reverse (`flynn-daemon`, `flynn start`).
+//!
+//! Start-up: check the bind address and the token policy, build the
+//! runtime (opens the session store, memory lazily), report or rerun
+//! turns a previous process left unfinished, resolve the token, bind,
+//! serve. Shutdown runs the steps registered during start-up last-first:
+//! the gateway stops taking messages and lets running turns finish (up to
+//! `gateway.shutdown_grace_secs`, then cancels them), closes its
+//! connections; the runtime stops its lanes and tools; memory flushes
+//! its index.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flynn_gateway::{Control, Gateway, GatewayParts, RemoteApprover, TokenSource};
+use flynn_protocol::config::FlynnConfig;
+
+use crate::{Error, Flynn, Result};
+
+/// What the daemon starts from.
+#[derive(Debug, Clone)]
+pub struct DaemonOptions {
+    pub config: FlynnConfig,
+    /// The file the config came from (`config.patch` edits it); `None`
+    /// when it came from the environment.
+    pub config_file: Option<PathBuf>,
+    /// `FLYNN_HOME`: sessions, memory, the token file.
+    pub home: PathBuf,
+    /// `FLYNN_GATEWAY_TOKEN`, when set.
+    pub env_token: Option<String>,
+    /// Overrides `gateway.bind` (`--bind`).
+    pub bind: Option<String>,
+}
+
+type Step = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// Shutdown steps, run last-registered-first.
+#[derive(Default)]
+struct Stack {
+    steps: Vec<(&'static str, Step)>,
+}
+
+impl Stack {
+    fn push<F, Fut>(&mut self, name: &'static str, step: F)
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.steps.push((name, Box::new(move || Box::pin(step()))));
+    }
+
+    async fn run(mut self) {
+        while let Some((name, step)) = self.steps.pop() {
+            let started = Instant::now();
+            step().await;
+            tracing::info!(
+                step = name,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "stopped"
+            );
+        }
+    }
+}
+
+/// A running daemon.
+pub struct Daemon {
+    flynn: Flynn,
+    addr: SocketAddr,
+    token_source: TokenSource,
+    control: Arc<Control>,
+    stack: Stack,
+    started: Instant,
+}
+
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon")
+            .field("addr", &self.addr)
+            .field("token_source", &self.token_source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Daemon {
+    /// Starts everything in order; serving when this returns.
+    pub async fn start(options: DaemonOptions) -> Result<Daemon> {
+        let started = Instant::now();
+        let mut config = options.config;
+        if let Some(bind) = options.bind {
+            config.gateway.bind = bind;
+        }
+        let bind = config.gateway.bind.clone();
+        let explicit_token = config
+            .gateway
+            .token
+            .as_deref()
+            .or(options.env_token.as_deref())
+            .is_some_and(|t| !t.trim().is_empty());
+        if flynn_gateway::binds_beyond_loopback(&bind) && !explicit_token {
+            return Err(Error::Config(format!(
+                "gateway.bind is {bind}, beyond this machine, and no token is set: set gateway.token or FLYNN_GATEWAY_TOKEN to a long random secret (`openssl rand -hex 32`), or bind to 127.0.0.1"
+            )));
+        }
+        let mut stack = Stack::default();
+
+        // The runtime: session store, tools, agents, memory.
+        let approver = RemoteApprover::new();
+        let flynn = Flynn::builder()
+            .config(config.clone())
+            .home(&options.home)
+            .build()
+            .await?;
+        if let Some(memory) = flynn.memory().cloned() {
+            stack.push("memory", move || async move { memory.close().await });
+        }
+        let runtime = flynn.clone();
+        stack.push("runtime", move || async move { runtime.shutdown().await });
+
+        // Turns a previous process left unfinished.
+        let recovered = flynn.recover().await?;
+        if !recovered.is_empty() {
+            tracing::warn!(
+                sessions = recovered.len(),
+                "found turns a previous run left unfinished"
+            );
+        }
+
+        let (token, token_source) = flynn_gateway::resolve_token(
+            config.gateway.token.as_deref(),
+            options.env_token.as_deref(),
+            &options.home,
+        )
+        .map_err(|e| {
+            Error::Serve(format!(
+                "cannot create the gateway token in {}: {e}",
+                options.home.display()
+            ))
+        })?;
+
+        let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
+            Error::Serve(format!(
+                "cannot listen on {bind} (gateway.bind): {e}{}",
+                if e.kind() == std::io::ErrorKind::AddrInUse {
+                    "; is another flynn-daemon running?"
+                } else {
+                    ""
+                }
+            ))
+        })?;
+        let grace = Duration::from_secs(config.gateway.shutdown_grace_secs);
+        let gateway = Gateway::new(GatewayParts {
+            manager: flynn.manager().clone(),
+            config,
+            config_file: options.config_file,
+            token,
+            approver,
+        });
+        let control = gateway.control();
+        let serving = gateway
+            .serve(listener)
+            .map_err(|e| Error::Serve(format!("cannot serve on {bind}: {e}")))?;
+        let addr = serving.local_addr();
+        let manager = flynn.manager().clone();
+        stack.push("gateway", move || async move {
+            // New messages are refused from here; clients keep their
+            // connections and see their turns end.
+            let left = manager.drain(grace).await;
+            if left > 0 {
+                tracing::warn!(
+                    turns = left,
+                    "turns were cancelled or left waiting at the end of the grace period"
+                );
+            }
+            serving.shutdown(Duration::from_secs(5)).await;
+        });
+        tracing::info!(
+            %addr,
+            token = %token_source,
+            ready_ms = started.elapsed().as_millis() as u64,
+            "serving"
+        );
+        Ok(Daemon {
+            flynn,
+            addr,
+            token_source,
+            control,
+            stack,
+            started,
+        })
+    }
+
+    /// The address the gateway listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn token_source(&self) -> &TokenSource {
+        &self.token_source
+    }
+
+    pub fn flynn(&self) -> &Flynn {
+        &self.flynn
+    }
+
+    /// Time from [`start`](Self::start) being called until now.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Resolves when a client asked the daemon to restart.
+    pub async fn restart_requested(&self) {
+        self.control.stop_requested().cancelled().await;
+    }
+
+    /// Whether a client asked for a restart.
+    pub fn restart_was_requested(&self) -> bool {
+        self.control.restart_requested()
+    }
+
+    /// Stops everything, last started first.
+    pub async fn shutdown(self) {
+        self.stack.run().await;
+    }
+}

@@ -1,0 +1,414 @@
+//! The protocol's parameter and result types: what `docs/protocol.md`
+//! describes and `cargo xtask codegen` turns into
+//! `docs/protocol.schema.json`.
+
+use flynn_protocol::config::ModelRef;
+use flynn_protocol::{
+    EventEnvelope, Purpose, Resolution, SessionKey, Tier, ToolEffect, TurnId, TurnOutcome, Usage,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How a turn started over the gateway answers tool calls that need a
+/// person's confirmation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Approval {
+    /// Ask the gateway's clients: a `confirmation_requested` event, answered
+    /// with `confirmations.resolve` (or denied when it times out).
+    #[default]
+    Ask,
+    /// Approve every such call (`flynn send --yes`).
+    ApproveAll,
+    /// Deny every such call.
+    Deny,
+}
+
+/// Parameters of `agent.send` and `sessions.send`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SendParams {
+    /// The conversation, `channel:peer` (default `gateway:default`).
+    #[serde(default = "default_session")]
+    pub session: SessionKey,
+    /// The message text; a chat command (`/status`) is answered at once.
+    pub message: String,
+    /// Overrides the session's and the agent's tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<Tier>,
+    /// One model as `provider/model`, with no fallback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
+    pub model: Option<ModelRef>,
+    /// Answer with this agent instead of the routed one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub approval: Approval,
+}
+
+pub(crate) fn default_session() -> SessionKey {
+    SessionKey::new("gateway", "default")
+        .unwrap_or_else(|_| unreachable!("`gateway:default` is a valid session key"))
+}
+
+/// What `sessions.send` returns: the accepted turn and how it ended, or
+/// the reply of a chat command.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SendResult {
+    pub session: SessionKey,
+    /// The turn; absent for a chat command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<TurnId>,
+    /// The chat command answered, when the message was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    pub outcome: TurnOutcome,
+}
+
+/// A notification of `agent.send` and `sessions.subscribe`: an event, or
+/// a note that this client fell behind and events were skipped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Notification {
+    Event(EventEnvelope),
+    Lagged {
+        session: Option<SessionKey>,
+        /// Events this client missed.
+        skipped: u64,
+    },
+}
+
+/// Parameters naming one session.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionParams {
+    pub session: SessionKey,
+}
+
+/// Parameters of `agent.cancel`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelParams {
+    pub session: SessionKey,
+    /// Only this turn (running or waiting); default: the running one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<TurnId>,
+}
+
+/// Result of `agent.cancel`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct CancelResult {
+    /// Whether a turn was cancelled.
+    pub cancelled: bool,
+}
+
+/// Parameters of `agent.status`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusParams {
+    /// Only this session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionKey>,
+}
+
+/// Result of `agent.status`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct StatusResult {
+    /// Sessions with a lane (recently active) right now.
+    pub active_sessions: usize,
+    /// Turns running now.
+    pub running: Vec<RunningTurn>,
+    /// Turns accepted and not finished (running or waiting).
+    pub open_turns: Vec<OpenTurn>,
+    /// Whether the daemon is shutting down (new messages are refused).
+    pub draining: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct RunningTurn {
+    pub session: SessionKey,
+    pub turn: TurnId,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct OpenTurn {
+    pub session: SessionKey,
+    pub turn: TurnId,
+    /// `pending` or `running`.
+    pub status: String,
+    pub agent: String,
+    /// Unix milliseconds.
+    pub created_at: i64,
+}
+
+/// One entry of `sessions.list`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SessionSummary {
+    pub key: SessionKey,
+    pub message_count: u64,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    /// Unix milliseconds.
+    pub updated_at: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<Tier>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_channel: Option<String>,
+}
+
+/// Parameters of `sessions.history`: the whole history, one page before
+/// a cursor, or what came after one.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryParams {
+    pub session: SessionKey,
+    /// The last `limit` messages before this sequence number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<u64>,
+    /// The messages stored after this sequence number (a `cursor` from an
+    /// earlier read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<u64>,
+    /// Messages per page (default 100, at most 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+/// Result of `sessions.history`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct HistoryResult {
+    pub session: SessionKey,
+    pub messages: Vec<HistoryMessage>,
+    /// The highest sequence number returned: pass it as `after` to read
+    /// what comes next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<u64>,
+    /// Whether older messages exist before this page (pass the first
+    /// message's `seq` as `before`).
+    pub more_before: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct HistoryMessage {
+    pub seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<TurnId>,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    /// The message: `role` and `content` blocks.
+    pub message: Value,
+}
+
+/// Result of `sessions.reset`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ResetResult {
+    /// Whether the session existed.
+    pub existed: bool,
+}
+
+/// Parameters of `sessions.subscribe`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubscribeParams {
+    /// These sessions; empty or absent: every session.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sessions: Vec<SessionKey>,
+}
+
+/// Parameters of `tools.list`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsListParams {
+    /// Mark which tools this agent may use (default: the default agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ToolInfo {
+    pub name: String,
+    pub description: String,
+    pub effect: ToolEffect,
+    /// Whether the agent's policy offers it.
+    pub allowed: bool,
+    /// Whether a hook holds its calls for confirmation.
+    pub needs_confirmation: bool,
+    /// JSON Schema of its input.
+    pub input_schema: Value,
+}
+
+/// Parameters of `tools.invoke`: one tool call outside any turn, under
+/// the agent's policy, hooks and audit log, like a model's call.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InvokeParams {
+    pub name: String,
+    #[serde(default)]
+    pub input: Value,
+    /// The agent whose policy and workspace apply (default: the default
+    /// agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The session the call is recorded under (default `gateway:tools`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionKey>,
+    /// Confirm the call yourself when a hook asks for confirmation
+    /// (default: such calls are denied).
+    #[serde(default)]
+    pub confirm: bool,
+}
+
+/// Result of `tools.invoke`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct InvokeResult {
+    pub ok: bool,
+    /// The output as a model would see it (truncated, secrets redacted).
+    pub output: String,
+}
+
+/// A tool call waiting for a person (`confirmations.list`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct PendingConfirmation {
+    /// The tool call's id: pass it to `confirmations.resolve`.
+    pub id: String,
+    pub session: SessionKey,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<TurnId>,
+    pub agent: String,
+    pub tool: String,
+    pub input: Value,
+    pub effect: ToolEffect,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Unix milliseconds when the call is denied if nobody answers.
+    pub expires_at: i64,
+}
+
+/// Parameters of `confirmations.resolve`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveParams {
+    pub session: SessionKey,
+    /// The tool call's id, from `confirmation_requested` or
+    /// `confirmations.list`.
+    pub id: String,
+    pub approve: bool,
+    /// Shown to the model when denied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Result of `confirmations.resolve`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ResolveResult {
+    pub resolution: Resolution,
+}
+
+/// Parameters of `config.get`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigGetParams {
+    /// Dotted path (`models.tiers.default`); empty: the whole config.
+    #[serde(default)]
+    pub path: String,
+}
+
+/// Parameters of `config.patch`: values to set by dotted path, applied to
+/// the config file (comments and layout kept where the key exists),
+/// validated before anything is written.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigPatchParams {
+    pub set: Vec<ConfigSet>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ConfigSet {
+    pub path: String,
+    pub value: Value,
+}
+
+/// Result of `config.patch`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ConfigPatchResult {
+    /// The file written.
+    pub file: String,
+    /// Whether the daemon must restart for the change to apply (every
+    /// change today: the running config is not swapped live).
+    pub restart_required: bool,
+}
+
+/// Parameters of `usage.summary`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UsageParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionKey>,
+}
+
+/// Result of `usage.summary`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct UsageSummary {
+    pub tiers: Vec<TierUsage>,
+    pub purposes: Vec<PurposeUsage>,
+    pub total: UsageTotals,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct UsageTotals {
+    pub calls: u64,
+    pub usage: Usage,
+    pub cost_usd: f64,
+    /// Calls whose price is unknown (not in `cost_usd`).
+    pub unpriced_calls: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TierUsage {
+    pub tier: Tier,
+    #[serde(flatten)]
+    pub total: UsageTotals,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct PurposeUsage {
+    pub tier: Tier,
+    pub purpose: Purpose,
+    #[serde(flatten)]
+    pub total: UsageTotals,
+}
+
+/// Result of `system.health` (and the body of `GET /healthz`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Health {
+    /// `ok`, or `draining` while shutting down.
+    pub status: String,
+    pub version: String,
+    pub uptime_secs: u64,
+    pub active_sessions: usize,
+    pub running_turns: usize,
+    pub pending_confirmations: usize,
+}
+
+/// Result of `system.version`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct VersionInfo {
+    pub version: String,
+    /// The protocol's version: grows with each incompatible change.
+    pub protocol: u32,
+}
+
+/// Result of `system.restart`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct RestartResult {
+    /// Always true: the daemon drains and starts again.
+    pub restarting: bool,
+}

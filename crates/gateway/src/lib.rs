@@ -1,0 +1,49 @@
+//! Flynn's gateway: how clients drive a running daemon.
+//!
+//! One axum router on one port serves:
+//! - `/rpc`: JSON-RPC 2.0 (jsonrpsee) over WebSocket and HTTP POST; the
+//!   methods and their types are in [`api`] and `docs/protocol.md`;
+//! - `/healthz` (no token), `/metrics` (Prometheus text);
+//! - `/v1/models` and `/v1/chat/completions` for OpenAI clients;
+//! - `/webhooks/<name>`, signed with HMAC-SHA256 instead of the token.
+//!
+//! Every route but `/healthz` and the webhooks needs the bearer token
+//! (`Authorization: Bearer`, or `?token=` from a browser), compared in
+//! constant time; WebSocket upgrades from a page must come from an
+//! allowed origin; requests are limited in size and, per client, in rate.
+
+pub mod api;
+mod approver;
+mod auth;
+mod error;
+mod http;
+mod metrics;
+mod openai;
+mod rpc;
+pub mod schema;
+mod server;
+mod token;
+mod webhooks;
+
+pub use approver::{RemoteApprover, ResolveError};
+pub use auth::Client;
+pub use error::codes;
+pub use metrics::rss_bytes;
+pub use rpc::PROTOCOL_VERSION;
+pub use server::{Control, Gateway, GatewayParts, Serving};
+pub use token::{TOKEN_FILE, TokenSource, generate_token, read_token_file, resolve_token};
+pub use webhooks::{sign, verify_signature};
+
+/// Whether `bind` (`host:port`) listens beyond this machine.
+pub fn binds_beyond_loopback(bind: &str) -> bool {
+    let host = bind.rsplit_once(':').map_or(bind, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.eq_ignore_ascii_case("localhost") {
+        return false;
+    }
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => !ip.is_loopback(),
+        // A host name may resolve anywhere.
+        Err(_) => true,
+    }
+}

@@ -1,0 +1,353 @@
+//! `/metrics` in Prometheus' text format (version 0.0.4).
+//!
+//! Counters and histograms fed by the runtime's global event stream, and
+//! gauges and usage totals read at scrape time. Hand-written: a few atomic
+//! counters are all this needs, where the exporter crates bring their own
+//! registries, HTTP servers and dependencies.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
+
+use flynn_protocol::{AgentEvent, EventEnvelope, RunState, SessionKey, TurnId};
+
+/// Upper bounds of the latency buckets, in seconds.
+const BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+#[derive(Debug, Default)]
+struct Histogram {
+    counts: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    /// Sum in microseconds.
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, seconds: f64) {
+        for (bound, count) in BUCKETS.iter().zip(&self.counts) {
+            if seconds <= *bound {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        // Saturating float-to-int: negative or NaN become 0.
+        let micros = (seconds * 1e6) as u64;
+        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (bound, count) in BUCKETS.iter().zip(&self.counts) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{bound}\"}} {}",
+                count.load(Ordering::Relaxed)
+            );
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
+    }
+}
+
+/// What the gateway counts.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    turns_complete: AtomicU64,
+    turns_cancelled: AtomicU64,
+    turns_error: AtomicU64,
+    errors: Mutex<HashMap<String, u64>>,
+    tool_calls_ok: AtomicU64,
+    tool_calls_failed: AtomicU64,
+    auth_failures: AtomicU64,
+    rpc_calls: AtomicU64,
+    http_requests: AtomicU64,
+    turn_seconds: Histogram,
+    first_output_seconds: Histogram,
+    /// Turns seen starting: when, and whether output came yet.
+    started: Mutex<HashMap<(SessionKey, TurnId), (Instant, bool)>>,
+}
+
+impl Metrics {
+    pub(crate) fn auth_failure(&self) {
+        self.auth_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn rpc_call(&self) {
+        self.rpc_calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn http_request(&self) {
+        self.http_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one event of the runtime.
+    pub(crate) fn observe(&self, envelope: &EventEnvelope) {
+        let Some(turn) = envelope.turn else {
+            return;
+        };
+        let key = (envelope.session.clone(), turn);
+        match &envelope.event {
+            AgentEvent::RunState { state } => match state {
+                RunState::Start => {
+                    let mut started = self.started.lock().unwrap_or_else(PoisonError::into_inner);
+                    // A turn whose end was never seen must not pile up.
+                    if started.len() > 100_000 {
+                        started.clear();
+                    }
+                    started.insert(key, (Instant::now(), false));
+                }
+                RunState::CancelRequested => {}
+                RunState::Complete | RunState::Cancelled | RunState::Error => {
+                    let counter = match state {
+                        RunState::Complete => &self.turns_complete,
+                        RunState::Cancelled => &self.turns_cancelled,
+                        _ => &self.turns_error,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    let began = self
+                        .started
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .remove(&key);
+                    if let Some((at, _)) = began {
+                        self.turn_seconds.observe(at.elapsed().as_secs_f64());
+                    }
+                }
+            },
+            AgentEvent::ContentDelta { .. }
+            | AgentEvent::Thinking { .. }
+            | AgentEvent::ToolStart { .. } => {
+                let mut started = self.started.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some((at, seen)) = started.get_mut(&key)
+                    && !*seen
+                {
+                    *seen = true;
+                    self.first_output_seconds
+                        .observe(at.elapsed().as_secs_f64());
+                }
+            }
+            AgentEvent::ToolEnd { ok, .. } => {
+                let counter = if *ok {
+                    &self.tool_calls_ok
+                } else {
+                    &self.tool_calls_failed
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            AgentEvent::Error { code, .. } => {
+                let code = serde_json::to_value(code)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_else(|| "internal".to_owned());
+                *self
+                    .errors
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entry(code)
+                    .or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+
+    /// The text of `/metrics`, with the values read at scrape time.
+    pub(crate) fn render(&self, now: &Snapshot) -> String {
+        let mut out = String::with_capacity(4096);
+        let counter = |out: &mut String, name: &str, help: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        };
+        let gauge = |out: &mut String, name: &str, help: &str, value: f64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
+        };
+
+        counter(
+            &mut out,
+            "flynn_turns_total",
+            "Turns ended, by how they ended.",
+        );
+        for (outcome, value) in [
+            ("complete", &self.turns_complete),
+            ("cancelled", &self.turns_cancelled),
+            ("error", &self.turns_error),
+        ] {
+            let _ = writeln!(
+                out,
+                "flynn_turns_total{{outcome=\"{outcome}\"}} {}",
+                value.load(Ordering::Relaxed)
+            );
+        }
+        counter(
+            &mut out,
+            "flynn_errors_total",
+            "Turn errors, by error code.",
+        );
+        let mut errors: Vec<(String, u64)> = self
+            .errors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        errors.sort();
+        for (code, value) in errors {
+            let _ = writeln!(out, "flynn_errors_total{{code=\"{code}\"}} {value}");
+        }
+        counter(&mut out, "flynn_tool_calls_total", "Tool calls, by result.");
+        let _ = writeln!(
+            out,
+            "flynn_tool_calls_total{{ok=\"true\"}} {}\nflynn_tool_calls_total{{ok=\"false\"}} {}",
+            self.tool_calls_ok.load(Ordering::Relaxed),
+            self.tool_calls_failed.load(Ordering::Relaxed)
+        );
+
+        counter(
+            &mut out,
+            "flynn_model_calls_total",
+            "Model calls recorded, by tier (from the session store).",
+        );
+        for (tier, usage) in &now.tiers {
+            let _ = writeln!(
+                out,
+                "flynn_model_calls_total{{tier=\"{tier}\"}} {}",
+                usage.calls
+            );
+        }
+        counter(
+            &mut out,
+            "flynn_tokens_total",
+            "Tokens used, by tier and direction (from the session store).",
+        );
+        for (tier, usage) in &now.tiers {
+            for (direction, value) in [
+                ("input", usage.usage.input_tokens),
+                ("output", usage.usage.output_tokens),
+                ("cache_read", usage.usage.cache_read_tokens),
+                ("cache_write", usage.usage.cache_write_tokens),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "flynn_tokens_total{{tier=\"{tier}\",direction=\"{direction}\"}} {value}"
+                );
+            }
+        }
+        counter(
+            &mut out,
+            "flynn_cost_usd_total",
+            "Cost in USD of priced model calls, by tier.",
+        );
+        for (tier, usage) in &now.tiers {
+            let _ = writeln!(
+                out,
+                "flynn_cost_usd_total{{tier=\"{tier}\"}} {}",
+                usage.cost_usd
+            );
+        }
+
+        self.turn_seconds.render(
+            &mut out,
+            "flynn_turn_duration_seconds",
+            "Time from a turn's start to its end.",
+        );
+        self.first_output_seconds.render(
+            &mut out,
+            "flynn_turn_first_output_seconds",
+            "Time from a turn's start to its first output (text, thinking or a tool call): the model's latency plus Flynn's own work before the call.",
+        );
+
+        gauge(
+            &mut out,
+            "flynn_active_sessions",
+            "Sessions with a lane (recently active).",
+            now.active_sessions as f64,
+        );
+        gauge(
+            &mut out,
+            "flynn_running_turns",
+            "Turns running now.",
+            now.running_turns as f64,
+        );
+        gauge(
+            &mut out,
+            "flynn_pending_confirmations",
+            "Tool calls waiting for a person.",
+            now.pending_confirmations as f64,
+        );
+        gauge(
+            &mut out,
+            "flynn_resident_memory_bytes",
+            "Resident set size of the daemon.",
+            now.rss_bytes as f64,
+        );
+        gauge(
+            &mut out,
+            "flynn_uptime_seconds",
+            "Seconds since the gateway started.",
+            now.uptime_secs,
+        );
+        counter(
+            &mut out,
+            "flynn_gateway_rpc_calls_total",
+            "JSON-RPC calls received.",
+        );
+        let _ = writeln!(
+            out,
+            "flynn_gateway_rpc_calls_total {}",
+            self.rpc_calls.load(Ordering::Relaxed)
+        );
+        counter(
+            &mut out,
+            "flynn_gateway_http_requests_total",
+            "HTTP requests received (all routes).",
+        );
+        let _ = writeln!(
+            out,
+            "flynn_gateway_http_requests_total {}",
+            self.http_requests.load(Ordering::Relaxed)
+        );
+        counter(
+            &mut out,
+            "flynn_gateway_auth_failures_total",
+            "Requests refused for a missing or wrong token or origin.",
+        );
+        let _ = writeln!(
+            out,
+            "flynn_gateway_auth_failures_total {}",
+            self.auth_failures.load(Ordering::Relaxed)
+        );
+        out
+    }
+}
+
+/// Values read at scrape time.
+#[derive(Debug, Default)]
+pub(crate) struct Snapshot {
+    pub tiers: Vec<(String, flynn_sessions::UsageTotal)>,
+    pub active_sessions: usize,
+    pub running_turns: usize,
+    pub pending_confirmations: usize,
+    pub rss_bytes: u64,
+    pub uptime_secs: f64,
+}
+
+/// The process's resident set size, from `/proc/self/statm` (0 where
+/// there is no procfs).
+pub fn rss_bytes() -> u64 {
+    let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else {
+        return 0;
+    };
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}

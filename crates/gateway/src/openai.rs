@@ -1,0 +1,408 @@
+//! An OpenAI-compatible Chat Completions endpoint, so existing OpenAI
+//! clients can talk to Flynn: `GET /v1/models` lists the agents and the
+//! tiers, `POST /v1/chat/completions` answers with one (streaming as
+//! server-sent events or not). Tools run inside Flynn; the client sees the
+//! final answer.
+//!
+//! Sessions: with an `X-Flynn-Session` header (or the request's `user`
+//! field, as `openai:<user>`) the conversation continues in that Flynn
+//! session and only the last user message is new. Without either, each
+//! request is its own conversation: the earlier messages it carries are
+//! stored in a fresh session, then the last one is answered.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use flynn_orchestrator::{Submitted, TurnRequest};
+use flynn_protocol::{AgentEvent, Message, RunState, SessionKey, Tier, TurnOutcome};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::server::State as Gateway;
+
+/// An OpenAI-shaped error: `{"error": {"message", "type", "param", "code"}}`.
+fn error(
+    status: StatusCode,
+    kind: &str,
+    message: impl Into<String>,
+    param: Option<&str>,
+) -> Response {
+    let body = json!({
+        "error": {
+            "message": message.into(),
+            "type": kind,
+            "param": param,
+            "code": Value::Null,
+        }
+    });
+    (status, Json(body)).into_response()
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+const TIERS: [Tier; 4] = [Tier::Fast, Tier::Default, Tier::Complex, Tier::Local];
+
+/// `GET /v1/models`: every agent, then every tier with models.
+pub(crate) async fn models(State(gateway): State<Arc<Gateway>>) -> Response {
+    let created = now_secs();
+    let mut data: Vec<Value> = gateway
+        .manager
+        .agents()
+        .names()
+        .map(|name| json!({"id": name, "object": "model", "created": created, "owned_by": "flynn"}))
+        .collect();
+    for tier in TIERS {
+        let taken = gateway.manager.agents().get(tier.as_str()).is_some();
+        if !taken && gateway.manager.router().check_tier(tier).is_ok() {
+            data.push(json!({"id": tier.as_str(), "object": "model", "created": created, "owned_by": "flynn"}));
+        }
+    }
+    Json(json!({"object": "list", "data": data})).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ChatRequest {
+    model: String,
+    messages: Vec<ChatMessage>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    n: Option<u32>,
+    // Sampling settings, tools and the rest are Flynn's business: its
+    // agents have their own. They are accepted and not used.
+    #[serde(flatten)]
+    _other: serde_json::Map<String, Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatMessage {
+    role: String,
+    #[serde(default)]
+    content: Option<Content>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Debug, Deserialize)]
+struct Part {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+impl ChatMessage {
+    fn text(&self) -> String {
+        match &self.content {
+            None => String::new(),
+            Some(Content::Text(text)) => text.clone(),
+            Some(Content::Parts(parts)) => parts
+                .iter()
+                .filter(|p| p.kind == "text")
+                .filter_map(|p| p.text.as_deref())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+}
+
+/// Resolves `model` to an agent or a tier.
+fn route(gateway: &Gateway, model: &str) -> Result<(Option<String>, Option<Tier>), Box<Response>> {
+    let model = model.strip_prefix("flynn/").unwrap_or(model);
+    if model == "flynn" {
+        return Ok((None, None));
+    }
+    if gateway.manager.agents().get(model).is_some() {
+        return Ok((Some(model.to_owned()), None));
+    }
+    if let Some(tier) = TIERS.into_iter().find(|t| t.as_str() == model) {
+        return Ok((None, Some(tier)));
+    }
+    let mut known: Vec<&str> = gateway.manager.agents().names().collect();
+    known.extend(TIERS.iter().map(|t| t.as_str()));
+    Err(Box::new(error(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        format!(
+            "the model '{model}' does not exist: name an agent or a tier ({})",
+            known.join(", ")
+        ),
+        Some("model"),
+    )))
+}
+
+/// `POST /v1/chat/completions`.
+pub(crate) async fn chat_completions(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let request: ChatRequest = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                format!("the request is not a Chat Completions request: {e}"),
+                None,
+            );
+        }
+    };
+    if request.n.is_some_and(|n| n != 1) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "only n = 1 is supported",
+            Some("n"),
+        );
+    }
+    let (agent, tier) = match route(&gateway, &request.model) {
+        Ok(route) => route,
+        Err(response) => return *response,
+    };
+    let Some(last) = request.messages.iter().rposition(|m| m.role == "user") else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "expected at least one message with role `user`",
+            Some("messages"),
+        );
+    };
+    let message = request.messages[last].text();
+    if message.trim().is_empty() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "the last user message is empty",
+            Some("messages"),
+        );
+    }
+
+    let named = headers
+        .get("x-flynn-session")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| request.user.as_ref().map(|user| format!("openai:{user}")));
+    let session = match &named {
+        Some(key) => match key.parse::<SessionKey>() {
+            Ok(session) => session,
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    format!("the session '{key}' is not a valid session key: {e}"),
+                    Some("user"),
+                );
+            }
+        },
+        None => match SessionKey::new("openai", &uuid::Uuid::now_v7().simple().to_string()) {
+            Ok(session) => session,
+            Err(e) => {
+                return error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    e.to_string(),
+                    None,
+                );
+            }
+        },
+    };
+    if named.is_none() {
+        // A fresh conversation: what the client sent before the last
+        // message becomes its history.
+        let earlier: Vec<Message> = request.messages[..last]
+            .iter()
+            .filter_map(|m| {
+                let text = m.text();
+                if text.trim().is_empty() {
+                    return None;
+                }
+                match m.role.as_str() {
+                    "user" => Some(Message::user(text)),
+                    "assistant" => Some(Message::assistant(text)),
+                    "system" | "developer" => Some(Message::user(format!(
+                        "(Instructions from the client: {text})"
+                    ))),
+                    _ => None,
+                }
+            })
+            .collect();
+        if !earlier.is_empty()
+            && let Err(e) = gateway.manager.store().append(&session, &earlier).await
+        {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                e.to_string(),
+                None,
+            );
+        }
+    }
+
+    let mut turn = TurnRequest::text(session.clone(), message);
+    turn.agent = agent;
+    turn.tier = tier;
+    turn.approver = Some(Arc::new(gateway.approver.clone()));
+    let model = request.model.clone();
+    let id = format!("chatcmpl-{}", uuid::Uuid::now_v7().simple());
+    let created = now_secs();
+
+    let mut events = gateway.manager.subscribe(&session);
+    let handle = match gateway.manager.submit(turn).await {
+        Ok(Submitted::Turn(handle)) => handle,
+        Ok(Submitted::Command { reply, .. }) => {
+            let outcome = TurnOutcome {
+                reply,
+                provider: String::new(),
+                model: String::new(),
+                usage: Default::default(),
+                cost_usd: None,
+                tool_calls: Vec::new(),
+                warning: None,
+            };
+            return completion(&id, created, &model, &session, &outcome);
+        }
+        Err(e) => {
+            let status = match e.code() {
+                flynn_protocol::ErrorCode::Config | flynn_protocol::ErrorCode::Refused => {
+                    if matches!(e, flynn_orchestrator::Error::ShuttingDown) {
+                        StatusCode::SERVICE_UNAVAILABLE
+                    } else {
+                        StatusCode::BAD_REQUEST
+                    }
+                }
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            return error(status, "invalid_request_error", e.to_string(), None);
+        }
+    };
+
+    if !request.stream {
+        return match handle.outcome().await {
+            Ok(outcome) => completion(&id, created, &model, &session, &outcome),
+            Err(e) => error(StatusCode::BAD_GATEWAY, "server_error", e.to_string(), None),
+        };
+    }
+
+    let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
+    let turn_id = handle.turn;
+    let session_header = session.to_string();
+    let stream = async_stream::stream! {
+        let chunk = |delta: Value, finish: Option<&str>| {
+            json!({
+                "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            })
+        };
+        yield Ok::<_, Infallible>(sse(&chunk(json!({"role": "assistant", "content": ""}), None)));
+        let mut ended = false;
+        while let Some(event) = events.next().await {
+            let Ok(envelope) = event else { continue };
+            if envelope.turn != Some(turn_id) {
+                continue;
+            }
+            match envelope.event {
+                AgentEvent::ContentDelta { text } if !text.is_empty() => {
+                    yield Ok(sse(&chunk(json!({"content": text}), None)));
+                }
+                AgentEvent::RunState { state: RunState::Complete | RunState::Cancelled | RunState::Error } => {
+                    ended = true;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let outcome = handle.outcome().await;
+        match outcome {
+            Ok(outcome) => {
+                yield Ok(sse(&chunk(json!({}), Some("stop"))));
+                if include_usage {
+                    let usage = usage_json(&outcome);
+                    yield Ok(sse(&json!({
+                        "id": id, "object": "chat.completion.chunk", "created": created,
+                        "model": model, "choices": [], "usage": usage,
+                    })));
+                }
+            }
+            Err(e) => {
+                yield Ok(sse(&json!({"error": {"message": e.to_string(), "type": "server_error", "param": null, "code": null}})));
+            }
+        }
+        let _ = ended;
+        yield Ok(bytes::Bytes::from_static(b"data: [DONE]\n\n"));
+    };
+    let mut response = Response::new(axum::body::Body::from_stream(stream));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-cache"),
+    );
+    if let Ok(value) = header::HeaderValue::from_str(&session_header) {
+        headers.insert("x-flynn-session", value);
+    }
+    response
+}
+
+fn sse(value: &Value) -> bytes::Bytes {
+    bytes::Bytes::from(format!("data: {value}\n\n"))
+}
+
+fn usage_json(outcome: &TurnOutcome) -> Value {
+    let input = outcome.usage.input_tokens;
+    let output = outcome.usage.output_tokens;
+    json!({"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output})
+}
+
+fn completion(
+    id: &str,
+    created: u64,
+    model: &str,
+    session: &SessionKey,
+    outcome: &TurnOutcome,
+) -> Response {
+    let body = json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": outcome.reply, "refusal": null},
+            "finish_reason": "stop",
+            "logprobs": null,
+        }],
+        "usage": usage_json(outcome),
+    });
+    let mut response = Json(body).into_response();
+    if let Ok(value) = header::HeaderValue::from_str(session.as_str()) {
+        response.headers_mut().insert("x-flynn-session", value);
+    }
+    response
+}

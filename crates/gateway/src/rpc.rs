@@ -1,0 +1,711 @@
+//! The JSON-RPC methods. Each call is counted against its client's rate
+//! limit first; parameters are one JSON object (by name), validated
+//! strictly (unknown fields refused).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flynn_orchestrator::{Submitted, TurnRequest};
+use flynn_protocol::{AgentEvent, EventEnvelope, Lagged, RunState, SessionKey, TurnOutcome};
+use flynn_tools::{ApproveAll, Approver, Decision, DenyAll, ToolContext};
+use futures::FutureExt;
+use jsonrpsee::types::{ErrorObjectOwned, Params};
+use jsonrpsee::{Extensions, PendingSubscriptionSink, RpcModule, SubscriptionMessage};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::api::*;
+use crate::auth::Client;
+use crate::error::{self, codes};
+use crate::server::State;
+
+/// The protocol's version, reported by `system.version`.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+type RpcResult<T> = Result<T, ErrorObjectOwned>;
+
+/// Every method, over the gateway's state.
+pub(crate) fn methods(state: Arc<State>) -> RpcModule<State> {
+    let mut module = RpcModule::from_arc(state);
+    register(&mut module);
+    module
+}
+
+/// Parses the parameters: an object, or nothing for methods whose
+/// parameters are all optional.
+fn parse<T: DeserializeOwned + Default>(params: &Params<'_>) -> RpcResult<T> {
+    if params
+        .as_str()
+        .is_none_or(|p| p.trim().is_empty() || p.trim() == "null")
+    {
+        return Ok(T::default());
+    }
+    parse_required(params)
+}
+
+fn parse_required<T: DeserializeOwned>(params: &Params<'_>) -> RpcResult<T> {
+    let text = params.as_str().unwrap_or("null");
+    // `[{...}]` (positional, one object) is accepted like `{...}`.
+    let value: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| error::invalid_params(format!("parameters are not JSON: {e}")))?;
+    let value = match value {
+        serde_json::Value::Array(mut items) if items.len() == 1 => items.remove(0),
+        other => other,
+    };
+    if !value.is_object() {
+        return Err(error::invalid_params(
+            "expected the parameters as one object with named fields",
+        ));
+    }
+    serde_json::from_value(value).map_err(|e| error::invalid_params(format!("{e}")))
+}
+
+/// Counts the call against the client's rate limit.
+fn admit(state: &State, extensions: &Extensions) -> RpcResult<()> {
+    state.metrics.rpc_call();
+    let key = extensions
+        .get::<Client>()
+        .map_or_else(|| "unknown".to_owned(), Client::rate_key);
+    state.limiter.check(&key).map_err(|wait| {
+        ErrorObjectOwned::owned(
+            codes::RATE_LIMITED,
+            "too many requests from this client; slow down",
+            Some(serde_json::json!({
+                "kind": "rate_limited",
+                "retry_after_secs": wait.as_secs().max(1),
+            })),
+        )
+    })
+}
+
+fn register(module: &mut RpcModule<State>) {
+    // Names are static and unique, so registration cannot fail; a clash
+    // would be a programming error caught by the method list test.
+    macro_rules! method {
+        ($name:literal, $handler:expr) => {{
+            let _ =
+                module.register_async_method($name, move |params, state, extensions| async move {
+                    admit(&state, &extensions)?;
+                    $handler(params, state).await
+                });
+        }};
+    }
+
+    method!("agent.cancel", cancel);
+    method!("agent.status", status);
+    method!("sessions.list", sessions_list);
+    method!("sessions.history", sessions_history);
+    method!("sessions.send", sessions_send);
+    method!("sessions.reset", sessions_reset);
+    method!("tools.list", tools_list);
+    method!("tools.invoke", tools_invoke);
+    method!("confirmations.list", confirmations_list);
+    method!("confirmations.resolve", confirmations_resolve);
+    method!("config.get", config_get);
+    method!("config.patch", config_patch);
+    method!("usage.summary", usage_summary);
+    method!("system.health", system_health);
+    method!("system.version", system_version);
+    method!("system.restart", system_restart);
+
+    let _ = module.register_subscription(
+        "agent.send",
+        "agent.event",
+        "agent.unsubscribe",
+        |params, pending, state, extensions| async move {
+            if let Err(error) = admit(&state, &extensions) {
+                pending.reject(error).await;
+                return;
+            }
+            agent_send(params, pending, state).await;
+        },
+    );
+    let _ = module.register_subscription(
+        "sessions.subscribe",
+        "sessions.event",
+        "sessions.unsubscribe",
+        |params, pending, state, extensions| async move {
+            if let Err(error) = admit(&state, &extensions) {
+                pending.reject(error).await;
+                return;
+            }
+            sessions_subscribe(params, pending, state).await;
+        },
+    );
+}
+
+fn json<T: Serialize>(value: &T) -> SubscriptionMessage {
+    let raw = serde_json::value::to_raw_value(value)
+        .unwrap_or_else(|_| serde_json::value::RawValue::NULL.to_owned());
+    SubscriptionMessage::from(raw)
+}
+
+fn notification(
+    event: Result<EventEnvelope, Lagged>,
+    session: Option<&SessionKey>,
+) -> Notification {
+    match event {
+        Ok(envelope) => Notification::Event(envelope),
+        Err(lagged) => Notification::Lagged {
+            session: session.cloned(),
+            skipped: lagged.skipped,
+        },
+    }
+}
+
+fn turn_request(state: &State, params: SendParams) -> RpcResult<TurnRequest> {
+    if params.message.trim().is_empty() {
+        return Err(error::rpc_error(
+            codes::REFUSED,
+            "refused",
+            "the message is empty (expected some text)",
+        ));
+    }
+    let mut request = TurnRequest::text(params.session, params.message);
+    request.tier = params.tier;
+    request.model = params.model;
+    request.agent = params.agent;
+    let approver: Arc<dyn Approver> = match params.approval {
+        Approval::Ask => Arc::new(state.approver.clone()),
+        Approval::ApproveAll => Arc::new(ApproveAll),
+        Approval::Deny => Arc::new(DenyAll::new(
+            "the client that sent the message denies calls that need confirmation",
+        )),
+    };
+    request.approver = Some(approver);
+    Ok(request)
+}
+
+/// `agent.send`: accepts the message, then streams the turn's events;
+/// the last is a `run_state` of `complete`, `cancelled` or `error` (or,
+/// for a chat command, the `command` event).
+async fn agent_send(params: Params<'static>, pending: PendingSubscriptionSink, state: Arc<State>) {
+    let params: SendParams = match parse_required(&params) {
+        Ok(params) => params,
+        Err(error) => return pending.reject(error).await,
+    };
+    let session = params.session.clone();
+    let request = match turn_request(&state, params) {
+        Ok(request) => request,
+        Err(error) => return pending.reject(error).await,
+    };
+    // Subscribe first, so nothing of the turn is missed.
+    let mut events = state.manager.subscribe(&session);
+    let submitted = match state.manager.submit(request).await {
+        Ok(submitted) => submitted,
+        Err(error) => return pending.reject(error::from_orchestrator(&error)).await,
+    };
+    let Ok(sink) = pending.accept().await else {
+        return;
+    };
+    let turn = match submitted {
+        Submitted::Turn(handle) => handle.turn,
+        Submitted::Command { name, reply } => {
+            // The lane published the command's reply before answering.
+            let mut sent = false;
+            while let Some(Some(event)) = events.next().now_or_never() {
+                if let Ok(envelope) = &event
+                    && envelope.turn.is_none()
+                    && matches!(envelope.event, AgentEvent::Command { .. })
+                {
+                    let _ = sink.send(json(&notification(event, Some(&session)))).await;
+                    sent = true;
+                    break;
+                }
+            }
+            if !sent {
+                let envelope = EventEnvelope {
+                    session: session.clone(),
+                    turn: None,
+                    seq: 0,
+                    time_ms: crate::approver::now_millis(),
+                    event: AgentEvent::Command { name, reply },
+                };
+                let _ = sink.send(json(&Notification::Event(envelope))).await;
+            }
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            () = sink.closed() => return,
+            event = events.next() => {
+                let Some(event) = event else { return };
+                let end = match &event {
+                    Ok(envelope) => {
+                        let ours = envelope.turn == Some(turn);
+                        let report = matches!(envelope.event, AgentEvent::Interrupted { .. });
+                        if !ours && !report {
+                            continue;
+                        }
+                        ours && matches!(
+                            envelope.event,
+                            AgentEvent::RunState {
+                                state: RunState::Complete | RunState::Cancelled | RunState::Error
+                            }
+                        )
+                    }
+                    Err(_) => false,
+                };
+                if sink.send(json(&notification(event, Some(&session)))).await.is_err() {
+                    return;
+                }
+                if end {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// `sessions.subscribe`: every event of the named sessions (or of all).
+async fn sessions_subscribe(
+    params: Params<'static>,
+    pending: PendingSubscriptionSink,
+    state: Arc<State>,
+) {
+    let params: SubscribeParams = match parse(&params) {
+        Ok(params) => params,
+        Err(error) => return pending.reject(error).await,
+    };
+    let mut events = if params.sessions.len() == 1 {
+        state.manager.subscribe(&params.sessions[0])
+    } else {
+        state.manager.subscribe_all()
+    };
+    let Ok(sink) = pending.accept().await else {
+        return;
+    };
+    let wanted = params.sessions;
+    loop {
+        tokio::select! {
+            () = sink.closed() => return,
+            event = events.next() => {
+                let Some(event) = event else { return };
+                if let Ok(envelope) = &event
+                    && !wanted.is_empty()
+                    && !wanted.contains(&envelope.session)
+                {
+                    continue;
+                }
+                let only = (wanted.len() == 1).then(|| &wanted[0]);
+                if sink.send(json(&notification(event, only))).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn cancel(params: Params<'static>, state: Arc<State>) -> RpcResult<CancelResult> {
+    let params: CancelParams = parse_required(&params)?;
+    let cancelled = match params.turn {
+        Some(turn) => state.manager.cancel_turn(&params.session, turn).await,
+        None => state.manager.cancel(&params.session),
+    };
+    Ok(CancelResult { cancelled })
+}
+
+async fn status(params: Params<'static>, state: Arc<State>) -> RpcResult<StatusResult> {
+    let params: StatusParams = parse(&params)?;
+    let running = state
+        .manager
+        .running()
+        .into_iter()
+        .filter(|(session, _)| params.session.as_ref().is_none_or(|s| s == session))
+        .map(|(session, turn)| RunningTurn { session, turn })
+        .collect();
+    let open = state
+        .manager
+        .store()
+        .open_turns(params.session.as_ref())
+        .await
+        .map_err(|e| error::storage(&e))?;
+    Ok(StatusResult {
+        active_sessions: state.manager.active_lanes(),
+        running,
+        open_turns: open
+            .into_iter()
+            .map(|turn| OpenTurn {
+                session: turn.session,
+                turn: turn.id,
+                status: turn.status.as_str().to_owned(),
+                agent: turn.origin.agent,
+                created_at: turn.created_at,
+            })
+            .collect(),
+        draining: state.manager.is_draining(),
+    })
+}
+
+async fn sessions_list(
+    params: Params<'static>,
+    state: Arc<State>,
+) -> RpcResult<Vec<SessionSummary>> {
+    let _: EmptyParams = parse(&params)?;
+    let sessions = state
+        .manager
+        .store()
+        .list()
+        .await
+        .map_err(|e| error::storage(&e))?;
+    Ok(sessions
+        .into_iter()
+        .map(|info| SessionSummary {
+            key: info.key,
+            message_count: info.message_count,
+            created_at: info.created_at,
+            updated_at: info.updated_at,
+            agent: info.meta.agent,
+            tier: info.meta.tier,
+            model: info.meta.model.map(|m| m.to_string()),
+            title: info.meta.title,
+            last_channel: info.meta.last_channel,
+        })
+        .collect())
+}
+
+/// Parameters of methods that take none.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EmptyParams {}
+
+const DEFAULT_PAGE: usize = 100;
+const MAX_PAGE: usize = 1000;
+
+async fn sessions_history(params: Params<'static>, state: Arc<State>) -> RpcResult<HistoryResult> {
+    let params: HistoryParams = parse_required(&params)?;
+    let store = state.manager.store();
+    let limit = params.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
+    if params.before.is_some() && params.after.is_some() {
+        return Err(error::invalid_params(
+            "give `before` (an older page) or `after` (what came since), not both",
+        ));
+    }
+    let (messages, more_before) = if let Some(after) = params.after {
+        let mut messages = store
+            .history_since(&params.session, after)
+            .await
+            .map_err(|e| error::storage(&e))?;
+        messages.truncate(limit);
+        (messages, false)
+    } else {
+        // One more than asked tells whether older messages exist.
+        let mut page = store
+            .history_page(&params.session, params.before, limit + 1)
+            .await
+            .map_err(|e| match e {
+                flynn_sessions::Error::UnknownMessage { .. } => error::not_found(format!(
+                    "message {} is not in {}'s history",
+                    params.before.unwrap_or_default(),
+                    params.session
+                )),
+                other => error::storage(&other),
+            })?;
+        let more = page.len() > limit;
+        if more {
+            page.remove(0);
+        }
+        (page, more)
+    };
+    let cursor = messages.iter().map(|m| m.seq).max();
+    Ok(HistoryResult {
+        session: params.session,
+        messages: messages
+            .into_iter()
+            .map(|m| HistoryMessage {
+                seq: m.seq,
+                turn: m.turn,
+                created_at: m.created_at,
+                message: serde_json::to_value(&m.message).unwrap_or_default(),
+            })
+            .collect(),
+        cursor,
+        more_before,
+    })
+}
+
+/// `sessions.send`: like `agent.send`, answering once the turn is over.
+async fn sessions_send(params: Params<'static>, state: Arc<State>) -> RpcResult<SendResult> {
+    let params: SendParams = parse_required(&params)?;
+    let session = params.session.clone();
+    let request = turn_request(&state, params)?;
+    match state
+        .manager
+        .submit(request)
+        .await
+        .map_err(|e| error::from_orchestrator(&e))?
+    {
+        Submitted::Command { name, reply } => Ok(SendResult {
+            session,
+            turn: None,
+            command: Some(name),
+            outcome: TurnOutcome {
+                reply,
+                provider: String::new(),
+                model: String::new(),
+                usage: Default::default(),
+                cost_usd: None,
+                tool_calls: Vec::new(),
+                warning: None,
+            },
+        }),
+        Submitted::Turn(handle) => {
+            let turn = handle.turn;
+            let outcome = handle
+                .outcome()
+                .await
+                .map_err(|e| error::from_orchestrator(&e))?;
+            Ok(SendResult {
+                session,
+                turn: Some(turn),
+                command: None,
+                outcome,
+            })
+        }
+    }
+}
+
+async fn sessions_reset(params: Params<'static>, state: Arc<State>) -> RpcResult<ResetResult> {
+    let params: SessionParams = parse_required(&params)?;
+    let existed = state
+        .manager
+        .store()
+        .clear(&params.session)
+        .await
+        .map_err(|e| error::storage(&e))?;
+    Ok(ResetResult { existed })
+}
+
+fn agent_of<'a>(
+    state: &'a State,
+    name: Option<&str>,
+) -> RpcResult<&'a Arc<flynn_orchestrator::AgentProfile>> {
+    match name {
+        Some(name) => state
+            .manager
+            .agents()
+            .lookup(name, "agent")
+            .map_err(|e| error::not_found(e.to_string())),
+        None => Ok(state.manager.agents().default_agent()),
+    }
+}
+
+async fn tools_list(params: Params<'static>, state: Arc<State>) -> RpcResult<Vec<ToolInfo>> {
+    let params: ToolsListParams = parse(&params)?;
+    let agent = agent_of(&state, params.agent.as_deref())?;
+    let executor = state.manager.executor();
+    let mut tools: Vec<ToolInfo> = executor
+        .registry()
+        .tools()
+        .map(|tool| ToolInfo {
+            name: tool.name().to_owned(),
+            description: tool.description().to_owned(),
+            effect: tool.effect(),
+            allowed: agent.policy.permits(tool.as_ref()),
+            needs_confirmation: executor.needs_confirmation(tool.name()),
+            input_schema: tool.input_schema(),
+        })
+        .collect();
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(tools)
+}
+
+async fn tools_invoke(params: Params<'static>, state: Arc<State>) -> RpcResult<InvokeResult> {
+    let params: InvokeParams = parse_required(&params)?;
+    let agent = agent_of(&state, params.agent.as_deref())?;
+    if state
+        .manager
+        .executor()
+        .registry()
+        .get(&params.name)
+        .is_none()
+    {
+        return Err(error::not_found(format!(
+            "no tool named '{}' (see tools.list)",
+            params.name
+        )));
+    }
+    let mut ctx = ToolContext::new(agent.workspace());
+    ctx.session = match params.session {
+        Some(session) => session,
+        None => SessionKey::new("gateway", "tools")
+            .unwrap_or_else(|_| unreachable!("`gateway:tools` is a valid session key")),
+    };
+    ctx.agent = agent.name.clone();
+    ctx.policy = agent.policy.clone();
+    ctx.approver = if params.confirm {
+        Arc::new(ApproveAll)
+    } else {
+        Arc::new(DenyAll::new(
+            "it needs confirmation: call tools.invoke with `confirm: true` to run it",
+        ))
+    };
+    let call = flynn_protocol::ToolCall {
+        id: format!("invoke-{}", uuid::Uuid::now_v7().simple()),
+        name: params.name,
+        arguments: params.input,
+    };
+    let result = state.manager.executor().execute(&call, &ctx).await;
+    Ok(InvokeResult {
+        ok: !result.is_error,
+        output: result.content,
+    })
+}
+
+async fn confirmations_list(
+    params: Params<'static>,
+    state: Arc<State>,
+) -> RpcResult<Vec<PendingConfirmation>> {
+    let _: EmptyParams = parse(&params)?;
+    Ok(state.approver.list())
+}
+
+async fn confirmations_resolve(
+    params: Params<'static>,
+    state: Arc<State>,
+) -> RpcResult<ResolveResult> {
+    let params: ResolveParams = parse_required(&params)?;
+    let decision = if params.approve {
+        Decision::Approve
+    } else {
+        Decision::Deny {
+            reason: params
+                .reason
+                .unwrap_or_else(|| "the person denied it".to_owned()),
+        }
+    };
+    state
+        .approver
+        .resolve(&params.session, &params.id, decision)
+        .map_err(|_| {
+            error::not_found(format!(
+                "no tool call '{}' of {} waits for confirmation (it was answered, timed out or cancelled)",
+                params.id, params.session
+            ))
+        })?;
+    Ok(ResolveResult {
+        resolution: if params.approve {
+            flynn_protocol::Resolution::Approved
+        } else {
+            flynn_protocol::Resolution::Denied
+        },
+    })
+}
+
+async fn config_get(params: Params<'static>, state: Arc<State>) -> RpcResult<serde_json::Value> {
+    let params: ConfigGetParams = parse(&params)?;
+    let value = flynn_config::masked(&state.config);
+    flynn_config::lookup(&value, &params.path)
+        .cloned()
+        .map_err(|e| error::not_found(e.to_string()))
+}
+
+async fn config_patch(params: Params<'static>, state: Arc<State>) -> RpcResult<ConfigPatchResult> {
+    let params: ConfigPatchParams = parse_required(&params)?;
+    let Some(file) = &state.config_file else {
+        return Err(error::rpc_error(
+            codes::CONFIG,
+            "config",
+            "the daemon runs without a config file (from the environment); write one first (`flynn onboard`)",
+        ));
+    };
+    let changes: Vec<(String, serde_json::Value)> =
+        params.set.into_iter().map(|s| (s.path, s.value)).collect();
+    let file = file.clone();
+    tokio::task::spawn_blocking(move || {
+        flynn_config::edit::set_in_file(&file, &changes, &flynn_config::ProcessEnv).map(|()| file)
+    })
+    .await
+    .map_err(|e| error::internal(e.to_string()))?
+    .map(|file| ConfigPatchResult {
+        file: file.display().to_string(),
+        restart_required: true,
+    })
+    .map_err(|e| error::rpc_error(codes::CONFIG, "config", e.to_string()))
+}
+
+fn totals(total: &flynn_sessions::UsageTotal) -> UsageTotals {
+    UsageTotals {
+        calls: total.calls,
+        usage: total.usage,
+        cost_usd: total.cost_usd,
+        unpriced_calls: total.unpriced_calls,
+    }
+}
+
+async fn usage_summary(params: Params<'static>, state: Arc<State>) -> RpcResult<UsageSummary> {
+    let params: UsageParams = parse(&params)?;
+    let store = state.manager.store();
+    let session = params.session.as_ref();
+    let tiers = store
+        .usage_by_tier(session)
+        .await
+        .map_err(|e| error::storage(&e))?;
+    let purposes = store
+        .usage_by_purpose(session)
+        .await
+        .map_err(|e| error::storage(&e))?;
+    let mut total = flynn_sessions::UsageTotal::default();
+    for (_, t) in &tiers {
+        total.add(t);
+    }
+    Ok(UsageSummary {
+        tiers: tiers
+            .iter()
+            .map(|(tier, t)| TierUsage {
+                tier: *tier,
+                total: totals(t),
+            })
+            .collect(),
+        purposes: purposes
+            .iter()
+            .map(|line| PurposeUsage {
+                tier: line.tier,
+                purpose: line.purpose,
+                total: totals(&line.total),
+            })
+            .collect(),
+        total: totals(&total),
+    })
+}
+
+pub(crate) fn health(state: &State) -> Health {
+    Health {
+        status: if state.manager.is_draining() {
+            "draining".to_owned()
+        } else {
+            "ok".to_owned()
+        },
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        uptime_secs: state.started.elapsed().as_secs(),
+        active_sessions: state.manager.active_lanes(),
+        running_turns: state.manager.running().len(),
+        pending_confirmations: state.approver.len(),
+    }
+}
+
+async fn system_health(params: Params<'static>, state: Arc<State>) -> RpcResult<Health> {
+    let _: EmptyParams = parse(&params)?;
+    Ok(health(&state))
+}
+
+async fn system_version(params: Params<'static>, _state: Arc<State>) -> RpcResult<VersionInfo> {
+    let _: EmptyParams = parse(&params)?;
+    Ok(VersionInfo {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        protocol: PROTOCOL_VERSION,
+    })
+}
+
+async fn system_restart(params: Params<'static>, state: Arc<State>) -> RpcResult<RestartResult> {
+    let _: EmptyParams = parse(&params)?;
+    tracing::info!("restart requested over the gateway");
+    // Answer first; the daemon drains and restarts right after.
+    let control = state.control.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        control.request_restart();
+    });
+    Ok(RestartResult { restarting: true })
+}

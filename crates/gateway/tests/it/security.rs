@@ -1,0 +1,325 @@
+use std::time::Duration;
+
+use flynn_testkit::{FakeOpenAi, Reply};
+use serde_json::{Value, json};
+use tokio_util::compat::TokioAsyncReadCompatExt;
+
+use crate::harness::*;
+
+async fn post(url: &str, token: Option<&str>, body: &str) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let body = response.json().await.unwrap_or(Value::Null);
+    (status, body)
+}
+
+/// A raw WebSocket to `/rpc`, to send frames no client library would.
+struct RawWs {
+    sender: soketto::connection::Sender<tokio_util::compat::Compat<tokio::net::TcpStream>>,
+    receiver: soketto::connection::Receiver<tokio_util::compat::Compat<tokio::net::TcpStream>>,
+}
+
+async fn raw_ws(harness: &Harness, resource: &str, origin: Option<&str>) -> Result<RawWs, String> {
+    let socket = tokio::net::TcpStream::connect(harness.addr).await.unwrap();
+    let host = harness.addr.to_string();
+    let mut client = soketto::handshake::Client::new(socket.compat(), &host, resource);
+    let headers;
+    if let Some(origin) = origin {
+        headers = [soketto::handshake::client::Header {
+            name: "Origin",
+            value: origin.as_bytes(),
+        }];
+        client.set_headers(&headers);
+    }
+    match client.handshake().await.map_err(|e| e.to_string())? {
+        soketto::handshake::ServerResponse::Accepted { .. } => {
+            let (sender, receiver) = client.into_builder().finish();
+            Ok(RawWs { sender, receiver })
+        }
+        soketto::handshake::ServerResponse::Rejected { status_code } => {
+            Err(format!("rejected {status_code}"))
+        }
+        soketto::handshake::ServerResponse::Redirect { status_code, .. } => {
+            Err(format!("redirect {status_code}"))
+        }
+    }
+}
+
+impl RawWs {
+    async fn exchange(&mut self, frame: &str) -> Value {
+        self.sender.send_text(frame).await.unwrap();
+        self.sender.flush().await.unwrap();
+        let mut data = Vec::new();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            self.receiver.receive_data(&mut data),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        serde_json::from_slice(&data).unwrap()
+    }
+}
+
+#[tokio::test]
+async fn every_route_but_health_and_webhooks_needs_the_token() {
+    let fake = FakeOpenAi::start().await;
+    let mut harness = Harness::start(&fake).await;
+    let call = r#"{"jsonrpc":"2.0","id":1,"method":"system.health"}"#;
+    let (status, body) = post(&harness.url("/rpc"), None, call).await;
+    assert_eq!(status, 401);
+    assert_eq!(body["error"]["code"], "unauthorized");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("gateway.token")
+    );
+    let (status, _) = post(&harness.url("/rpc"), Some("wrong-token"), call).await;
+    assert_eq!(status, 401);
+    let (status, body) = post(&harness.url("/rpc"), Some(TOKEN), call).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["result"]["status"], "ok");
+    for path in ["/metrics", "/v1/models"] {
+        let response = reqwest::get(harness.url(path)).await.unwrap();
+        assert_eq!(response.status(), 401, "{path}");
+    }
+    let health = reqwest::get(harness.url("/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+
+    // WebSocket: no token, a wrong token, a wrong origin; then ?token=.
+    let refused = raw_ws(&harness, "/rpc", None).await.err();
+    assert_eq!(refused.as_deref(), Some("rejected 401"));
+    let refused = raw_ws(&harness, "/rpc?token=nope", None).await.err();
+    assert_eq!(refused.as_deref(), Some("rejected 401"));
+    let resource = format!("/rpc?token={TOKEN}");
+    let refused = raw_ws(&harness, &resource, Some("https://evil.example"))
+        .await
+        .err();
+    assert_eq!(refused.as_deref(), Some("rejected 403"));
+    let own = format!("http://{}", harness.addr);
+    let mut ws = raw_ws(&harness, &resource, Some(&own)).await.unwrap();
+    let answer = ws
+        .exchange(r#"{"jsonrpc":"2.0","id":7,"method":"system.version"}"#)
+        .await;
+    assert_eq!(answer["id"], 7);
+    assert_eq!(answer["result"]["protocol"], 1);
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_oversized_and_unknown_frames_get_errors_and_the_connection_lives() {
+    let fake = FakeOpenAi::start().await;
+    let mut config = config(&fake);
+    config.gateway.max_request_bytes = 4096;
+    let mut harness = Harness::with(Options {
+        config,
+        tools: Vec::new(),
+        config_file: None,
+    })
+    .await;
+    let mut ws = raw_ws(&harness, &format!("/rpc?token={TOKEN}"), None)
+        .await
+        .unwrap();
+    let answer = ws.exchange("{not json").await;
+    assert_eq!(answer["error"]["code"], -32700, "{answer}");
+    let answer = ws.exchange(r#"{"jsonrpc":"2.0","id":1}"#).await;
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    let answer = ws
+        .exchange(r#"{"jsonrpc":"2.0","id":2,"method":"no.such"}"#)
+        .await;
+    assert_eq!(answer["error"]["code"], -32601, "{answer}");
+    let answer = ws
+        .exchange(r#"{"jsonrpc":"2.0","id":3,"method":"agent.cancel","params":{"session":42}}"#)
+        .await;
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":4,"method":"sessions.send","params":{{"session":"a:b","message":"{}"}}}}"#,
+        "x".repeat(8192)
+    );
+    let answer = ws.exchange(&big).await;
+    assert_eq!(answer["error"]["code"], -32007, "{answer}");
+    // Still serving this connection.
+    let answer = ws
+        .exchange(r#"{"jsonrpc":"2.0","id":5,"method":"system.health"}"#)
+        .await;
+    assert_eq!(answer["result"]["status"], "ok", "{answer}");
+    // Over HTTP, an oversized body is refused too.
+    let (status, _) = post(&harness.url("/rpc"), Some(TOKEN), &big).await;
+    assert_eq!(status, 413);
+    assert!(fake.requests().is_empty(), "nothing reached the model");
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_over_its_rate_is_told_to_slow_down() {
+    let fake = FakeOpenAi::start().await;
+    let mut config = config(&fake);
+    config.gateway.rate_limit_per_minute = 3;
+    let mut harness = Harness::with(Options {
+        config,
+        tools: Vec::new(),
+        config_file: None,
+    })
+    .await;
+    let call = r#"{"jsonrpc":"2.0","id":1,"method":"system.health"}"#;
+    for _ in 0..3 {
+        let (_, body) = post(&harness.url("/rpc"), Some(TOKEN), call).await;
+        assert_eq!(body["result"]["status"], "ok");
+    }
+    let (_, body) = post(&harness.url("/rpc"), Some(TOKEN), call).await;
+    assert_eq!(
+        body["error"]["code"],
+        flynn_gateway::codes::RATE_LIMITED,
+        "{body}"
+    );
+    assert!(body["error"]["data"]["retry_after_secs"].as_u64().unwrap() >= 1);
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn a_signed_webhook_becomes_a_message_and_a_forged_one_is_refused() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::Text(
+        "Build 42 failed on main; look at the tests.".into(),
+    ));
+    let mut config = config(&fake);
+    config.gateway.webhooks.insert(
+        "ci".into(),
+        flynn_core::protocol::config::WebhookConfig {
+            secret: "hook-secret".into(),
+            session: None,
+            agent: None,
+            template: Some("CI event from {{name}}: {{body}}".into()),
+        },
+    );
+    let mut harness = Harness::with(Options {
+        config,
+        tools: Vec::new(),
+        config_file: None,
+    })
+    .await;
+    let body = r#"{"build":42,"status":"failed"}"#;
+    let client = reqwest::Client::new();
+    let forged = client
+        .post(harness.url("/webhooks/ci"))
+        .header(
+            "x-flynn-signature",
+            flynn_gateway::sign(b"other-secret", body.as_bytes()),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 401);
+    let unsigned = client
+        .post(harness.url("/webhooks/ci"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unsigned.status(), 401);
+    let unknown = client
+        .post(harness.url("/webhooks/nope"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+
+    let mut events = harness.flynn.subscribe(&"webhook:ci".parse().unwrap());
+    let signed = client
+        .post(harness.url("/webhooks/ci"))
+        .header(
+            "x-hub-signature-256",
+            flynn_gateway::sign(b"hook-secret", body.as_bytes()),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed.status(), 202);
+    let accepted: Value = signed.json().await.unwrap();
+    assert_eq!(accepted["session"], "webhook:ci");
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if let flynn_core::AgentEvent::Done { outcome } = event.event {
+            assert!(outcome.reply.contains("Build 42 failed"));
+            break;
+        }
+    }
+    let sent = &fake.requests()[0].body;
+    let last = sent["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        last["content"],
+        json!(format!("CI event from ci: {body}")),
+        "{last}"
+    );
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_count_turns_tokens_and_refusals() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::Text("counted".into()));
+    let mut harness = Harness::start(&fake).await;
+    let client = harness.ws().await;
+    send(&client, json!({"session": "m:1", "message": "hi"})).await;
+    let _ = post(&harness.url("/rpc"), Some("bad"), "{}").await;
+    let text = reqwest::Client::new()
+        .get(harness.url("/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("flynn_turns_total{outcome=\"complete\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("flynn_tokens_total{tier=\"default\",direction=\"input\"} 12"),
+        "{text}"
+    );
+    assert!(
+        text.contains("flynn_gateway_auth_failures_total 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("flynn_turn_duration_seconds_count 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("flynn_turn_first_output_seconds_count 1"),
+        "{text}"
+    );
+    let rss = text
+        .lines()
+        .find_map(|l| l.strip_prefix("flynn_resident_memory_bytes "))
+        .unwrap();
+    assert!(rss.parse::<f64>().unwrap() > 1_000_000.0, "{rss}");
+    harness.stop().await;
+}
+
+#[test]
+fn binding_beyond_loopback_is_recognised() {
+    assert!(!flynn_gateway::binds_beyond_loopback("127.0.0.1:18800"));
+    assert!(!flynn_gateway::binds_beyond_loopback("[::1]:18800"));
+    assert!(!flynn_gateway::binds_beyond_loopback("localhost:18800"));
+    assert!(flynn_gateway::binds_beyond_loopback("0.0.0.0:18800"));
+    assert!(flynn_gateway::binds_beyond_loopback("192.168.1.5:18800"));
+    assert!(flynn_gateway::binds_beyond_loopback("myhost.lan:18800"));
+}
