@@ -197,4 +197,15 @@ pub enum ConfigCommand {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Set one value in the config file by dotted path, keeping its
+    /// comments; the result is validated before it is written.
+    Set {
+        /// Dotted keys: `models.tiers.default`, `gateway.bind`.
+        path: String,
+        /// JSON when it parses as JSON (`30`, `true`, `["a/b"]`), else text.
+        value: String,
+        /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }

@@ -34,5 +34,22 @@ pub fn run(args: ConfigArgs) -> Result<(), Failure> {
             }
             Ok(())
         }
+        ConfigCommand::Set {
+            path,
+            value,
+            config,
+        } => {
+            let paths = config::Paths::resolve(config.as_deref(), &ProcessEnv)?;
+            let file = paths.config_file;
+            if !file.exists() {
+                std::fs::write(&file, "").map_err(|e| {
+                    Failure::usage(format!("cannot create {}: {e}", file.display()))
+                })?;
+            }
+            let value = config::edit::parse_cli_value(&value);
+            config::edit::set_in_file(&file, &[(path.clone(), value)], &ProcessEnv)?;
+            outln!("{}: set {path}", file.display());
+            Ok(())
+        }
     }
 }
