@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use flynn_core::config::{self, ProcessEnv, Source};
+use flynn_core::config::{self, ProcessEnv};
 use flynn_core::daemon::{Daemon, DaemonOptions};
 
 /// Flynn's daemon: runs sessions and serves the gateway (JSON-RPC at
@@ -70,25 +70,15 @@ enum Stopped {
 async fn run(args: &Args) -> Result<Stopped, (u8, String)> {
     let loaded =
         config::load(args.config.as_deref(), &ProcessEnv).map_err(|e| (2, e.to_string()))?;
-    let config_file = match loaded.source {
-        Source::File(path) => Some(path),
-        Source::Environment => None,
-    };
-    let daemon = Daemon::start(DaemonOptions {
-        config: loaded.config,
-        config_file,
-        home: loaded.paths.home,
-        env_token: std::env::var("FLYNN_GATEWAY_TOKEN").ok(),
-        bind: args.bind.clone(),
-    })
-    .await
-    .map_err(|e| {
-        let code = match e.code() {
-            flynn_core::ErrorCode::Config => 2,
-            _ => 1,
-        };
-        (code, e.to_string())
-    })?;
+    let daemon = Daemon::start(DaemonOptions::from_loaded(loaded, args.bind.clone()))
+        .await
+        .map_err(|e| {
+            let code = match e.code() {
+                flynn_core::ErrorCode::Config => 2,
+                _ => 1,
+            };
+            (code, e.to_string())
+        })?;
     eprintln!(
         "flynn-daemon {} listening on http://{} (token: {})",
         env!("CARGO_PKG_VERSION"),

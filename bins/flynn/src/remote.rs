@@ -265,15 +265,7 @@ pub async fn send(
                 _ => false,
             },
             AgentEvent::Command { reply, .. } if envelope.turn.is_none() => {
-                outcome = Some(flynn_core::TurnOutcome {
-                    reply: reply.clone(),
-                    provider: String::new(),
-                    model: String::new(),
-                    usage: Default::default(),
-                    cost_usd: None,
-                    tool_calls: Vec::new(),
-                    warning: None,
-                });
+                outcome = Some(flynn_core::TurnOutcome::command_reply(reply.clone()));
                 true
             }
             _ => false,

@@ -1,6 +1,6 @@
 //! `flynn start`: the daemon in the foreground, as `flynn-daemon` runs it.
 
-use flynn_core::config::{self, ProcessEnv, Source};
+use flynn_core::config::{self, ProcessEnv};
 use flynn_core::daemon::{Daemon, DaemonOptions};
 
 use crate::cli::StartArgs;
@@ -8,18 +8,7 @@ use crate::exit::Failure;
 
 pub async fn run(args: StartArgs) -> Result<(), Failure> {
     let loaded = config::load(args.config.as_deref(), &ProcessEnv)?;
-    let config_file = match loaded.source {
-        Source::File(path) => Some(path),
-        Source::Environment => None,
-    };
-    let daemon = Daemon::start(DaemonOptions {
-        config: loaded.config,
-        config_file,
-        home: loaded.paths.home,
-        env_token: std::env::var("FLYNN_GATEWAY_TOKEN").ok(),
-        bind: args.bind,
-    })
-    .await?;
+    let daemon = Daemon::start(DaemonOptions::from_loaded(loaded, args.bind)).await?;
     eprintln!(
         "flynn {} listening on http://{} (token: {}); Ctrl-C stops",
         env!("CARGO_PKG_VERSION"),

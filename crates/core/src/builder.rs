@@ -258,15 +258,7 @@ impl Flynn {
                     name,
                     reply: reply.clone(),
                 });
-                return Ok(TurnOutcome {
-                    reply,
-                    provider: String::new(),
-                    model: String::new(),
-                    usage: Default::default(),
-                    cost_usd: None,
-                    tool_calls: Vec::new(),
-                    warning: None,
-                });
+                return Ok(TurnOutcome::command_reply(reply));
             }
             Submitted::Turn(handle) => handle,
         };

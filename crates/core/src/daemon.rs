@@ -37,6 +37,24 @@ pub struct DaemonOptions {
     pub bind: Option<String>,
 }
 
+impl DaemonOptions {
+    /// Options for a loaded config: its file, `FLYNN_HOME`, and the token
+    /// in `FLYNN_GATEWAY_TOKEN` (read from the process environment).
+    pub fn from_loaded(loaded: flynn_config::Loaded, bind: Option<String>) -> Self {
+        let config_file = match loaded.source {
+            flynn_config::Source::File(path) => Some(path),
+            flynn_config::Source::Environment => None,
+        };
+        DaemonOptions {
+            config: loaded.config,
+            config_file,
+            home: loaded.paths.home,
+            env_token: std::env::var("FLYNN_GATEWAY_TOKEN").ok(),
+            bind,
+        }
+    }
+}
+
 type Step = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
 /// Shutdown steps, run last-registered-first.

@@ -274,15 +274,7 @@ pub(crate) async fn chat_completions(
     let handle = match gateway.manager.submit(turn).await {
         Ok(Submitted::Turn(handle)) => handle,
         Ok(Submitted::Command { reply, .. }) => {
-            let outcome = TurnOutcome {
-                reply,
-                provider: String::new(),
-                model: String::new(),
-                usage: Default::default(),
-                cost_usd: None,
-                tool_calls: Vec::new(),
-                warning: None,
-            };
+            let outcome = TurnOutcome::command_reply(reply);
             return completion(&id, created, &model, &session, &outcome);
         }
         Err(e) => {

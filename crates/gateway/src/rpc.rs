@@ -440,15 +440,7 @@ async fn sessions_send(params: Params<'static>, state: Arc<State>) -> RpcResult<
             session,
             turn: None,
             command: Some(name),
-            outcome: TurnOutcome {
-                reply,
-                provider: String::new(),
-                model: String::new(),
-                usage: Default::default(),
-                cost_usd: None,
-                tool_calls: Vec::new(),
-                warning: None,
-            },
+            outcome: TurnOutcome::command_reply(reply),
         }),
         Submitted::Turn(handle) => {
             let turn = handle.turn;

@@ -150,6 +150,21 @@ pub struct TurnOutcome {
     pub warning: Option<String>,
 }
 
+impl TurnOutcome {
+    /// The outcome of a chat command: its reply, no model, no usage.
+    pub fn command_reply(reply: impl Into<String>) -> Self {
+        TurnOutcome {
+            reply: reply.into(),
+            provider: String::new(),
+            model: String::new(),
+            usage: Usage::default(),
+            cost_usd: None,
+            tool_calls: Vec::new(),
+            warning: None,
+        }
+    }
+}
+
 /// What an agent run reports while it works, in order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
