@@ -93,6 +93,10 @@ pub struct UsageArgs {
     pub session: Option<String>,
     #[arg(long)]
     pub json: bool,
+    /// Read through the daemon at this address instead of the database;
+    /// default FLYNN_GATEWAY_URL.
+    #[arg(long, value_name = "URL")]
+    pub gateway: Option<String>,
     /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -147,6 +151,10 @@ pub struct SessionsArgs {
     /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
     #[arg(long, global = true)]
     pub config: Option<PathBuf>,
+    /// Read through the daemon at this address instead of the database;
+    /// default FLYNN_GATEWAY_URL.
+    #[arg(long, value_name = "URL", global = true)]
+    pub gateway: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

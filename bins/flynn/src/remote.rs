@@ -116,6 +116,20 @@ fn object(value: Value) -> ObjectParams {
     params
 }
 
+/// One method call on the daemon; an error becomes the exit code and
+/// message embedded mode would give.
+pub async fn call<T: serde::de::DeserializeOwned>(
+    target: &Target,
+    client: &WsClient,
+    method: &str,
+    params: Value,
+) -> Result<T, Failure> {
+    client
+        .request(method, object(params))
+        .await
+        .map_err(|error| failure(target, error).1)
+}
+
 /// The exit code and message of an error from the daemon.
 pub fn failure(target: &Target, error: RpcError) -> (ErrorCode, Failure) {
     match error {

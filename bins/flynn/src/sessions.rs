@@ -1,31 +1,200 @@
-use flynn_core::config::{self, ProcessEnv};
-use flynn_core::protocol::{ContentBlock, Role};
+//! `flynn sessions` and `flynn usage`: read from the session database,
+//! or through a running daemon (`--gateway`, `FLYNN_GATEWAY_URL`) with the
+//! same output.
+
 use std::sync::Arc;
 
-use flynn_core::{SessionKey, SessionStore};
+use flynn_core::config::{self, ProcessEnv};
+use flynn_core::gateway::api::{
+    HistoryResult, PurposeUsage, ResetResult, SessionSummary, UsageSummary, UsageTotals,
+};
+use flynn_core::protocol::{ContentBlock, Role};
+use flynn_core::{Message, SessionKey, SessionStore, Tier};
+use jsonrpsee::ws_client::WsClient;
 use serde_json::json;
 
 use crate::cli::{SessionsArgs, SessionsCommand, UsageArgs};
 use crate::exit::Failure;
+use crate::remote::{self, Target};
 
-/// Opens the session store the config points at.
-async fn open_store(
-    config_file: Option<&std::path::Path>,
-) -> Result<Arc<dyn SessionStore>, Failure> {
-    let loaded = config::load(config_file, &ProcessEnv)?;
-    flynn_core::sessions::open(&loaded.config.sessions, &loaded.paths.home)
-        .await
-        .map_err(storage_error)
+/// Where sessions are read from.
+enum Source {
+    Local(Arc<dyn SessionStore>),
+    Remote(Target, WsClient),
+}
+
+/// One line of `flynn sessions list`.
+struct Row {
+    key: SessionKey,
+    messages: u64,
+    created_at: i64,
+    updated_at: i64,
+}
+
+/// Usage per tier and per (tier, purpose).
+struct UsageLines {
+    tiers: Vec<(Tier, UsageTotals)>,
+    purposes: Vec<PurposeUsage>,
+}
+
+impl Source {
+    async fn open(
+        gateway: Option<&str>,
+        config_file: Option<&std::path::Path>,
+    ) -> Result<Self, Failure> {
+        if let Some(target) = remote::target(gateway, config_file)? {
+            let client = remote::connect(&target).await?;
+            return Ok(Source::Remote(target, client));
+        }
+        let loaded = config::load(config_file, &ProcessEnv)?;
+        let store = flynn_core::sessions::open(&loaded.config.sessions, &loaded.paths.home)
+            .await
+            .map_err(storage_error)?;
+        Ok(Source::Local(store))
+    }
+
+    async fn list(&self) -> Result<Vec<Row>, Failure> {
+        match self {
+            Source::Local(store) => Ok(store
+                .list()
+                .await
+                .map_err(storage_error)?
+                .into_iter()
+                .map(|s| Row {
+                    key: s.key,
+                    messages: s.message_count,
+                    created_at: s.created_at,
+                    updated_at: s.updated_at,
+                })
+                .collect()),
+            Source::Remote(target, client) => {
+                let sessions: Vec<SessionSummary> =
+                    remote::call(target, client, "sessions.list", json!({})).await?;
+                Ok(sessions
+                    .into_iter()
+                    .map(|s| Row {
+                        key: s.key,
+                        messages: s.message_count,
+                        created_at: s.created_at,
+                        updated_at: s.updated_at,
+                    })
+                    .collect())
+            }
+        }
+    }
+
+    async fn history(&self, key: &SessionKey) -> Result<Vec<Message>, Failure> {
+        match self {
+            Source::Local(store) => Ok(store
+                .history(key)
+                .await
+                .map_err(storage_error)?
+                .into_iter()
+                .map(|stored| stored.message)
+                .collect()),
+            Source::Remote(target, client) => {
+                // Page forward from the start until a page comes back empty.
+                let mut messages = Vec::new();
+                let mut after = 0;
+                loop {
+                    let page: HistoryResult = remote::call(
+                        target,
+                        client,
+                        "sessions.history",
+                        json!({"session": key, "after": after, "limit": 1000}),
+                    )
+                    .await?;
+                    let Some(cursor) = page.cursor.filter(|_| !page.messages.is_empty()) else {
+                        break;
+                    };
+                    for entry in page.messages {
+                        let message: Message =
+                            serde_json::from_value(entry.message).map_err(|e| {
+                                Failure::other(format!(
+                                    "the daemon sent message {} of {key} in a shape this flynn cannot read: {e}",
+                                    entry.seq
+                                ))
+                            })?;
+                        messages.push(message);
+                    }
+                    after = cursor;
+                }
+                Ok(messages)
+            }
+        }
+    }
+
+    async fn reset(&self, key: &SessionKey) -> Result<bool, Failure> {
+        match self {
+            Source::Local(store) => store.clear(key).await.map_err(storage_error),
+            Source::Remote(target, client) => {
+                let result: ResetResult =
+                    remote::call(target, client, "sessions.reset", json!({"session": key})).await?;
+                Ok(result.existed)
+            }
+        }
+    }
+
+    async fn usage(&self, session: Option<&SessionKey>) -> Result<UsageLines, Failure> {
+        match self {
+            Source::Local(store) => {
+                let tiers = store.usage_by_tier(session).await.map_err(storage_error)?;
+                let purposes = store
+                    .usage_by_purpose(session)
+                    .await
+                    .map_err(storage_error)?;
+                Ok(UsageLines {
+                    tiers: tiers
+                        .iter()
+                        .map(|(tier, total)| (*tier, totals(total)))
+                        .collect(),
+                    purposes: purposes
+                        .iter()
+                        .map(|line| PurposeUsage {
+                            tier: line.tier,
+                            purpose: line.purpose,
+                            total: totals(&line.total),
+                        })
+                        .collect(),
+                })
+            }
+            Source::Remote(target, client) => {
+                let params = match session {
+                    Some(session) => json!({"session": session}),
+                    None => json!({}),
+                };
+                let summary: UsageSummary =
+                    remote::call(target, client, "usage.summary", params).await?;
+                Ok(UsageLines {
+                    tiers: summary
+                        .tiers
+                        .into_iter()
+                        .map(|line| (line.tier, line.total))
+                        .collect(),
+                    purposes: summary.purposes,
+                })
+            }
+        }
+    }
+}
+
+fn totals(total: &flynn_core::sessions::UsageTotal) -> UsageTotals {
+    UsageTotals {
+        calls: total.calls,
+        usage: total.usage,
+        cost_usd: total.cost_usd,
+        unpriced_calls: total.unpriced_calls,
+    }
 }
 
 pub async fn run(args: SessionsArgs) -> Result<(), Failure> {
-    let store = open_store(args.config.as_deref()).await?;
+    let source = Source::open(args.gateway.as_deref(), args.config.as_deref()).await?;
     match args.command {
-        SessionsCommand::List { json } => list(&store, json).await,
-        SessionsCommand::Show { key, json } => show(&store, &parse_key(&key)?, json).await,
+        SessionsCommand::List { json } => list(&source, json).await,
+        SessionsCommand::Show { key, json } => show(&source, &parse_key(&key)?, json).await,
         SessionsCommand::Reset { key, json } => {
             let key = parse_key(&key)?;
-            let existed = store.clear(&key).await.map_err(storage_error)?;
+            let existed = source.reset(&key).await?;
             if json {
                 outln!("{}", json!({"session": key.as_str(), "reset": existed}));
             } else if existed {
@@ -47,15 +216,15 @@ fn storage_error(error: flynn_core::SessionsError) -> Failure {
     Failure::other(error.to_string())
 }
 
-async fn list(store: &Arc<dyn SessionStore>, json: bool) -> Result<(), Failure> {
-    let sessions = store.list().await.map_err(storage_error)?;
+async fn list(source: &Source, json: bool) -> Result<(), Failure> {
+    let sessions = source.list().await?;
     if json {
         let out: Vec<_> = sessions
             .iter()
             .map(|s| {
                 json!({
                     "session": s.key.as_str(),
-                    "messages": s.message_count,
+                    "messages": s.messages,
                     "created_at": timestamp(s.created_at),
                     "updated_at": timestamp(s.updated_at),
                 })
@@ -79,21 +248,15 @@ async fn list(store: &Arc<dyn SessionStore>, json: bool) -> Result<(), Failure> 
         outln!(
             "{:<width$}  {:>8}  {}",
             s.key.as_str(),
-            s.message_count,
+            s.messages,
             timestamp(s.updated_at)
         );
     }
     Ok(())
 }
 
-async fn show(store: &Arc<dyn SessionStore>, key: &SessionKey, json: bool) -> Result<(), Failure> {
-    let history: Vec<flynn_core::Message> = store
-        .history(key)
-        .await
-        .map_err(storage_error)?
-        .into_iter()
-        .map(|stored| stored.message)
-        .collect();
+async fn show(source: &Source, key: &SessionKey, json: bool) -> Result<(), Failure> {
+    let history = source.history(key).await?;
     if json {
         outln!("{}", json!({"session": key.as_str(), "messages": history}));
         return Ok(());
@@ -134,16 +297,12 @@ fn timestamp(millis: i64) -> String {
 
 pub async fn usage(args: UsageArgs) -> Result<(), Failure> {
     let session = args.session.as_deref().map(parse_key).transpose()?;
-    let store = open_store(args.config.as_deref()).await?;
-    let totals = store
-        .usage_by_tier(session.as_ref())
-        .await
-        .map_err(storage_error)?;
-    let lines = store
-        .usage_by_purpose(session.as_ref())
-        .await
-        .map_err(storage_error)?;
-    let total_json = |total: &flynn_core::sessions::UsageTotal| {
+    let source = Source::open(args.gateway.as_deref(), args.config.as_deref()).await?;
+    let UsageLines {
+        tiers: totals,
+        purposes: lines,
+    } = source.usage(session.as_ref()).await?;
+    let total_json = |total: &UsageTotals| {
         json!({
             "calls": total.calls,
             "input_tokens": total.usage.input_tokens,

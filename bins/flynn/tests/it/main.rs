@@ -3,6 +3,7 @@
 
 mod config;
 mod crash;
+mod daemon;
 mod live;
 mod memory;
 mod send;
