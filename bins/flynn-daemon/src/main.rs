@@ -18,6 +18,10 @@ struct Args {
     /// Address to listen on, over gateway.bind.
     #[arg(long)]
     bind: Option<String>,
+    /// Merge `profiles/<NAME>.overlay.yaml` (next to the config file) over
+    /// the config; default FLYNN_PROFILE.
+    #[arg(long, value_name = "NAME")]
+    profile: Option<String>,
     /// Log lines as text or as JSON objects (one per line).
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -68,8 +72,10 @@ enum Stopped {
 }
 
 async fn run(args: &Args) -> Result<Stopped, (u8, String)> {
-    let loaded =
-        config::load(args.config.as_deref(), &ProcessEnv).map_err(|e| (2, e.to_string()))?;
+    let env = DaemonEnv {
+        profile: args.profile.clone(),
+    };
+    let loaded = config::load(args.config.as_deref(), &env).map_err(|e| (2, e.to_string()))?;
     let daemon = Daemon::start(DaemonOptions::from_loaded(loaded, args.bind.clone()))
         .await
         .map_err(|e| {
@@ -108,6 +114,20 @@ async fn run(args: &Args) -> Result<Stopped, (u8, String)> {
     } else {
         Stopped::Exit
     })
+}
+
+/// The process environment, with `--profile` over `FLYNN_PROFILE`.
+struct DaemonEnv {
+    profile: Option<String>,
+}
+
+impl config::Env for DaemonEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        match &self.profile {
+            Some(profile) if name == config::PROFILE_VAR => Some(profile.clone()),
+            _ => config::Env::var(&ProcessEnv, name),
+        }
+    }
 }
 
 /// Waits for SIGTERM or SIGINT; returns its name.

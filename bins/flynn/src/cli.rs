@@ -10,6 +10,10 @@ use flynn_core::protocol::config::ModelRef;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Merge `profiles/<NAME>.overlay.yaml` (next to the config file) over
+    /// the config; default FLYNN_PROFILE.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub profile: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -201,6 +205,16 @@ pub enum ConfigCommand {
         /// Print JSON even for a single value.
         #[arg(long)]
         json: bool,
+        /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Update the config file to this Flynn's `version:`, keeping its
+    /// comments; the old file is kept as `<file>.v<N>.bak`.
+    Migrate {
+        /// Show what would change without writing.
+        #[arg(long)]
+        dry_run: bool,
         /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
         #[arg(long)]
         config: Option<PathBuf>,

@@ -1,4 +1,6 @@
-use flynn_core::config::{self, ProcessEnv, Source};
+use flynn_core::config::{self, Source};
+
+use crate::env::CliEnv;
 
 use crate::cli::{ConfigArgs, ConfigCommand};
 use crate::exit::Failure;
@@ -6,9 +8,17 @@ use crate::exit::Failure;
 pub fn run(args: ConfigArgs) -> Result<(), Failure> {
     match args.command {
         ConfigCommand::Validate { file } => {
-            let loaded = config::load(file.as_deref(), &ProcessEnv)?;
+            let loaded = config::load(file.as_deref(), &CliEnv)?;
             match loaded.source {
-                Source::File(path) => outln!("{}: ok", path.display()),
+                Source::File(path) => match &loaded.overlay {
+                    Some(overlay) => outln!(
+                        "{} with profile {} ({}): ok",
+                        path.display(),
+                        overlay.profile,
+                        overlay.file.display()
+                    ),
+                    None => outln!("{}: ok", path.display()),
+                },
                 Source::Environment => outln!(
                     "no config file at {}: using the environment, ok",
                     loaded.paths.config_file.display()
@@ -21,7 +31,7 @@ pub fn run(args: ConfigArgs) -> Result<(), Failure> {
             Ok(())
         }
         ConfigCommand::Get { path, json, config } => {
-            let loaded = config::load(config.as_deref(), &ProcessEnv)?;
+            let loaded = config::load(config.as_deref(), &CliEnv)?;
             let value = config::masked(&loaded.config);
             let found = config::lookup(&value, &path)
                 .map_err(|e| Failure::usage(format!("config get: {e}")))?;
@@ -34,12 +44,45 @@ pub fn run(args: ConfigArgs) -> Result<(), Failure> {
             }
             Ok(())
         }
+        ConfigCommand::Migrate { dry_run, config } => {
+            let paths = config::Paths::resolve(config.as_deref(), &CliEnv)?;
+            let file = paths.config_file;
+            if !file.exists() {
+                return Err(Failure::usage(format!(
+                    "{}: no such config file (nothing to migrate)",
+                    file.display()
+                )));
+            }
+            let report = config::migrate::migrate_file(&file, &CliEnv, dry_run)?;
+            if report.changes.is_empty() {
+                outln!(
+                    "{}: already version {}, nothing to do",
+                    file.display(),
+                    report.to
+                );
+                return Ok(());
+            }
+            let verb = if dry_run { "would migrate" } else { "migrated" };
+            outln!(
+                "{}: {verb} from version {} to {}",
+                file.display(),
+                report.from,
+                report.to
+            );
+            for change in &report.changes {
+                outln!("  {change}");
+            }
+            if let Some(backup) = &report.backup {
+                outln!("the old file is kept as {}", backup.display());
+            }
+            Ok(())
+        }
         ConfigCommand::Set {
             path,
             value,
             config,
         } => {
-            let paths = config::Paths::resolve(config.as_deref(), &ProcessEnv)?;
+            let paths = config::Paths::resolve(config.as_deref(), &CliEnv)?;
             let file = paths.config_file;
             if !file.exists() {
                 std::fs::write(&file, "").map_err(|e| {
@@ -47,7 +90,7 @@ pub fn run(args: ConfigArgs) -> Result<(), Failure> {
                 })?;
             }
             let value = config::edit::parse_cli_value(&value);
-            config::edit::set_in_file(&file, &[(path.clone(), value)], &ProcessEnv)?;
+            config::edit::set_in_file(&file, &[(path.clone(), value)], &CliEnv)?;
             outln!("{}: set {path}", file.display());
             Ok(())
         }

@@ -26,6 +26,7 @@ macro_rules! out {
 mod approve;
 mod cli;
 mod config_cmd;
+mod env;
 mod exit;
 mod memory;
 mod remote;
@@ -51,6 +52,9 @@ fn main() -> ExitCode {
         }
     };
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    if let Some(profile) = cli.profile.clone() {
+        env::set_profile(profile);
+    }
     if let Command::Start(_) = &cli.command {
         start::init_logging();
     } else {

@@ -1,7 +1,9 @@
 //! `flynn memory`: status, search, reindex and show, on the memory the
 //! config points at (no model is needed).
 
-use flynn_core::config::{self, ProcessEnv};
+use flynn_core::config;
+
+use crate::env::CliEnv;
 use flynn_core::memory::{
     Hit, IndexStatus, Namespace, Scope, SearchMode, SearchOptions, SyncReport,
 };
@@ -17,7 +19,7 @@ fn failure(error: impl Into<flynn_core::Error>) -> Failure {
 }
 
 pub async fn run(args: MemoryArgs) -> Result<(), Failure> {
-    let loaded = config::load(args.config.as_deref(), &ProcessEnv)?;
+    let loaded = config::load(args.config.as_deref(), &CliEnv)?;
     let memory = flynn_core::open_memory(&loaded.config, Some(&loaded.paths.home))
         .await
         .map_err(failure)?

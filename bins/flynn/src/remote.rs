@@ -38,8 +38,7 @@ pub fn target(
     let token = match std::env::var("FLYNN_GATEWAY_TOKEN") {
         Ok(token) if !token.trim().is_empty() => Some(token.trim().to_owned()),
         _ => {
-            let paths =
-                flynn_core::config::Paths::resolve(config, &flynn_core::config::ProcessEnv)?;
+            let paths = flynn_core::config::Paths::resolve(config, &crate::env::CliEnv)?;
             flynn_core::gateway::read_token_file(&paths.home)
                 .ok()
                 .flatten()

@@ -1,6 +1,8 @@
 use std::io::{IsTerminal, Read, Write};
 
-use flynn_core::config::{self, ProcessEnv};
+use flynn_core::config;
+
+use crate::env::CliEnv;
 use flynn_core::gateway::api::SendParams;
 use flynn_core::{AgentEvent, CancellationToken, Flynn, SessionKey, TurnOutcome, TurnRequest};
 use serde_json::json;
@@ -28,7 +30,7 @@ pub async fn run(args: SendArgs) -> Result<(), Failure> {
         let mut printer = Printer::new(args.json);
         return crate::remote::send(&target, params, args.yes, &mut printer, args.json).await;
     }
-    let loaded = config::load(args.config.as_deref(), &ProcessEnv)?;
+    let loaded = config::load(args.config.as_deref(), &CliEnv)?;
     let flynn = Flynn::builder()
         .config(loaded.config)
         .home(loaded.paths.home)

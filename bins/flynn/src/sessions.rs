@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use flynn_core::config::{self, ProcessEnv};
+use flynn_core::config;
+
+use crate::env::CliEnv;
 use flynn_core::gateway::api::{
     HistoryResult, PurposeUsage, ResetResult, SessionSummary, UsageSummary, UsageTotals,
 };
@@ -46,7 +48,7 @@ impl Source {
             let client = remote::connect(&target).await?;
             return Ok(Source::Remote(target, client));
         }
-        let loaded = config::load(config_file, &ProcessEnv)?;
+        let loaded = config::load(config_file, &CliEnv)?;
         let store = flynn_core::sessions::open(&loaded.config.sessions, &loaded.paths.home)
             .await
             .map_err(storage_error)?;

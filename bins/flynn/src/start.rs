@@ -1,13 +1,15 @@
 //! `flynn start`: the daemon in the foreground, as `flynn-daemon` runs it.
 
-use flynn_core::config::{self, ProcessEnv};
+use flynn_core::config;
+
+use crate::env::CliEnv;
 use flynn_core::daemon::{Daemon, DaemonOptions};
 
 use crate::cli::StartArgs;
 use crate::exit::Failure;
 
 pub async fn run(args: StartArgs) -> Result<(), Failure> {
-    let loaded = config::load(args.config.as_deref(), &ProcessEnv)?;
+    let loaded = config::load(args.config.as_deref(), &CliEnv)?;
     let daemon = Daemon::start(DaemonOptions::from_loaded(loaded, args.bind)).await?;
     eprintln!(
         "flynn {} listening on http://{} (token: {}); Ctrl-C stops",

@@ -122,6 +122,64 @@ impl<'t> Document<'t> {
     }
 }
 
+impl Node {
+    /// Moves the node (and everything under it) to where it sits in a
+    /// longer text that has `lines` more lines and `bytes` more bytes
+    /// before it than the text it was parsed from.
+    pub fn shift(&mut self, lines: u64, bytes: usize) {
+        self.line += lines;
+        if let Some(span) = &mut self.span {
+            *span = span.start + bytes..span.end + bytes;
+        }
+        match &mut self.kind {
+            NodeKind::Seq(items) => items.iter_mut().for_each(|item| item.shift(lines, bytes)),
+            NodeKind::Map(entries) => {
+                for (key, value) in entries {
+                    key.line += lines;
+                    value.shift(lines, bytes);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `overlay` laid over `base`: mappings merge key by key, all the way
+/// down; anything else (a scalar, a list, a mapping over a scalar) is
+/// replaced by the overlay's value. An empty overlay changes nothing.
+pub(crate) fn merge(base: Node, overlay: Node) -> Node {
+    match (base.kind, overlay.kind) {
+        (NodeKind::Map(mut entries), NodeKind::Map(over)) => {
+            for (key, value) in over {
+                match entries.iter_mut().rev().find(|(k, _)| k.text == key.text) {
+                    Some(entry) => {
+                        let old = std::mem::replace(&mut entry.1, Node::placeholder());
+                        entry.1 = merge(old, value);
+                    }
+                    None => entries.push((key, value)),
+                }
+            }
+            Node {
+                kind: NodeKind::Map(entries),
+                ..base
+            }
+        }
+        (kind, NodeKind::Null) => Node { kind, ..base },
+        (_, kind) => Node { kind, ..overlay },
+    }
+}
+
+impl Node {
+    fn placeholder() -> Node {
+        Node {
+            kind: NodeKind::Null,
+            line: 0,
+            column: 0,
+            span: None,
+        }
+    }
+}
+
 fn syntax_error(error: serde_saphyr::Error) -> Located {
     let error = error.without_snippet();
     let (line, column) = error

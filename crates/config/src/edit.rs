@@ -176,7 +176,7 @@ fn line_end(text: &str, offset: usize) -> usize {
 }
 
 /// Byte offset of the start of 1-based `line`.
-fn offset_of_line(text: &str, line: u64) -> usize {
+pub(crate) fn offset_of_line(text: &str, line: u64) -> usize {
     if line <= 1 {
         return 0;
     }

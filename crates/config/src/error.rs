@@ -47,6 +47,14 @@ pub enum Error {
     /// single value, a list item that does not exist).
     #[error("cannot change the config: {0}")]
     Edit(String),
+    /// The profile overlay named by `FLYNN_PROFILE` (`--profile`) cannot
+    /// be used.
+    #[error("profile '{profile}': {problem}")]
+    Profile { profile: String, problem: String },
+    /// The file's `version` cannot be migrated, or a migration would lose
+    /// part of it.
+    #[error("cannot migrate the config: {0}")]
+    Migrate(String),
     /// The changed file could not be written.
     #[error("{}: cannot write the config file: {source}", path.display())]
     Write {
@@ -284,6 +292,11 @@ impl fmt::Display for Problem {
                     write!(
                         f,
                         "config version {found} is newer than this Flynn understands, expected version {supported} or lower (upgrade Flynn to use this file)"
+                    )
+                } else if *found >= 1 {
+                    write!(
+                        f,
+                        "config version {found} is older than this Flynn's, expected version {supported} (run `flynn config migrate`, which keeps a backup)"
                     )
                 } else {
                     write!(

@@ -58,6 +58,7 @@ mod env;
 mod error;
 mod expand;
 mod load;
+pub mod migrate;
 mod paths;
 mod validate;
 mod zero_config;
@@ -65,7 +66,7 @@ mod zero_config;
 pub use edit::{lookup, masked};
 pub use env::{Env, MapEnv, ProcessEnv};
 pub use error::{Diagnostic, Error, Problem, Result};
-pub use load::{Loaded, Source, load, parse_str};
+pub use load::{Loaded, Overlay, PROFILE_VAR, Source, load, parse_layers, parse_str};
 pub use paths::Paths;
 pub use zero_config::{apply_model_override, from_env};
 

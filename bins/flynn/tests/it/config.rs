@@ -223,3 +223,110 @@ fn config_get_prints_values_with_defaults_filled_and_secrets_masked() {
         stderr(&past)
     );
 }
+
+const LOCAL: &str = "# my config\nproviders:\n  local: { kind: openai-compatible, base_url: \"http://127.0.0.1:8080/v1\" }\nmodels:\n  tiers:\n    default: [local/qwen2.5]  # the small one\ngateway:\n  bind: 127.0.0.1:18800\n";
+
+#[test]
+fn config_migrate_writes_the_version_keeps_a_backup_and_is_idempotent() {
+    let env = Env::new();
+    let path = env.path().join("flynn.yaml");
+    std::fs::write(&path, LOCAL).unwrap();
+    let file = path.to_str().unwrap();
+
+    let dry = env.run(&["config", "migrate", "--dry-run", "--config", file]);
+    assert_eq!(
+        (dry.status.code(), stdout(&dry)),
+        (
+            Some(0),
+            format!(
+                "{file}: would migrate from version 1 to 1\n  wrote version: 1 (the file had none)\n"
+            )
+        )
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), LOCAL);
+
+    let output = env.run(&["config", "migrate", "--config", file]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        format!(
+            "{file}: migrated from version 1 to 1\n  wrote version: 1 (the file had none)\nthe old file is kept as {file}.v1.bak\n"
+        )
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        LOCAL.replacen("# my config\n", "# my config\nversion: 1\n", 1)
+    );
+    assert_eq!(
+        std::fs::read_to_string(format!("{file}.v1.bak")).unwrap(),
+        LOCAL
+    );
+
+    let again = env.run(&["config", "migrate", "--config", file]);
+    assert_eq!(
+        stdout(&again),
+        format!("{file}: already version 1, nothing to do\n")
+    );
+
+    // A file from a newer Flynn is refused and left alone.
+    std::fs::write(&path, "version: 9\n").unwrap();
+    let newer = env.run(&["config", "migrate", "--config", file]);
+    assert_eq!(newer.status.code(), Some(2));
+    assert_eq!(
+        stderr(&newer),
+        "error: cannot migrate the config: the file is version 9, newer than this Flynn's 1; upgrade Flynn instead\n"
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "version: 9\n");
+}
+
+#[test]
+fn a_profile_overlay_is_merged_over_the_file_by_flag_or_variable() {
+    let env = Env::new();
+    let path = env.path().join("flynn.yaml");
+    std::fs::write(&path, LOCAL).unwrap();
+    std::fs::create_dir(env.path().join("profiles")).unwrap();
+    std::fs::write(
+        env.path().join("profiles/public.overlay.yaml"),
+        "gateway:\n  bind: 0.0.0.0:18800\n  token: a-long-enough-secret-token\n",
+    )
+    .unwrap();
+    let file = path.to_str().unwrap();
+    let get = |env: &Env, extra: &[&str]| {
+        let mut args = vec!["config", "get", "gateway.bind", "--config", file];
+        args.extend_from_slice(extra);
+        stdout(&env.run(&args))
+    };
+    assert_eq!(get(&env, &[]), "127.0.0.1:18800\n");
+    assert_eq!(get(&env, &["--profile", "public"]), "0.0.0.0:18800\n");
+    let by_var = Env::new().var("FLYNN_PROFILE", "public");
+    assert_eq!(get(&by_var, &[]), "0.0.0.0:18800\n");
+    // The flag wins over the variable.
+    let both = Env::new().var("FLYNN_PROFILE", "nope");
+    assert_eq!(get(&both, &["--profile", "public"]), "0.0.0.0:18800\n");
+    let token = env.run(&[
+        "config",
+        "get",
+        "gateway.token",
+        "--config",
+        file,
+        "--profile",
+        "public",
+    ]);
+    assert_eq!(stdout(&token), "****\n");
+
+    let validate = env.run(&["--profile", "public", "config", "validate", file]);
+    assert_eq!(
+        stdout(&validate),
+        format!(
+            "{file} with profile public ({}): ok\n",
+            env.path().join("profiles/public.overlay.yaml").display()
+        )
+    );
+    let missing = env.run(&["--profile", "pubic", "config", "validate", file]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        stderr(&missing).ends_with("expected one of: public\n"),
+        "{}",
+        stderr(&missing)
+    );
+}

@@ -141,3 +141,39 @@ fn schema_file_is_up_to_date() {
         "config/flynn.schema.json is stale: run `cargo xtask codegen`"
     );
 }
+
+/// Every older version's sample file (`tests/fixtures/config-v<N>.yaml`)
+/// migrates to a valid config of this version, keeping its comments.
+#[test]
+fn every_older_version_migrates_to_a_valid_config() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    let current = flynn_protocol::config::CONFIG_VERSION;
+    for version in (1..=current).filter(|v| *v < current) {
+        let path = format!("{fixtures}/config-v{version}.yaml");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}: each older version needs a sample file"));
+        let migrated = flynn_config::migrate::migrate_text(&text).unwrap();
+        assert_eq!(migrated.from, version);
+        flynn_config::parse_str(
+            &migrated.text,
+            std::path::Path::new(&path),
+            &flynn_config::MapEnv::new(),
+        )
+        .unwrap_or_else(|e| panic!("{path} after migration: {e}"));
+        for comment in text.lines().filter(|l| l.trim_start().starts_with('#')) {
+            assert!(migrated.text.contains(comment), "{path}: lost {comment:?}");
+        }
+    }
+    // The current version needs no migration: the shipped default file
+    // comes through unchanged.
+    let default = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../config/default.yaml"
+    ))
+    .unwrap();
+    let migrated = flynn_config::migrate::migrate_text(&default).unwrap();
+    assert_eq!(migrated.from, flynn_protocol::config::CONFIG_VERSION);
+    if default.lines().any(|l| l.starts_with("version:")) {
+        assert_eq!(migrated.text, default);
+    }
+}

@@ -7,6 +7,7 @@ mod errors;
 mod expansion;
 mod files;
 mod paths;
+mod profiles;
 mod yaml;
 mod zero_config;
 

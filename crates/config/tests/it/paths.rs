@@ -110,6 +110,7 @@ fn missing_default_file_means_zero_config() {
                 home: dir.path().join(".local/share/flynn"),
                 config_file: dir.path().join(".config/flynn/config.yaml"),
             },
+            overlay: None,
         }
     );
 }
