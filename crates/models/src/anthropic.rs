@@ -10,7 +10,7 @@ use crate::http::{self, Transport};
 use crate::{ClientInfo, Error, ModelClient, ModelRequest, ModelStream, Result, ToolNameMap};
 
 /// The API version this client speaks.
-const ANTHROPIC_VERSION: &str = "2023-06-01";
+pub(crate) const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// A Messages API client. Always streams; `complete()` drains the stream.
 #[derive(Debug)]

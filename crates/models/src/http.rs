@@ -259,13 +259,14 @@ impl Transport {
         method: reqwest::Method,
         url: &str,
         body: Option<&Value>,
-        authorization: Option<&HeaderValue>,
+        headers: HeaderMap,
         timeout: Duration,
     ) -> Result<Value> {
-        let mut request = self.client()?.request(method, url).timeout(timeout);
-        if let Some(authorization) = authorization {
-            request = request.header(reqwest::header::AUTHORIZATION, authorization.clone());
-        }
+        let mut request = self
+            .client()?
+            .request(method, url)
+            .timeout(timeout)
+            .headers(headers);
         if let Some(body) = body {
             request = request.json(body);
         }

@@ -25,6 +25,7 @@ mod locality;
 mod openai;
 mod preset;
 mod pricing;
+mod probe;
 mod provider;
 mod router;
 mod tokens;
@@ -39,6 +40,7 @@ pub use context_window::{ContextWindow, ContextWindows, WindowSource, known_cont
 pub use error::{Error, Result};
 pub use flynn_protocol::ToolNameMap;
 pub use pricing::{PriceTable, cost};
+pub use probe::{Probe, probe};
 pub use provider::build_client;
 pub use router::Jitter;
 pub use router::{Attempt, ModelRouter, RoutedStream};

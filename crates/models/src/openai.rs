@@ -67,6 +67,15 @@ impl OpenAiClient {
         })
     }
 
+    /// The `Authorization` header for requests besides model calls.
+    fn authorization_header(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(value) = &self.authorization {
+            headers.insert(reqwest::header::AUTHORIZATION, value.clone());
+        }
+        headers
+    }
+
     /// Asks the server for `model`'s context window.
     async fn detect_window(
         &self,
@@ -84,7 +93,7 @@ impl OpenAiClient {
                 method,
                 url,
                 body.as_ref(),
-                self.authorization.as_ref(),
+                self.authorization_header(),
                 DETECTION_TIMEOUT,
             )
             .await?;

@@ -60,9 +60,13 @@ fn error_body(kind: &str, message: &str) -> Value {
 }
 
 fn answer(shared: &Shared, key: Option<&str>, request: &CapturedRequest) -> Response {
-    if request.method != "POST" || request.path != "/v1/messages" {
+    let served = matches!(
+        (request.method.as_str(), request.path.as_str()),
+        ("POST", "/v1/messages") | ("GET", "/v1/models")
+    );
+    if !served {
         shared.violation(format!(
-            "unexpected request {} {} (only POST /v1/messages is served)",
+            "unexpected request {} {} (only POST /v1/messages and GET /v1/models are served)",
             request.method, request.path
         ));
         return server::json(
@@ -90,6 +94,33 @@ fn answer(shared: &Shared, key: Option<&str>, request: &CapturedRequest) -> Resp
                 );
             }
         }
+    }
+    if request.method == "GET" {
+        if request.header("anthropic-version").is_none() {
+            shared.violation("the anthropic-version header is missing".to_owned());
+            return server::json(
+                400,
+                &error_body(
+                    "invalid_request_error",
+                    "anthropic-version header is required",
+                ),
+            );
+        }
+        // The documented list shape (`GET /v1/models`).
+        return server::json(
+            200,
+            &json!({
+                "data": [{
+                    "type": "model",
+                    "id": "claude-sonnet-4-5",
+                    "display_name": "Claude Sonnet 4.5",
+                    "created_at": "2025-09-29T00:00:00Z",
+                }],
+                "has_more": false,
+                "first_id": "claude-sonnet-4-5",
+                "last_id": "claude-sonnet-4-5",
+            }),
+        );
     }
     let mut problems = Vec::new();
     if request.header("anthropic-version").is_none() {

@@ -1,4 +1,5 @@
-//! A strict fake of OpenAI's Chat Completions API (`POST /v1/chat/completions`).
+//! A strict fake of OpenAI's Chat Completions API (`POST /v1/chat/completions`)
+//! and its model list (`GET /v1/models`).
 //!
 //! Shapes follow the API reference (the chat completion object and chunk
 //! object), the function calling guide's streaming example, and the
@@ -60,48 +61,67 @@ impl FakeOpenAi {
     }
 }
 
+/// The documented 401s for a missing or wrong key; `None` when the key is
+/// right or none is required.
+fn check_key(shared: &Shared, key: Option<&str>, request: &CapturedRequest) -> Option<Response> {
+    let key = key?;
+    match request.header("authorization") {
+        Some(value) if value == format!("Bearer {key}") => None,
+        Some(value) if value.starts_with("Bearer ") => Some(server::json(
+            401,
+            &error_body(
+                "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.",
+                "invalid_request_error",
+                Some("invalid_api_key"),
+            ),
+        )),
+        other => {
+            shared.violation(format!(
+                "the Authorization header is {} (expected 'Bearer <key>')",
+                other.map_or_else(|| "missing".to_owned(), |v| format!("malformed: '{v}'"))
+            ));
+            Some(server::json(
+                401,
+                &error_body(
+                    "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+                    "invalid_request_error",
+                    None,
+                ),
+            ))
+        }
+    }
+}
+
 /// OpenAI's documented error body.
 fn error_body(message: &str, kind: &str, code: Option<&str>) -> Value {
     json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
 }
 
 pub(crate) fn answer(shared: &Shared, key: Option<&str>, request: &CapturedRequest) -> Response {
-    if request.method != "POST" || request.path != "/v1/chat/completions" {
+    let served = matches!(
+        (request.method.as_str(), request.path.as_str()),
+        ("POST", "/v1/chat/completions") | ("GET", "/v1/models")
+    );
+    if !served {
         let message = format!("Invalid URL ({} {})", request.method, request.path);
         shared.violation(format!(
-            "unexpected request {} {} (only POST /v1/chat/completions is served)",
+            "unexpected request {} {} (only POST /v1/chat/completions and GET /v1/models are served)",
             request.method, request.path
         ));
         return server::json(404, &error_body(&message, "invalid_request_error", None));
     }
-    if let Some(key) = key {
-        match request.header("authorization") {
-            Some(value) if value == format!("Bearer {key}") => {}
-            Some(value) if value.starts_with("Bearer ") => {
-                return server::json(
-                    401,
-                    &error_body(
-                        "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.",
-                        "invalid_request_error",
-                        Some("invalid_api_key"),
-                    ),
-                );
-            }
-            other => {
-                shared.violation(format!(
-                    "the Authorization header is {} (expected 'Bearer <key>')",
-                    other.map_or_else(|| "missing".to_owned(), |v| format!("malformed: '{v}'"))
-                ));
-                return server::json(
-                    401,
-                    &error_body(
-                        "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
-                        "invalid_request_error",
-                        None,
-                    ),
-                );
-            }
-        }
+    if let Some(refusal) = check_key(shared, key, request) {
+        return refusal;
+    }
+    if request.method == "GET" {
+        // The documented list object; the model ids the tests configure.
+        return server::json(
+            200,
+            &json!({"object": "list", "data": [
+                {"id": "gpt-4o-mini", "object": "model", "created": 1686935002, "owned_by": "openai"},
+                {"id": "gpt-4o", "object": "model", "created": 1686935002, "owned_by": "openai"},
+            ]}),
+        );
     }
     let problems = check(&request.body);
     if let Some(first) = problems.first() {

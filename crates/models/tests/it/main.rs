@@ -9,6 +9,7 @@ mod bedrock;
 mod context_windows;
 mod openai;
 mod presets;
+mod probe;
 mod router;
 mod transport;
 
