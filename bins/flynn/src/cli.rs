@@ -32,6 +32,9 @@ pub enum Command {
     Sandbox(SandboxArgs),
     /// Memory files and their search index.
     Memory(MemoryArgs),
+    /// Check the set-up: config, keys, providers, database, sandbox,
+    /// daemon; each line OK, WARN or FAIL with the fix.
+    Doctor(DoctorArgs),
     /// Print a shell completion script: `flynn completion bash >
     /// ~/.local/share/bash-completion/completions/flynn`.
     Completion {
@@ -81,6 +84,19 @@ pub enum MemoryCommand {
         #[arg(long)]
         session: Option<String>,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The daemon to check (default: FLYNN_GATEWAY_URL, else gateway.bind).
+    #[arg(long, value_name = "URL")]
+    pub gateway: Option<String>,
+    /// One JSON array of checks instead of lines.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

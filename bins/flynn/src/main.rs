@@ -26,6 +26,7 @@ macro_rules! out {
 mod approve;
 mod cli;
 mod config_cmd;
+mod doctor;
 mod env;
 mod exit;
 mod memory;
@@ -85,6 +86,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Usage(args) => sessions::usage(args).await,
         Command::Sandbox(args) => sandbox::run(args).await,
         Command::Memory(args) => memory::run(args).await,
+        Command::Doctor(args) => doctor::run(args).await,
         Command::Completion { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             let mut script = Vec::new();

@@ -4,6 +4,7 @@
 mod config;
 mod crash;
 mod daemon;
+mod doctor;
 mod live;
 mod memory;
 mod send;

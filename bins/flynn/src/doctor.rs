@@ -1,0 +1,449 @@
+//! `flynn doctor`: checks the set-up piece by piece (config, keys,
+//! providers, database, sandbox, gateway), one line each with OK, WARN or
+//! FAIL and, when not OK, the fix.
+
+use std::path::Path;
+use std::time::Duration;
+
+use flynn_core::Tier;
+use flynn_core::config::{self, Loaded, Source};
+use flynn_core::gateway::api::Health;
+use flynn_core::protocol::config::{FlynnConfig, ProviderKind};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::cli::DoctorArgs;
+use crate::env::CliEnv;
+use crate::exit::Failure;
+use crate::remote;
+
+/// How long a provider or the daemon gets to answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+/// One line of the report.
+#[derive(Debug, Serialize)]
+struct Check {
+    check: &'static str,
+    status: Status,
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fix: Option<String>,
+}
+
+impl Check {
+    fn ok(check: &'static str, message: impl Into<String>) -> Self {
+        Check {
+            check,
+            status: Status::Ok,
+            message: message.into(),
+            fix: None,
+        }
+    }
+
+    fn warn(check: &'static str, message: impl Into<String>, fix: impl Into<String>) -> Self {
+        Check {
+            check,
+            status: Status::Warn,
+            message: message.into(),
+            fix: Some(fix.into()),
+        }
+    }
+
+    fn fail(check: &'static str, message: impl Into<String>, fix: impl Into<String>) -> Self {
+        Check {
+            check,
+            status: Status::Fail,
+            message: message.into(),
+            fix: Some(fix.into()),
+        }
+    }
+}
+
+pub async fn run(args: DoctorArgs) -> Result<(), Failure> {
+    let checks = checks(&args).await;
+    if args.json {
+        outln!("{}", json!(checks));
+    } else {
+        for check in &checks {
+            let status = match check.status {
+                Status::Ok => "OK  ",
+                Status::Warn => "WARN",
+                Status::Fail => "FAIL",
+            };
+            outln!("{status}  {:<9} {}", check.check, check.message);
+            if let Some(fix) = &check.fix {
+                outln!("                fix: {fix}");
+            }
+        }
+    }
+    let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
+    if failed == 0 {
+        Ok(())
+    } else {
+        // The report already said what failed.
+        Err(Failure {
+            code: 1,
+            message: if args.json {
+                String::new()
+            } else {
+                format!("{failed} check(s) failed")
+            },
+        })
+    }
+}
+
+async fn checks(args: &DoctorArgs) -> Vec<Check> {
+    let mut out = Vec::new();
+    let loaded = match config::load(args.config.as_deref(), &CliEnv) {
+        Ok(loaded) => loaded,
+        Err(error) => {
+            out.push(Check::fail(
+                "config",
+                error.to_string(),
+                "correct the file (`flynn config validate` lists every problem; `flynn onboard` writes a new one)",
+            ));
+            return out;
+        }
+    };
+    out.push(config_line(&loaded));
+    out.extend(tier_lines(&loaded.config));
+    out.extend(provider_lines(&loaded.config).await);
+    out.push(database_line(&loaded).await);
+    out.push(sandbox_line(&loaded.config).await);
+    out.extend(gateway_lines(args, &loaded).await);
+    out
+}
+
+fn config_line(loaded: &Loaded) -> Check {
+    let version = loaded.config.version;
+    match &loaded.source {
+        Source::File(path) => {
+            let profile = loaded
+                .overlay
+                .as_ref()
+                .map(|o| format!(", profile {}", o.profile))
+                .unwrap_or_default();
+            Check::ok(
+                "config",
+                format!("{} (version {version}{profile})", path.display()),
+            )
+        }
+        Source::Environment => Check::warn(
+            "config",
+            format!(
+                "no file at {}: running on environment variables alone",
+                loaded.paths.config_file.display()
+            ),
+            "write a config file with `flynn onboard` to keep the set-up in one place",
+        ),
+    }
+}
+
+fn tier_lines(config: &FlynnConfig) -> Vec<Check> {
+    if config.providers.is_empty() {
+        return vec![Check::fail(
+            "models",
+            "no model provider is configured",
+            "set ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY or OLLAMA_HOST, or run `flynn onboard`",
+        )];
+    }
+    let tiers = &config.models.tiers;
+    let mut lines = Vec::new();
+    let mut named = Vec::new();
+    for tier in Tier::ALL {
+        let models = tiers.get(tier);
+        if let Some(first) = models.first() {
+            named.push(format!("{tier} → {first}"));
+        }
+    }
+    if tiers.default.is_empty() {
+        lines.push(Check::fail(
+            "models",
+            "the default tier has no model",
+            "set models.tiers.default, e.g. `flynn config set models.tiers.default '[\"openai/gpt-4o-mini\"]'`",
+        ));
+    } else {
+        lines.push(Check::ok("models", named.join(", ")));
+    }
+    lines
+}
+
+async fn provider_lines(config: &FlynnConfig) -> Vec<Check> {
+    let mut probes = tokio::task::JoinSet::new();
+    for (index, (name, provider)) in config.providers.iter().enumerate() {
+        let name = name.clone();
+        let provider = provider.clone();
+        probes.spawn(async move {
+            let result = flynn_core::models::probe(&name, &provider, PROBE_TIMEOUT).await;
+            (index, name, provider, result)
+        });
+    }
+    let mut results = Vec::new();
+    while let Some(joined) = probes.join_next().await {
+        if let Ok(result) = joined {
+            results.push(result);
+        }
+    }
+    results.sort_by_key(|(index, ..)| *index);
+    let mut lines = Vec::new();
+    for (_, name, provider, result) in results {
+        let base = provider.base_url.clone().unwrap_or_else(|| {
+            provider
+                .kind
+                .default_base_url()
+                .unwrap_or_default()
+                .to_owned()
+        });
+        match result {
+            Ok(probe) => {
+                let millis = probe.latency.as_millis();
+                lines.push(Check::ok(
+                    "provider",
+                    format!(
+                        "{name} ({}): {} answered in {millis} ms, {} model(s)",
+                        provider.kind,
+                        probe.url,
+                        probe.models.len()
+                    ),
+                ));
+                if provider.kind == ProviderKind::Ollama {
+                    lines.extend(missing_ollama_models(config, &name, &probe.models));
+                }
+            }
+            Err(error) => lines.push(provider_failure(&name, &provider.kind, &base, &error)),
+        }
+    }
+    lines
+}
+
+fn provider_failure(
+    name: &str,
+    kind: &ProviderKind,
+    base: &str,
+    error: &flynn_core::models::Error,
+) -> Check {
+    use flynn_core::models::Error;
+    // The error names the provider already.
+    let message = error.to_string();
+    match error {
+        Error::MissingApiKey { env, .. } => Check::fail(
+            "provider",
+            message,
+            match env {
+                Some(env) => format!("export {env}=... or set providers.{name}.api_key"),
+                None => format!("set providers.{name}.api_key"),
+            },
+        ),
+        Error::Config { .. } if *kind == ProviderKind::Bedrock => Check::warn(
+            "provider",
+            message,
+            "check AWS credentials with `aws sts get-caller-identity`",
+        ),
+        error if error.is_auth() => Check::fail(
+            "provider",
+            message,
+            format!("the server refused the key: check providers.{name}.api_key"),
+        ),
+        _ => Check::fail(
+            "provider",
+            message,
+            format!("start the server or correct providers.{name}.base_url (now {base})"),
+        ),
+    }
+}
+
+/// Ollama answers only for pulled models; a tier naming another fails at
+/// the first message.
+fn missing_ollama_models(config: &FlynnConfig, provider: &str, listed: &[String]) -> Vec<Check> {
+    let mut lines = Vec::new();
+    for tier in Tier::ALL {
+        for model in config.models.tiers.get(tier) {
+            if model.provider() != provider {
+                continue;
+            }
+            let name = model.model();
+            let pulled = listed
+                .iter()
+                .any(|id| id == name || id.strip_suffix(":latest") == Some(name));
+            if !pulled {
+                lines.push(Check::warn(
+                    "provider",
+                    format!("{provider}: tier {tier} uses {name}, which Ollama has not pulled"),
+                    format!("ollama pull {name}"),
+                ));
+            }
+        }
+    }
+    lines
+}
+
+async fn database_line(loaded: &Loaded) -> Check {
+    let location = flynn_core::sessions::location(&loaded.config.sessions, &loaded.paths.home);
+    let where_ = match &location {
+        Ok(flynn_core::sessions::StoreLocation::Sqlite(path)) => path.display().to_string(),
+        Err(error) => {
+            return Check::fail("database", error.to_string(), "correct sessions.url");
+        }
+    };
+    if let Ok(flynn_core::sessions::StoreLocation::Sqlite(path)) = &location
+        && !path.exists()
+    {
+        // Opening would create it; doctor changes nothing.
+        return Check::ok(
+            "database",
+            format!("{where_}: not created yet (the first message creates it)"),
+        );
+    }
+    match flynn_core::sessions::open(&loaded.config.sessions, &loaded.paths.home).await {
+        Ok(store) => match store.list().await {
+            Ok(sessions) => Check::ok(
+                "database",
+                format!("{where_}: {} session(s)", sessions.len()),
+            ),
+            Err(error) => Check::fail(
+                "database",
+                format!("{where_}: {error}"),
+                "restore the file from a backup, or move it away to start afresh",
+            ),
+        },
+        Err(error) => Check::fail(
+            "database",
+            format!("{where_}: {error}"),
+            "make sure the directory exists and is writable (FLYNN_HOME or sessions.url)",
+        ),
+    }
+}
+
+async fn sandbox_line(config: &FlynnConfig) -> Check {
+    let report = flynn_core::tools::sandbox::Sandbox::from_tools_config(&config.tools)
+        .report()
+        .await;
+    match &report.active {
+        Ok(backend) if backend.name() == "none" => Check::warn(
+            "sandbox",
+            "shell and process tools run without a sandbox",
+            "install bubblewrap (`apt install bubblewrap`); `flynn sandbox` shows every backend",
+        ),
+        Ok(backend) => Check::ok(
+            "sandbox",
+            format!("{} (network: {})", backend.name(), report.network),
+        ),
+        Err(error) => Check::fail(
+            "sandbox",
+            error.to_string(),
+            "install the sandbox tools.sandbox.mode names, or set it to auto (`flynn sandbox` explains)",
+        ),
+    }
+}
+
+async fn gateway_lines(args: &DoctorArgs, loaded: &Loaded) -> Vec<Check> {
+    let mut lines = Vec::new();
+    let gateway = &loaded.config.gateway;
+    let token_set = gateway
+        .token
+        .as_deref()
+        .is_some_and(|t| !t.trim().is_empty())
+        || std::env::var("FLYNN_GATEWAY_TOKEN").is_ok_and(|t| !t.trim().is_empty());
+    if flynn_core::gateway::binds_beyond_loopback(&gateway.bind) && !token_set {
+        lines.push(Check::fail(
+            "gateway",
+            format!(
+                "gateway.bind {} reaches beyond this machine without a set token: the daemon refuses to start",
+                gateway.bind
+            ),
+            "set gateway.token (or FLYNN_GATEWAY_TOKEN), or bind to 127.0.0.1",
+        ));
+    }
+    lines.extend(token_file_line(&loaded.paths.home));
+
+    let url = args
+        .gateway
+        .clone()
+        .or_else(|| std::env::var("FLYNN_GATEWAY_URL").ok())
+        .filter(|u| !u.trim().is_empty())
+        .unwrap_or_else(|| format!("http://{}", local_address(&gateway.bind)));
+    let target = match remote::target(Some(&url), args.config.as_deref()) {
+        Ok(Some(target)) => target,
+        Ok(None) => return lines,
+        Err(failure) => {
+            lines.push(Check::fail(
+                "gateway",
+                failure.message,
+                "give --gateway as http://HOST:PORT",
+            ));
+            return lines;
+        }
+    };
+    let health = tokio::time::timeout(PROBE_TIMEOUT, async {
+        let client = remote::connect(&target).await?;
+        remote::call::<Health>(&target, &client, "system.health", json!({})).await
+    })
+    .await;
+    match health {
+        Ok(Ok(health)) => lines.push(Check::ok(
+            "gateway",
+            format!(
+                "daemon {} at {url}: {}, up {} s, {} session(s), {} turn(s) running",
+                health.version,
+                health.status,
+                health.uptime_secs,
+                health.active_sessions,
+                health.running_turns
+            ),
+        )),
+        Ok(Err(failure)) if failure.message.contains("refused the token") => {
+            lines.push(Check::fail(
+                "gateway",
+                failure.message,
+                "export FLYNN_GATEWAY_TOKEN with the daemon's token (in its FLYNN_HOME/gateway.token)",
+            ));
+        }
+        Ok(Err(_)) => lines.push(Check::warn(
+            "gateway",
+            format!("no daemon answers at {url}"),
+            "start it with `flynn start` or `systemctl --user start flynn` (commands run embedded meanwhile)",
+        )),
+        Err(_) => lines.push(Check::warn(
+            "gateway",
+            format!("the daemon at {url} did not answer within {} s", PROBE_TIMEOUT.as_secs()),
+            "check the daemon's log (`journalctl --user -u flynn`)",
+        )),
+    }
+    lines
+}
+
+/// The address to reach a daemon bound to `bind` from this machine.
+fn local_address(bind: &str) -> String {
+    match bind.rsplit_once(':') {
+        Some(("0.0.0.0" | "[::]" | "::", port)) => format!("127.0.0.1:{port}"),
+        _ => bind.to_owned(),
+    }
+}
+
+/// The generated token must be readable by its owner only.
+fn token_file_line(home: &Path) -> Option<Check> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let path = home.join(flynn_core::gateway::TOKEN_FILE);
+        let mode = std::fs::metadata(&path).ok()?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Some(Check::warn(
+                "gateway",
+                format!("{} is readable by others (mode {mode:o})", path.display()),
+                format!("chmod 600 {}", path.display()),
+            ));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = home;
+    None
+}

@@ -1,0 +1,197 @@
+//! `flynn doctor` against the fakes: each check's verdict and fix.
+
+use flynn_testkit::FakeOpenAi;
+use serde_json::Value;
+
+use crate::{Env, stderr, stdout};
+
+/// The checks as `(check, status, message)`, from `--json`.
+fn verdicts(output: &std::process::Output) -> Vec<(String, String, String)> {
+    let checks: Value = serde_json::from_str(&stdout(output)).unwrap();
+    checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["check"].as_str().unwrap().to_owned(),
+                c["status"].as_str().unwrap().to_owned(),
+                c["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn each_provider_is_probed_and_a_refused_key_or_dead_server_fails_with_its_fix() {
+    let fake = FakeOpenAi::start_with_key("sk-right").await;
+    let env = Env::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = env.path().join("flynn.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "providers:\n  good: {{ kind: openai, base_url: \"{base}\", api_key: sk-right }}\n  \
+             stale: {{ kind: openai, base_url: \"{base}\", api_key: sk-old }}\n  \
+             down: {{ kind: openai-compatible, base_url: \"http://127.0.0.1:{port}/v1\" }}\n\
+             models:\n  tiers:\n    default: [good/gpt-4o-mini]\n    fast: [stale/gpt-4o-mini]\n\
+             gateway:\n  bind: 127.0.0.1:{port}\n",
+            base = fake.base_url()
+        ),
+    )
+    .unwrap();
+    let file = config.to_str().unwrap();
+    let output = env.run(&["doctor", "--json", "--config", file]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let verdicts = verdicts(&output);
+    let statuses: Vec<(&str, &str)> = verdicts
+        .iter()
+        .map(|(c, s, _)| (c.as_str(), s.as_str()))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            ("config", "ok"),
+            ("models", "ok"),
+            ("provider", "fail"),
+            ("provider", "ok"),
+            ("provider", "fail"),
+            ("database", "ok"),
+            ("sandbox", statuses[6].1),
+            ("gateway", "warn"),
+        ]
+    );
+    // Providers in name order: down, good, stale.
+    assert!(
+        verdicts[2].2.starts_with("down: cannot connect"),
+        "{verdicts:?}"
+    );
+    assert!(
+        verdicts[3].2.starts_with(&format!(
+            "good (openai): {}/models answered in",
+            fake.base_url()
+        )),
+        "{verdicts:?}"
+    );
+    assert!(verdicts[3].2.ends_with(", 2 model(s)"), "{verdicts:?}");
+    assert!(verdicts[4].2.starts_with("stale"), "{verdicts:?}");
+    assert_eq!(
+        verdicts[5].2,
+        format!(
+            "{}: not created yet (the first message creates it)",
+            env.path().join("home/sessions.db").display()
+        )
+    );
+    assert!(
+        !env.path().join("home/sessions.db").exists(),
+        "doctor changes nothing"
+    );
+    assert_eq!(
+        verdicts[7].2,
+        format!("no daemon answers at http://127.0.0.1:{port}")
+    );
+
+    // The text form: the verdict, the check, then the fix under it.
+    let text = env.run(&["doctor", "--config", file]);
+    assert_eq!(text.status.code(), Some(1));
+    let lines = stdout(&text);
+    assert!(
+        lines.contains(&format!(
+            "FAIL  provider  down: cannot connect to http://127.0.0.1:{port}/v1/models"
+        )),
+        "{lines}"
+    );
+    assert!(
+        lines.contains(&format!(
+            "                fix: start the server or correct providers.down.base_url (now http://127.0.0.1:{port}/v1)\n"
+        )),
+        "{lines}"
+    );
+    assert!(
+        lines.contains(
+            "                fix: the server refused the key: check providers.stale.api_key\n"
+        ),
+        "{lines}"
+    );
+    assert_eq!(stderr(&text), "error: 2 check(s) failed\n");
+    // Only the model lists were asked for: no model call was made.
+    assert!(
+        fake.requests()
+            .iter()
+            .all(|r| r.method == "GET" && r.path == "/v1/models")
+    );
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_healthy_set_up_with_a_running_daemon_passes() {
+    let fake = FakeOpenAi::start_with_key("sk-x").await;
+    let env = Env::new()
+        .var("OPENAI_BASE_URL", fake.base_url())
+        .var("OPENAI_API_KEY", "sk-x");
+    let mut daemon = env
+        .command(&["start", "--bind", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = std::io::BufReader::new(daemon.stderr.take().unwrap());
+    let url = loop {
+        let mut line = String::new();
+        let read = std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+        assert!(read > 0, "the daemon stopped");
+        if let Some((_, rest)) = line.split_once("listening on ") {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    let output = env.run(&["doctor", "--json", "--gateway", &url]);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let verdicts = verdicts(&output);
+    assert_eq!(
+        verdicts[0],
+        (
+            "config".to_owned(),
+            "warn".to_owned(),
+            format!(
+                "no file at {}: running on environment variables alone",
+                env.path().join("config/flynn/config.yaml").display()
+            )
+        )
+    );
+    let gateway = verdicts.last().unwrap();
+    assert_eq!((gateway.0.as_str(), gateway.1.as_str()), ("gateway", "ok"));
+    assert!(
+        gateway.2.starts_with(&format!(
+            "daemon {} at {url}: ok, up ",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{gateway:?}"
+    );
+    let failed: Vec<_> = verdicts
+        .iter()
+        .filter(|(check, status, _)| status == "fail" && check != "sandbox")
+        .collect();
+    assert!(failed.is_empty(), "{failed:?}");
+}
+
+#[test]
+fn an_invalid_config_is_the_one_failure_reported() {
+    let env = Env::new();
+    let config = env.path().join("flynn.yaml");
+    std::fs::write(&config, "gateway:\n  bnd: x\n").unwrap();
+    let output = env.run(&["doctor", "--config", config.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    let text = stdout(&output);
+    assert!(
+        text.starts_with(&format!(
+            "FAIL  config    {}:2:3: gateway.bnd",
+            config.display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("fix: correct the file"), "{text}");
+}
