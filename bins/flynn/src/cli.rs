@@ -35,6 +35,9 @@ pub enum Command {
     /// Check the set-up: config, keys, providers, database, sandbox,
     /// daemon; each line OK, WARN or FAIL with the fix.
     Doctor(DoctorArgs),
+    /// Guided set-up: asks a few questions and writes a valid config file
+    /// (--non-interactive: from flags and the environment).
+    Onboard(OnboardArgs),
     /// Print a shell completion script: `flynn completion bash >
     /// ~/.local/share/bash-completion/completions/flynn`.
     Completion {
@@ -84,6 +87,43 @@ pub enum MemoryCommand {
         #[arg(long)]
         session: Option<String>,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct OnboardArgs {
+    /// The file to write (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Replace an existing file (kept as <file>.bak).
+    #[arg(long)]
+    pub force: bool,
+    /// Ask nothing: take the answers from the flags below and the
+    /// environment (the provider from ANTHROPIC_API_KEY, OPENAI_API_KEY,
+    /// GEMINI_API_KEY or OLLAMA_HOST when --provider is not given).
+    #[arg(long)]
+    pub non_interactive: bool,
+    /// Provider kind: anthropic, openai, gemini, ollama, openrouter, groq,
+    /// llamacpp, lmstudio, vllm, openai-compatible, github-models, bedrock.
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// Model for the default tier (default: a suggestion per provider).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Model for the fast tier (background work).
+    #[arg(long)]
+    pub fast_model: Option<String>,
+    /// The provider's URL (local servers, proxies).
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// The variable holding the key (default: the provider's usual one).
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// Address the daemon listens on (default 127.0.0.1:18800).
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// Do not ask the provider whether it answers.
+    #[arg(long)]
+    pub no_check: bool,
 }
 
 #[derive(Debug, Args)]

@@ -30,6 +30,7 @@ mod doctor;
 mod env;
 mod exit;
 mod memory;
+mod onboard;
 mod remote;
 mod sandbox;
 mod send;
@@ -87,6 +88,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Sandbox(args) => sandbox::run(args).await,
         Command::Memory(args) => memory::run(args).await,
         Command::Doctor(args) => doctor::run(args).await,
+        Command::Onboard(args) => onboard::run(args).await,
         Command::Completion { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             let mut script = Vec::new();

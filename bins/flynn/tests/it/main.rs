@@ -7,6 +7,7 @@ mod daemon;
 mod doctor;
 mod live;
 mod memory;
+mod onboard;
 mod send;
 mod sessions;
 
