@@ -211,7 +211,7 @@ pub async fn send(
             }
         };
         let envelope = match notification {
-            Notification::Event(envelope) => envelope,
+            Notification::Event(envelope) => *envelope,
             Notification::Lagged { skipped, .. } => {
                 printer.event(AgentEvent::Warning {
                     message: format!("{skipped} events were skipped: this client fell behind"),

@@ -72,7 +72,7 @@ pub struct SendResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum Notification {
-    Event(EventEnvelope),
+    Event(Box<EventEnvelope>),
     Lagged {
         session: Option<SessionKey>,
         /// Events this client missed.

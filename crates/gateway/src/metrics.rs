@@ -14,8 +14,9 @@ use std::time::Instant;
 use flynn_protocol::{AgentEvent, EventEnvelope, RunState, SessionKey, TurnId};
 
 /// Upper bounds of the latency buckets, in seconds.
-const BUCKETS: [f64; 14] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+const BUCKETS: [f64; 17] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
 ];
 
 #[derive(Debug, Default)]
@@ -69,6 +70,8 @@ pub struct Metrics {
     http_requests: AtomicU64,
     turn_seconds: Histogram,
     first_output_seconds: Histogram,
+    model_call_seconds: Histogram,
+    overhead_seconds: Histogram,
     /// Turns seen starting: when, and whether output came yet.
     started: Mutex<HashMap<(SessionKey, TurnId), (Instant, bool)>>,
 }
@@ -130,6 +133,25 @@ impl Metrics {
                     *seen = true;
                     self.first_output_seconds
                         .observe(at.elapsed().as_secs_f64());
+                }
+            }
+            AgentEvent::Done { outcome } => {
+                let Some(timing) = &outcome.timing else {
+                    return;
+                };
+                for call in &timing.model_calls_us {
+                    self.model_call_seconds.observe(*call as f64 / 1e6);
+                }
+                let began = self
+                    .started
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(&key)
+                    .map(|(at, _)| *at);
+                if let Some(at) = began {
+                    let total = u64::try_from(at.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    let overhead = total.saturating_sub(timing.waiting_us());
+                    self.overhead_seconds.observe(overhead as f64 / 1e6);
                 }
             }
             AgentEvent::ToolEnd { ok, .. } => {
@@ -261,6 +283,17 @@ impl Metrics {
             &mut out,
             "flynn_turn_first_output_seconds",
             "Time from a turn's start to its first output (text, thinking or a tool call): the model's latency plus Flynn's own work before the call.",
+        );
+
+        self.model_call_seconds.render(
+            &mut out,
+            "flynn_model_call_seconds",
+            "Each model call of a conversation, from the request to the complete answer (fallbacks and retries included).",
+        );
+        self.overhead_seconds.render(
+            &mut out,
+            "flynn_turn_overhead_seconds",
+            "Flynn's own work in a turn: its duration less model calls, tools and compaction.",
         );
 
         gauge(

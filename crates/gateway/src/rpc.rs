@@ -145,7 +145,7 @@ fn notification(
     session: Option<&SessionKey>,
 ) -> Notification {
     match event {
-        Ok(envelope) => Notification::Event(envelope),
+        Ok(envelope) => Notification::Event(Box::new(envelope)),
         Err(lagged) => Notification::Lagged {
             session: session.cloned(),
             skipped: lagged.skipped,
@@ -221,7 +221,9 @@ async fn agent_send(params: Params<'static>, pending: PendingSubscriptionSink, s
                     time_ms: crate::approver::now_millis(),
                     event: AgentEvent::Command { name, reply },
                 };
-                let _ = sink.send(json(&Notification::Event(envelope))).await;
+                let _ = sink
+                    .send(json(&Notification::Event(Box::new(envelope))))
+                    .await;
             }
             return;
         }

@@ -1,13 +1,14 @@
 //! One turn: model → tools → model until a text answer.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use flynn_context::{Budget, CompactionError};
 use flynn_models::{ModelRequest, ModelResponse, RoutedStream, StreamEvent};
 use flynn_protocol::config::ModelRef;
 use flynn_protocol::{
     AgentEvent, ContentBlock, Message, Purpose, Resolution, Role, RunState, SessionKey, Tier,
-    ToolCall, ToolCallSummary, ToolResult, ToolSpec, TurnId, TurnOutcome, Usage,
+    ToolCall, ToolCallSummary, ToolResult, ToolSpec, TurnId, TurnOutcome, TurnTiming, Usage,
 };
 use flynn_sessions::{TurnStatus, UsageRecord};
 use flynn_tools::builtin::TOOL_OUTPUT;
@@ -152,11 +153,14 @@ async fn body(job: &TurnJob) -> Result<TurnOutcome> {
         purpose: Purpose::Conversation,
     };
     let mut escalated = false;
+    let mut timing = TurnTiming::default();
 
     loop {
         for _ in 0..iterations {
             let tools = catalog.offered();
+            let compacting = Instant::now();
             compact_if_needed(job, &route, &system, &tools, &mut history, false).await?;
+            timing.compaction_us += micros(compacting);
             let request = |messages: Vec<Message>, tools: Vec<ToolSpec>| ModelRequest {
                 model: String::new(),
                 system: Some(system.clone()),
@@ -166,20 +170,31 @@ async fn body(job: &TurnJob) -> Result<TurnOutcome> {
                 max_tokens: shared.max_tokens,
                 temperature: None,
             };
+            let calling = Instant::now();
             let step = match call_model(job, &route, request(history.clone(), tools.clone())).await
             {
                 Err(Error::Model(error)) if error.is_context_overflow() => {
                     // The window was smaller than thought (or the estimate
                     // low): compact now and try once more.
                     tracing::info!(session = %key, %error, "context overflow; compacting and retrying");
+                    timing.model_calls_us.push(micros(calling));
+                    let compacting = Instant::now();
                     let compacted =
                         compact_if_needed(job, &route, &system, &tools, &mut history, true).await?;
+                    timing.compaction_us += micros(compacting);
                     if !compacted {
                         return Err(Error::Model(error));
                     }
-                    call_model(job, &route, request(history.clone(), tools)).await?
+                    let calling = Instant::now();
+                    let step = call_model(job, &route, request(history.clone(), tools)).await?;
+                    timing.model_calls_us.push(micros(calling));
+                    step
                 }
-                other => other?,
+                other => {
+                    let step = other?;
+                    timing.model_calls_us.push(micros(calling));
+                    step
+                }
             };
             usage.add(step.response.usage);
             let call_cost = shared.prices.cost(
@@ -225,9 +240,18 @@ async fn body(job: &TurnJob) -> Result<TurnOutcome> {
             history.push(message);
 
             if calls.is_empty() {
-                return Ok(outcome(text, last_model, (usage, cost), tool_calls, None));
+                return Ok(outcome(
+                    text,
+                    last_model,
+                    (usage, cost),
+                    tool_calls,
+                    None,
+                    timing,
+                ));
             }
+            let running = Instant::now();
             let results = run_tools(job, &calls, &ctx, &mut tool_calls).await;
+            timing.tools_us += micros(running);
             let results = Message {
                 role: Role::User,
                 content: results,
@@ -282,7 +306,13 @@ async fn body(job: &TurnJob) -> Result<TurnOutcome> {
         (usage, cost),
         tool_calls,
         Some(warning),
+        timing,
     ))
+}
+
+/// Microseconds since `since`.
+fn micros(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Which models a model call goes to, and what it is counted as.
@@ -591,6 +621,7 @@ fn outcome(
     (usage, cost_usd): (Usage, Option<f64>),
     tool_calls: Vec<ToolCallSummary>,
     warning: Option<String>,
+    timing: TurnTiming,
 ) -> TurnOutcome {
     let (provider, model) = model.map_or((String::new(), String::new()), |m| {
         (m.provider().to_owned(), m.model().to_owned())
@@ -603,5 +634,6 @@ fn outcome(
         cost_usd,
         tool_calls,
         warning,
+        timing: Some(timing),
     }
 }

@@ -148,6 +148,33 @@ pub struct TurnOutcome {
     /// Set when the turn stopped early (say, at `max_iterations`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
+    /// Where the turn's time went (absent for chat commands).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<TurnTiming>,
+}
+
+/// Where a turn's time went, in microseconds. What the turn took beyond
+/// these is Flynn's own work (prompt, storage, events): its overhead.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TurnTiming {
+    /// Each model call of the conversation, from the request to the
+    /// complete answer (fallbacks and retries included).
+    pub model_calls_us: Vec<u64>,
+    /// Running tools, confirmations included.
+    pub tools_us: u64,
+    /// Compacting the history (its summariser calls included).
+    pub compaction_us: u64,
+}
+
+impl TurnTiming {
+    /// Time spent waiting on models, tools and compaction.
+    pub fn waiting_us(&self) -> u64 {
+        self.model_calls_us
+            .iter()
+            .sum::<u64>()
+            .saturating_add(self.tools_us)
+            .saturating_add(self.compaction_us)
+    }
 }
 
 impl TurnOutcome {
@@ -161,6 +188,7 @@ impl TurnOutcome {
             cost_usd: None,
             tool_calls: Vec::new(),
             warning: None,
+            timing: None,
         }
     }
 }

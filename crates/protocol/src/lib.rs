@@ -16,7 +16,7 @@ mod usage;
 
 pub use event::{
     AgentEvent, ErrorCode, EventEnvelope, Lagged, RecoveryAction, Resolution, RunState,
-    ToolCallSummary, ToolEffect, TurnId, TurnOutcome,
+    ToolCallSummary, ToolEffect, TurnId, TurnOutcome, TurnTiming,
 };
 pub use message::{ContentBlock, ImageSource, Message, Role};
 pub use session::{SessionKey, SessionKeyError};

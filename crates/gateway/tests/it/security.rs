@@ -306,6 +306,29 @@ async fn metrics_count_turns_tokens_and_refusals() {
         text.contains("flynn_turn_first_output_seconds_count 1"),
         "{text}"
     );
+    // One model call; Flynn's own share of the turn is less than the turn.
+    assert!(text.contains("flynn_model_call_seconds_count 1"), "{text}");
+    assert!(
+        text.contains("flynn_turn_overhead_seconds_count 1"),
+        "{text}"
+    );
+    let sum = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}_sum ")))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (turn, model, overhead) = (
+        sum("flynn_turn_duration_seconds"),
+        sum("flynn_model_call_seconds"),
+        sum("flynn_turn_overhead_seconds"),
+    );
+    assert!(model > 0.0 && overhead > 0.0, "{text}");
+    assert!(
+        model + overhead <= turn + 0.001,
+        "{model} + {overhead} > {turn}"
+    );
     let rss = text
         .lines()
         .find_map(|l| l.strip_prefix("flynn_resident_memory_bytes "))

@@ -99,6 +99,10 @@ async fn tool_calls_run_and_their_results_go_back_to_the_model() {
         }]
     );
     assert_eq!(outcome.usage.input_tokens, 20);
+    // Two model calls and a process run were timed.
+    let timing = outcome.timing.as_ref().unwrap();
+    assert_eq!(timing.model_calls_us.len(), 2);
+    assert!(timing.tools_us > 0, "{timing:?}");
     assert!(events.contains(&AgentEvent::ToolEnd {
         id: "t1".into(),
         name: "shell.exec".into(),
