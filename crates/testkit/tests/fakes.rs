@@ -346,7 +346,7 @@ async fn openai_flags_a_missing_key_and_unknown_paths() {
         fake.violations(),
         vec![
             "the Authorization header is missing (expected 'Bearer <key>')",
-            "unexpected request POST /v1/completions (only POST /v1/chat/completions is served)",
+            "unexpected request POST /v1/completions (only POST /v1/chat/completions and GET /v1/models are served)",
         ]
     );
 }
