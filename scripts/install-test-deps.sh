@@ -3,6 +3,8 @@
 #
 #   bubblewrap (`bwrap`): the sandbox of shell.exec and process.start; the
 #   flynn-tools sandbox tests run commands under it.
+#   chromium and chromium-driver: the web chat and dashboard tests drive
+#   a headless Chromium through WebDriver.
 #
 # Idempotent and quick when everything is there. Debian/Ubuntu (apt-get),
 # as root or through sudo.
@@ -10,6 +12,8 @@ set -euo pipefail
 
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 
 if [ "${#missing[@]}" -eq 0 ]; then
   exit 0

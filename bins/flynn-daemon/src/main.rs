@@ -186,17 +186,21 @@ fn restart() -> ExitCode {
 }
 
 /// Logs go to stderr (journald keeps them under systemd), filtered by
-/// `FLYNN_LOG` (default `info`).
+/// `FLYNN_LOG` (default `info`); the last lines are also kept for the
+/// dashboard (`system.logs`).
 fn init_logging(format: LogFormat) {
+    use tracing_subscriber::prelude::*;
     let filter = std::env::var("FLYNN_LOG").unwrap_or_else(|_| "info".to_owned());
     let filter = tracing_subscriber::EnvFilter::try_new(&filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let registry = tracing_subscriber::registry()
+        .with(filter)
+        .with(flynn_core::gateway::log_layer());
+    let printer = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => registry.with(printer).try_init(),
+        LogFormat::Json => registry.with(printer.json()).try_init(),
     };
 }

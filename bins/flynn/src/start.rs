@@ -38,14 +38,20 @@ async fn terminate() {
     std::future::pending::<()>().await;
 }
 
-/// The daemon logs at `info` by default (`FLYNN_LOG` overrides).
+/// The daemon logs at `info` by default (`FLYNN_LOG` overrides); the last
+/// lines are also kept for the dashboard (`system.logs`).
 pub fn init_logging() {
+    use tracing_subscriber::prelude::*;
     let filter = std::env::var("FLYNN_LOG").unwrap_or_else(|_| "info".to_owned());
     let filter = tracing_subscriber::EnvFilter::try_new(&filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(flynn_core::gateway::log_layer())
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .with_writer(std::io::stderr),
+        )
         .try_init();
 }

@@ -352,6 +352,10 @@ pub struct ConfigPatchResult {
 pub struct UsageParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionKey>,
+    /// Also usage per UTC day and tier over every session, for this many
+    /// days up to today (at most 366).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub days: Option<u32>,
 }
 
 /// Result of `usage.summary`.
@@ -359,6 +363,20 @@ pub struct UsageParams {
 pub struct UsageSummary {
     pub tiers: Vec<TierUsage>,
     pub purposes: Vec<PurposeUsage>,
+    pub total: UsageTotals,
+    /// With `days`: per day and tier, oldest first; days without calls
+    /// are left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub daily: Vec<DayUsage>,
+}
+
+/// Usage of one tier on one UTC day.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct DayUsage {
+    /// `YYYY-MM-DD`.
+    pub day: String,
+    pub tier: Tier,
+    #[serde(flatten)]
     pub total: UsageTotals,
 }
 
@@ -411,4 +429,49 @@ pub struct VersionInfo {
 pub struct RestartResult {
     /// Always true: the daemon drains and starts again.
     pub restarting: bool,
+}
+
+/// Parameters of `providers.status`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProvidersParams {
+    /// Ask again even when an answer from the last 30 seconds is kept.
+    #[serde(default)]
+    pub refresh: bool,
+}
+
+/// One configured provider and whether it answers (its model list asked
+/// with the configured key; no model call).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ProviderStatus {
+    pub name: String,
+    pub kind: String,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<u64>,
+    /// Models the server lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub models: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Unix milliseconds of the check.
+    pub checked_at: i64,
+}
+
+/// Parameters of `system.logs`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LogsParams {
+    /// Lines wanted, newest last (default 200, at most 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+/// Result of `system.logs`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct LogsResult {
+    /// Whether this process keeps its log lines (the daemon does; an
+    /// application embedding the gateway may not).
+    pub captured: bool,
+    pub lines: Vec<String>,
 }

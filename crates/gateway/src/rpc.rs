@@ -107,6 +107,8 @@ fn register(module: &mut RpcModule<State>) {
     method!("system.health", system_health);
     method!("system.version", system_version);
     method!("system.restart", system_restart);
+    method!("system.logs", system_logs);
+    method!("providers.status", providers_status);
 
     let _ = module.register_subscription(
         "agent.send",
@@ -644,6 +646,25 @@ async fn usage_summary(params: Params<'static>, state: Arc<State>) -> RpcResult<
     for (_, t) in &tiers {
         total.add(t);
     }
+    let daily = match params.days {
+        Some(days) => {
+            let days = i64::from(days.clamp(1, 366));
+            let now = chrono_day_start_ms();
+            let since = now - (days - 1) * 86_400_000;
+            store
+                .usage_by_day(since)
+                .await
+                .map_err(|e| error::storage(&e))?
+                .into_iter()
+                .map(|line| DayUsage {
+                    day: line.day,
+                    tier: line.tier,
+                    total: totals(&line.total),
+                })
+                .collect()
+        }
+        None => Vec::new(),
+    };
     Ok(UsageSummary {
         tiers: tiers
             .iter()
@@ -661,7 +682,16 @@ async fn usage_summary(params: Params<'static>, state: Arc<State>) -> RpcResult<
             })
             .collect(),
         total: totals(&total),
+        daily,
     })
+}
+
+/// The start of today (UTC) in Unix milliseconds.
+fn chrono_day_start_ms() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    now - now.rem_euclid(86_400_000)
 }
 
 pub(crate) fn health(state: &State) -> Health {
@@ -690,6 +720,83 @@ async fn system_version(params: Params<'static>, _state: Arc<State>) -> RpcResul
         version: env!("CARGO_PKG_VERSION").to_owned(),
         protocol: PROTOCOL_VERSION,
     })
+}
+
+async fn system_logs(params: Params<'static>, _state: Arc<State>) -> RpcResult<LogsResult> {
+    let params: LogsParams = parse(&params)?;
+    let limit = params.limit.unwrap_or(200).clamp(1, 1000);
+    Ok(match crate::logs::recent(limit) {
+        Some(lines) => LogsResult {
+            captured: true,
+            lines,
+        },
+        None => LogsResult {
+            captured: false,
+            lines: Vec::new(),
+        },
+    })
+}
+
+/// How long a provider check is reused.
+const PROVIDER_CHECK_TTL: Duration = Duration::from_secs(30);
+
+async fn providers_status(
+    params: Params<'static>,
+    state: Arc<State>,
+) -> RpcResult<Vec<ProviderStatus>> {
+    let params: ProvidersParams = parse(&params)?;
+    if !params.refresh {
+        let kept = state
+            .provider_checks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let Some((at, statuses)) = kept
+            && at.elapsed() < PROVIDER_CHECK_TTL
+        {
+            return Ok(statuses);
+        }
+    }
+    let checks = state
+        .config
+        .providers
+        .iter()
+        .map(|(name, provider)| async move {
+            let checked_at = now_ms();
+            match flynn_models::probe(name, provider, Duration::from_secs(5)).await {
+                Ok(probe) => ProviderStatus {
+                    name: name.clone(),
+                    kind: provider.kind.to_string(),
+                    ok: true,
+                    latency_ms: Some(u64::try_from(probe.latency.as_millis()).unwrap_or(u64::MAX)),
+                    models: Some(probe.models.len()),
+                    error: None,
+                    checked_at,
+                },
+                Err(error) => ProviderStatus {
+                    name: name.clone(),
+                    kind: provider.kind.to_string(),
+                    ok: false,
+                    latency_ms: None,
+                    models: None,
+                    error: Some(error.to_string()),
+                    checked_at,
+                },
+            }
+        });
+    let statuses = futures::future::join_all(checks).await;
+    *state
+        .provider_checks
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) =
+        Some((std::time::Instant::now(), statuses.clone()));
+    Ok(statuses)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 async fn system_restart(params: Params<'static>, state: Arc<State>) -> RpcResult<RestartResult> {

@@ -88,6 +88,8 @@ pub(crate) struct State {
     pub metrics: Metrics,
     pub started: Instant,
     pub control: Arc<Control>,
+    /// The last `providers.status` answer and when it was made.
+    pub provider_checks: std::sync::Mutex<Option<(Instant, Vec<crate::api::ProviderStatus>)>>,
 }
 
 /// A gateway ready to serve.
@@ -127,6 +129,7 @@ impl Gateway {
             metrics: Metrics::default(),
             started: Instant::now(),
             control: Arc::new(Control::default()),
+            provider_checks: std::sync::Mutex::new(None),
         });
         let methods = crate::rpc::methods(state.clone());
         let limit = state.settings.max_request_bytes;
@@ -193,7 +196,11 @@ impl Gateway {
                 auth::authorize,
             ));
         let limit = usize::try_from(self.state.settings.max_request_bytes).unwrap_or(usize::MAX);
-        Router::new()
+        let mut router = Router::new();
+        for path in crate::ui::paths() {
+            router = router.route(path, get(crate::ui::serve));
+        }
+        router
             .route("/healthz", get(crate::http::healthz))
             .route("/webhooks/{name}", post(crate::webhooks::receive))
             .merge(protected)

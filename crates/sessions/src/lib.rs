@@ -26,8 +26,8 @@ use flynn_protocol::config::SessionsConfig;
 pub use error::{Error, Result};
 pub use sqlite::SqliteStore;
 pub use store::{
-    SessionInfo, SessionMeta, SessionStore, StoredMessage, ToolOutput, TurnOrigin, TurnRecord,
-    TurnStatus, UsageLine, UsageRecord, UsageTotal,
+    DayUsage, SessionInfo, SessionMeta, SessionStore, StoredMessage, ToolOutput, TurnOrigin,
+    TurnRecord, TurnStatus, UsageLine, UsageRecord, UsageTotal,
 };
 
 /// Where a session store lives.

@@ -11,8 +11,8 @@ use sqlx::sqlite::{
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 
 use crate::{
-    Error, Result, SessionInfo, SessionMeta, SessionStore, StoredMessage, ToolOutput, TurnOrigin,
-    TurnRecord, TurnStatus, UsageLine, UsageRecord, UsageTotal,
+    DayUsage, Error, Result, SessionInfo, SessionMeta, SessionStore, StoredMessage, ToolOutput,
+    TurnOrigin, TurnRecord, TurnStatus, UsageLine, UsageRecord, UsageTotal,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -511,6 +511,47 @@ impl SessionStore for SqliteStore {
             }
         }
         Ok(totals)
+    }
+
+    async fn usage_by_day(&self, since: i64) -> Result<Vec<DayUsage>> {
+        let rows = sqlx::query(
+            "SELECT strftime('%Y-%m-%d', created_at / 1000, 'unixepoch') AS day, tier,
+                    COUNT(*) AS calls,
+                    SUM(input_tokens) AS input, SUM(output_tokens) AS output,
+                    SUM(cache_read_tokens) AS cache_read, SUM(cache_write_tokens) AS cache_write,
+                    COALESCE(SUM(cost_usd), 0.0) AS cost,
+                    SUM(cost_usd IS NULL) AS unpriced
+             FROM usage WHERE created_at >= ?1
+             GROUP BY day, tier ORDER BY day, tier",
+        )
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut days = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let day: String = row.try_get("day")?;
+            let tier: String = row.try_get("tier")?;
+            let Ok(tier) = tier.parse::<Tier>() else {
+                continue;
+            };
+            let count = |name: &str| -> Result<u64> { Ok(to_u64(row.try_get::<i64, _>(name)?)) };
+            days.push(DayUsage {
+                day,
+                tier,
+                total: UsageTotal {
+                    calls: count("calls")?,
+                    usage: Usage {
+                        input_tokens: count("input")?,
+                        output_tokens: count("output")?,
+                        cache_read_tokens: count("cache_read")?,
+                        cache_write_tokens: count("cache_write")?,
+                    },
+                    cost_usd: row.try_get("cost")?,
+                    unpriced_calls: count("unpriced")?,
+                },
+            });
+        }
+        Ok(days)
     }
 
     async fn usage_by_purpose(&self, session: Option<&SessionKey>) -> Result<Vec<UsageLine>> {

@@ -70,6 +70,15 @@ pub struct UsageLine {
     pub total: UsageTotal,
 }
 
+/// Usage of one tier on one day.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DayUsage {
+    /// `YYYY-MM-DD`, in UTC.
+    pub day: String,
+    pub tier: Tier,
+    pub total: UsageTotal,
+}
+
 /// A whole tool output kept apart from the history (the model saw a
 /// summary of it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -255,6 +264,10 @@ pub trait SessionStore: Send + Sync {
     /// session, ordered by tier then purpose. Pairs without calls are left
     /// out.
     async fn usage_by_purpose(&self, session: Option<&SessionKey>) -> Result<Vec<UsageLine>>;
+
+    /// Usage per UTC day and tier from `since` (Unix milliseconds) on,
+    /// over every session, ordered by day then tier.
+    async fn usage_by_day(&self, since: i64) -> Result<Vec<DayUsage>>;
 
     /// Keeps a whole tool output of a session, by the call's id (the model
     /// was shown a summary). Storing the same call again replaces it.

@@ -11,8 +11,8 @@ use std::future::Future;
 use async_trait::async_trait;
 use flynn_protocol::{ContentBlock, Message, SessionKey, Tier, TurnId};
 use flynn_sessions::{
-    Result, SessionInfo, SessionMeta, SessionStore, SqliteStore, StoredMessage, ToolOutput,
-    TurnOrigin, TurnRecord, TurnStatus, UsageLine, UsageRecord, UsageTotal,
+    DayUsage, Result, SessionInfo, SessionMeta, SessionStore, SqliteStore, StoredMessage,
+    ToolOutput, TurnOrigin, TurnRecord, TurnStatus, UsageLine, UsageRecord, UsageTotal,
 };
 use tokio::runtime::Runtime;
 
@@ -167,6 +167,11 @@ impl SessionStore for TestStore {
     async fn usage_by_purpose(&self, session: Option<&SessionKey>) -> Result<Vec<UsageLine>> {
         let session = session.cloned();
         self.run(|s| async move { s.usage_by_purpose(session.as_ref()).await })
+            .await
+    }
+
+    async fn usage_by_day(&self, since: i64) -> Result<Vec<DayUsage>> {
+        self.run(|s| async move { s.usage_by_day(since).await })
             .await
     }
 

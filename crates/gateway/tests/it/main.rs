@@ -8,6 +8,7 @@ mod openai;
 mod protocol;
 mod security;
 mod shutdown;
+mod web;
 
 #[test]
 fn the_protocol_schema_file_is_up_to_date() {

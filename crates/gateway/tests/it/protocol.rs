@@ -326,3 +326,90 @@ async fn cancel_stops_a_running_turn() {
     );
     harness.stop().await;
 }
+
+#[tokio::test]
+async fn dashboard_methods_report_usage_per_day_provider_health_and_logs() {
+    let fake = FakeOpenAi::start().await;
+    let mut options = Options {
+        config: config(&fake),
+        tools: Vec::new(),
+        config_file: None,
+    };
+    // A second provider nobody listens for.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut down = flynn_core::protocol::config::ProviderConfig::new(
+        flynn_core::protocol::config::ProviderKind::OpenaiCompatible,
+    );
+    down.base_url = Some(format!("http://127.0.0.1:{port}/v1"));
+    options.config.providers.insert("down".into(), down);
+    let mut harness = Harness::with(options).await;
+    let client = harness.ws().await;
+    fake.push(Reply::Text("one".into()));
+    send(&client, json!({"session": "web:d", "message": "hi"})).await;
+
+    let usage: Value = client
+        .request("usage.summary", params(json!({"days": 7})))
+        .await
+        .unwrap();
+    let today = chrono_today();
+    assert_eq!(usage["daily"].as_array().unwrap().len(), 1, "{usage}");
+    assert_eq!(usage["daily"][0]["day"], today);
+    assert_eq!(usage["daily"][0]["tier"], "default");
+    assert_eq!(usage["daily"][0]["calls"], 1);
+    let plain: Value = client
+        .request("usage.summary", params(json!({})))
+        .await
+        .unwrap();
+    assert!(plain.get("daily").is_none(), "{plain}");
+
+    let providers: Value = client
+        .request("providers.status", params(json!({})))
+        .await
+        .unwrap();
+    let providers = providers.as_array().unwrap();
+    assert_eq!(providers.len(), 2);
+    assert_eq!(
+        (providers[0]["name"].as_str(), providers[0]["ok"].as_bool()),
+        (Some("down"), Some(false))
+    );
+    assert!(
+        providers[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains(&port.to_string())
+    );
+    assert_eq!(
+        (providers[1]["name"].as_str(), providers[1]["ok"].as_bool()),
+        (Some("fake"), Some(true))
+    );
+    assert_eq!(providers[1]["models"], 2);
+    // Kept for 30 seconds unless asked again.
+    let before = fake.requests().len();
+    let _: Value = client
+        .request("providers.status", params(json!({})))
+        .await
+        .unwrap();
+    assert_eq!(fake.requests().len(), before);
+    let _: Value = client
+        .request("providers.status", params(json!({"refresh": true})))
+        .await
+        .unwrap();
+    assert_eq!(fake.requests().len(), before + 1);
+
+    // This test process keeps no log lines: the answer says so.
+    let logs: Value = client
+        .request("system.logs", params(json!({"limit": 5})))
+        .await
+        .unwrap();
+    assert_eq!(logs, json!({"captured": false, "lines": []}));
+    harness.stop().await;
+}
+
+/// Today in UTC as `YYYY-MM-DD`.
+fn chrono_today() -> String {
+    chrono::Utc::now().format("%Y-%m-%d").to_string()
+}

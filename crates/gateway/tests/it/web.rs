@@ -1,0 +1,483 @@
+//! The web chat and dashboard in a real headless Chromium (Debian's
+//! `chromium` and `chromedriver`, installed by scripts/install-test-deps.sh),
+//! driven over WebDriver: log in, stream an answer, approve and deny tool
+//! calls, cancel, reload, a model's `<script>` shown as text, the daemon
+//! going away and coming back. Screenshots go to `FLYNN_ARTIFACTS` (CI
+//! keeps them) or the temp dir.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use flynn_gateway::{Gateway, GatewayParts, RemoteApprover};
+use flynn_testkit::{FakeOpenAi, Reply};
+use serde_json::{Value, json};
+
+use crate::harness::{Harness, TOKEN};
+
+/// A chromedriver process and a session on it; both end when dropped.
+struct Browser {
+    driver: Child,
+    client: Option<Client>,
+}
+
+impl Browser {
+    async fn start() -> Browser {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver is missing: run scripts/install-test-deps.sh");
+        let mut browser = Browser {
+            driver,
+            client: None,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".to_owned(),
+            json!({
+                "binary": "/usr/bin/chromium",
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu",
+                    "--disable-dev-shm-usage", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync", "--no-first-run",
+                    "--window-size=1280,900",
+                ],
+            }),
+        );
+        let client = ClientBuilder::rustls()
+            .unwrap()
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .expect("a Chromium session");
+        browser.client = Some(client);
+        browser
+    }
+
+    fn client(&self) -> &Client {
+        self.client.as_ref().unwrap()
+    }
+
+    async fn eval(&self, script: &str) -> Value {
+        self.client().execute(script, Vec::new()).await.unwrap()
+    }
+
+    /// Waits until the JavaScript expression is true.
+    async fn wait_for(&self, expression: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if self.eval(&format!("return !!({expression});")).await == json!(true) {
+                return;
+            }
+            if Instant::now() > deadline {
+                let body = self.eval("return document.body.innerText;").await;
+                panic!("timed out waiting for {expression}; the page shows:\n{body}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn click(&self, css: &str) {
+        self.client()
+            .find(Locator::Css(css))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let field = self.client().find(Locator::Css(css)).await.unwrap();
+        field.clear().await.unwrap();
+        field.send_keys(text).await.unwrap();
+    }
+
+    async fn send_message(&self, text: &str) {
+        self.type_into("#input", text).await;
+        self.click("#send").await;
+    }
+
+    async fn screenshot(&self, name: &str) {
+        let png = self.client().screenshot().await.unwrap();
+        assert!(png.starts_with(b"\x89PNG"), "a PNG");
+        let dir = std::env::var_os("FLYNN_ARTIFACTS")
+            .map_or_else(
+                || std::env::temp_dir().join("flynn-artifacts"),
+                PathBuf::from,
+            )
+            .join("screenshots");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            // Ending the session closes Chromium; do it on a runtime of its
+            // own, as drop may run outside one.
+            let _ = std::thread::spawn(move || {
+                if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    let _ = runtime.block_on(client.close());
+                }
+            })
+            .join();
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+const STALL: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"working\"},\"finish_reason\":null}]}\n\n";
+
+/// Count of elements matching a selector.
+fn count(css: &str) -> String {
+    format!("document.querySelectorAll({css:?}).length")
+}
+
+/// The text of the last element matching a selector.
+fn last_text(css: &str) -> String {
+    format!("(Array.from(document.querySelectorAll({css:?})).pop() || {{}}).innerText || ''")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_chat_streams_approves_denies_cancels_and_survives_a_restart() {
+    let fake = FakeOpenAi::start().await;
+    let mut harness = Harness::start(&fake).await;
+    let browser = Browser::start().await;
+    let url = harness.url("/");
+
+    // Signing in: a wrong token is refused with a message, the right one
+    // opens the chat.
+    browser.client().goto(&url).await.unwrap();
+    browser
+        .wait_for("!document.getElementById('login').hidden")
+        .await;
+    browser.type_into("#token", "wrong-token").await;
+    browser.click("#login-form button[type=submit]").await;
+    browser
+        .wait_for("document.getElementById('login-error').innerText.includes('refused')")
+        .await;
+    browser.type_into("#token", TOKEN).await;
+    browser.click("#login-form button[type=submit]").await;
+    browser
+        .wait_for("document.getElementById('status').innerText === 'connected'")
+        .await;
+    browser.screenshot("login-done").await;
+
+    // A streamed answer, rendered as markdown.
+    fake.push(Reply::Text(
+        "Hello **there**.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```rust\nfn main() {}\n```".into(),
+    ));
+    browser.send_message("hello").await;
+    browser
+        .wait_for(&format!("{} === 1", count(".msg.assistant strong")))
+        .await;
+    assert_eq!(
+        browser
+            .eval("return document.querySelector('.msg.assistant strong').innerText;")
+            .await,
+        json!("there")
+    );
+    assert_eq!(
+        browser
+            .eval(&format!("return {};", count(".msg.assistant table td")))
+            .await,
+        json!(2)
+    );
+    assert_eq!(
+        browser
+            .eval("return document.querySelector('.msg.assistant pre code').innerText;")
+            .await,
+        json!("fn main() {}")
+    );
+
+    // What a model writes never runs: a script and an event handler are text.
+    fake.push(Reply::Text(
+        "<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\"> [x](javascript:window.pwned=3)".into(),
+    ));
+    browser.send_message("show me html").await;
+    browser
+        .wait_for(&format!(
+            "{}.includes('<script>')",
+            last_text(".msg.assistant")
+        ))
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        browser.eval("return typeof window.pwned;").await,
+        json!("undefined")
+    );
+    assert_eq!(
+        browser
+            .eval(&format!(
+                "return {};",
+                count(".messages script, .messages img")
+            ))
+            .await,
+        json!(0)
+    );
+    assert_eq!(
+        browser
+            .eval(&format!(
+                "return {};",
+                count(".messages a[href^='javascript']")
+            ))
+            .await,
+        json!(0)
+    );
+
+    // A tool call that needs confirmation, approved with the button.
+    fake.push(Reply::ToolCalls(vec![(
+        "file_write".into(),
+        json!({"path": "approved.txt", "content": "yes"}),
+    )]));
+    fake.push(Reply::Text("Wrote it.".into()));
+    browser.send_message("write approved.txt").await;
+    browser
+        .wait_for(&format!("{} === 1", count(".confirm")))
+        .await;
+    browser.screenshot("confirmation").await;
+    browser.click(".confirm button.primary").await;
+    browser
+        .wait_for(&format!("{} === 'Wrote it.'", last_text(".msg.assistant")))
+        .await;
+    assert!(
+        browser
+            .eval(&format!("return {};", last_text(".tool")))
+            .await
+            .as_str()
+            .unwrap()
+            .starts_with("✓ file.write"),
+    );
+
+    // Another, denied.
+    fake.push(Reply::ToolCalls(vec![(
+        "file_write".into(),
+        json!({"path": "denied.txt", "content": "no"}),
+    )]));
+    fake.push(Reply::Text("Understood, I did not write it.".into()));
+    browser.send_message("write denied.txt").await;
+    browser
+        .wait_for(&format!("{} === 2", count(".confirm")))
+        .await;
+    browser
+        .eval("Array.from(document.querySelectorAll('.confirm')).pop().querySelector('button.danger').click();")
+        .await;
+    browser
+        .wait_for(&format!(
+            "{} === 'Understood, I did not write it.'",
+            last_text(".msg.assistant")
+        ))
+        .await;
+    assert!(
+        browser
+            .eval(&format!("return {};", last_text(".tool")))
+            .await
+            .as_str()
+            .unwrap()
+            .starts_with("✗ file.write"),
+    );
+
+    // Cancel a turn whose model stalls.
+    fake.push(Reply::Stall(STALL.into()));
+    browser.send_message("a long job").await;
+    browser
+        .wait_for("!document.getElementById('cancel').hidden")
+        .await;
+    browser.click("#cancel").await;
+    browser
+        .wait_for(&format!(
+            "{}.includes('cancelled')",
+            last_text(".msg.notice")
+        ))
+        .await;
+    browser
+        .wait_for("document.getElementById('cancel').hidden")
+        .await;
+
+    // A reload keeps the token and shows the conversation from the history.
+    browser.client().refresh().await.unwrap();
+    browser
+        .wait_for("document.getElementById('status').innerText === 'connected'")
+        .await;
+    browser
+        .wait_for(&format!("{} >= 5", count(".msg.user")))
+        .await;
+    browser
+        .wait_for(&format!("{} >= 1", count(".msg.assistant strong")))
+        .await;
+
+    // The daemon goes away and comes back on the same address: the page
+    // reconnects by itself and the conversation is still there.
+    let addr: SocketAddr = harness.addr;
+    harness
+        .serving
+        .take()
+        .unwrap()
+        .shutdown(Duration::from_secs(2))
+        .await;
+    browser
+        .wait_for("document.getElementById('status').innerText === 'reconnecting…'")
+        .await;
+    let gateway = Gateway::new(GatewayParts {
+        manager: harness.flynn.manager().clone(),
+        config: crate::harness::config(&fake),
+        config_file: None,
+        token: TOKEN.to_owned(),
+        approver: RemoteApprover::new(),
+    });
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    harness.serving = Some(gateway.serve(listener).unwrap());
+    browser
+        .wait_for("document.getElementById('status').innerText === 'connected'")
+        .await;
+    browser
+        .wait_for(&format!("{} >= 5", count(".msg.user")))
+        .await;
+    fake.push(Reply::Text("Back again.".into()));
+    browser.send_message("still there?").await;
+    browser
+        .wait_for(&format!(
+            "{} === 'Back again.'",
+            last_text(".msg.assistant")
+        ))
+        .await;
+    browser.screenshot("chat-desktop").await;
+
+    // Every control has a name a screen reader can say.
+    let unnamed = browser
+        .eval(
+            "return Array.from(document.querySelectorAll('button, input, textarea, select'))
+               .filter(e => !(e.getAttribute('aria-label') || (e.labels && e.labels.length) || e.innerText.trim()))
+               .map(e => e.outerHTML);",
+        )
+        .await;
+    assert_eq!(unnamed, json!([]));
+
+    // The dashboard: usage with a chart, providers, tools, sessions, config.
+    browser.click("#tab-dash").await;
+    browser
+        .wait_for("document.querySelector('#d-usage table') && document.querySelector('#d-usage svg.chart rect')")
+        .await;
+    browser
+        .wait_for("document.getElementById('d-providers').innerText.includes('ok')")
+        .await;
+    browser
+        .wait_for("document.getElementById('d-tools').innerText.includes('file.write')")
+        .await;
+    browser
+        .wait_for("document.getElementById('d-config').innerText.includes('providers')")
+        .await;
+    let usage = browser
+        .eval("return document.getElementById('d-usage').innerText;")
+        .await;
+    assert!(usage.as_str().unwrap().contains("default"), "{usage}");
+    browser.screenshot("dashboard-desktop").await;
+
+    // Phone width.
+    browser.client().set_window_size(390, 844).await.unwrap();
+    browser.screenshot("dashboard-phone").await;
+    browser.click("#tab-chat").await;
+    browser
+        .wait_for("!document.getElementById('chat').hidden")
+        .await;
+    browser.screenshot("chat-phone").await;
+    assert_eq!(
+        browser
+            .eval("return document.documentElement.scrollWidth <= window.innerWidth + 1;")
+            .await,
+        json!(true),
+        "nothing wider than the phone's screen"
+    );
+
+    // The first load (page, script, styles, icon, manifest) is small.
+    browser.client().goto(&url).await.unwrap();
+    browser
+        .wait_for("document.getElementById('status').innerText === 'connected'")
+        .await;
+    let bytes = browser
+        .eval(
+            "return performance.getEntriesByType('navigation').concat(performance.getEntriesByType('resource'))
+               .reduce((sum, e) => sum + (e.encodedBodySize || 0), 0);",
+        )
+        .await;
+    let bytes = bytes.as_f64().unwrap();
+    assert!(bytes > 10_000.0 && bytes < 100_000.0, "{bytes} bytes");
+    assert_eq!(fake.violations(), Vec::<String>::new());
+    drop(browser);
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn the_page_needs_no_token_carries_its_policy_and_revalidates() {
+    let fake = FakeOpenAi::start().await;
+    let mut harness = Harness::start(&fake).await;
+    let http = reqwest::Client::new();
+    let page = http.get(harness.url("/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let headers = page.headers().clone();
+    assert_eq!(headers["content-type"], "text/html; charset=utf-8");
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("script-src 'self'"), "{csp}");
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    let etag = headers["etag"].to_str().unwrap().to_owned();
+    assert!(page.text().await.unwrap().contains("<title>Flynn</title>"));
+
+    let again = http
+        .get(harness.url("/"))
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
+
+    let mut total = 0;
+    for (path, kind) in [
+        ("/app.js", "text/javascript; charset=utf-8"),
+        ("/app.css", "text/css; charset=utf-8"),
+        ("/manifest.webmanifest", "application/manifest+json"),
+        ("/sw.js", "text/javascript; charset=utf-8"),
+        ("/icon.svg", "image/svg+xml"),
+        ("/icon-192.png", "image/png"),
+        ("/icon-512.png", "image/png"),
+    ] {
+        let response = http.get(harness.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        assert_eq!(response.headers()["content-type"], kind, "{path}");
+        total += response.bytes().await.unwrap().len();
+    }
+    assert!(total < 100_000, "{total} bytes");
+    let manifest: Value = http
+        .get(harness.url("/manifest.webmanifest"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(manifest["display"], "standalone");
+    // The API stays behind the token.
+    let rpc = http.get(harness.url("/metrics")).send().await.unwrap();
+    assert_eq!(rpc.status(), 401);
+    harness.stop().await;
+}

@@ -1,0 +1,780 @@
+// Flynn's web chat and dashboard: a plain client of the gateway's JSON-RPC
+// protocol (docs/protocol.md). No framework, no build step, nothing from a
+// CDN. Everything a model or a tool wrote reaches the page as text nodes:
+// the markdown renderer builds elements itself and never sets innerHTML.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const TOKEN_KEY = "flynn.token";
+const SESSION_KEY = "flynn.session";
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+// ---------------------------------------------------------------- markdown
+
+const SAFE_URL = /^(https?:|mailto:)/i;
+
+/** Inline markdown of one line or paragraph, as nodes. */
+function inline(text) {
+  const out = [];
+  // Code spans first: nothing inside them is markdown.
+  const pattern = /(`+)([\s\S]*?[^`])\1(?!`)|\[([^\]]+)\]\(([^)\s]+)\)|\*\*([^*]+)\*\*|__([^_]+)__|\*([^*\s][^*]*)\*|_([^_\s][^_]*)_|(https?:\/\/[^\s<>()]+[^\s<>().,;:!?'"])/g;
+  let last = 0;
+  for (const m of text.matchAll(pattern)) {
+    if (m.index > last) out.push(text.slice(last, m.index));
+    if (m[2] !== undefined) out.push(el("code", null, m[2].replace(/^ (.*) $/, "$1")));
+    else if (m[3] !== undefined) {
+      const url = m[4];
+      out.push(SAFE_URL.test(url)
+        ? el("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, ...inline(m[3]))
+        : m[0]);
+    } else if (m[5] !== undefined || m[6] !== undefined) out.push(el("strong", null, ...inline(m[5] ?? m[6])));
+    else if (m[7] !== undefined || m[8] !== undefined) out.push(el("em", null, ...inline(m[7] ?? m[8])));
+    else if (m[9] !== undefined) out.push(el("a", { href: m[9], target: "_blank", rel: "noopener noreferrer" }, m[9]));
+    last = m.index + m[0].length;
+  }
+  if (last < text.length) out.push(text.slice(last));
+  return out;
+}
+
+function splitRow(line) {
+  let row = line.trim();
+  if (row.startsWith("|")) row = row.slice(1);
+  if (row.endsWith("|")) row = row.slice(0, -1);
+  return row.split("|").map((cell) => cell.trim());
+}
+
+/** Markdown as a fragment of elements: fenced code, headings, lists,
+ * quotes, tables, paragraphs. Raw HTML stays text. */
+function markdown(source) {
+  const frag = document.createDocumentFragment();
+  const lines = source.replace(/\r\n?/g, "\n").split("\n");
+  let i = 0;
+  while (i < lines.length) {
+    const line = lines[i];
+    const fence = line.match(/^\s*(```+|~~~+)\s*([\w+-]*)/);
+    if (fence) {
+      const body = [];
+      i++;
+      while (i < lines.length && !lines[i].trim().startsWith(fence[1])) body.push(lines[i++]);
+      i++;
+      const code = el("code", fence[2] ? { "data-lang": fence[2] } : null, body.join("\n"));
+      frag.append(el("pre", null, code));
+      continue;
+    }
+    if (!line.trim()) { i++; continue; }
+    const heading = line.match(/^(#{1,6})\s+(.*)$/);
+    if (heading) {
+      frag.append(el("h" + Math.min(6, heading[1].length + 2), null, ...inline(heading[2])));
+      i++;
+      continue;
+    }
+    if (/^\s*\|.*\|\s*$/.test(line) && i + 1 < lines.length && /^\s*\|?\s*:?-{2,}/.test(lines[i + 1])) {
+      const head = splitRow(line);
+      i += 2;
+      const rows = [];
+      while (i < lines.length && /^\s*\|.*\|\s*$/.test(lines[i])) rows.push(splitRow(lines[i++]));
+      frag.append(el("table", null,
+        el("thead", null, el("tr", null, head.map((c) => el("th", null, ...inline(c))))),
+        el("tbody", null, rows.map((r) => el("tr", null, r.map((c) => el("td", null, ...inline(c))))))));
+      continue;
+    }
+    if (/^\s*>/.test(line)) {
+      const body = [];
+      while (i < lines.length && /^\s*>/.test(lines[i])) body.push(lines[i++].replace(/^\s*>\s?/, ""));
+      frag.append(el("blockquote", null, markdown(body.join("\n"))));
+      continue;
+    }
+    const item = /^\s*([-*+]|\d+[.)])\s+/;
+    if (item.test(line)) {
+      const ordered = /^\s*\d/.test(line);
+      const list = el(ordered ? "ol" : "ul");
+      while (i < lines.length && item.test(lines[i])) {
+        let text = lines[i++].replace(item, "");
+        while (i < lines.length && /^\s{2,}\S/.test(lines[i]) && !item.test(lines[i])) text += " " + lines[i++].trim();
+        list.append(el("li", null, ...inline(text)));
+      }
+      frag.append(list);
+      continue;
+    }
+    const para = [];
+    while (i < lines.length && lines[i].trim() && !/^(\s*(```|~~~)|#{1,6}\s|\s*>|\s*([-*+]|\d+[.)])\s)/.test(lines[i])) {
+      para.push(lines[i++]);
+    }
+    if (!para.length) para.push(lines[i++]);
+    const p = el("p");
+    para.forEach((text, n) => {
+      if (n) p.append(el("br"));
+      p.append(...inline(text));
+    });
+    frag.append(p);
+  }
+  return frag;
+}
+
+// ---------------------------------------------------------------- JSON-RPC
+
+class Rpc {
+  constructor(token, onState) {
+    this.token = token;
+    this.onState = onState;
+    this.nextId = 1;
+    this.pending = new Map();
+    this.subs = new Map();
+    this.ws = null;
+    this.retry = 500;
+    this.closedByUs = false;
+    this.ready = null;
+  }
+
+  connect() {
+    const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+    const url = `${scheme}//${location.host}/rpc?token=${encodeURIComponent(this.token)}`;
+    this.ready = new Promise((resolve) => {
+      const ws = new WebSocket(url);
+      this.ws = ws;
+      ws.onopen = () => {
+        this.retry = 500;
+        this.onState("up");
+        resolve();
+      };
+      ws.onmessage = (event) => this.receive(event.data);
+      ws.onclose = () => {
+        for (const { reject } of this.pending.values()) reject(new Error("the connection closed"));
+        this.pending.clear();
+        this.subs.clear();
+        if (this.closedByUs) return;
+        this.onState("down");
+        setTimeout(() => this.connect(), this.retry);
+        this.retry = Math.min(this.retry * 2, 10000);
+      };
+    });
+    return this.ready;
+  }
+
+  close() {
+    this.closedByUs = true;
+    if (this.ws) this.ws.close();
+  }
+
+  receive(data) {
+    let message;
+    try { message = JSON.parse(data); } catch { return; }
+    if (message.id !== undefined && this.pending.has(message.id)) {
+      const { resolve, reject } = this.pending.get(message.id);
+      this.pending.delete(message.id);
+      if (message.error) reject(Object.assign(new Error(message.error.message), { data: message.error }));
+      else resolve(message.result);
+    } else if (message.method && message.params) {
+      const handler = this.subs.get(String(message.params.subscription));
+      if (handler) handler(message.params.result);
+    }
+  }
+
+  async call(method, params) {
+    await this.ready;
+    if (!this.ws || this.ws.readyState !== WebSocket.OPEN) throw new Error("not connected to the daemon");
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.ws.send(JSON.stringify({ jsonrpc: "2.0", id, method, params: params || {} }));
+    });
+  }
+
+  async subscribe(method, params, handler) {
+    const id = await this.call(method, params);
+    this.subs.set(String(id), handler);
+    return id;
+  }
+}
+
+/** Checks a token with one HTTP call, so a wrong one gets a clear message. */
+async function checkToken(token) {
+  const response = await fetch("/rpc", {
+    method: "POST",
+    headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
+    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "system.version", params: {} }),
+  });
+  if (response.status === 401) throw new Error("The daemon refused this token.");
+  if (!response.ok) throw new Error(`The daemon answered ${response.status}.`);
+  return response.json();
+}
+
+// ---------------------------------------------------------------- the app
+
+const state = {
+  rpc: null,
+  session: null,
+  sessions: [],
+  running: false,
+  turn: null,
+  bubble: null,
+  text: "",
+  renderQueued: false,
+  tools: new Map(),
+  confirms: new Map(),
+  cursor: 0,
+  subscription: null,
+  pendingCommand: false,
+};
+
+function setStatus(kind) {
+  const status = $("status");
+  status.className = "status " + (kind === "up" ? "ok" : "down");
+  status.textContent = kind === "up" ? "connected" : "reconnecting…";
+  $("send").disabled = kind !== "up";
+  if (kind === "up" && state.session) reopen();
+}
+
+function newSessionKey() {
+  const random = Array.from(crypto.getRandomValues(new Uint8Array(6)), (b) => b.toString(16).padStart(2, "0")).join("");
+  return `web:${random}`;
+}
+
+function scrollDown() {
+  const box = $("messages");
+  box.scrollTop = box.scrollHeight;
+}
+
+function addMessage(node) {
+  const box = $("messages");
+  const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 80;
+  box.append(node);
+  if (atBottom) scrollDown();
+  return node;
+}
+
+function notice(text, kind) {
+  return addMessage(el("div", { class: "msg notice" + (kind ? " " + kind : "") }, text));
+}
+
+function assistantBubble() {
+  if (!state.bubble) {
+    state.bubble = addMessage(el("div", { class: "msg assistant typing" }));
+    state.text = "";
+  }
+  return state.bubble;
+}
+
+function renderBubble() {
+  state.renderQueued = false;
+  if (!state.bubble) return;
+  const thinking = state.bubble.querySelector("details.thinking");
+  state.bubble.replaceChildren(...(thinking ? [thinking] : []), markdown(state.text));
+  scrollDown();
+}
+
+function queueRender() {
+  if (!state.renderQueued) {
+    state.renderQueued = true;
+    requestAnimationFrame(renderBubble);
+  }
+}
+
+function endBubble() {
+  if (state.bubble) {
+    renderBubble();
+    state.bubble.classList.remove("typing");
+  }
+  state.bubble = null;
+  state.text = "";
+}
+
+function setRunning(running) {
+  state.running = running;
+  $("cancel").hidden = !running;
+  $("send").hidden = running;
+}
+
+function toolLine(id, name, input) {
+  const line = el("div", { class: "tool", "data-call": id },
+    el("span", { class: "state" }, "… "), `${name} `, el("span", { class: "muted" }, summarize(input)));
+  state.tools.set(id, line);
+  return addMessage(line);
+}
+
+function summarize(input) {
+  if (input === undefined || input === null) return "";
+  const text = typeof input === "string" ? input : JSON.stringify(input);
+  return text.length > 160 ? text.slice(0, 157) + "…" : text;
+}
+
+function finishTool(id, name, ok, output) {
+  let line = state.tools.get(id);
+  if (!line) line = toolLine(id, name, "");
+  const mark = line.querySelector(".state");
+  mark.className = "state " + (ok ? "ok" : "fail");
+  mark.textContent = ok ? "✓ " : "✗ ";
+  if (output !== undefined && output !== null && output !== "") {
+    line.append(el("details", null, el("summary", null, "output"), el("pre", null, String(output))));
+  }
+}
+
+function confirmCard(session, id, name, input, reason) {
+  const approve = el("button", { class: "primary", type: "button" }, "Approve");
+  const deny = el("button", { class: "danger", type: "button" }, "Deny");
+  const result = el("span", { class: "muted", role: "status" });
+  const card = el("div", { class: "confirm", role: "group", "aria-label": `Confirm ${name}` },
+    el("div", null, el("strong", null, name), " wants to run", reason ? ` (${reason})` : "", ":"),
+    el("pre", null, typeof input === "string" ? input : JSON.stringify(input, null, 2)),
+    el("div", { class: "actions" }, approve, deny, result));
+  const decide = async (yes) => {
+    approve.disabled = deny.disabled = true;
+    try {
+      await state.rpc.call("confirmations.resolve", { session, id, approve: yes, reason: yes ? undefined : "denied in the web chat" });
+    } catch (error) {
+      result.textContent = error.message;
+      approve.disabled = deny.disabled = false;
+    }
+  };
+  approve.addEventListener("click", () => decide(true));
+  deny.addEventListener("click", () => decide(false));
+  state.confirms.set(id, card);
+  addMessage(card);
+  approve.focus();
+}
+
+function resolveCard(id, resolution) {
+  const card = state.confirms.get(id);
+  if (!card) return;
+  card.querySelectorAll("button").forEach((b) => { b.disabled = true; });
+  card.querySelector("[role=status]").textContent = {
+    approved: "approved", denied: "denied", timed_out: "timed out", cancelled: "cancelled",
+  }[resolution] || String(resolution);
+}
+
+/** One event of the open session, from any client. */
+function onEvent(envelope) {
+  if (!envelope || envelope.session !== state.session) return;
+  if (envelope.skipped !== undefined) {
+    notice(`${envelope.skipped} events were skipped; reloading`);
+    reopen();
+    return;
+  }
+  switch (envelope.type) {
+    case "run_state":
+      if (envelope.state === "start") { setRunning(true); state.turn = envelope.turn; }
+      if (["complete", "cancelled", "error"].includes(envelope.state)) {
+        endBubble();
+        setRunning(false);
+        if (envelope.state === "cancelled") notice("cancelled");
+        loadSessions();
+      }
+      break;
+    case "content_delta":
+      assistantBubble();
+      state.text += envelope.text;
+      queueRender();
+      break;
+    case "thinking": {
+      const bubble = assistantBubble();
+      let details = bubble.querySelector("details.thinking");
+      if (!details) {
+        details = el("details", { class: "thinking" }, el("summary", null, "Thinking"), el("div"));
+        bubble.prepend(details);
+      }
+      details.lastChild.textContent += envelope.text;
+      break;
+    }
+    case "tool_start":
+      endBubble();
+      toolLine(envelope.id, envelope.name, envelope.input);
+      break;
+    case "tool_end":
+      finishTool(envelope.id, envelope.name, envelope.ok, envelope.output);
+      break;
+    case "confirmation_requested":
+      endBubble();
+      confirmCard(envelope.session, envelope.id, envelope.name, envelope.input, envelope.reason);
+      break;
+    case "confirmation_resolved":
+      resolveCard(envelope.id, envelope.resolution);
+      break;
+    case "warning":
+      notice("⚠ " + envelope.message);
+      break;
+    case "error":
+      endBubble();
+      addMessage(el("div", { class: "msg error", role: "alert" }, envelope.message));
+      break;
+    case "queued":
+      notice("queued behind the running turn");
+      break;
+    case "compaction":
+      notice("older messages were summarised to make room");
+      break;
+    case "interrupted":
+      notice("an earlier turn was interrupted; its message is kept");
+      break;
+    case "command":
+      if (envelope.turn === undefined || envelope.turn === null) {
+        state.pendingCommand = false;
+        const bubble = addMessage(el("div", { class: "msg assistant" }));
+        bubble.append(markdown(envelope.reply || ""));
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+/** Renders stored messages (the history). */
+function renderStored(messages) {
+  for (const entry of messages) {
+    const message = entry.message || {};
+    const blocks = message.content || [];
+    if (message.role === "user") {
+      const text = blocks.filter((b) => b.type === "text").map((b) => b.text).join("\n");
+      if (text) addMessage(el("div", { class: "msg user" }, text));
+      for (const block of blocks) {
+        if (block.type === "tool_result") {
+          const id = block.tool_use_id;
+          finishTool(id, state.tools.get(id)?.dataset.name || "tool", !block.is_error, block.content);
+        }
+      }
+    } else {
+      const text = blocks.filter((b) => b.type === "text").map((b) => b.text).join("\n\n");
+      const thinking = blocks.filter((b) => b.type === "thinking").map((b) => b.thinking).join("\n");
+      if (text || thinking) {
+        const bubble = addMessage(el("div", { class: "msg assistant" }));
+        if (thinking) bubble.append(el("details", { class: "thinking" }, el("summary", null, "Thinking"), el("div", null, thinking)));
+        bubble.append(markdown(text));
+      }
+      for (const block of blocks) {
+        if (block.type === "tool_use") {
+          const line = toolLine(block.id, block.name, block.input);
+          line.dataset.name = block.name;
+        }
+      }
+    }
+    state.cursor = Math.max(state.cursor, entry.seq || 0);
+  }
+}
+
+async function openSession(key) {
+  state.session = key;
+  localStorage.setItem(SESSION_KEY, key);
+  const known = state.sessions.find((s) => s.key === key);
+  $("chat-title").textContent = known?.title || (known ? "Chat" : "New chat");
+  $("chat-key").textContent = key;
+  document.querySelectorAll("#sessions button").forEach((b) => b.setAttribute("aria-current", String(b.dataset.key === key)));
+  await reopen();
+}
+
+/** (Re)loads the open session: its history, its running turn, and a
+ * subscription to its events. Used after a reconnect too. */
+async function reopen() {
+  const key = state.session;
+  if (!key || !state.rpc) return;
+  $("messages").replaceChildren();
+  state.tools.clear();
+  state.confirms.clear();
+  state.bubble = null;
+  state.cursor = 0;
+  setRunning(false);
+  try {
+    await state.rpc.subscribe("sessions.subscribe", { sessions: [key] }, onEvent);
+    const history = await state.rpc.call("sessions.history", { session: key, limit: 200 });
+    if (history.more_before) notice("older messages are not shown");
+    renderStored(history.messages);
+    const status = await state.rpc.call("agent.status", { session: key });
+    if (status.running.some((r) => r.session === key)) {
+      setRunning(true);
+      notice("a turn is running");
+    }
+    const pending = await state.rpc.call("confirmations.list", {});
+    for (const c of pending.filter((c) => c.session === key)) confirmCard(c.session, c.id, c.tool, c.input, c.reason);
+  } catch (error) {
+    notice(error.message, "error");
+  }
+  scrollDown();
+}
+
+async function loadSessions() {
+  try {
+    state.sessions = await state.rpc.call("sessions.list", {});
+  } catch {
+    return;
+  }
+  renderSessions();
+}
+
+function renderSessions() {
+  const filter = $("session-filter").value.trim().toLowerCase();
+  const list = $("sessions");
+  list.replaceChildren();
+  for (const s of state.sessions) {
+    const label = s.title || s.key;
+    if (filter && !label.toLowerCase().includes(filter) && !s.key.toLowerCase().includes(filter)) continue;
+    const when = new Date(s.updated_at).toLocaleString();
+    list.append(el("li", null, el("button", {
+      "data-key": s.key,
+      "aria-current": String(s.key === state.session),
+      onclick: () => { openSession(s.key); closeSidebar(); },
+    }, label, el("span", { class: "meta" }, `${s.message_count} messages · ${when}`))));
+  }
+}
+
+async function send(text) {
+  if (!text.trim() || !state.session) return;
+  if (!text.startsWith("/")) addMessage(el("div", { class: "msg user" }, text));
+  else state.pendingCommand = true;
+  scrollDown();
+  try {
+    const result = await state.rpc.call("sessions.send", { session: state.session, message: text, approval: "ask" });
+    if (result.command && state.pendingCommand) {
+      state.pendingCommand = false;
+      const bubble = addMessage(el("div", { class: "msg assistant" }));
+      bubble.append(markdown(result.outcome.reply || ""));
+    }
+  } catch (error) {
+    endBubble();
+    setRunning(false);
+    if (!/cancel/i.test(error.message)) addMessage(el("div", { class: "msg error", role: "alert" }, error.message));
+  }
+}
+
+// ---------------------------------------------------------------- dashboard
+
+function fmtNumber(n) { return Number(n || 0).toLocaleString(); }
+function fmtCost(n) { return "$" + Number(n || 0).toFixed(4); }
+function table(head, rows, numeric) {
+  return el("table", { class: "data" },
+    el("thead", null, el("tr", null, head.map((h, i) => el("th", { class: numeric?.includes(i) ? "num" : null, scope: "col" }, h)))),
+    el("tbody", null, rows.map((r) => el("tr", null, r.map((c, i) => el("td", { class: numeric?.includes(i) ? "num" : null }, c))))));
+}
+function kv(pairs) {
+  return el("dl", { class: "kv" }, pairs.flatMap(([k, v]) => [el("dt", null, k), el("dd", null, v)]));
+}
+
+function chart(daily) {
+  // Cost per day, all tiers together; tokens when nothing is priced.
+  const days = new Map();
+  for (const d of daily) {
+    const entry = days.get(d.day) || { cost: 0, tokens: 0 };
+    entry.cost += d.cost_usd || 0;
+    entry.tokens += (d.usage?.input_tokens || 0) + (d.usage?.output_tokens || 0);
+    days.set(d.day, entry);
+  }
+  const entries = [...days.entries()];
+  const byCost = entries.some(([, v]) => v.cost > 0);
+  const value = (v) => (byCost ? v.cost : v.tokens);
+  const max = Math.max(1e-9, ...entries.map(([, v]) => value(v)));
+  const width = 600, height = 160, pad = 18;
+  const bar = entries.length ? Math.min(48, (width - pad) / entries.length) : 0;
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.setAttribute("class", "chart");
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", `${byCost ? "Cost" : "Tokens"} per day: ` + entries.map(([d, v]) => `${d} ${byCost ? fmtCost(v.cost) : fmtNumber(v.tokens)}`).join(", "));
+  entries.forEach(([day, v], i) => {
+    const h = ((height - 2 * pad) * value(v)) / max;
+    const rect = document.createElementNS(ns, "rect");
+    rect.setAttribute("x", pad + i * bar + 2);
+    rect.setAttribute("y", height - pad - h);
+    rect.setAttribute("width", Math.max(1, bar - 4));
+    rect.setAttribute("height", h);
+    const title = document.createElementNS(ns, "title");
+    title.textContent = `${day}: ${byCost ? fmtCost(v.cost) : fmtNumber(v.tokens) + " tokens"}`;
+    rect.append(title);
+    svg.append(rect);
+    const label = document.createElementNS(ns, "text");
+    label.setAttribute("x", pad + i * bar + 2);
+    label.setAttribute("y", height - 4);
+    label.textContent = day.slice(5);
+    svg.append(label);
+  });
+  return svg;
+}
+
+async function section(id, load) {
+  const box = $(id);
+  try {
+    box.replaceChildren(await load());
+  } catch (error) {
+    box.replaceChildren(el("p", { class: "error" }, error.message));
+  }
+}
+
+async function loadDashboard() {
+  const rpc = state.rpc;
+  await Promise.all([
+    section("d-health", async () => {
+      const h = await rpc.call("system.health", {});
+      return kv([["status", h.status], ["version", h.version], ["up", `${h.uptime_secs} s`],
+        ["active sessions", h.active_sessions], ["running turns", h.running_turns], ["pending confirmations", h.pending_confirmations]]);
+    }),
+    section("d-usage", async () => {
+      const u = await rpc.call("usage.summary", { days: 14 });
+      const rows = u.tiers.map((t) => [t.tier, fmtNumber(t.calls), fmtNumber(t.usage.input_tokens), fmtNumber(t.usage.output_tokens), fmtCost(t.cost_usd)]);
+      rows.push(["total", fmtNumber(u.total.calls), fmtNumber(u.total.usage.input_tokens), fmtNumber(u.total.usage.output_tokens), fmtCost(u.total.cost_usd)]);
+      const frag = document.createDocumentFragment();
+      frag.append(table(["tier", "calls", "input", "output", "cost"], rows, [1, 2, 3, 4]));
+      frag.append(el("h3", { class: "muted" }, "Last 14 days"));
+      frag.append(u.daily?.length ? chart(u.daily) : el("p", { class: "muted" }, "no model calls in the last 14 days"));
+      if (u.total.unpriced_calls) frag.append(el("p", { class: "muted" }, `${u.total.unpriced_calls} call(s) with no known price are not in the cost`));
+      return frag;
+    }),
+    section("d-confirm", async () => {
+      const list = await rpc.call("confirmations.list", {});
+      if (!list.length) return el("p", { class: "muted" }, "none");
+      return el("ul", null, list.map((c) => el("li", null, `${c.tool} in ${c.session} `,
+        el("button", { class: "primary", type: "button", onclick: async () => { await rpc.call("confirmations.resolve", { session: c.session, id: c.id, approve: true }); loadDashboard(); } }, "Approve"), " ",
+        el("button", { class: "danger", type: "button", onclick: async () => { await rpc.call("confirmations.resolve", { session: c.session, id: c.id, approve: false, reason: "denied on the dashboard" }); loadDashboard(); } }, "Deny"))));
+    }),
+    section("d-providers", async () => {
+      const list = await rpc.call("providers.status", {});
+      if (!list.length) return el("p", { class: "muted" }, "no providers configured");
+      return table(["provider", "kind", "state"], list.map((p) => [p.name, p.kind,
+        p.ok ? el("span", { class: "pill ok" }, `ok · ${p.latency_ms} ms`) : el("span", { class: "pill fail", title: p.error }, p.error || "down")]));
+    }),
+    section("d-agents", async () => {
+      const agents = await rpc.call("config.get", { path: "agents" });
+      const tiers = await rpc.call("config.get", { path: "models.tiers" });
+      const frag = document.createDocumentFragment();
+      frag.append(table(["tier", "models"], Object.entries(tiers).map(([t, m]) => [t, (m || []).join(", ") || "—"])));
+      const list = agents.list || [];
+      frag.append(el("p", null, "Agents: ", list.length ? list.map((a) => a.name).join(", ") : "main"));
+      return frag;
+    }),
+    section("d-sessions", async () => {
+      await loadSessions();
+      return table(["session", "messages", "updated", ""], state.sessions.map((s) => [
+        s.title ? `${s.title} (${s.key})` : s.key, fmtNumber(s.message_count), new Date(s.updated_at).toLocaleString(),
+        el("span", null,
+          el("button", { type: "button", onclick: () => { showTab("chat"); openSession(s.key); } }, "Open"), " ",
+          el("button", { type: "button", class: "danger", onclick: async () => {
+            if (!confirm(`Forget ${s.key}?`)) return;
+            await rpc.call("sessions.reset", { session: s.key });
+            loadDashboard();
+          } }, "Reset")),
+      ]), [1]);
+    }),
+    section("d-tools", async () => {
+      const tools = await rpc.call("tools.list", {});
+      return table(["tool", "effect", "policy"], tools.map((t) => [t.name, t.effect,
+        !t.allowed ? "denied" : t.needs_confirmation ? "asks first" : "allowed"]));
+    }),
+    section("d-logs", async () => {
+      const logs = await rpc.call("system.logs", { limit: 200 });
+      return el("pre", { class: "logs" }, logs.lines.join("\n") || "no log lines yet");
+    }),
+    section("d-config", async () => {
+      const config = await rpc.call("config.get", {});
+      return el("pre", { class: "logs" }, JSON.stringify(config, null, 2));
+    }),
+  ]);
+}
+
+// ---------------------------------------------------------------- wiring
+
+function showTab(name) {
+  const chat = name === "chat";
+  $("chat").hidden = !chat;
+  $("dash").hidden = chat;
+  $("tab-chat").setAttribute("aria-selected", String(chat));
+  $("tab-dash").setAttribute("aria-selected", String(!chat));
+  if (!chat) loadDashboard();
+}
+
+function closeSidebar() {
+  $("sidebar").classList.remove("open");
+  $("menu").setAttribute("aria-expanded", "false");
+}
+
+async function start(token) {
+  state.rpc = new Rpc(token, setStatus);
+  $("login").hidden = true;
+  $("app").hidden = false;
+  await state.rpc.connect();
+  await loadSessions();
+  const saved = localStorage.getItem(SESSION_KEY);
+  await openSession(saved || state.sessions[0]?.key || newSessionKey());
+  $("input").focus();
+}
+
+function showLogin(message) {
+  $("app").hidden = true;
+  $("login").hidden = false;
+  const error = $("login-error");
+  error.hidden = !message;
+  error.textContent = message || "";
+  $("token").focus();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("login-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const token = $("token").value.trim();
+    try {
+      await checkToken(token);
+    } catch (error) {
+      showLogin(error.message);
+      return;
+    }
+    localStorage.setItem(TOKEN_KEY, token);
+    start(token);
+  });
+  $("logout").addEventListener("click", () => {
+    localStorage.removeItem(TOKEN_KEY);
+    if (state.rpc) state.rpc.close();
+    state.rpc = null;
+    showLogin();
+  });
+  $("tab-chat").addEventListener("click", () => showTab("chat"));
+  $("tab-dash").addEventListener("click", () => showTab("dash"));
+  $("menu").addEventListener("click", () => {
+    const open = $("sidebar").classList.toggle("open");
+    $("menu").setAttribute("aria-expanded", String(open));
+  });
+  $("new-chat").addEventListener("click", () => { showTab("chat"); openSession(newSessionKey()); closeSidebar(); $("input").focus(); });
+  $("session-filter").addEventListener("input", renderSessions);
+  const input = $("input");
+  input.addEventListener("input", () => {
+    input.style.height = "auto";
+    input.style.height = Math.min(input.scrollHeight, 240) + "px";
+  });
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      $("composer").requestSubmit();
+    }
+    if (event.key === "Escape" && state.running) $("cancel").click();
+  });
+  $("composer").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const text = input.value;
+    input.value = "";
+    input.style.height = "auto";
+    send(text);
+  });
+  $("cancel").addEventListener("click", async () => {
+    try {
+      await state.rpc.call("agent.cancel", { session: state.session });
+    } catch (error) {
+      notice(error.message, "error");
+    }
+  });
+
+  if ("serviceWorker" in navigator) navigator.serviceWorker.register("/sw.js").catch(() => {});
+  const token = localStorage.getItem(TOKEN_KEY);
+  if (token) {
+    checkToken(token).then(() => start(token), (error) => showLogin(error.message));
+  } else {
+    showLogin();
+  }
+});
