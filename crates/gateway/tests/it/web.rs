@@ -260,14 +260,12 @@ async fn the_web_chat_streams_approves_denies_cancels_and_survives_a_restart() {
     browser
         .wait_for(&format!("{} === 'Wrote it.'", last_text(".msg.assistant")))
         .await;
-    assert!(
-        browser
-            .eval(&format!("return {};", last_text(".tool")))
-            .await
-            .as_str()
-            .unwrap()
-            .starts_with("✓ file.write"),
-    );
+    browser
+        .wait_for(&format!(
+            "{}.startsWith('✓ file.write')",
+            last_text(".tool")
+        ))
+        .await;
 
     // Another, denied.
     fake.push(Reply::ToolCalls(vec![(
@@ -288,14 +286,12 @@ async fn the_web_chat_streams_approves_denies_cancels_and_survives_a_restart() {
             last_text(".msg.assistant")
         ))
         .await;
-    assert!(
-        browser
-            .eval(&format!("return {};", last_text(".tool")))
-            .await
-            .as_str()
-            .unwrap()
-            .starts_with("✗ file.write"),
-    );
+    browser
+        .wait_for(&format!(
+            "{}.startsWith('✗ file.write')",
+            last_text(".tool")
+        ))
+        .await;
 
     // Cancel a turn whose model stalls.
     fake.push(Reply::Stall(STALL.into()));
