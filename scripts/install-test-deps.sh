@@ -5,6 +5,7 @@
 #   flynn-tools sandbox tests run commands under it.
 #   chromium and chromium-driver: the web chat and dashboard tests drive
 #   a headless Chromium through WebDriver.
+#   tmux: flynn-tui's end-to-end test runs it in a real terminal.
 #
 # Idempotent and quick when everything is there. Debian/Ubuntu (apt-get),
 # as root or through sudo.
@@ -14,6 +15,7 @@ missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 
 if [ "${#missing[@]}" -eq 0 ]; then
   exit 0

@@ -1,0 +1,364 @@
+//! `flynn-tui`: chat with Flynn in the terminal, through the daemon's
+//! gateway. Streaming answers, tool status lines, confirmations, Esc to
+//! cancel, a session picker (Ctrl+S); it reconnects when the daemon
+//! restarts.
+
+mod app;
+mod ui;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use crossterm::event::{Event, EventStream, KeyEventKind};
+use flynn_core::gateway::api::{HistoryResult, Notification, SessionSummary, UsageSummary};
+use flynn_core::protocol::Message;
+use futures::StreamExt;
+use jsonrpsee::core::client::{ClientT, Subscription, SubscriptionClientT};
+use jsonrpsee::core::params::ObjectParams;
+use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::app::{Action, App, Connection};
+
+/// Flynn in the terminal: a client of the running daemon.
+#[derive(Debug, Parser)]
+#[command(name = "flynn-tui", version, about)]
+struct Args {
+    /// The daemon (default: FLYNN_GATEWAY_URL, else http://127.0.0.1:18800).
+    #[arg(long, value_name = "URL")]
+    gateway: Option<String>,
+    /// The conversation to open (default `tui:default`).
+    #[arg(long, default_value = "tui:default")]
+    session: String,
+    /// Config file, to find FLYNN_HOME's gateway token.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(error) => {
+            let _ = error.print();
+            return ExitCode::from(if error.use_stderr() { 2 } else { 0 });
+        }
+    };
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    if !std::io::stdout().is_terminal() {
+        eprintln!("error: flynn-tui needs a terminal (for scripts, use `flynn send`)");
+        return ExitCode::from(2);
+    }
+    let (url, token) = match target(&args) {
+        Ok(target) => target,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut terminal = ratatui::init();
+    let result = runtime.block_on(run(&mut terminal, url, token, args.session));
+    ratatui::restore();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The daemon's `ws://…/rpc` address and the token to show it.
+fn target(args: &Args) -> Result<(String, Option<String>), String> {
+    let given = args
+        .gateway
+        .clone()
+        .or_else(|| std::env::var("FLYNN_GATEWAY_URL").ok())
+        .filter(|u| !u.trim().is_empty())
+        .unwrap_or_else(|| "http://127.0.0.1:18800".to_owned());
+    let given = given.trim().trim_end_matches('/');
+    let (scheme, rest) = match given.split_once("://") {
+        Some(("http" | "ws", rest)) => ("ws", rest),
+        Some(("https" | "wss", rest)) => ("wss", rest),
+        Some((other, _)) => {
+            return Err(format!(
+                "the gateway URL '{given}' has scheme '{other}'; expected http://, https://, ws:// or wss://"
+            ));
+        }
+        None => ("ws", given),
+    };
+    let rest = rest.strip_suffix("/rpc").unwrap_or(rest);
+    let token = match std::env::var("FLYNN_GATEWAY_TOKEN") {
+        Ok(token) if !token.trim().is_empty() => Some(token.trim().to_owned()),
+        _ => {
+            let paths = flynn_core::config::Paths::resolve(
+                args.config.as_deref(),
+                &flynn_core::config::ProcessEnv,
+            )
+            .map_err(|e| e.to_string())?;
+            flynn_core::gateway::read_token_file(&paths.home)
+                .ok()
+                .flatten()
+        }
+    };
+    Ok((format!("{scheme}://{rest}/rpc"), token))
+}
+
+/// What the network side tells the terminal side.
+enum Update {
+    Connection(Connection),
+    Event(Box<flynn_core::protocol::EventEnvelope>),
+    History(Vec<Message>),
+    Sessions(Vec<String>),
+    Usage { tokens: u64, cost_usd: f64 },
+    Failed(String),
+}
+
+async fn run(
+    terminal: &mut ratatui::DefaultTerminal,
+    url: String,
+    token: Option<String>,
+    session: String,
+) -> Result<(), String> {
+    let mut app = App::new(session.clone());
+    let (updates, mut updates_rx) = mpsc::unbounded_channel();
+    let (actions, actions_rx) = mpsc::unbounded_channel();
+    tokio::spawn(network(url, token, session, actions_rx, updates));
+    let mut keys = EventStream::new();
+    loop {
+        terminal
+            .draw(|frame| ui::draw(frame, &app))
+            .map_err(|e| format!("cannot draw: {e}"))?;
+        tokio::select! {
+            key = keys.next() => {
+                let Some(Ok(event)) = key else { return Ok(()) };
+                if let Event::Key(key) = event
+                    && key.kind != KeyEventKind::Release
+                    && let Some(action) = app.key(key)
+                {
+                    if action == Action::Quit {
+                        return Ok(());
+                    }
+                    if let Action::Open(key) = &action {
+                        app.session.clone_from(key);
+                        app.entries.clear();
+                        app.tokens = 0;
+                        app.cost_usd = 0.0;
+                    }
+                    let _ = actions.send(action);
+                }
+            }
+            update = updates_rx.recv() => {
+                let Some(update) = update else { return Ok(()) };
+                match update {
+                    Update::Connection(state) => app.connection = state,
+                    Update::Event(envelope) => app.apply(&envelope),
+                    Update::History(messages) => app.load_history(&messages),
+                    Update::Sessions(sessions) => {
+                        if let Some(picker) = &mut app.picker {
+                            picker.sessions = sessions;
+                        }
+                    }
+                    Update::Usage { tokens, cost_usd } => {
+                        app.tokens = tokens;
+                        app.cost_usd = cost_usd;
+                    }
+                    Update::Failed(message) => app.entries.push(app::Entry::Error(message)),
+                }
+            }
+        }
+    }
+}
+
+fn object(value: Value) -> ObjectParams {
+    let mut params = ObjectParams::new();
+    if let Value::Object(map) = value {
+        for (key, value) in map {
+            let _ = params.insert(&key, value);
+        }
+    }
+    params
+}
+
+async fn connect(url: &str, token: Option<&str>) -> Result<WsClient, String> {
+    let mut headers = jsonrpsee::ws_client::HeaderMap::new();
+    if let Some(token) = token
+        && let Ok(value) = format!("Bearer {token}").parse()
+    {
+        headers.insert("authorization", value);
+    }
+    WsClientBuilder::default()
+        .set_headers(headers)
+        .connection_timeout(Duration::from_secs(5))
+        .request_timeout(Duration::from_secs(3600))
+        .build(url)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Keeps a connection to the daemon: follows the open session, carries out
+/// actions, and reconnects (reloading the history) when the daemon goes
+/// away.
+async fn network(
+    url: String,
+    token: Option<String>,
+    mut session: String,
+    mut actions: mpsc::UnboundedReceiver<Action>,
+    updates: mpsc::UnboundedSender<Update>,
+) {
+    let mut retry = Duration::from_millis(300);
+    loop {
+        let client = match connect(&url, token.as_deref()).await {
+            Ok(client) => Arc::new(client),
+            Err(error) => {
+                let _ = updates.send(Update::Connection(Connection::Down));
+                if error.contains("401") {
+                    let _ = updates.send(Update::Failed(
+                        "the daemon refused the token: set FLYNN_GATEWAY_TOKEN".to_owned(),
+                    ));
+                }
+                tokio::time::sleep(retry).await;
+                retry = (retry * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        retry = Duration::from_millis(300);
+        let _ = updates.send(Update::Connection(Connection::Up));
+        let mut events = match open(&client, &session, &updates).await {
+            Ok(events) => events,
+            Err(error) => {
+                let _ = updates.send(Update::Failed(error));
+                continue;
+            }
+        };
+        loop {
+            tokio::select! {
+                event = events.next() => {
+                    match event {
+                        Some(Ok(Notification::Event(envelope))) => {
+                            let done = matches!(envelope.event, flynn_core::protocol::AgentEvent::Done { .. });
+                            let _ = updates.send(Update::Event(envelope));
+                            if done {
+                                send_usage(&client, &session, &updates).await;
+                            }
+                        }
+                        Some(Ok(Notification::Lagged { .. })) => {
+                            let _ = open(&client, &session, &updates).await.map(|s| events = s);
+                        }
+                        Some(Err(_)) | None => break,
+                    }
+                }
+                action = actions.recv() => {
+                    let Some(action) = action else { return };
+                    match action {
+                        Action::Send(text) => {
+                            let client = client.clone();
+                            let updates = updates.clone();
+                            let session = session.clone();
+                            tokio::spawn(async move {
+                                let result: Result<Value, _> = client
+                                    .request("sessions.send", object(json!({"session": session, "message": text, "approval": "ask"})))
+                                    .await;
+                                match result {
+                                    Ok(result) if result["command"].is_string() => {}
+                                    Ok(_) => {}
+                                    Err(jsonrpsee::core::client::Error::Call(call)) if call.message().contains("cancel") => {}
+                                    Err(error) => { let _ = updates.send(Update::Failed(error.to_string())); }
+                                }
+                            });
+                        }
+                        Action::Cancel => {
+                            let _: Result<Value, _> = client.request("agent.cancel", object(json!({"session": session}))).await;
+                        }
+                        Action::Resolve { id, approve } => {
+                            let _: Result<Value, _> = client
+                                .request("confirmations.resolve", object(json!({"session": session, "id": id, "approve": approve, "reason": if approve { Value::Null } else { json!("denied in the terminal") }})))
+                                .await;
+                        }
+                        Action::Open(key) => {
+                            session = key;
+                            match open(&client, &session, &updates).await {
+                                Ok(stream) => events = stream,
+                                Err(error) => { let _ = updates.send(Update::Failed(error)); }
+                            }
+                        }
+                        Action::ListSessions => {
+                            let list: Result<Vec<SessionSummary>, _> = client.request("sessions.list", object(json!({}))).await;
+                            if let Ok(list) = list {
+                                let _ = updates.send(Update::Sessions(list.into_iter().map(|s| s.key.as_str().to_owned()).collect()));
+                            }
+                        }
+                        Action::Quit => return,
+                    }
+                }
+            }
+        }
+        let _ = updates.send(Update::Connection(Connection::Down));
+    }
+}
+
+/// Follows `session`: subscribes, then loads its history and usage.
+async fn open(
+    client: &WsClient,
+    session: &str,
+    updates: &mpsc::UnboundedSender<Update>,
+) -> Result<Subscription<Notification>, String> {
+    let events = client
+        .subscribe(
+            "sessions.subscribe",
+            object(json!({"sessions": [session]})),
+            "sessions.unsubscribe",
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut messages = Vec::new();
+    let mut after = 0;
+    loop {
+        let page: HistoryResult = client
+            .request(
+                "sessions.history",
+                object(json!({"session": session, "after": after, "limit": 1000})),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let Some(cursor) = page.cursor.filter(|_| !page.messages.is_empty()) else {
+            break;
+        };
+        messages.extend(
+            page.messages
+                .into_iter()
+                .filter_map(|m| serde_json::from_value::<Message>(m.message).ok()),
+        );
+        after = cursor;
+    }
+    let _ = updates.send(Update::History(messages));
+    send_usage(client, session, updates).await;
+    Ok(events)
+}
+
+async fn send_usage(client: &WsClient, session: &str, updates: &mpsc::UnboundedSender<Update>) {
+    let usage: Result<UsageSummary, _> = client
+        .request("usage.summary", object(json!({"session": session})))
+        .await;
+    if let Ok(usage) = usage {
+        let _ = updates.send(Update::Usage {
+            tokens: usage.total.usage.input_tokens + usage.total.usage.output_tokens,
+            cost_usd: usage.total.cost_usd,
+        });
+    }
+}
