@@ -44,6 +44,27 @@ pub fn run(args: &[String]) -> Result<()> {
     let results: Value = serde_json::from_str(&std::fs::read_to_string(&out)?)?;
     let _ = std::fs::remove_file(&out);
 
+    let daemon_out =
+        std::env::temp_dir().join(format!("flynn-bench-daemon-{}.json", std::process::id()));
+    let status = Command::new(&cargo)
+        .args(["bench", "-p", "flynn", "--bench", "daemon"])
+        .env("FLYNN_BENCH_DAEMON_OUT", &daemon_out)
+        .env("FLYNN_BENCH_RUNS", runs.to_string())
+        .current_dir(&root)
+        .status()
+        .context("running cargo bench")?;
+    if !status.success() {
+        bail!("cargo bench -p flynn --bench daemon failed ({status})");
+    }
+    let daemon: Value =
+        serde_json::from_str(&std::fs::read_to_string(&daemon_out).with_context(|| {
+            format!(
+                "reading the daemon benchmark's results from {}",
+                daemon_out.display()
+            )
+        })?)?;
+    let _ = std::fs::remove_file(&daemon_out);
+
     let status = Command::new(&cargo)
         .args([
             "bench",
@@ -109,6 +130,7 @@ pub fn run(args: &[String]) -> Result<()> {
     )?;
 
     let mut markdown = render(&results, &machine());
+    markdown.push_str(&render_daemon(&daemon, &results));
     markdown.push_str(&render_micro(&micro));
     markdown.push_str(&render_compaction(&compaction, &micro));
     let memory: Value = serde_json::from_str(
@@ -316,6 +338,195 @@ fn render_memory(counts: &Value, micro: &[Micro]) -> String {
     md
 }
 
+/// Targets of the daemon's cases (see `bins/flynn/benches/daemon.rs`).
+const IDLE_RSS_MB: f64 = 8.0;
+/// "Flat": the RSS after all the soak's messages is at most this much
+/// above the RSS after its first tenth, in percent.
+const FLAT_GROWTH_PCT: f64 = 10.0;
+const READY_MS: f64 = 50.0;
+const TURN_ADDED_MS: f64 = 2.0;
+const CONCURRENT_P99_MS: f64 = 10.0;
+const CONCURRENT_RSS_MB: f64 = 200.0;
+const REMOTE_SEND_MS: f64 = 10.0;
+
+/// The daemon as a process (`bins/flynn/benches/daemon.rs`): memory,
+/// start-up, latency through the gateway and under many connections.
+fn render_daemon(daemon: &Value, process: &Value) -> String {
+    let num = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let int = |v: &Value| v.as_u64().unwrap_or(0);
+    let mb = |v: &Value| num(v) / 1024.0;
+    let verdict = |ok: bool| if ok { "meets" } else { "misses" };
+    let (idle, startup, soak, turn, concurrent, send) = (
+        &daemon["idle"],
+        &daemon["startup"],
+        &daemon["soak"],
+        &daemon["turn"],
+        &daemon["concurrent"],
+        &daemon["send"],
+    );
+    let mut md = String::from(
+        "\n## The daemon\n\nThe daemon is `flynn start` as a process: the start-up, gateway and shutdown code of\n`flynn-daemon`, on the CLI's single-threaded tokio runtime (`flynn-daemon` uses a multi-threaded\none). Each case starts it afresh with a scratch `FLYNN_HOME`; the bench drives it over WebSockets\n(JSON-RPC `agent.send`) and reads its memory from `/proc`. The model is a fake OpenAI-compatible\nserver in the bench process that answers every request with the same short streamed answer, at\nonce or after a fixed delay. The daemon, the bench's clients and the fake share the machine's cores.\nThe cases that send many turns run with a config file that lifts `gateway.rate_limit_per_minute`\n(every bench client is one token from 127.0.0.1).\n\n| case | target | result | verdict |\n|---|---|---|---|\n",
+    );
+
+    let rss = mb(&idle["rss_kib"]);
+    let _ = writeln!(
+        md,
+        "| Idle RSS after start-up | ≤ {IDLE_RSS_MB} MB | {rss:.1} MB ({:.1} MB anonymous, {:.1} MB file-backed) | {} |",
+        mb(&idle["anon_kib"]),
+        mb(&idle["file_kib"]),
+        verdict(rss <= IDLE_RSS_MB),
+    );
+
+    let series: Vec<f64> = soak["rss_kib"]
+        .as_array()
+        .map(|a| a.iter().map(mb).collect())
+        .unwrap_or_default();
+    let first = series.first().copied().unwrap_or(f64::NAN);
+    let last = series.last().copied().unwrap_or(f64::NAN);
+    let growth = (last - first) / first * 100.0;
+    let soak_errors = int(&soak["errors"]);
+    let _ = writeln!(
+        md,
+        "| RSS after {} messages in {} sessions, against after the first {} | flat (at most +{FLAT_GROWTH_PCT}%), no errors | {first:.1} → {last:.1} MB ({:+.1} MB, {growth:+.1}%); {soak_errors} errors | {} |",
+        int(&soak["messages"]),
+        int(&soak["sessions"]),
+        int(&soak["messages"]) / series.len().max(1) as u64,
+        last - first,
+        verdict(growth <= FLAT_GROWTH_PCT && soak_errors == 0),
+    );
+
+    let ready = num(&startup["ready"]["median_ms"]);
+    let _ = writeln!(
+        md,
+        "| Spawn to the first 200 from `/healthz` (median of {}) | ≤ {READY_MS} ms | {ready:.2} ms (p90 {:.2} ms) | {} |",
+        int(&startup["runs"]),
+        num(&startup["ready"]["p90_ms"]),
+        verdict(ready <= READY_MS),
+    );
+
+    let added = num(&turn["added"]["median_ms"]);
+    let _ = writeln!(
+        md,
+        "| Added latency of one turn through the gateway, instant model (median of {}) | < {TURN_ADDED_MS} ms | {added:.2} ms (p99 {:.2} ms) | {} |",
+        int(&turn["turns"]),
+        num(&turn["added"]["p99_ms"]),
+        verdict(added < TURN_ADDED_MS),
+    );
+
+    let sessions = format!(
+        "{} WebSocket sessions × {} turns, model answering in {} ms",
+        int(&concurrent["connections"]),
+        int(&concurrent["turns_per_connection"]),
+        int(&concurrent["model_ms"]),
+    );
+    let p99 = num(&concurrent["added"]["p99_ms"]);
+    let _ = writeln!(
+        md,
+        "| {sessions}: p99 added latency | < {CONCURRENT_P99_MS} ms | {p99:.1} ms (median {:.1} ms) | {} |",
+        num(&concurrent["added"]["median_ms"]),
+        verdict(p99 < CONCURRENT_P99_MS),
+    );
+    let peak = mb(&concurrent["peak_kib"]);
+    let _ = writeln!(
+        md,
+        "| {sessions}: peak RSS | < {CONCURRENT_RSS_MB} MB | {peak:.1} MB | {} |",
+        verdict(peak < CONCURRENT_RSS_MB),
+    );
+    let errors = int(&concurrent["errors"]);
+    let _ = writeln!(
+        md,
+        "| {sessions}: errors | 0 | {errors} of {} turns | {} |",
+        int(&concurrent["connections"]) * int(&concurrent["turns_per_connection"]),
+        verdict(errors == 0),
+    );
+
+    let remote = num(&send["time"]["median_ms"]);
+    let _ = writeln!(
+        md,
+        "| `flynn send --gateway` one turn against a running daemon, instant model (median of {}) | ≤ {REMOTE_SEND_MS} ms | {remote:.2} ms (p90 {:.2} ms; embedded `flynn send`: {:.2} ms) | {} |",
+        int(&send["runs"]),
+        num(&send["time"]["p90_ms"]),
+        num(&process["send"]["median_ms"]),
+        verdict(remote <= REMOTE_SEND_MS),
+    );
+
+    let map = &idle["mappings"];
+    let _ = writeln!(
+        md,
+        "\nIdle: read 2 s after the daemon said it listens, before any request (zero-config from\n`OPENAI_BASE_URL` and `OPENAI_API_KEY`). By mapping (`/proc/<pid>/smaps`): the binary's own pages\n{:.1} MB, shared libraries {:.1} MB, the main heap {:.1} MB, other anonymous memory (allocations\nmapped on their own, other threads' arenas, stacks) {:.1} MB; {} threads.",
+        mb(&map["binary_kib"]),
+        mb(&map["libraries_kib"]),
+        mb(&map["heap_kib"]),
+        mb(&map["other_anon_kib"]),
+        int(&idle["threads"]),
+    );
+    let series_text: Vec<String> = series.iter().map(|m| format!("{m:.1}")).collect();
+    let _ = writeln!(
+        md,
+        "\nMemory over many turns: {} clients send {} turns round-robin over the sessions (every session has\nits n-th turn before any its n+1-th) against the instant model; RSS after each tenth, in MB:\n{}; peak {:.1} MB. {:.0} turns/s, {:.2} ms of daemon CPU per turn, {} model requests.",
+        int(&soak["clients"]),
+        int(&soak["turns"]),
+        series_text.join(", "),
+        mb(&soak["peak_kib"]),
+        num(&soak["turns_per_second"]),
+        num(&soak["cpu_ms_per_turn"]),
+        int(&soak["model_requests"]),
+    );
+    let _ = writeln!(
+        md,
+        "\nStart-up: the bench picks a free port, spawns the daemon on it and polls `GET /healthz` every\n0.2 ms from the spawn (after 5 warm-up runs, so the database exists); each daemon is then\nstopped with SIGTERM ({:.2} ms to exit at the median).",
+        num(&startup["stop"]["median_ms"]),
+    );
+    let metrics = &turn["daemon_metrics"];
+    let _ = writeln!(
+        md,
+        "\nAdded latency: from sending `agent.send` on an open WebSocket to receiving the turn's\n`run_state` `complete`, minus, turn by turn, the time the bench takes to send the same model\nrequest (the body the fake received from the daemon) straight to the fake on a kept-alive HTTP\nconnection and read the whole streamed answer. Through the gateway {:.2} ms, direct {:.2} ms at\nthe median; {:.1} model requests per turn; {:.2} ms of daemon CPU (all threads) per turn. The daemon's own\n`/metrics` over the same turns: turn {:.2} ms, model call {:.2} ms, Flynn's own work {:.2} ms (means).",
+        num(&turn["gateway"]["median_ms"]),
+        num(&turn["direct"]["median_ms"]),
+        num(&turn["model_requests_per_turn"]),
+        num(&metrics["cpu_ms_per_turn"]),
+        num(&metrics["turn_duration_mean_ms"]),
+        num(&metrics["model_call_mean_ms"]),
+        num(&metrics["turn_overhead_mean_ms"]),
+    );
+    let _ = writeln!(
+        md,
+        "\nMany sessions: the connections open 50 at a time, one session each; the first turns are spread\nover one model answer time, then each connection sends its turns back to back; added latency is\nthe turn's time minus the model's {} ms. {:.0} turns/s, {:.2} ms of daemon CPU per turn (the bench's\nclients and fake: {:.2} ms). RSS: {:.1} MB before connecting, {:.1} MB with the connections open,\n{:.1} MB at the end (limit on open files: {}).",
+        int(&concurrent["model_ms"]),
+        num(&concurrent["turns_per_second"]),
+        num(&concurrent["cpu_ms_per_turn"]),
+        num(&concurrent["bench_cpu_ms_per_turn"]),
+        mb(&concurrent["idle_kib"]),
+        mb(&concurrent["connected_kib"]),
+        mb(&concurrent["end_kib"]),
+        concurrent["open_files_limit"],
+    );
+    let problems: Vec<&str> = ["idle", "startup", "soak", "turn", "concurrent", "send"]
+        .iter()
+        .flat_map(|case| {
+            daemon[*case]["log_problems"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        })
+        .chain(["soak", "concurrent"].iter().flat_map(|case| {
+            daemon[*case]["error_examples"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        }))
+        .filter_map(Value::as_str)
+        .take(5)
+        .collect();
+    if !problems.is_empty() {
+        md.push_str("\nWarnings and errors (the first few, from the daemon's log and the failed turns):\n\n");
+        for problem in problems {
+            let _ = writeln!(md, "- `{}`", problem.replace('`', "'"));
+        }
+    }
+    md
+}
+
 fn machine() -> String {
     let output = |program: &str, args: &[&str]| {
         Command::new(program)
@@ -409,6 +620,48 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("overhead per call (routed minus direct, zero-latency client): 3.50 µs; target under 100 µs: meets."), "{md}");
+    }
+
+    #[test]
+    fn renders_the_daemon_cases_with_targets_and_verdicts() {
+        let summary = |median: f64, p99: f64| serde_json::json!({"median_ms": median, "p90_ms": p99, "p99_ms": p99});
+        let daemon = serde_json::json!({
+            "idle": {"rss_kib": 20480, "anon_kib": 6144, "file_kib": 14336, "threads": 3,
+                "mappings": {"binary_kib": 12288, "libraries_kib": 2048, "heap_kib": 256, "other_anon_kib": 5888}},
+            "startup": {"runs": 30, "ready": summary(9.5, 11.0), "stop": summary(2.0, 3.0), "log_problems": []},
+            "soak": {"sessions": 100, "turns": 5000, "messages": 10000, "clients": 8,
+                "rss_kib": [102400, 103424, 104448], "peak_kib": 104448, "turns_per_second": 180.0,
+                "cpu_ms_per_turn": 1.4, "model_requests": 5000, "errors": 0, "error_examples": [], "log_problems": []},
+            "turn": {"turns": 500, "gateway": summary(3.0, 4.0), "direct": summary(0.5, 0.6),
+                "added": summary(1.5, 3.5), "model_requests_per_turn": 1.0,
+                "daemon_metrics": {"cpu_ms_per_turn": 1.2, "turn_duration_mean_ms": 2.0,
+                    "model_call_mean_ms": 0.7, "turn_overhead_mean_ms": 1.3}, "log_problems": []},
+            "concurrent": {"connections": 1000, "turns_per_connection": 3, "model_ms": 200,
+                "added": summary(4.0, 12.5), "turns_per_second": 900.0, "cpu_ms_per_turn": 1.5,
+                "idle_kib": 20480, "connected_kib": 40960, "end_kib": 300000, "peak_kib": 307200,
+                "errors": 2, "error_examples": ["agent.send to bench:conn-7: refused"],
+                "open_files_limit": 20000, "log_problems": ["2026-01-01T00:00:00Z  WARN flynn: `slow` lane"]},
+            "send": {"runs": 30, "time": summary(8.5, 9.0), "log_problems": []},
+        });
+        let process = serde_json::json!({"send": {"median_ms": 9.68}});
+        let md = render_daemon(&daemon, &process);
+        for row in [
+            "| Idle RSS after start-up | ≤ 8 MB | 20.0 MB (6.0 MB anonymous, 14.0 MB file-backed) | misses |",
+            "| RSS after 10000 messages in 100 sessions, against after the first 3333 | flat (at most +10%), no errors | 100.0 → 102.0 MB (+2.0 MB, +2.0%); 0 errors | meets |",
+            "| Spawn to the first 200 from `/healthz` (median of 30) | ≤ 50 ms | 9.50 ms (p90 11.00 ms) | meets |",
+            "| Added latency of one turn through the gateway, instant model (median of 500) | < 2 ms | 1.50 ms (p99 3.50 ms) | meets |",
+            "| 1000 WebSocket sessions × 3 turns, model answering in 200 ms: p99 added latency | < 10 ms | 12.5 ms (median 4.0 ms) | misses |",
+            "| 1000 WebSocket sessions × 3 turns, model answering in 200 ms: peak RSS | < 200 MB | 300.0 MB | misses |",
+            "| 1000 WebSocket sessions × 3 turns, model answering in 200 ms: errors | 0 | 2 of 3000 turns | misses |",
+            "| `flynn send --gateway` one turn against a running daemon, instant model (median of 30) | ≤ 10 ms | 8.50 ms (p90 9.00 ms; embedded `flynn send`: 9.68 ms) | meets |",
+        ] {
+            assert!(md.contains(row), "missing {row} in\n{md}");
+        }
+        assert!(
+            md.contains("RSS after each tenth, in MB:\n100.0, 101.0, 102.0; peak 102.0 MB."),
+            "{md}"
+        );
+        assert!(md.contains("- `2026-01-01T00:00:00Z  WARN flynn: 'slow' lane`\n- `agent.send to bench:conn-7: refused`\n"), "{md}");
     }
 
     #[test]
