@@ -235,6 +235,14 @@ impl Gateway {
         let closing = CancellationToken::new();
         let close = closing.clone();
         let task = tokio::spawn(async move {
+            // Events are many small writes: without TCP_NODELAY, Nagle's
+            // algorithm and the client's delayed ACK hold each one back
+            // for up to 40 ms.
+            let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+                if let Err(error) = stream.set_nodelay(true) {
+                    tracing::debug!(%error, "cannot set TCP_NODELAY on a connection");
+                }
+            });
             axum::serve(
                 listener,
                 router.into_make_service_with_connect_info::<SocketAddr>(),
