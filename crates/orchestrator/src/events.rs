@@ -18,7 +18,9 @@ use futures::Stream;
 use tokio::sync::broadcast;
 
 /// Events one session's subscribers may fall behind by before they lag.
-pub const SESSION_CAPACITY: usize = 4096;
+/// Every session's ring is allocated whole when the session is first
+/// used, so this is kept modest (and the slots hold `Arc`s).
+pub const SESSION_CAPACITY: usize = 1024;
 /// Events the global subscribers may fall behind by before they lag.
 pub const GLOBAL_CAPACITY: usize = 16_384;
 
@@ -36,11 +38,11 @@ impl std::fmt::Debug for EventStream {
 }
 
 impl EventStream {
-    pub(crate) fn new(mut receiver: broadcast::Receiver<EventEnvelope>) -> Self {
+    pub(crate) fn new(mut receiver: broadcast::Receiver<Arc<EventEnvelope>>) -> Self {
         let inner = async_stream::stream! {
             loop {
                 match receiver.recv().await {
-                    Ok(event) => yield Ok(event),
+                    Ok(event) => yield Ok(Arc::unwrap_or_clone(event)),
                     Err(broadcast::error::RecvError::Lagged(skipped)) => yield Err(Lagged { skipped }),
                     Err(broadcast::error::RecvError::Closed) => break,
                 }
@@ -68,7 +70,7 @@ impl Stream for EventStream {
 /// The global event channel of a runtime.
 #[derive(Debug, Clone)]
 pub(crate) struct EventBus {
-    global: broadcast::Sender<EventEnvelope>,
+    global: broadcast::Sender<Arc<EventEnvelope>>,
 }
 
 impl EventBus {
@@ -99,8 +101,8 @@ impl EventBus {
 pub(crate) struct SessionEvents {
     key: SessionKey,
     seq: AtomicU64,
-    local: broadcast::Sender<EventEnvelope>,
-    global: broadcast::Sender<EventEnvelope>,
+    local: broadcast::Sender<Arc<EventEnvelope>>,
+    global: broadcast::Sender<Arc<EventEnvelope>>,
 }
 
 impl SessionEvents {
@@ -115,13 +117,14 @@ impl SessionEvents {
 
     /// Publishes one event; never waits.
     pub(crate) fn publish(&self, turn: Option<TurnId>, event: AgentEvent) {
-        let envelope = EventEnvelope {
+        // One allocation shared by every subscriber's ring slot.
+        let envelope = Arc::new(EventEnvelope {
             session: self.key.clone(),
             turn,
             seq: self.seq.fetch_add(1, Ordering::Relaxed),
             time_ms: now_millis(),
             event,
-        };
+        });
         // No subscribers is not an error: nobody is listening.
         if self.global.receiver_count() > 0 {
             let _ = self.global.send(envelope.clone());
