@@ -127,6 +127,7 @@ fn main() -> Result<()> {
         .enable_all()
         .build()
         .context("building the bench's tokio runtime")?;
+    runtime.spawn(kill_daemons_on_signal());
     let instant = runtime.block_on(FakeModel::start(Duration::ZERO))?;
     let slow = runtime.block_on(FakeModel::start(plan.slow_model))?;
 
@@ -664,6 +665,7 @@ impl Daemon {
             .stderr(Stdio::piped())
             .spawn()
             .context("spawning `flynn start`")?;
+        lock(&RUNNING).push(child.id());
         let stderr = child
             .stderr
             .take()
@@ -806,7 +808,44 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let pid = self.child.id();
+        lock(&RUNNING).retain(|&p| p != pid);
     }
+}
+
+/// The daemons running now: killed if the bench itself is stopped by a
+/// signal, so none outlives it.
+static RUNNING: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// Waits for SIGINT, SIGTERM or SIGHUP, then kills the running daemons and
+/// exits as the signal would have.
+async fn kill_daemons_on_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate), Ok(mut hangup)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        eprintln!(
+            "daemon bench: cannot watch for signals; a killed bench may leave daemons behind"
+        );
+        return;
+    };
+    let code = tokio::select! {
+        _ = interrupt.recv() => 130,
+        _ = terminate.recv() => 143,
+        _ = hangup.recv() => 129,
+    };
+    for &pid in lock(&RUNNING).iter() {
+        if let Some(pid) = i32::try_from(pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+    eprintln!("daemon bench: stopped by a signal; killed the daemons it had started");
+    std::process::exit(code);
 }
 
 /// A process's memory, in KiB.
