@@ -231,9 +231,26 @@ fn provider_failure(
     error: &flynn_core::models::Error,
 ) -> Check {
     use flynn_core::models::Error;
-    // The error names the provider already.
-    let message = error.to_string();
+    // The error names the provider already; a server's error page is cut
+    // to its first line.
+    let text = error.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    let message = if first.chars().count() > 200 || text.contains('\n') {
+        format!("{}…", first.chars().take(200).collect::<String>())
+    } else {
+        text.clone()
+    };
     match error {
+        // It answered: it is up, it just has no model list to show.
+        Error::Server { status, .. } | Error::InvalidRequest { status, .. }
+            if matches!(status, 404 | 405 | 501) =>
+        {
+            Check::warn(
+                "provider",
+                format!("{name} ({kind}) answers at {base}, but lists no models (HTTP {status})"),
+                "nothing to do if messages work (`flynn send hello`); some servers do not serve GET /models",
+            )
+        }
         Error::MissingApiKey { env, .. } => Check::fail(
             "provider",
             message,

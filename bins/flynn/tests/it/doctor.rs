@@ -195,3 +195,30 @@ fn an_invalid_config_is_the_one_failure_reported() {
     );
     assert!(text.contains("fix: correct the file"), "{text}");
 }
+
+#[tokio::test]
+async fn a_server_without_a_model_list_is_a_warning_not_a_failure() {
+    // This server answers 404 to the model list (the strict fake records
+    // the unknown path; that is the point here).
+    let fake = FakeOpenAi::start().await;
+    let env = Env::new();
+    let config = env.path().join("flynn.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "providers:\n  box: {{ kind: openai-compatible, base_url: \"{}/nolist\" }}\n\
+             models:\n  tiers:\n    default: [box/m]\n",
+            fake.base_url()
+        ),
+    )
+    .unwrap();
+    let output = env.run(&["doctor", "--json", "--config", config.to_str().unwrap()]);
+    let verdicts = verdicts(&output);
+    let provider = verdicts.iter().find(|(c, ..)| c == "provider").unwrap();
+    assert_eq!(provider.1, "warn", "{provider:?}");
+    assert!(
+        provider.2.starts_with("box (openai-compatible) answers at")
+            && provider.2.ends_with("but lists no models (HTTP 404)"),
+        "{provider:?}"
+    );
+}
