@@ -773,13 +773,36 @@ async fn providers_status(
                     error: None,
                     checked_at,
                 },
+                // It answered, it just has no model list to show.
+                Err(
+                    flynn_models::Error::Server { status, .. }
+                    | flynn_models::Error::InvalidRequest { status, .. },
+                ) if matches!(status, 404 | 405 | 501) => ProviderStatus {
+                    name: name.clone(),
+                    kind: provider.kind.to_string(),
+                    ok: true,
+                    latency_ms: None,
+                    models: None,
+                    error: None,
+                    checked_at,
+                },
                 Err(error) => ProviderStatus {
                     name: name.clone(),
                     kind: provider.kind.to_string(),
                     ok: false,
                     latency_ms: None,
                     models: None,
-                    error: Some(error.to_string()),
+                    // A server's error page, cut to its first line.
+                    error: Some(
+                        error
+                            .to_string()
+                            .lines()
+                            .next()
+                            .unwrap_or_default()
+                            .chars()
+                            .take(300)
+                            .collect(),
+                    ),
                     checked_at,
                 },
             }

@@ -640,7 +640,7 @@ async function loadDashboard() {
       const list = await rpc.call("providers.status", {});
       if (!list.length) return el("p", { class: "muted" }, "no providers configured");
       return table(["provider", "kind", "state"], list.map((p) => [p.name, p.kind,
-        p.ok ? el("span", { class: "pill ok" }, `ok · ${p.latency_ms} ms`) : el("span", { class: "pill fail", title: p.error }, p.error || "down")]));
+        p.ok ? el("span", { class: "pill ok" }, p.latency_ms === undefined ? "answers (no model list)" : `ok · ${p.latency_ms} ms`) : el("span", { class: "pill fail", title: p.error }, p.error || "down")]));
     }),
     section("d-agents", async () => {
       const agents = await rpc.call("config.get", { path: "agents" });
