@@ -534,21 +534,10 @@ impl SessionStore for SqliteStore {
             let Ok(tier) = tier.parse::<Tier>() else {
                 continue;
             };
-            let count = |name: &str| -> Result<u64> { Ok(to_u64(row.try_get::<i64, _>(name)?)) };
             days.push(DayUsage {
                 day,
                 tier,
-                total: UsageTotal {
-                    calls: count("calls")?,
-                    usage: Usage {
-                        input_tokens: count("input")?,
-                        output_tokens: count("output")?,
-                        cache_read_tokens: count("cache_read")?,
-                        cache_write_tokens: count("cache_write")?,
-                    },
-                    cost_usd: row.try_get("cost")?,
-                    unpriced_calls: count("unpriced")?,
-                },
+                total: usage_total(row)?,
             });
         }
         Ok(days)
@@ -575,21 +564,10 @@ impl SessionStore for SqliteStore {
             let (Ok(tier), Some(purpose)) = (tier.parse::<Tier>(), Purpose::parse(&purpose)) else {
                 continue;
             };
-            let count = |name: &str| -> Result<u64> { Ok(to_u64(row.try_get::<i64, _>(name)?)) };
             lines.push(UsageLine {
                 tier,
                 purpose,
-                total: UsageTotal {
-                    calls: count("calls")?,
-                    usage: Usage {
-                        input_tokens: count("input")?,
-                        output_tokens: count("output")?,
-                        cache_read_tokens: count("cache_read")?,
-                        cache_write_tokens: count("cache_write")?,
-                    },
-                    cost_usd: row.try_get("cost")?,
-                    unpriced_calls: count("unpriced")?,
-                },
+                total: usage_total(row)?,
             });
         }
         lines.sort_by_key(|line| (line.tier, line.purpose));
@@ -796,4 +774,21 @@ async fn insert_usage(
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+/// The sums of a usage query's row (`calls`, `input`, `output`,
+/// `cache_read`, `cache_write`, `cost`, `unpriced`).
+fn usage_total(row: &sqlx::sqlite::SqliteRow) -> Result<UsageTotal> {
+    let count = |name: &str| -> Result<u64> { Ok(to_u64(row.try_get::<i64, _>(name)?)) };
+    Ok(UsageTotal {
+        calls: count("calls")?,
+        usage: Usage {
+            input_tokens: count("input")?,
+            output_tokens: count("output")?,
+            cache_read_tokens: count("cache_read")?,
+            cache_write_tokens: count("cache_write")?,
+        },
+        cost_usd: row.try_get("cost")?,
+        unpriced_calls: count("unpriced")?,
+    })
 }
