@@ -1,11 +1,13 @@
 //! Flynn's chat channels. Today: the utilities every platform adapter
-//! shares: [`chunk`] (an answer split into messages a platform accepts)
-//! and [`format`] (the model's markdown in Telegram HTML, Slack mrkdwn and
-//! Discord markdown). The `ChannelAdapter` trait, the registry and the
+//! shares: [`chunk`] (an answer split into messages a platform accepts),
+//! [`format`] (the model's markdown in Telegram HTML, Slack mrkdwn and
+//! Discord markdown) and [`pairing`] (allowlists, and pairing codes for
+//! unknown senders). The `ChannelAdapter` trait, the registry and the
 //! adapters come next.
 
 pub mod chunk;
 pub mod format;
+pub mod pairing;
 
 pub use chunk::{Measure, chunk};
 
