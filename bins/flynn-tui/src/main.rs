@@ -91,32 +91,15 @@ fn target(args: &Args) -> Result<(String, Option<String>), String> {
         .or_else(|| std::env::var("FLYNN_GATEWAY_URL").ok())
         .filter(|u| !u.trim().is_empty())
         .unwrap_or_else(|| "http://127.0.0.1:18800".to_owned());
-    let given = given.trim().trim_end_matches('/');
-    let (scheme, rest) = match given.split_once("://") {
-        Some(("http" | "ws", rest)) => ("ws", rest),
-        Some(("https" | "wss", rest)) => ("wss", rest),
-        Some((other, _)) => {
-            return Err(format!(
-                "the gateway URL '{given}' has scheme '{other}'; expected http://, https://, ws:// or wss://"
-            ));
-        }
-        None => ("ws", given),
-    };
-    let rest = rest.strip_suffix("/rpc").unwrap_or(rest);
-    let token = match std::env::var("FLYNN_GATEWAY_TOKEN") {
-        Ok(token) if !token.trim().is_empty() => Some(token.trim().to_owned()),
-        _ => {
-            let paths = flynn_core::config::Paths::resolve(
-                args.config.as_deref(),
-                &flynn_core::config::ProcessEnv,
-            )
+    let url = flynn_core::gateway::client::rpc_url(&given)?;
+    let paths =
+        flynn_core::config::Paths::resolve(args.config.as_deref(), &flynn_core::config::ProcessEnv)
             .map_err(|e| e.to_string())?;
-            flynn_core::gateway::read_token_file(&paths.home)
-                .ok()
-                .flatten()
-        }
-    };
-    Ok((format!("{scheme}://{rest}/rpc"), token))
+    let token = flynn_core::gateway::client::client_token(
+        std::env::var("FLYNN_GATEWAY_TOKEN").ok().as_deref(),
+        &paths.home,
+    );
+    Ok((url, token))
 }
 
 /// What the network side tells the terminal side.
@@ -274,8 +257,8 @@ async fn network(
                                 let result: Result<Value, _> = client
                                     .request("sessions.send", object(json!({"session": session, "message": text, "approval": "ask"})))
                                     .await;
+                                // The answer arrives as events; only a failure needs saying.
                                 match result {
-                                    Ok(result) if result["command"].is_string() => {}
                                     Ok(_) => {}
                                     Err(jsonrpsee::core::client::Error::Call(call)) if call.message().contains("cancel") => {}
                                     Err(error) => { let _ = updates.send(Update::Failed(error.to_string())); }

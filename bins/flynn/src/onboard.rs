@@ -88,20 +88,12 @@ fn parse_kind(text: &str) -> Option<ProviderKind> {
     ProviderKind::ALL.into_iter().find(|k| k.as_str() == text)
 }
 
-/// The provider the environment points at, as zero-config would pick it.
+/// The provider the environment points at: the one zero-config would put
+/// first on the default tier.
 fn detected_kind(env: &dyn Env) -> Option<ProviderKind> {
-    let set = |name: &str| env.var(name).is_some_and(|v| !v.trim().is_empty());
-    if set("ANTHROPIC_API_KEY") {
-        Some(ProviderKind::Anthropic)
-    } else if set("OPENAI_API_KEY") {
-        Some(ProviderKind::Openai)
-    } else if set("GEMINI_API_KEY") {
-        Some(ProviderKind::Gemini)
-    } else if set("OLLAMA_HOST") {
-        Some(ProviderKind::Ollama)
-    } else {
-        None
-    }
+    let config = config::from_env(env).ok()?;
+    let first = config.models.tiers.default.first()?;
+    config.providers.get(first.provider()).map(|p| p.kind)
 }
 
 pub async fn run(args: OnboardArgs) -> Result<(), Failure> {
@@ -205,28 +197,14 @@ fn unknown_kind(text: &str) -> Failure {
     ))
 }
 
-/// The base URL to write: `OLLAMA_HOST` for Ollama, else none (the kind's
-/// default applies).
+/// The base URL to write: `OLLAMA_HOST` for Ollama, read as zero-config
+/// reads it, else none (the kind's default applies).
 fn default_base(kind: ProviderKind, env: &dyn Env) -> Option<String> {
     if kind != ProviderKind::Ollama {
         return None;
     }
-    let host = env.var("OLLAMA_HOST").filter(|h| !h.trim().is_empty())?;
-    let host = host.trim().trim_end_matches('/');
-    let with_scheme = if host.contains("://") {
-        host.to_owned()
-    } else {
-        format!("http://{host}")
-    };
-    let has_port = with_scheme
-        .rsplit_once(':')
-        .is_some_and(|(_, port)| port.chars().all(|c| c.is_ascii_digit()) && !port.is_empty());
-    let with_port = if has_port {
-        with_scheme
-    } else {
-        format!("{with_scheme}:11434")
-    };
-    Some(format!("{}/v1", with_port.replace("0.0.0.0", "127.0.0.1")))
+    let config = config::from_env(env).ok()?;
+    config.providers.get("ollama")?.base_url.clone()
 }
 
 /// Questions on `out`, answers from `input`.

@@ -34,39 +34,13 @@ pub fn target(
     let Some(url) = named else {
         return Ok(None);
     };
-    let url = rpc_url(&url)?;
-    let token = match std::env::var("FLYNN_GATEWAY_TOKEN") {
-        Ok(token) if !token.trim().is_empty() => Some(token.trim().to_owned()),
-        _ => {
-            let paths = flynn_core::config::Paths::resolve(config, &crate::env::CliEnv)?;
-            flynn_core::gateway::read_token_file(&paths.home)
-                .ok()
-                .flatten()
-        }
-    };
+    let url = flynn_core::gateway::client::rpc_url(&url).map_err(Failure::usage)?;
+    let paths = flynn_core::config::Paths::resolve(config, &crate::env::CliEnv)?;
+    let token = flynn_core::gateway::client::client_token(
+        std::env::var("FLYNN_GATEWAY_TOKEN").ok().as_deref(),
+        &paths.home,
+    );
     Ok(Some(Target { url, token }))
-}
-
-/// `http://h:p`, `ws://h:p`, `h:p` (with or without `/rpc`) → `ws://h:p/rpc`.
-fn rpc_url(given: &str) -> Result<String, Failure> {
-    let given = given.trim().trim_end_matches('/');
-    let (scheme, rest) = match given.split_once("://") {
-        Some(("http" | "ws", rest)) => ("ws", rest),
-        Some(("https" | "wss", rest)) => ("wss", rest),
-        Some((other, _)) => {
-            return Err(Failure::usage(format!(
-                "the gateway URL '{given}' has scheme '{other}'; expected http://, https://, ws:// or wss://"
-            )));
-        }
-        None => ("ws", given),
-    };
-    if rest.is_empty() {
-        return Err(Failure::usage(
-            "the gateway URL is empty; expected http://HOST:PORT",
-        ));
-    }
-    let rest = rest.strip_suffix("/rpc").unwrap_or(rest);
-    Ok(format!("{scheme}://{rest}/rpc"))
 }
 
 fn unreachable(target: &Target, error: impl std::fmt::Display) -> Failure {

@@ -148,14 +148,14 @@ impl Source {
                 Ok(UsageLines {
                     tiers: tiers
                         .iter()
-                        .map(|(tier, total)| (*tier, totals(total)))
+                        .map(|(tier, total)| (*tier, UsageTotals::from(total)))
                         .collect(),
                     purposes: purposes
                         .iter()
                         .map(|line| PurposeUsage {
                             tier: line.tier,
                             purpose: line.purpose,
-                            total: totals(&line.total),
+                            total: UsageTotals::from(&line.total),
                         })
                         .collect(),
                 })
@@ -177,15 +177,6 @@ impl Source {
                 })
             }
         }
-    }
-}
-
-fn totals(total: &flynn_core::sessions::UsageTotal) -> UsageTotals {
-    UsageTotals {
-        calls: total.calls,
-        usage: total.usage,
-        cost_usd: total.cost_usd,
-        unpriced_calls: total.unpriced_calls,
     }
 }
 

@@ -118,7 +118,6 @@ fn best_cut(text: &str, budget: usize, measure: Measure) -> usize {
     for find in candidates {
         if let Some(at) = find(window)
             && at > floor
-            && at < end + 1
         {
             return at;
         }

@@ -389,6 +389,17 @@ pub struct UsageTotals {
     pub unpriced_calls: u64,
 }
 
+impl From<&flynn_sessions::UsageTotal> for UsageTotals {
+    fn from(total: &flynn_sessions::UsageTotal) -> Self {
+        UsageTotals {
+            calls: total.calls,
+            usage: total.usage,
+            cost_usd: total.cost_usd,
+            unpriced_calls: total.unpriced_calls,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct TierUsage {
     pub tier: Tier,

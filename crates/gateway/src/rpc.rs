@@ -621,15 +621,6 @@ async fn config_patch(params: Params<'static>, state: Arc<State>) -> RpcResult<C
     .map_err(|e| error::rpc_error(codes::CONFIG, "config", e.to_string()))
 }
 
-fn totals(total: &flynn_sessions::UsageTotal) -> UsageTotals {
-    UsageTotals {
-        calls: total.calls,
-        usage: total.usage,
-        cost_usd: total.cost_usd,
-        unpriced_calls: total.unpriced_calls,
-    }
-}
-
 async fn usage_summary(params: Params<'static>, state: Arc<State>) -> RpcResult<UsageSummary> {
     let params: UsageParams = parse(&params)?;
     let store = state.manager.store();
@@ -659,7 +650,7 @@ async fn usage_summary(params: Params<'static>, state: Arc<State>) -> RpcResult<
                 .map(|line| DayUsage {
                     day: line.day,
                     tier: line.tier,
-                    total: totals(&line.total),
+                    total: UsageTotals::from(&line.total),
                 })
                 .collect()
         }
@@ -670,7 +661,7 @@ async fn usage_summary(params: Params<'static>, state: Arc<State>) -> RpcResult<
             .iter()
             .map(|(tier, t)| TierUsage {
                 tier: *tier,
-                total: totals(t),
+                total: UsageTotals::from(t),
             })
             .collect(),
         purposes: purposes
@@ -678,10 +669,10 @@ async fn usage_summary(params: Params<'static>, state: Arc<State>) -> RpcResult<
             .map(|line| PurposeUsage {
                 tier: line.tier,
                 purpose: line.purpose,
-                total: totals(&line.total),
+                total: UsageTotals::from(&line.total),
             })
             .collect(),
-        total: totals(&total),
+        total: UsageTotals::from(&total),
         daily,
     })
 }
@@ -762,7 +753,7 @@ async fn providers_status(
         .providers
         .iter()
         .map(|(name, provider)| async move {
-            let checked_at = now_ms();
+            let checked_at = crate::approver::now_millis();
             match flynn_models::probe(name, provider, Duration::from_secs(5)).await {
                 Ok(probe) => ProviderStatus {
                     name: name.clone(),
@@ -814,12 +805,6 @@ async fn providers_status(
         .unwrap_or_else(std::sync::PoisonError::into_inner) =
         Some((std::time::Instant::now(), statuses.clone()));
     Ok(statuses)
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 async fn system_restart(params: Params<'static>, state: Arc<State>) -> RpcResult<RestartResult> {
