@@ -1,15 +1,47 @@
-//! Flynn's chat channels. Today: the utilities every platform adapter
-//! shares: [`chunk`] (an answer split into messages a platform accepts),
-//! [`format`] (the model's markdown in Telegram HTML, Slack mrkdwn and
-//! Discord markdown) and [`pairing`] (allowlists, and pairing codes for
-//! unknown senders). The `ChannelAdapter` trait, the registry and the
-//! adapters come next.
+//! Flynn's chat channels.
+//!
+//! - [`ChannelAdapter`]: what one platform implements (connect and
+//!   receive, send, edit, typing, buttons, webhooks).
+//! - [`Registry`]: runs adapters under supervision (reconnects with
+//!   backoff, isolates failures) and reports their health.
+//! - [`Inbound`]: where adapters hand what they receive, acknowledging it
+//!   to the platform only once the daemon stored it.
+//! - Shared utilities: [`chunk`] (cutting to a platform's limit without
+//!   breaking code blocks, words or characters), [`format`] (markdown per
+//!   platform), [`outbound`] (render, retry, keep a growing answer in
+//!   step), [`pairing`] (allowlists and pairing codes), [`ratelimit`]
+//!   (per-sender budgets), [`signature`] (webhook HMACs).
+//!
+//! Adapters, each behind its cargo feature: `telegram`, `discord`,
+//! `slack`, `whatsapp`.
 
+pub mod adapter;
 pub mod chunk;
 pub mod format;
+pub mod inbound;
+pub mod outbound;
 pub mod pairing;
+pub mod ratelimit;
+pub mod registry;
+pub mod signature;
 
+#[cfg(feature = "discord")]
+pub mod discord;
+#[cfg(feature = "slack")]
+pub mod slack;
+#[cfg(feature = "telegram")]
+pub mod telegram;
+#[cfg(feature = "whatsapp")]
+pub mod whatsapp;
+
+pub use adapter::{
+    Action, Attachment, AttachmentKind, Button, ButtonStyle, Capabilities, ChannelAdapter,
+    ChannelError, ChatKind, Conversation, InboundEvent, InboundMessage, MessageId, Sender, Target,
+    WebhookRequest, WebhookResponse,
+};
 pub use chunk::{Measure, chunk};
+pub use inbound::{Delivery, Disposition, Inbound};
+pub use registry::{Backoff, ChannelState, ChannelStatus, Registry};
 
 /// Message length limits of the platforms, in their own measure.
 pub mod limits {
@@ -25,3 +57,15 @@ pub mod limits {
     /// WhatsApp Cloud API: 4096 characters of text body.
     pub const WHATSAPP: (usize, Measure) = (4096, Measure::Chars);
 }
+
+/// The channels this build can run: the adapters compiled in.
+pub const COMPILED: &[&str] = &[
+    #[cfg(feature = "telegram")]
+    "telegram",
+    #[cfg(feature = "discord")]
+    "discord",
+    #[cfg(feature = "slack")]
+    "slack",
+    #[cfg(feature = "whatsapp")]
+    "whatsapp",
+];

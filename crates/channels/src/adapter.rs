@@ -1,0 +1,375 @@
+//! The contract every platform implements, and the plain data that
+//! crosses it.
+//!
+//! An adapter knows one platform's wire format and nothing about agents:
+//! it turns what the platform delivers into [`InboundEvent`]s for an
+//! [`Inbound`](crate::Inbound) sink, and sends, edits and decorates
+//! messages when asked. Chunking, markdown conversion, retries and the
+//! streaming of answers are shared (see [`crate::outbound`]); access
+//! control and routing happen above, in the daemon.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio_util::sync::CancellationToken;
+
+use crate::Measure;
+use crate::inbound::Inbound;
+
+/// Direct message or group conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChatKind {
+    /// One person and the bot.
+    Direct,
+    /// A group, channel or server channel with several people.
+    Group,
+}
+
+/// Where a message came from and where its answer goes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Conversation {
+    /// The platform's chat id: Telegram chat id, Discord channel id,
+    /// Slack channel id, WhatsApp sender number.
+    pub chat: String,
+    /// A thread inside the chat (Slack `thread_ts`, Telegram forum topic,
+    /// Discord thread); its own session.
+    pub thread: Option<String>,
+    pub kind: ChatKind,
+}
+
+impl Conversation {
+    pub fn direct(chat: impl Into<String>) -> Self {
+        Conversation {
+            chat: chat.into(),
+            thread: None,
+            kind: ChatKind::Direct,
+        }
+    }
+
+    pub fn group(chat: impl Into<String>) -> Self {
+        Conversation {
+            chat: chat.into(),
+            thread: None,
+            kind: ChatKind::Group,
+        }
+    }
+
+    /// The peer part of the session key: `chat`, or `chat:thread`.
+    pub fn peer(&self) -> String {
+        match &self.thread {
+            Some(thread) => format!("{}:{thread}", self.chat),
+            None => self.chat.clone(),
+        }
+    }
+}
+
+/// Who sent a message.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Sender {
+    /// The platform's stable user id (never a display name): what
+    /// `allow_from` and pairing match.
+    pub id: String,
+    /// A name to show the owner (`@alice`, "Alice Smith").
+    pub name: Option<String>,
+}
+
+/// What kind of file came with a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachmentKind {
+    /// A photo: goes to the model as an image.
+    Image,
+    /// Any other file: saved for the model's file tools.
+    File,
+}
+
+/// A file that came with a message, already downloaded.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Attachment {
+    pub kind: AttachmentKind,
+    /// The file name the sender gave, if any.
+    pub name: Option<String>,
+    /// MIME type (`image/jpeg`, `application/pdf`).
+    pub media_type: String,
+    pub data: Bytes,
+}
+
+impl std::fmt::Debug for Attachment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attachment")
+            .field("kind", &self.kind)
+            .field("name", &self.name)
+            .field("media_type", &self.media_type)
+            .field("bytes", &self.data.len())
+            .finish()
+    }
+}
+
+/// A message someone sent the bot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboundMessage {
+    /// The platform's id of this delivery (Telegram `update_id`, Discord
+    /// message id, Slack `event_id`, WhatsApp `wamid`): a message
+    /// delivered twice carries the same id and is answered once.
+    pub id: String,
+    pub conversation: Conversation,
+    pub sender: Sender,
+    /// Whether the message mentions the bot or replies to one of its
+    /// messages (always true in a direct chat).
+    pub mentioned: bool,
+    /// The text, with the bot's own mention taken out.
+    pub text: String,
+    pub attachments: Vec<Attachment>,
+    /// Platform context an answer must carry (a Discord interaction
+    /// token for a slash command); passed back in [`Target::reply`].
+    pub reply: Option<String>,
+}
+
+/// A button someone pressed (a confirmation's Approve or Deny).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Action {
+    /// The platform's id of this press (for duplicate deliveries and for
+    /// answering it: Telegram `callback_query.id`, Discord interaction
+    /// id).
+    pub id: String,
+    pub conversation: Conversation,
+    pub sender: Sender,
+    /// The [`Button::data`] of the pressed button.
+    pub data: String,
+    /// The message that carried the button.
+    pub message: Option<MessageId>,
+    /// Platform context needed to answer the press (a Discord
+    /// interaction token, a Slack `response_url`).
+    pub reply: Option<String>,
+}
+
+/// Something an adapter received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InboundEvent {
+    Message(InboundMessage),
+    Action(Action),
+}
+
+/// A button under a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Button {
+    pub label: String,
+    /// Handed back in [`Action::data`] when pressed; at most 64 bytes
+    /// (Telegram's `callback_data` limit).
+    pub data: String,
+    pub style: ButtonStyle,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ButtonStyle {
+    Primary,
+    Danger,
+}
+
+/// Where an outgoing message goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub conversation: Conversation,
+    /// The inbound message's [`InboundMessage::reply`] context.
+    pub reply: Option<String>,
+}
+
+/// A message the platform accepted, as the platform names it (Telegram
+/// `message_id`, Discord message id, Slack `ts`, WhatsApp `wamid`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MessageId(pub String);
+
+/// What a platform can do, and the size of one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Largest message, in the platform's measure, after formatting.
+    pub max_len: usize,
+    pub measure: Measure,
+    /// Whether sent messages can be edited (streaming shows the answer
+    /// growing in one message; otherwise it is sent when done).
+    pub edit: bool,
+    /// Whether messages can carry buttons.
+    pub buttons: bool,
+    /// Whether the platform shows a typing indicator.
+    pub typing: bool,
+    /// Shortest gap between two edits of one message the platform
+    /// tolerates without rate limiting.
+    pub edit_interval: Duration,
+}
+
+/// An HTTP request the gateway received for a channel (webhook
+/// deliveries, verification handshakes), under `/channels/<name>/…`.
+#[derive(Debug, Clone)]
+pub struct WebhookRequest {
+    pub method: http::Method,
+    /// The path after `/channels/<name>`, e.g. `/webhook`.
+    pub path: String,
+    /// The raw query string, without `?`.
+    pub query: String,
+    pub headers: http::HeaderMap,
+    /// The raw body: signatures are computed over these bytes.
+    pub body: Bytes,
+}
+
+/// The answer to a [`WebhookRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookResponse {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: Bytes,
+}
+
+impl WebhookResponse {
+    pub fn text(status: u16, body: impl Into<String>) -> Self {
+        WebhookResponse {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: Bytes::from(body.into()),
+        }
+    }
+
+    pub fn json(status: u16, body: &serde_json::Value) -> Self {
+        WebhookResponse {
+            status,
+            content_type: "application/json",
+            body: Bytes::from(body.to_string()),
+        }
+    }
+
+    pub fn not_found() -> Self {
+        WebhookResponse::text(404, "no such endpoint on this channel")
+    }
+}
+
+/// Why a platform call failed, in the terms the retry logic needs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChannelError {
+    /// The platform asked us to slow down (HTTP 429 or its equivalent);
+    /// `retry_after` is its hint when it gave one.
+    #[error("{channel} is rate limiting us{}", retry_after.map(|d| format!(" (retry after {:.1}s)", d.as_secs_f64())).unwrap_or_default())]
+    RateLimited {
+        channel: String,
+        retry_after: Option<Duration>,
+    },
+    /// The platform or the network failed in a way that may pass (5xx,
+    /// timeouts, a dropped connection).
+    #[error("{channel} is unavailable: {detail}")]
+    Unavailable { channel: String, detail: String },
+    /// The token or secret was refused (401/403): retrying will not help
+    /// until the config changes.
+    #[error("{channel} refused the credentials: {detail}")]
+    Unauthorized { channel: String, detail: String },
+    /// The platform refused this request (400, an unknown chat, a message
+    /// it cannot take).
+    #[error("{channel} refused the request: {detail}")]
+    Rejected { channel: String, detail: String },
+    /// The platform cannot do this (editing on a platform without edits).
+    #[error("{channel} cannot {what}")]
+    Unsupported { channel: String, what: &'static str },
+}
+
+impl ChannelError {
+    /// Whether trying again later may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            ChannelError::RateLimited { .. } | ChannelError::Unavailable { .. }
+        )
+    }
+}
+
+/// One chat platform.
+///
+/// `connect` runs the receiving side until `stop` is cancelled (return
+/// `Ok`) or the connection is lost (return the error; the registry
+/// reconnects with backoff). Everything received goes to the sink, and
+/// is acknowledged to the platform only after [`Inbound::deliver`]
+/// returned [`Disposition::acknowledge`](crate::Disposition::acknowledge)
+/// true: a message the daemon could not store is redelivered by the
+/// platform instead of lost. Adapters that receive by webhook do the same
+/// in [`webhook`](Self::webhook).
+///
+/// The sending methods take text already in the platform's format and
+/// within [`Capabilities::max_len`]; use [`crate::outbound`] to get there
+/// from markdown.
+#[async_trait]
+pub trait ChannelAdapter: Send + Sync + 'static {
+    /// The channel's name in config, session keys and status: `telegram`.
+    fn name(&self) -> &str;
+
+    fn capabilities(&self) -> Capabilities;
+
+    /// Converts the model's markdown to the platform's format.
+    fn format(&self, markdown: &str) -> String;
+
+    /// Connects and receives until `stop` is cancelled. Call
+    /// [`Inbound::connected`] once the platform accepted the credentials.
+    async fn connect(&self, sink: Inbound, stop: CancellationToken) -> Result<(), ChannelError>;
+
+    /// Leaves cleanly after `connect` returned (a gateway close frame, a
+    /// webhook deregistration). The default does nothing.
+    async fn disconnect(&self) {}
+
+    /// Sends one message (formatted, within the size limit).
+    async fn send(
+        &self,
+        to: &Target,
+        text: &str,
+        buttons: &[Button],
+    ) -> Result<MessageId, ChannelError>;
+
+    /// Replaces a sent message's text (and its buttons: an empty list
+    /// removes them).
+    async fn edit(
+        &self,
+        to: &Target,
+        message: &MessageId,
+        text: &str,
+        buttons: &[Button],
+    ) -> Result<(), ChannelError> {
+        let _ = (to, message, text, buttons);
+        Err(ChannelError::Unsupported {
+            channel: self.name().to_owned(),
+            what: "edit messages",
+        })
+    }
+
+    /// Shows "typing…" for a few seconds. The default does nothing.
+    async fn typing(&self, to: &Target) -> Result<(), ChannelError> {
+        let _ = to;
+        Ok(())
+    }
+
+    /// Answers a button press so the platform stops waiting on it
+    /// (Telegram `answerCallbackQuery`, a Discord interaction response);
+    /// `note` is a short text some platforms show. The default does
+    /// nothing.
+    async fn answer_action(&self, action: &Action, note: &str) -> Result<(), ChannelError> {
+        let _ = (action, note);
+        Ok(())
+    }
+
+    /// Marks an inbound message read (WhatsApp read receipts). The
+    /// default does nothing.
+    async fn mark_read(&self, message: &InboundMessage) -> Result<(), ChannelError> {
+        let _ = message;
+        Ok(())
+    }
+
+    /// Whether a message may be sent to `to` now. WhatsApp answers
+    /// freely only within 24 hours of the person's last message; the
+    /// default is always.
+    fn can_send(&self, to: &Target) -> Result<(), ChannelError> {
+        let _ = to;
+        Ok(())
+    }
+
+    /// Handles a request to `/channels/<name>/…` on the gateway (webhook
+    /// deliveries, verification handshakes). Deliveries go to `sink`
+    /// like those `connect` receives, before the answer acknowledges
+    /// them. The default answers 404.
+    async fn webhook(&self, request: WebhookRequest, sink: &Inbound) -> WebhookResponse {
+        let _ = (request, sink);
+        WebhookResponse::not_found()
+    }
+}

@@ -1,0 +1,1 @@
+//! slack adapter (in progress).

@@ -1,0 +1,1 @@
+//! whatsapp adapter (in progress).
