@@ -28,6 +28,7 @@
 mod anthropic;
 #[cfg(feature = "bedrock")]
 pub mod bedrock;
+pub mod discord;
 pub mod embeddings;
 pub mod fixtures;
 mod llamacpp;
@@ -35,6 +36,9 @@ mod ollama;
 mod openai;
 mod search;
 mod server;
+pub mod slack;
+pub mod telegram;
+pub mod whatsapp;
 
 pub use anthropic::FakeAnthropic;
 #[cfg(feature = "bedrock")]

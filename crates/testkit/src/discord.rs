@@ -1,0 +1,1 @@
+//! Fake discord API (in progress).

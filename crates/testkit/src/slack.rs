@@ -1,0 +1,1 @@
+//! Fake slack API (in progress).

@@ -1,0 +1,1 @@
+//! Fake telegram API (in progress).

@@ -1,0 +1,1 @@
+//! Fake whatsapp API (in progress).
