@@ -9,8 +9,9 @@
 //! - Shared utilities: [`chunk`] (cutting to a platform's limit without
 //!   breaking code blocks, words or characters), [`format`] (markdown per
 //!   platform), [`outbound`] (render, retry, keep a growing answer in
-//!   step), [`pairing`] (allowlists and pairing codes), [`ratelimit`]
-//!   (per-sender budgets), [`signature`] (webhook HMACs).
+//!   step), [`ratelimit`] (per-sender budgets), [`signature`] (webhook
+//!   HMACs). Pairing codes are kept with the sessions
+//!   (`flynn_sessions::pairing`).
 //!
 //! Adapters, each behind its cargo feature: `telegram`, `discord`,
 //! `slack`, `whatsapp`.
@@ -20,7 +21,6 @@ pub mod chunk;
 pub mod format;
 pub mod inbound;
 pub mod outbound;
-pub mod pairing;
 pub mod ratelimit;
 pub mod registry;
 pub mod signature;

@@ -319,6 +319,7 @@ impl Lane {
         let origin = TurnOrigin {
             agent,
             owner_pid: self.shared.pid,
+            external_id: request.external_id.clone(),
         };
         let record = self
             .shared

@@ -39,6 +39,9 @@ pub struct TurnRequest {
     /// Asks a person about tool calls that need confirmation; without one,
     /// such calls are denied.
     pub approver: Option<Arc<dyn Approver>>,
+    /// The chat platform's id of the message: the session refuses a second
+    /// message with the same id ([`Error::Duplicate`]).
+    pub external_id: Option<String>,
     /// Set when another turn (a sub-agent's parent, a `sessions.send`)
     /// waits on this one.
     pub(crate) lineage: Lineage,
@@ -69,6 +72,7 @@ impl std::fmt::Debug for TurnRequest {
             .field("model", &self.model)
             .field("agent", &self.agent)
             .field("approver", &self.approver.is_some())
+            .field("external_id", &self.external_id)
             .field("lineage", &self.lineage)
             .finish()
     }
@@ -83,6 +87,7 @@ impl TurnRequest {
             model: None,
             agent: None,
             approver: None,
+            external_id: None,
             lineage: Lineage::default(),
         }
     }

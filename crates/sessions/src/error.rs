@@ -61,6 +61,13 @@ pub enum Error {
     /// A sequence number that is not in the session's history.
     #[error("session '{session}' has no message {seq} in its history")]
     UnknownMessage { session: String, seq: u64 },
+    /// A message the session accepted already (same platform id).
+    #[error("session '{session}' has message {external_id} already (turn {turn})")]
+    Duplicate {
+        session: String,
+        external_id: String,
+        turn: TurnId,
+    },
     /// A turn id the store does not know.
     #[error("there is no turn {turn} in the session store")]
     UnknownTurn { turn: TurnId },

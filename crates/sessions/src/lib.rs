@@ -15,6 +15,7 @@
 //! embedded in the binary.
 
 mod error;
+pub mod pairing;
 mod sqlite;
 mod store;
 
@@ -24,6 +25,7 @@ use std::sync::Arc;
 use flynn_protocol::config::SessionsConfig;
 
 pub use error::{Error, Result};
+pub use pairing::{ApprovedPeer, PairingError, PairingTicket, PendingPairing};
 pub use sqlite::SqliteStore;
 pub use store::{
     DayUsage, SessionInfo, SessionMeta, SessionStore, StoredMessage, ToolOutput, TurnOrigin,

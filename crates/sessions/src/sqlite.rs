@@ -10,6 +10,10 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 
+use crate::pairing::{
+    ApprovedPeer, MAX_PENDING, PairingError, PairingTicket, PendingPairing, new_code,
+    normalize_code,
+};
 use crate::{
     DayUsage, Error, Result, SessionInfo, SessionMeta, SessionStore, StoredMessage, ToolOutput,
     TurnOrigin, TurnRecord, TurnStatus, UsageLine, UsageRecord, UsageTotal,
@@ -263,6 +267,7 @@ fn turn_from_row(row: &SqliteRow) -> Result<Option<TurnRecord>> {
         origin: TurnOrigin {
             agent: row.try_get("agent")?,
             owner_pid: u32::try_from(owner).unwrap_or(0),
+            external_id: row.try_get("external_id")?,
         },
         message_seq: message_seq.map(to_u64),
         created_at: row.try_get("created_at")?,
@@ -295,7 +300,7 @@ macro_rules! turn_select {
     ($tail:literal) => {
         concat!(
             "SELECT id, session_key, status, content, agent, owner_pid, message_seq, created_at,
-                updated_at FROM turns ",
+                updated_at, external_id FROM turns ",
             $tail
         )
     };
@@ -632,6 +637,22 @@ impl SessionStore for SqliteStore {
         let now = now_millis();
         let encoded = encode(content)?;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        if let Some(external_id) = &origin.external_id {
+            let seen: Option<i64> = sqlx::query_scalar(
+                "SELECT id FROM turns WHERE session_key = ?1 AND external_id = ?2",
+            )
+            .bind(key.as_str())
+            .bind(external_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(turn) = seen {
+                return Err(Error::Duplicate {
+                    session: key.to_string(),
+                    external_id: external_id.clone(),
+                    turn: TurnId(to_u64(turn)),
+                });
+            }
+        }
         // `touch`, also recording the channel, in one statement.
         sqlx::query(
             "INSERT INTO sessions (key, created_at, updated_at, last_channel)
@@ -647,14 +668,16 @@ impl SessionStore for SqliteStore {
         .execute(&mut *tx)
         .await?;
         let id: i64 = sqlx::query_scalar(
-            "INSERT INTO turns (session_key, status, content, agent, owner_pid, created_at, updated_at)
-             VALUES (?1, 'pending', ?2, ?3, ?4, ?5, ?5) RETURNING id",
+            "INSERT INTO turns (session_key, status, content, agent, owner_pid, created_at, updated_at,
+                 external_id)
+             VALUES (?1, 'pending', ?2, ?3, ?4, ?5, ?5, ?6) RETURNING id",
         )
         .bind(key.as_str())
         .bind(encoded)
         .bind(&origin.agent)
         .bind(i64::from(origin.owner_pid))
         .bind(now)
+        .bind(&origin.external_id)
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -668,6 +691,180 @@ impl SessionStore for SqliteStore {
             created_at: now,
             updated_at: now,
         })
+    }
+
+    async fn peer_approved(&self, channel: &str, sender: &str) -> Result<bool> {
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM channel_peers WHERE channel = ?1 AND sender = ?2")
+                .bind(channel)
+                .bind(sender)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(found.is_some())
+    }
+
+    async fn pairing_request(
+        &self,
+        channel: &str,
+        sender: &str,
+        name: Option<&str>,
+        now: i64,
+        ttl_ms: i64,
+    ) -> Result<PairingTicket> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query("DELETE FROM pairing_codes WHERE expires_at <= ?1")
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        let pending: Option<(String, i64)> = sqlx::query_as(
+            "SELECT code, expires_at FROM pairing_codes WHERE channel = ?1 AND sender = ?2",
+        )
+        .bind(channel)
+        .bind(sender)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some((code, expires_at)) = pending {
+            tx.commit().await?;
+            return Ok(PairingTicket {
+                code,
+                fresh: false,
+                expires_at,
+            });
+        }
+        // Make room: the oldest codes of the channel go first.
+        sqlx::query(
+            "DELETE FROM pairing_codes WHERE channel = ?1 AND code IN (
+                 SELECT code FROM pairing_codes WHERE channel = ?1
+                 ORDER BY created_at DESC, code LIMIT -1 OFFSET ?2)",
+        )
+        .bind(channel)
+        .bind(i64::try_from(MAX_PENDING.saturating_sub(1)).unwrap_or(i64::MAX))
+        .execute(&mut *tx)
+        .await?;
+        let expires_at = now.saturating_add(ttl_ms.max(1));
+        let code = loop {
+            let code = new_code();
+            let inserted = sqlx::query(
+                "INSERT INTO pairing_codes (channel, code, sender, name, created_at, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+            )
+            .bind(channel)
+            .bind(&code)
+            .bind(sender)
+            .bind(name)
+            .bind(now)
+            .bind(expires_at)
+            .execute(&mut *tx)
+            .await?;
+            if inserted.rows_affected() == 1 {
+                break code;
+            }
+        };
+        tx.commit().await?;
+        Ok(PairingTicket {
+            code,
+            fresh: true,
+            expires_at,
+        })
+    }
+
+    async fn pairing_approve(
+        &self,
+        channel: &str,
+        code: &str,
+        now: i64,
+    ) -> Result<Result<ApprovedPeer, PairingError>> {
+        let code = normalize_code(code);
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let pending: Option<(String, Option<String>, i64)> = sqlx::query_as(
+            "DELETE FROM pairing_codes WHERE channel = ?1 AND code = ?2
+             RETURNING sender, name, expires_at",
+        )
+        .bind(channel)
+        .bind(&code)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((sender, name, expires_at)) = pending else {
+            return Ok(Err(PairingError::Unknown {
+                channel: channel.to_owned(),
+                code,
+            }));
+        };
+        if expires_at <= now {
+            tx.commit().await?;
+            return Ok(Err(PairingError::Expired {
+                channel: channel.to_owned(),
+                code,
+            }));
+        }
+        sqlx::query(
+            "INSERT INTO channel_peers (channel, sender, name, approved_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (channel, sender) DO UPDATE SET name = excluded.name,
+                 approved_at = excluded.approved_at",
+        )
+        .bind(channel)
+        .bind(&sender)
+        .bind(&name)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Ok(ApprovedPeer {
+            channel: channel.to_owned(),
+            sender,
+            name,
+            approved_at: now,
+        }))
+    }
+
+    async fn pairing_pending(&self, now: i64) -> Result<Vec<PendingPairing>> {
+        let rows: Vec<(String, String, String, Option<String>, i64, i64)> = sqlx::query_as(
+            "SELECT channel, code, sender, name, created_at, expires_at FROM pairing_codes
+             WHERE expires_at > ?1 ORDER BY created_at, channel, code",
+        )
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(channel, code, sender, name, created_at, expires_at)| PendingPairing {
+                    channel,
+                    sender,
+                    name,
+                    code,
+                    created_at,
+                    expires_at,
+                },
+            )
+            .collect())
+    }
+
+    async fn approved_peers(&self) -> Result<Vec<ApprovedPeer>> {
+        let rows: Vec<(String, String, Option<String>, i64)> = sqlx::query_as(
+            "SELECT channel, sender, name, approved_at FROM channel_peers
+             ORDER BY channel, approved_at, sender",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(channel, sender, name, approved_at)| ApprovedPeer {
+                channel,
+                sender,
+                name,
+                approved_at,
+            })
+            .collect())
+    }
+
+    async fn revoke_peer(&self, channel: &str, sender: &str) -> Result<bool> {
+        let done = sqlx::query("DELETE FROM channel_peers WHERE channel = ?1 AND sender = ?2")
+            .bind(channel)
+            .bind(sender)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
     }
 
     async fn start_turn(&self, turn: TurnId, owner_pid: u32) -> Result<u64> {

@@ -4,6 +4,7 @@ use flynn_protocol::{ContentBlock, Message, Purpose, SessionKey, Tier, TurnId, U
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
+use crate::pairing::{ApprovedPeer, PairingError, PairingTicket, PendingPairing};
 
 /// A summary of one stored session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -155,6 +156,11 @@ pub struct TurnOrigin {
     /// The process that owns the turn while it is open; start-up leaves
     /// open turns of live processes alone.
     pub owner_pid: u32,
+    /// The chat platform's id of the message (a Telegram update id, a
+    /// Slack event id): a second message with the same id in the session
+    /// is refused with [`Error::Duplicate`](crate::Error::Duplicate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_id: Option<String>,
 }
 
 /// One accepted inbound message and its turn.
@@ -297,6 +303,39 @@ pub trait SessionStore: Send + Sync {
     /// [`Error::TurnFinished`](crate::Error::TurnFinished) for one that
     /// has ended.
     async fn start_turn(&self, turn: TurnId, owner_pid: u32) -> Result<u64>;
+
+    /// Whether `sender` was let in on `channel` by pairing.
+    async fn peer_approved(&self, channel: &str, sender: &str) -> Result<bool>;
+
+    /// The code to show an unknown sender: their pending one, or a new
+    /// one valid for `ttl_ms` (dropping expired codes, and the channel's
+    /// oldest beyond [`MAX_PENDING`](crate::pairing::MAX_PENDING)).
+    async fn pairing_request(
+        &self,
+        channel: &str,
+        sender: &str,
+        name: Option<&str>,
+        now: i64,
+        ttl_ms: i64,
+    ) -> Result<PairingTicket>;
+
+    /// Approves a pending code: its sender is let in from now on.
+    /// Returns the approved sender, or why the code cannot be approved.
+    async fn pairing_approve(
+        &self,
+        channel: &str,
+        code: &str,
+        now: i64,
+    ) -> Result<Result<ApprovedPeer, PairingError>>;
+
+    /// Codes waiting for the owner at `now`, oldest first.
+    async fn pairing_pending(&self, now: i64) -> Result<Vec<PendingPairing>>;
+
+    /// Senders approved by pairing, by channel then time.
+    async fn approved_peers(&self) -> Result<Vec<ApprovedPeer>>;
+
+    /// Takes a sender's approval back. Returns whether there was one.
+    async fn revoke_peer(&self, channel: &str, sender: &str) -> Result<bool>;
 
     /// Sets a turn's status (`completed`, `failed`...). Fails with
     /// [`Error::UnknownTurn`](crate::Error::UnknownTurn) for a turn the

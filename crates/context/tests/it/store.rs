@@ -11,8 +11,9 @@ use std::future::Future;
 use async_trait::async_trait;
 use flynn_protocol::{ContentBlock, Message, SessionKey, Tier, TurnId};
 use flynn_sessions::{
-    DayUsage, Result, SessionInfo, SessionMeta, SessionStore, SqliteStore, StoredMessage,
-    ToolOutput, TurnOrigin, TurnRecord, TurnStatus, UsageLine, UsageRecord, UsageTotal,
+    ApprovedPeer, DayUsage, PairingError, PairingTicket, PendingPairing, Result, SessionInfo,
+    SessionMeta, SessionStore, SqliteStore, StoredMessage, ToolOutput, TurnOrigin, TurnRecord,
+    TurnStatus, UsageLine, UsageRecord, UsageTotal,
 };
 use tokio::runtime::Runtime;
 
@@ -167,6 +168,58 @@ impl SessionStore for TestStore {
     async fn usage_by_purpose(&self, session: Option<&SessionKey>) -> Result<Vec<UsageLine>> {
         let session = session.cloned();
         self.run(|s| async move { s.usage_by_purpose(session.as_ref()).await })
+            .await
+    }
+
+    async fn peer_approved(&self, channel: &str, sender: &str) -> Result<bool> {
+        let (channel, sender) = (channel.to_owned(), sender.to_owned());
+        self.run(|s| async move { s.peer_approved(&channel, &sender).await })
+            .await
+    }
+
+    async fn pairing_request(
+        &self,
+        channel: &str,
+        sender: &str,
+        name: Option<&str>,
+        now: i64,
+        ttl_ms: i64,
+    ) -> Result<PairingTicket> {
+        let (channel, sender, name) = (
+            channel.to_owned(),
+            sender.to_owned(),
+            name.map(str::to_owned),
+        );
+        self.run(|s| async move {
+            s.pairing_request(&channel, &sender, name.as_deref(), now, ttl_ms)
+                .await
+        })
+        .await
+    }
+
+    async fn pairing_approve(
+        &self,
+        channel: &str,
+        code: &str,
+        now: i64,
+    ) -> Result<Result<ApprovedPeer, PairingError>> {
+        let (channel, code) = (channel.to_owned(), code.to_owned());
+        self.run(|s| async move { s.pairing_approve(&channel, &code, now).await })
+            .await
+    }
+
+    async fn pairing_pending(&self, now: i64) -> Result<Vec<PendingPairing>> {
+        self.run(|s| async move { s.pairing_pending(now).await })
+            .await
+    }
+
+    async fn approved_peers(&self) -> Result<Vec<ApprovedPeer>> {
+        self.run(|s| async move { s.approved_peers().await }).await
+    }
+
+    async fn revoke_peer(&self, channel: &str, sender: &str) -> Result<bool> {
+        let (channel, sender) = (channel.to_owned(), sender.to_owned());
+        self.run(|s| async move { s.revoke_peer(&channel, &sender).await })
             .await
     }
 

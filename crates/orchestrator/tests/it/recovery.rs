@@ -23,6 +23,7 @@ async fn crashed_session(h: &Harness, k: &flynn_protocol::SessionKey) -> (u64, u
     let origin = TurnOrigin {
         agent: "main".into(),
         owner_pid: dead_pid(),
+        external_id: None,
     };
     let cut = h
         .store
@@ -164,6 +165,7 @@ async fn turns_of_a_live_process_are_left_alone() {
     let live = TurnOrigin {
         agent: "main".into(),
         owner_pid: std::os::unix::process::parent_id(),
+        external_id: None,
     };
     let other = h
         .store

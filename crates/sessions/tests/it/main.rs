@@ -2,6 +2,7 @@
 //! migrations.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod channels;
 mod factory;
 mod history;
 mod metadata;

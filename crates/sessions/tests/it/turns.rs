@@ -9,6 +9,7 @@ fn origin(pid: u32) -> TurnOrigin {
     TurnOrigin {
         agent: "main".into(),
         owner_pid: pid,
+        external_id: None,
     }
 }
 

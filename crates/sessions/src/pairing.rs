@@ -1,0 +1,84 @@
+//! Pairing: how a sender the config does not list gets in. An unknown
+//! sender who writes gets a short code; the owner approves it (`flynn
+//! pairing approve <channel> <code>`), which admits the sender from then
+//! on. Codes expire, each sender has at most one pending code per channel,
+//! and a channel keeps at most [`MAX_PENDING`] (the oldest go first).
+//! Stored with the sessions, so approvals survive restarts and the CLI
+//! can approve while the daemon runs.
+
+use serde::Serialize;
+
+/// Letters and digits that cannot be mistaken for one another (no 0/O,
+/// 1/I/L).
+const ALPHABET: &[u8] = b"ABCDEFGHJKMNPQRSTUVWXYZ23456789";
+/// Characters in a code.
+pub const CODE_LEN: usize = 6;
+/// How long a code can be approved.
+pub const CODE_TTL_MS: i64 = 60 * 60 * 1000;
+/// Pending codes kept per channel.
+pub const MAX_PENDING: usize = 100;
+
+/// A code waiting for the owner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PendingPairing {
+    pub channel: String,
+    pub sender: String,
+    /// The sender's name on the platform, when it gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub code: String,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    /// Unix milliseconds.
+    pub expires_at: i64,
+}
+
+/// A sender let in by pairing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApprovedPeer {
+    pub channel: String,
+    pub sender: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Unix milliseconds.
+    pub approved_at: i64,
+}
+
+/// The code a sender should be shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairingTicket {
+    pub code: String,
+    /// False when the sender had this code already (it was shown before).
+    pub fresh: bool,
+    pub expires_at: i64,
+}
+
+/// Why an approval failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PairingError {
+    #[error(
+        "no pairing code {code} on {channel} (codes are {CODE_LEN} letters and digits; `flynn pairing list` shows the pending ones)"
+    )]
+    Unknown { channel: String, code: String },
+    #[error(
+        "pairing code {code} on {channel} expired; ask the sender to write again for a new one"
+    )]
+    Expired { channel: String, code: String },
+}
+
+/// A fresh random code.
+pub fn new_code() -> String {
+    let mut bytes = [0u8; CODE_LEN];
+    // Without the OS's randomness (never seen in practice) the code is
+    // still a code, only guessable; pairing also needs the owner.
+    let _ = getrandom::fill(&mut bytes);
+    bytes
+        .iter()
+        .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
+        .collect()
+}
+
+/// A code as the owner typed it, in the stored form.
+pub fn normalize_code(code: &str) -> String {
+    code.trim().to_ascii_uppercase()
+}

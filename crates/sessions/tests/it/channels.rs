@@ -1,0 +1,225 @@
+//! What the chat channels keep: platform message ids (a redelivery is
+//! refused), pairing codes and approved senders.
+
+use flynn_protocol::ContentBlock;
+use flynn_sessions::pairing::{CODE_LEN, MAX_PENDING};
+use flynn_sessions::{Error, PairingError, SessionStore, SqliteStore, TurnOrigin};
+
+use crate::{key, open};
+
+fn origin(external_id: &str) -> TurnOrigin {
+    TurnOrigin {
+        agent: "main".into(),
+        owner_pid: 100,
+        external_id: Some(external_id.to_owned()),
+    }
+}
+
+#[tokio::test]
+async fn a_message_delivered_twice_is_accepted_once_per_session() {
+    let (_dir, store) = open().await;
+    let telegram = key("telegram:42");
+    let content = vec![ContentBlock::text("hi")];
+    let first = store
+        .accept(&telegram, &content, &origin("update-7"))
+        .await
+        .unwrap();
+    assert_eq!(first.origin.external_id.as_deref(), Some("update-7"));
+    match store.accept(&telegram, &content, &origin("update-7")).await {
+        Err(Error::Duplicate {
+            session,
+            external_id,
+            turn,
+        }) => {
+            assert_eq!(session, "telegram:42");
+            assert_eq!(external_id, "update-7");
+            assert_eq!(turn, first.id);
+        }
+        other => panic!("expected a duplicate, got {other:?}"),
+    }
+    // Another id, another session with the same id, and messages without
+    // an id are all accepted.
+    store
+        .accept(&telegram, &content, &origin("update-8"))
+        .await
+        .unwrap();
+    store
+        .accept(&key("discord:9"), &content, &origin("update-7"))
+        .await
+        .unwrap();
+    let plain = TurnOrigin {
+        external_id: None,
+        ..origin("x")
+    };
+    store.accept(&telegram, &content, &plain).await.unwrap();
+    store.accept(&telegram, &content, &plain).await.unwrap();
+    assert_eq!(store.open_turns(Some(&telegram)).await.unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn the_id_survives_reopening_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let k = key("slack:C1:1700.1");
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        store
+            .accept(&k, &[ContentBlock::text("a")], &origin("Ev1"))
+            .await
+            .unwrap();
+        store.close().await;
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert!(matches!(
+        store
+            .accept(&k, &[ContentBlock::text("a")], &origin("Ev1"))
+            .await,
+        Err(Error::Duplicate { .. })
+    ));
+    let turn = &store.open_turns(Some(&k)).await.unwrap()[0];
+    assert_eq!(turn.origin.external_id.as_deref(), Some("Ev1"));
+}
+
+const HOUR: i64 = 3_600_000;
+
+#[tokio::test]
+async fn an_unknown_sender_keeps_one_code_until_it_is_approved() {
+    let (_dir, store) = open().await;
+    assert!(!store.peer_approved("telegram", "42").await.unwrap());
+    let ticket = store
+        .pairing_request("telegram", "42", Some("@alice"), 1_000, HOUR)
+        .await
+        .unwrap();
+    assert!(ticket.fresh);
+    assert_eq!(ticket.code.len(), CODE_LEN);
+    assert_eq!(ticket.expires_at, 1_000 + HOUR);
+    let again = store
+        .pairing_request("telegram", "42", Some("@alice"), 2_000, HOUR)
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.code.as_str(), again.fresh),
+        (ticket.code.as_str(), false)
+    );
+
+    let pending = store.pairing_pending(3_000).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        (
+            pending[0].channel.as_str(),
+            pending[0].sender.as_str(),
+            pending[0].name.as_deref()
+        ),
+        ("telegram", "42", Some("@alice"))
+    );
+
+    // Wrong channel, unknown code: refused with what to do.
+    let wrong = store
+        .pairing_approve("discord", &ticket.code, 4_000)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(wrong, PairingError::Unknown { .. }));
+    assert!(wrong.to_string().contains("flynn pairing list"), "{wrong}");
+
+    // Codes are typed by people: case and spaces do not matter.
+    let typed = format!("  {} ", ticket.code.to_lowercase());
+    let peer = store
+        .pairing_approve("telegram", &typed, 4_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((peer.sender.as_str(), peer.approved_at), ("42", 4_000));
+    assert!(store.peer_approved("telegram", "42").await.unwrap());
+    assert!(!store.peer_approved("discord", "42").await.unwrap());
+    assert!(store.pairing_pending(5_000).await.unwrap().is_empty());
+    // Used up.
+    assert!(matches!(
+        store
+            .pairing_approve("telegram", &ticket.code, 5_000)
+            .await
+            .unwrap(),
+        Err(PairingError::Unknown { .. })
+    ));
+    assert_eq!(store.approved_peers().await.unwrap(), vec![peer]);
+
+    assert!(store.revoke_peer("telegram", "42").await.unwrap());
+    assert!(!store.revoke_peer("telegram", "42").await.unwrap());
+    assert!(!store.peer_approved("telegram", "42").await.unwrap());
+}
+
+#[tokio::test]
+async fn codes_expire_and_the_sender_gets_a_new_one() {
+    let (_dir, store) = open().await;
+    let first = store
+        .pairing_request("slack", "U1", None, 0, HOUR)
+        .await
+        .unwrap();
+    assert!(store.pairing_pending(HOUR).await.unwrap().is_empty());
+    let late = store
+        .pairing_approve("slack", &first.code, HOUR)
+        .await
+        .unwrap()
+        .unwrap_err();
+    // Expired codes are swept by the next request; until then the
+    // approval says what happened.
+    assert!(
+        matches!(
+            late,
+            PairingError::Expired { .. } | PairingError::Unknown { .. }
+        ),
+        "{late:?}"
+    );
+    let second = store
+        .pairing_request("slack", "U1", None, HOUR + 1, HOUR)
+        .await
+        .unwrap();
+    assert!(second.fresh);
+    assert!(!store.peer_approved("slack", "U1").await.unwrap());
+}
+
+#[tokio::test]
+async fn an_expired_code_is_refused_as_expired() {
+    let (_dir, store) = open().await;
+    let ticket = store
+        .pairing_request("whatsapp", "15551234567", None, 0, 10)
+        .await
+        .unwrap();
+    let late = store
+        .pairing_approve("whatsapp", &ticket.code, 10)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(late, PairingError::Expired { .. }), "{late:?}");
+    assert!(late.to_string().contains("write again"), "{late}");
+    assert!(
+        !store
+            .peer_approved("whatsapp", "15551234567")
+            .await
+            .unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_channel_keeps_at_most_its_newest_pending_codes() {
+    let (_dir, store) = open().await;
+    for i in 0..=MAX_PENDING {
+        let sender = format!("u{i}");
+        store
+            .pairing_request("discord", &sender, None, i64::try_from(i).unwrap(), HOUR)
+            .await
+            .unwrap();
+    }
+    store
+        .pairing_request("telegram", "other", None, 0, HOUR)
+        .await
+        .unwrap();
+    let pending = store.pairing_pending(1_000).await.unwrap();
+    let discord: Vec<_> = pending.iter().filter(|p| p.channel == "discord").collect();
+    assert_eq!(discord.len(), MAX_PENDING);
+    assert!(
+        discord.iter().all(|p| p.sender != "u0"),
+        "the oldest went first"
+    );
+    assert!(pending.iter().any(|p| p.channel == "telegram"));
+}
