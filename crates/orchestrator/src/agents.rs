@@ -201,6 +201,22 @@ impl Agents {
             .unwrap_or_else(|| unreachable!("an Agents value always has an agent"))
     }
 
+    /// The agent a route names for a message from `sender` (the
+    /// platform's user id) on `channel`, when a route with a sender glob
+    /// other than `*` matches it. Routes match the session key's peer too
+    /// ([`route`](Self::route)); in a group that is the chat, so this is
+    /// how a rule picks an agent for one person there.
+    pub fn route_sender(&self, channel: &str, sender: &str) -> Option<&str> {
+        self.routes
+            .iter()
+            .find(|route| {
+                route.channel.matches(channel)
+                    && route.sender != "*"
+                    && route.sender.matches(sender)
+            })
+            .map(|route| route.agent.as_str())
+    }
+
     /// The agent for a message on `key`: the first route whose channel and
     /// sender globs match, else the default agent.
     pub fn route(&self, key: &SessionKey) -> &Arc<AgentProfile> {

@@ -18,9 +18,15 @@
 //! and reported (or rerun), and a history cut short mid-tool is repaired,
 //! so a session always continues.
 //!
+//! A [`ChannelRouter`] brings chat platforms in: each delivery passes the
+//! channel's access rules (groups, mentions, rate limit, allowlist,
+//! pairing), becomes a turn of its `<channel>:<peer>` session, and the
+//! answer streams back to the same chat.
+//!
 //! [`Approver`]: flynn_tools::Approver
 
 mod agents;
+mod channels;
 mod commands;
 mod compact;
 mod delegate;
@@ -34,6 +40,7 @@ mod runtime;
 mod turn;
 
 pub use agents::{AgentProfile, Agents};
+pub use channels::{ChannelRouter, MAX_ATTACHMENT_BYTES};
 pub use commands::{BadArgument, Command, HELP, ModelChoice};
 pub use delegate::{AgentOrchestrator, DelegationSettings, SubAgentRequest, SubAgentResult};
 pub use error::{Error, Result};

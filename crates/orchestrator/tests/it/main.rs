@@ -2,6 +2,7 @@
 //! a real SQLite store.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod channels;
 mod commands;
 mod compaction;
 mod delegation;

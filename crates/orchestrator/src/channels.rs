@@ -1,0 +1,737 @@
+//! Chat channels to sessions and back.
+//!
+//! Every delivery an adapter receives passes, in order: the group filter
+//! (`allow_groups`), mention gating in groups (`require_mention`), the
+//! sender's rate limit, the access check (`allow_from`, `dm_policy`,
+//! senders approved by pairing; an unknown sender in a direct chat gets a
+//! pairing code), then becomes a turn of session `<channel>:<peer>`. The
+//! message is stored (with the platform's id, so a redelivery is answered
+//! once) before the adapter is told to acknowledge it. The answer streams
+//! back to the same place by editing one message (or is sent whole where
+//! the platform cannot edit), with a typing indicator while the turn runs;
+//! a tool call that needs confirmation asks there with Approve / Deny
+//! buttons that only allowed senders may press.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use base64::Engine;
+use flynn_channels::outbound::{self, Sent};
+use flynn_channels::ratelimit::{RateLimiter, Verdict};
+use flynn_channels::{
+    Action, Attachment, AttachmentKind, Button, ButtonStyle, ChannelAdapter, ChatKind, Delivery,
+    Disposition, InboundEvent, InboundMessage, Registry, Target,
+};
+use flynn_protocol::config::{ChannelAccess, ChannelsConfig, DmPolicy};
+use flynn_protocol::{AgentEvent, ContentBlock, ImageSource, SessionKey, TurnOutcome};
+use flynn_sessions::pairing::CODE_TTL_MS;
+use flynn_tools::{ApprovalRequest, Approver, Decision};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_util::task::TaskTracker;
+
+use crate::events::EventStream;
+use crate::runtime::{SessionManager, Submitted, TurnHandle, TurnRequest};
+use crate::{Error, Result};
+
+/// Largest file from a chat kept for the model.
+pub const MAX_ATTACHMENT_BYTES: usize = 20 * 1024 * 1024;
+/// How often the typing indicator is renewed while a turn runs (platforms
+/// show it for about five seconds).
+const TYPING_EVERY: Duration = Duration::from_secs(4);
+/// Button presses remembered to answer a redelivered press once.
+const RECENT_ACTIONS: usize = 1024;
+
+/// Routes deliveries from a [`Registry`]'s adapters into sessions and
+/// answers back. Cheap to clone.
+#[derive(Clone)]
+pub struct ChannelRouter {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    manager: SessionManager,
+    registry: Registry,
+    access: HashMap<String, ChannelAccess>,
+    limiters: Mutex<HashMap<String, RateLimiter>>,
+    confirmations: Mutex<HashMap<String, Waiting>>,
+    next_token: AtomicU64,
+    recent_actions: Mutex<VecDeque<String>>,
+    tasks: TaskTracker,
+    /// Where files from chats are saved (`<workspace>/inbox/<channel>/`).
+    workspace: PathBuf,
+}
+
+/// A confirmation waiting for a button press.
+struct Waiting {
+    channel: String,
+    answer: oneshot::Sender<(Decision, String)>,
+}
+
+impl std::fmt::Debug for ChannelRouter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelRouter")
+            .field("channels", &self.inner.access.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChannelRouter {
+    /// A router for the channels `config` enables, answering with
+    /// `manager`'s sessions through `registry`'s adapters.
+    pub fn new(manager: SessionManager, registry: Registry, config: &ChannelsConfig) -> Self {
+        let access: HashMap<String, ChannelAccess> = config
+            .access()
+            .into_iter()
+            .map(|(name, access)| (name.to_owned(), access))
+            .collect();
+        let limiters = access
+            .iter()
+            .map(|(name, access)| {
+                (
+                    name.clone(),
+                    RateLimiter::new(
+                        access.rate_limit.messages,
+                        Duration::from_secs(access.rate_limit.per_secs.max(1)),
+                    ),
+                )
+            })
+            .collect();
+        let workspace = manager.agents().default_agent().workspace().to_path_buf();
+        ChannelRouter {
+            inner: Arc::new(Inner {
+                manager,
+                registry,
+                access,
+                limiters: Mutex::new(limiters),
+                confirmations: Mutex::new(HashMap::new()),
+                next_token: AtomicU64::new(1),
+                recent_actions: Mutex::new(VecDeque::new()),
+                tasks: TaskTracker::new(),
+                workspace,
+            }),
+        }
+    }
+
+    /// Handles deliveries until every sender of `deliveries` is gone.
+    pub fn spawn(&self, mut deliveries: mpsc::Receiver<Delivery>) -> JoinHandle<()> {
+        let router = self.clone();
+        tokio::spawn(async move {
+            while let Some(delivery) = deliveries.recv().await {
+                router.handle(delivery).await;
+            }
+        })
+    }
+
+    /// Waits (up to `grace`) for answers being sent to finish.
+    pub async fn close(&self, grace: Duration) {
+        self.inner.tasks.close();
+        let _ = tokio::time::timeout(grace, self.inner.tasks.wait()).await;
+    }
+
+    /// Handles one delivery and settles it.
+    pub async fn handle(&self, delivery: Delivery) {
+        let Some(adapter) = self.inner.registry.get(&delivery.channel) else {
+            delivery.settle(Disposition::Retry("the channel is not running".to_owned()));
+            return;
+        };
+        let disposition = match &delivery.event {
+            InboundEvent::Message(message) => {
+                self.message(&delivery.channel, &adapter, message).await
+            }
+            InboundEvent::Action(action) => self.action(&delivery.channel, &adapter, action).await,
+        };
+        match &disposition {
+            Disposition::Ignored(why) => {
+                tracing::debug!(channel = %delivery.channel, why = %why, "inbound ignored");
+            }
+            Disposition::Retry(why) => {
+                tracing::warn!(channel = %delivery.channel, why = %why, "inbound not accepted; the platform will deliver it again");
+            }
+            Disposition::Accepted | Disposition::Duplicate => {}
+        }
+        delivery.settle(disposition);
+    }
+
+    fn access(&self, channel: &str) -> ChannelAccess {
+        self.inner.access.get(channel).cloned().unwrap_or_default()
+    }
+
+    /// Whether `sender` may talk to (and answer confirmations on) `channel`.
+    async fn allowed(&self, channel: &str, access: &ChannelAccess, sender: &str) -> Result<bool> {
+        if access.dm_policy == DmPolicy::Open
+            || access.allow_from.iter().any(|a| a == "*" || a == sender)
+        {
+            return Ok(true);
+        }
+        Ok(self
+            .inner
+            .manager
+            .store()
+            .peer_approved(channel, sender)
+            .await?)
+    }
+
+    async fn message(
+        &self,
+        channel: &str,
+        adapter: &Arc<dyn ChannelAdapter>,
+        message: &InboundMessage,
+    ) -> Disposition {
+        let access = self.access(channel);
+        if !access.enabled {
+            return Disposition::Ignored("the channel is turned off".to_owned());
+        }
+        let group = message.conversation.kind == ChatKind::Group;
+        let target = Target {
+            conversation: message.conversation.clone(),
+            reply: message.reply.clone(),
+        };
+        if group
+            && !access.allow_groups.is_empty()
+            && !access
+                .allow_groups
+                .iter()
+                .any(|g| g == &message.conversation.chat)
+        {
+            return Disposition::Ignored("a group not in allow_groups".to_owned());
+        }
+        if group && access.require_mention && !message.mentioned {
+            return Disposition::Ignored("a group message without a mention".to_owned());
+        }
+        let verdict = lock(&self.inner.limiters)
+            .get_mut(channel)
+            .map_or(Verdict::Allow, |l| l.check(channel, &message.sender.id));
+        if let Verdict::Limited { first, retry_in } = verdict {
+            if first {
+                self.say(
+                    adapter,
+                    &target,
+                    format!(
+                        "You are sending messages faster than I can answer. Try again in {} s.",
+                        retry_in.as_secs().max(1)
+                    ),
+                );
+            }
+            return Disposition::Ignored("over the sender's rate limit".to_owned());
+        }
+        match self.allowed(channel, &access, &message.sender.id).await {
+            Ok(true) => {}
+            Ok(false) => return self.pair(channel, adapter, &target, message, &access).await,
+            Err(e) => return Disposition::Retry(e.to_string()),
+        }
+
+        let session = match SessionKey::new(channel, &message.conversation.peer()) {
+            Ok(key) => key,
+            Err(e) => return Disposition::Ignored(format!("no session for this chat: {e}")),
+        };
+        let content = self.content(channel, message).await;
+        if content.is_empty() {
+            return Disposition::Ignored("an empty message".to_owned());
+        }
+        let mut request = TurnRequest::text(session.clone(), "");
+        request.content = content;
+        request.external_id = Some(message.id.clone());
+        let routed = self
+            .inner
+            .manager
+            .agents()
+            .route_sender(channel, &message.sender.id);
+        if let Some(agent) = routed
+            && agent != self.inner.manager.agents().route(&session).name
+        {
+            request.agent = Some(agent.to_owned());
+        }
+        request.approver = Some(Arc::new(ChannelApprover {
+            router: self.clone(),
+            adapter: adapter.clone(),
+            target: target.clone(),
+            channel: channel.to_owned(),
+        }));
+        // Subscribe before submitting: the turn may start at once.
+        let events = self.inner.manager.subscribe(&session);
+        match self.inner.manager.submit(request).await {
+            Ok(Submitted::Turn(handle)) => {
+                let router = self.clone();
+                let adapter = adapter.clone();
+                let read = message.clone();
+                self.inner.tasks.spawn(async move {
+                    if let Err(e) = adapter.mark_read(&read).await {
+                        tracing::debug!(error = %e, "could not mark the message read");
+                    }
+                    router.respond(adapter, target, handle, events).await;
+                });
+                Disposition::Accepted
+            }
+            Ok(Submitted::Command { reply, .. }) => {
+                self.say(adapter, &target, reply);
+                Disposition::Accepted
+            }
+            Err(Error::Storage(flynn_sessions::Error::Duplicate { .. })) => Disposition::Duplicate,
+            Err(Error::ShuttingDown) => Disposition::Retry("shutting down".to_owned()),
+            Err(Error::Storage(e)) => Disposition::Retry(e.to_string()),
+            Err(e) => {
+                // Refused before anything was stored (a full queue, no
+                // model for the tier): the sender is told why.
+                self.say(adapter, &target, format!("⚠️ {e}"));
+                Disposition::Ignored(e.to_string())
+            }
+        }
+    }
+
+    /// An unknown sender: a pairing code in a direct chat, silence in a
+    /// group.
+    async fn pair(
+        &self,
+        channel: &str,
+        adapter: &Arc<dyn ChannelAdapter>,
+        target: &Target,
+        message: &InboundMessage,
+        access: &ChannelAccess,
+    ) -> Disposition {
+        if message.conversation.kind == ChatKind::Group || access.dm_policy != DmPolicy::Pairing {
+            return Disposition::Ignored(format!(
+                "sender {} is not allowed on {channel}",
+                message.sender.id
+            ));
+        }
+        let ticket = match self
+            .inner
+            .manager
+            .store()
+            .pairing_request(
+                channel,
+                &message.sender.id,
+                message.sender.name.as_deref(),
+                now_millis(),
+                CODE_TTL_MS,
+            )
+            .await
+        {
+            Ok(ticket) => ticket,
+            Err(e) => return Disposition::Retry(e.to_string()),
+        };
+        if ticket.fresh {
+            tracing::info!(
+                channel,
+                sender = %message.sender.id,
+                name = message.sender.name.as_deref().unwrap_or(""),
+                code = %ticket.code,
+                "pairing requested: approve with `flynn pairing approve {channel} {}`",
+                ticket.code
+            );
+        }
+        self.say(
+            adapter,
+            target,
+            format!(
+                "I don't know you yet, so I can't answer. If you know my owner, give them this code:\n\n`{code}`\n\nThey approve it with `flynn pairing approve {channel} {code}`. The code expires in {mins} minutes.",
+                code = ticket.code,
+                mins = CODE_TTL_MS / 60_000,
+            ),
+        );
+        Disposition::Ignored(format!("sender {} waits for pairing", message.sender.id))
+    }
+
+    /// The message as content blocks: its text, its images, and a note
+    /// for each file (saved in the workspace for the file tools).
+    async fn content(&self, channel: &str, message: &InboundMessage) -> Vec<ContentBlock> {
+        let mut content = Vec::new();
+        let mut text = message.text.trim().to_owned();
+        for attachment in &message.attachments {
+            if attachment.data.len() > MAX_ATTACHMENT_BYTES {
+                text.push_str(&format!(
+                    "\n[an attachment of {} bytes was too large to keep]",
+                    attachment.data.len()
+                ));
+                continue;
+            }
+            match attachment.kind {
+                AttachmentKind::Image => content.push(ContentBlock::Image {
+                    source: ImageSource::Base64 {
+                        media_type: attachment.media_type.clone(),
+                        data: base64::engine::general_purpose::STANDARD.encode(&attachment.data),
+                    },
+                }),
+                AttachmentKind::File => match self.save(channel, attachment).await {
+                    Ok(path) => text.push_str(&format!(
+                        "\n[file {} ({}, {} bytes) saved at {}]",
+                        attachment.name.as_deref().unwrap_or("unnamed"),
+                        attachment.media_type,
+                        attachment.data.len(),
+                        path.display()
+                    )),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not save a file from a chat");
+                        text.push_str("\n[a file came with this message but could not be saved]");
+                    }
+                },
+            }
+        }
+        let text = text.trim();
+        if !text.is_empty() {
+            content.insert(0, ContentBlock::text(text));
+        }
+        content
+    }
+
+    /// Saves a file under `<workspace>/inbox/<channel>/`; returns its path
+    /// relative to the workspace.
+    async fn save(&self, channel: &str, attachment: &Attachment) -> std::io::Result<PathBuf> {
+        let name = safe_file_name(attachment.name.as_deref().unwrap_or("file"));
+        let relative = Path::new("inbox")
+            .join(channel)
+            .join(format!("{}-{name}", now_millis()));
+        let path = self.inner.workspace.join(&relative);
+        if let Some(dir) = path.parent() {
+            tokio::fs::create_dir_all(dir).await?;
+        }
+        tokio::fs::write(&path, &attachment.data).await?;
+        Ok(relative)
+    }
+
+    async fn action(
+        &self,
+        channel: &str,
+        adapter: &Arc<dyn ChannelAdapter>,
+        action: &Action,
+    ) -> Disposition {
+        {
+            let mut recent = lock(&self.inner.recent_actions);
+            if recent.contains(&action.id) {
+                return Disposition::Duplicate;
+            }
+            recent.push_back(action.id.clone());
+            if recent.len() > RECENT_ACTIONS {
+                recent.pop_front();
+            }
+        }
+        let access = self.access(channel);
+        let note = match self.allowed(channel, &access, &action.sender.id).await {
+            Err(e) => return Disposition::Retry(e.to_string()),
+            Ok(false) => "You are not allowed to answer this.",
+            Ok(true) => {
+                let (approve, token) = match action.data.split_once(':') {
+                    Some(("y", token)) => (true, token),
+                    Some(("n", token)) => (false, token),
+                    _ => {
+                        return Disposition::Ignored(format!(
+                            "a button this daemon did not send: {}",
+                            action.data
+                        ));
+                    }
+                };
+                let waiting = {
+                    let mut confirmations = lock(&self.inner.confirmations);
+                    match confirmations.get(token) {
+                        Some(w) if w.channel == channel => confirmations.remove(token),
+                        _ => None,
+                    }
+                };
+                let who = action
+                    .sender
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| action.sender.id.clone());
+                match waiting {
+                    None => "This request is no longer waiting.",
+                    Some(waiting) => {
+                        let decision = if approve {
+                            Decision::Approve
+                        } else {
+                            Decision::Deny {
+                                reason: format!("{who} denied it on {channel}"),
+                            }
+                        };
+                        let _ = waiting.answer.send((decision, who));
+                        if approve { "Approved" } else { "Denied" }
+                    }
+                }
+            }
+        };
+        let adapter = adapter.clone();
+        let action = action.clone();
+        self.inner.tasks.spawn(async move {
+            if let Err(e) = adapter.answer_action(&action, note).await {
+                tracing::debug!(error = %e, "could not answer a button press");
+            }
+        });
+        Disposition::Accepted
+    }
+
+    /// Sends a short message in the background.
+    fn say(&self, adapter: &Arc<dyn ChannelAdapter>, target: &Target, text: String) {
+        let adapter = adapter.clone();
+        let target = target.clone();
+        self.inner.tasks.spawn(async move {
+            if let Err(e) = outbound::send(adapter.as_ref(), &target, &text, &[]).await {
+                tracing::warn!(channel = adapter.name(), error = %e, "could not send a message");
+            }
+        });
+    }
+
+    /// Streams a turn's answer to its chat.
+    async fn respond(
+        &self,
+        adapter: Arc<dyn ChannelAdapter>,
+        target: Target,
+        handle: TurnHandle,
+        mut events: EventStream,
+    ) {
+        let caps = adapter.capabilities();
+        let turn = handle.turn;
+        let outcome = handle.outcome();
+        tokio::pin!(outcome);
+        let mut typing = tokio::time::interval(TYPING_EVERY);
+        let mut draft = String::new();
+        let mut tool: Option<String> = None;
+        let mut sent: Option<Sent> = None;
+        let mut dirty = false;
+        let mut edit_tick =
+            tokio::time::interval(caps.edit_interval.max(Duration::from_millis(200)));
+        let mut events_open = true;
+        let result: Result<TurnOutcome> = loop {
+            tokio::select! {
+                result = &mut outcome => break result,
+                event = events.next(), if events_open => match event {
+                    None => events_open = false,
+                    Some(Err(_lagged)) => {}
+                    Some(Ok(envelope)) if envelope.turn == Some(turn) => match envelope.event {
+                        AgentEvent::ContentDelta { text } => {
+                            draft.push_str(&text);
+                            dirty = true;
+                        }
+                        AgentEvent::ToolStart { name, .. } => {
+                            // Text before a tool call is the model thinking
+                            // aloud; the answer comes after.
+                            draft.clear();
+                            tool = Some(name);
+                            dirty = true;
+                        }
+                        AgentEvent::ToolEnd { .. } => {
+                            tool = None;
+                            dirty = true;
+                        }
+                        _ => {}
+                    },
+                    Some(Ok(_)) => {}
+                },
+                _ = typing.tick(), if caps.typing => {
+                    if let Err(e) = adapter.typing(&target).await {
+                        tracing::debug!(error = %e, "typing indicator failed");
+                    }
+                }
+                _ = edit_tick.tick(), if caps.edit && dirty => {
+                    dirty = false;
+                    let shown = match &tool {
+                        Some(name) if draft.trim().is_empty() => format!("_⚙ {name}…_"),
+                        _ if draft.trim().is_empty() => continue,
+                        _ => format!("{draft} …"),
+                    };
+                    let mut current = sent.take().unwrap_or_default();
+                    if let Err(e) = outbound::show(adapter.as_ref(), &target, &mut current, &shown, &[]).await {
+                        tracing::debug!(error = %e, "could not update the streamed answer");
+                    }
+                    sent = Some(current);
+                }
+            }
+        };
+        let text = match result {
+            Ok(outcome) => {
+                let mut text = outcome.reply;
+                if let Some(warning) = outcome.warning {
+                    text.push_str(&format!("\n\n_⚠️ {warning}_"));
+                }
+                if text.trim().is_empty() {
+                    "(no answer)".to_owned()
+                } else {
+                    text
+                }
+            }
+            Err(Error::Cancelled) => "_Cancelled._".to_owned(),
+            Err(e) => format!("⚠️ {e}"),
+        };
+        let mut current = sent.unwrap_or_default();
+        if let Err(e) = outbound::show(adapter.as_ref(), &target, &mut current, &text, &[]).await {
+            tracing::warn!(channel = adapter.name(), error = %e, "could not send the answer");
+        }
+    }
+}
+
+/// Asks for confirmations in the chat a turn came from.
+struct ChannelApprover {
+    router: ChannelRouter,
+    adapter: Arc<dyn ChannelAdapter>,
+    target: Target,
+    channel: String,
+}
+
+#[async_trait]
+impl Approver for ChannelApprover {
+    async fn approve(&self, request: &ApprovalRequest) -> Decision {
+        let inner = &self.router.inner;
+        let token = format!("{:x}", inner.next_token.fetch_add(1, Ordering::Relaxed));
+        let mut input = serde_json::to_string_pretty(&request.input).unwrap_or_default();
+        if input.len() > 800 {
+            let mut cut = 800;
+            while !input.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            input.truncate(cut);
+            input.push_str("\n…");
+        }
+        let mut text = format!("**Allow `{}`?**\n```json\n{input}\n```", request.tool);
+        if let Some(reason) = &request.reason {
+            text.push_str(&format!("\n_{reason}_"));
+        }
+        text.push_str(&format!(
+            "\nDenied automatically in {} s.",
+            request.timeout.as_secs()
+        ));
+        let buttons = [
+            Button {
+                label: "Approve".to_owned(),
+                data: format!("y:{token}"),
+                style: ButtonStyle::Primary,
+            },
+            Button {
+                label: "Deny".to_owned(),
+                data: format!("n:{token}"),
+                style: ButtonStyle::Danger,
+            },
+        ];
+        let (tx, rx) = oneshot::channel();
+        lock(&inner.confirmations).insert(
+            token.clone(),
+            Waiting {
+                channel: self.channel.clone(),
+                answer: tx,
+            },
+        );
+        let mut guard = Unlist {
+            router: self.router.clone(),
+            token,
+            adapter: self.adapter.clone(),
+            target: self.target.clone(),
+            text: text.clone(),
+            sent: None,
+        };
+        match outbound::send(self.adapter.as_ref(), &self.target, &text, &buttons).await {
+            Ok(sent) => guard.sent = Some(sent),
+            Err(e) => {
+                return Decision::Deny {
+                    reason: format!("could not ask on {}: {e}", self.channel),
+                };
+            }
+        }
+        let Ok((decision, who)) = rx.await else {
+            return Decision::Deny {
+                reason: "the confirmation was withdrawn".to_owned(),
+            };
+        };
+        let verdict = match &decision {
+            Decision::Approve => format!("✅ Approved by {who}"),
+            Decision::Deny { .. } => format!("❌ Denied by {who}"),
+        };
+        guard.finish(verdict).await;
+        decision
+    }
+}
+
+/// Takes a confirmation off the waiting list when its wait ends, and
+/// takes the buttons off its message.
+struct Unlist {
+    router: ChannelRouter,
+    token: String,
+    adapter: Arc<dyn ChannelAdapter>,
+    target: Target,
+    text: String,
+    sent: Option<Sent>,
+}
+
+impl Unlist {
+    async fn finish(&mut self, verdict: String) {
+        if let Some(mut sent) = self.sent.take() {
+            let text = format!("{}\n\n{verdict}", self.text);
+            if let Err(e) =
+                outbound::show(self.adapter.as_ref(), &self.target, &mut sent, &text, &[]).await
+            {
+                tracing::debug!(error = %e, "could not update the confirmation");
+            }
+        }
+    }
+}
+
+impl Drop for Unlist {
+    fn drop(&mut self) {
+        lock(&self.router.inner.confirmations).remove(&self.token);
+        // Timed out or cancelled: the buttons go, so nobody presses them
+        // for nothing.
+        if let Some(mut sent) = self.sent.take() {
+            let adapter = self.adapter.clone();
+            let target = self.target.clone();
+            let text = format!("{}\n\n⌛ No longer waiting.", self.text);
+            self.router.inner.tasks.spawn(async move {
+                let _ = outbound::show(adapter.as_ref(), &target, &mut sent, &text, &[]).await;
+            });
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A file name from a chat, safe to write: no directories, no dot files,
+/// at most 100 bytes.
+fn safe_file_name(name: &str) -> String {
+    let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
+    let mut clean: String = base
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    while clean.starts_with('.') {
+        clean.remove(0);
+    }
+    let mut cut = clean.len().min(100);
+    while !clean.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    clean.truncate(cut);
+    if clean.is_empty() {
+        "file".to_owned()
+    } else {
+        clean
+    }
+}
+
+fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_from_chats_cannot_leave_the_inbox() {
+        assert_eq!(safe_file_name("../../etc/passwd"), "passwd");
+        assert_eq!(safe_file_name("..\\..\\boot.ini"), "boot.ini");
+        assert_eq!(safe_file_name(".bashrc"), "bashrc");
+        assert_eq!(safe_file_name("my report (v2).pdf"), "my_report__v2_.pdf");
+        assert_eq!(safe_file_name(""), "file");
+        assert_eq!(safe_file_name(&"é".repeat(80)).len(), 100);
+    }
+}

@@ -1,0 +1,549 @@
+//! The channel router: deliveries from an in-memory adapter through the
+//! access rules into sessions, answers and confirmations back.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use flynn_channels::{
+    Action, Backoff, Button, Capabilities, ChannelAdapter, ChannelError, Conversation, Disposition,
+    Inbound, InboundEvent, InboundMessage, Measure, MessageId, Registry, Sender, Target,
+};
+use flynn_orchestrator::ChannelRouter;
+use flynn_protocol::Message;
+use flynn_protocol::config::{
+    ChannelsConfig, DmPolicy, HookAction, HookRule, SenderRateLimit, TelegramConfig, ToolsConfig,
+};
+use flynn_sessions::SessionStore;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::{Harness, Scripted, Setup, key, tool_use};
+
+/// What the memory adapter was asked to do.
+#[derive(Debug, Clone, PartialEq)]
+enum Out {
+    Send {
+        chat: String,
+        id: String,
+        text: String,
+        buttons: Vec<String>,
+    },
+    Edit {
+        id: String,
+        text: String,
+        buttons: Vec<String>,
+    },
+    Answer {
+        action: String,
+        note: String,
+    },
+}
+
+/// A platform in memory: connects at once, records what it is asked.
+struct Memory {
+    max_len: usize,
+    out: Mutex<Vec<Out>>,
+    changed: Notify,
+    sink: watch::Sender<Option<Inbound>>,
+}
+
+impl Memory {
+    fn new(max_len: usize) -> Arc<Self> {
+        Arc::new(Memory {
+            max_len,
+            out: Mutex::new(Vec::new()),
+            changed: Notify::new(),
+            sink: watch::channel(None).0,
+        })
+    }
+
+    fn record(&self, out: Out) {
+        self.out.lock().unwrap().push(out);
+        self.changed.notify_waiters();
+    }
+
+    fn out(&self) -> Vec<Out> {
+        self.out.lock().unwrap().clone()
+    }
+
+    /// Waits until the record satisfies `done`.
+    async fn until(&self, done: impl Fn(&[Out]) -> bool) -> Vec<Out> {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let notified = self.changed.notified();
+                let out = self.out();
+                if done(&out) {
+                    return out;
+                }
+                notified.await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("timed out; sent so far: {:#?}", self.out()))
+    }
+
+    async fn deliver(&self, event: InboundEvent) -> Disposition {
+        let mut sink = self.sink.subscribe();
+        let sink = sink
+            .wait_for(Option::is_some)
+            .await
+            .unwrap()
+            .clone()
+            .unwrap();
+        sink.deliver(event).await
+    }
+}
+
+fn labels(buttons: &[Button]) -> Vec<String> {
+    buttons
+        .iter()
+        .map(|b| format!("{}={}", b.label, b.data))
+        .collect()
+}
+
+#[async_trait]
+impl ChannelAdapter for Memory {
+    fn name(&self) -> &str {
+        "telegram"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            max_len: self.max_len,
+            measure: Measure::Chars,
+            edit: true,
+            buttons: true,
+            typing: false,
+            edit_interval: Duration::from_millis(50),
+        }
+    }
+
+    fn format(&self, markdown: &str) -> String {
+        markdown.to_owned()
+    }
+
+    async fn connect(&self, sink: Inbound, stop: CancellationToken) -> Result<(), ChannelError> {
+        sink.connected("@memory");
+        self.sink.send_replace(Some(sink));
+        stop.cancelled().await;
+        Ok(())
+    }
+
+    async fn send(
+        &self,
+        to: &Target,
+        text: &str,
+        buttons: &[Button],
+    ) -> Result<MessageId, ChannelError> {
+        let sends = self
+            .out()
+            .iter()
+            .filter(|o| matches!(o, Out::Send { .. }))
+            .count();
+        let id = format!("m{sends}");
+        self.record(Out::Send {
+            chat: to.conversation.chat.clone(),
+            id: id.clone(),
+            text: text.to_owned(),
+            buttons: labels(buttons),
+        });
+        Ok(MessageId(id))
+    }
+
+    async fn edit(
+        &self,
+        _to: &Target,
+        message: &MessageId,
+        text: &str,
+        buttons: &[Button],
+    ) -> Result<(), ChannelError> {
+        self.record(Out::Edit {
+            id: message.0.clone(),
+            text: text.to_owned(),
+            buttons: labels(buttons),
+        });
+        Ok(())
+    }
+
+    async fn answer_action(&self, action: &Action, note: &str) -> Result<(), ChannelError> {
+        self.record(Out::Answer {
+            action: action.id.clone(),
+            note: note.to_owned(),
+        });
+        Ok(())
+    }
+}
+
+fn telegram(configure: impl FnOnce(&mut TelegramConfig)) -> ChannelsConfig {
+    let mut config: TelegramConfig =
+        serde_json::from_value(serde_json::json!({"bot_token": "1:x"})).unwrap();
+    configure(&mut config);
+    ChannelsConfig {
+        telegram: Some(config),
+        ..ChannelsConfig::default()
+    }
+}
+
+async fn router(h: &Harness, adapter: Arc<Memory>, config: &ChannelsConfig) -> ChannelRouter {
+    let (registry, deliveries) = Registry::new(Backoff::default());
+    let router = ChannelRouter::new(h.manager.clone(), registry.clone(), config);
+    router.spawn(deliveries);
+    registry.start(adapter).await;
+    router
+}
+
+fn dm(id: &str, from: &str, text: &str) -> InboundEvent {
+    InboundEvent::Message(InboundMessage {
+        id: id.into(),
+        conversation: Conversation::direct(from),
+        sender: Sender {
+            id: from.into(),
+            name: Some(format!("user{from}")),
+        },
+        mentioned: true,
+        text: text.into(),
+        attachments: vec![],
+        reply: None,
+    })
+}
+
+fn in_group(id: &str, from: &str, text: &str, mentioned: bool) -> InboundEvent {
+    InboundEvent::Message(InboundMessage {
+        id: id.into(),
+        conversation: Conversation::group("-100"),
+        sender: Sender {
+            id: from.into(),
+            name: None,
+        },
+        mentioned,
+        text: text.into(),
+        attachments: vec![],
+        reply: None,
+    })
+}
+
+fn sent_texts(out: &[Out]) -> Vec<String> {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::Send { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The text a message shows last (its send, then its edits).
+fn final_text(out: &[Out], id: &str) -> Option<String> {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::Send { id: i, text, .. } | Out::Edit { id: i, text, .. } if i == id => {
+                Some(text.clone())
+            }
+            _ => None,
+        })
+        .next_back()
+}
+
+#[tokio::test]
+async fn a_direct_message_is_answered_once_even_when_delivered_twice() {
+    let model = Scripted::echo("m");
+    let h = Harness::new(vec![model.clone()], Setup::default()).await;
+    let adapter = Memory::new(4096);
+    let config = telegram(|c| c.allow_from = vec!["42".into()]);
+    let _router = router(&h, adapter.clone(), &config).await;
+
+    assert_eq!(
+        adapter.deliver(dm("u1", "42", "hello")).await,
+        Disposition::Accepted
+    );
+    let out = adapter
+        .until(|out| final_text(out, "m0").as_deref() == Some("re: hello"))
+        .await;
+    assert!(matches!(&out[0], Out::Send { chat, .. } if chat == "42"));
+    // The platform delivers it again: stored once, answered once.
+    assert_eq!(
+        adapter.deliver(dm("u1", "42", "hello")).await,
+        Disposition::Duplicate
+    );
+    assert_eq!(model.requests().len(), 1);
+    let history = h.history(&key("telegram:42")).await;
+    assert_eq!(history.len(), 2);
+    assert_eq!(history[0], Message::user("hello"));
+}
+
+#[tokio::test]
+async fn groups_need_a_mention_and_an_allowed_sender() {
+    let model = Scripted::echo("m");
+    let h = Harness::new(vec![model.clone()], Setup::default()).await;
+    let adapter = Memory::new(4096);
+    let config = telegram(|c| c.allow_from = vec!["42".into()]);
+    let _router = router(&h, adapter.clone(), &config).await;
+
+    assert!(matches!(
+        adapter.deliver(in_group("g1", "42", "chatting", false)).await,
+        Disposition::Ignored(why) if why.contains("mention")
+    ));
+    // A stranger in the group gets nothing, not even a pairing code.
+    assert!(matches!(
+        adapter.deliver(in_group("g2", "7", "hey bot", true)).await,
+        Disposition::Ignored(why) if why.contains("not allowed")
+    ));
+    assert_eq!(
+        adapter
+            .deliver(in_group("g3", "42", "what's up", true))
+            .await,
+        Disposition::Accepted
+    );
+    let out = adapter.until(|out| !sent_texts(out).is_empty()).await;
+    assert!(matches!(&out[0], Out::Send { chat, .. } if chat == "-100"));
+    adapter
+        .until(|out| final_text(out, "m0").as_deref() == Some("re: what's up"))
+        .await;
+    assert_eq!(model.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn an_unknown_sender_is_paired_and_then_answered() {
+    let model = Scripted::echo("m");
+    let h = Harness::new(vec![model.clone()], Setup::default()).await;
+    let adapter = Memory::new(4096);
+    let _router = router(&h, adapter.clone(), &telegram(|_| {})).await;
+
+    assert!(matches!(
+        adapter.deliver(dm("p1", "99", "hi")).await,
+        Disposition::Ignored(_)
+    ));
+    let out = adapter.until(|out| !sent_texts(out).is_empty()).await;
+    let pending = h.store.pairing_pending(0).await.unwrap().remove(0);
+    assert_eq!(
+        (pending.sender.as_str(), pending.name.as_deref()),
+        ("99", Some("user99"))
+    );
+    let code = pending.code;
+    let told = &sent_texts(&out)[0];
+    assert!(
+        told.contains(&code) && told.contains(&format!("flynn pairing approve telegram {code}")),
+        "{told}"
+    );
+    assert!(model.requests().is_empty(), "nothing reached the model");
+
+    let approved = h
+        .store
+        .pairing_approve("telegram", &code, pending.created_at + 1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(approved.sender, "99");
+    assert_eq!(
+        adapter.deliver(dm("p2", "99", "hi again")).await,
+        Disposition::Accepted
+    );
+    adapter
+        .until(|out| {
+            sent_texts(out).iter().any(|t| t.contains("re: hi again"))
+                || out
+                    .iter()
+                    .any(|o| matches!(o, Out::Edit { text, .. } if text == "re: hi again"))
+        })
+        .await;
+    // The message sent before approval never went to the model.
+    assert_eq!(model.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn the_allowlist_policy_gives_strangers_nothing() {
+    let model = Scripted::echo("m");
+    let h = Harness::new(vec![model.clone()], Setup::default()).await;
+    let adapter = Memory::new(4096);
+    let config = telegram(|c| c.dm_policy = DmPolicy::Allowlist);
+    let _router = router(&h, adapter.clone(), &config).await;
+    assert!(matches!(
+        adapter.deliver(dm("a1", "5", "hi")).await,
+        Disposition::Ignored(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(adapter.out().is_empty());
+    assert!(h.store.pairing_pending(0).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_sender_over_the_rate_limit_is_told_once() {
+    let model = Scripted::echo("m");
+    let h = Harness::new(vec![model.clone()], Setup::default()).await;
+    let adapter = Memory::new(4096);
+    let config = telegram(|c| {
+        c.allow_from = vec!["*".into()];
+        c.rate_limit = SenderRateLimit {
+            messages: 2,
+            per_secs: 3600,
+        };
+    });
+    let _router = router(&h, adapter.clone(), &config).await;
+    for (i, expected) in [true, true, false, false].into_iter().enumerate() {
+        let got = adapter
+            .deliver(dm(&format!("r{i}"), "1", &format!("m{i}")))
+            .await;
+        assert_eq!(got == Disposition::Accepted, expected, "{i}: {got:?}");
+    }
+    let out = adapter
+        .until(|out| sent_texts(out).iter().any(|t| t.contains("faster")))
+        .await;
+    let warnings = sent_texts(&out)
+        .iter()
+        .filter(|t| t.contains("faster"))
+        .count();
+    assert_eq!(warnings, 1);
+}
+
+#[tokio::test]
+async fn a_long_answer_is_cut_to_the_platforms_limit() {
+    let long = "word ".repeat(100);
+    let model = Scripted::replies("m", vec![Message::assistant(long.trim())]);
+    let h = Harness::new(vec![model], Setup::default()).await;
+    let adapter = Memory::new(120);
+    let config = telegram(|c| c.allow_from = vec!["1".into()]);
+    let _router = router(&h, adapter.clone(), &config).await;
+    adapter.deliver(dm("l1", "1", "talk")).await;
+    let out = adapter
+        .until(|out| {
+            let shown: String = (0..10)
+                .filter_map(|i| final_text(out, &format!("m{i}")))
+                .collect::<Vec<_>>()
+                .join(" ");
+            shown.split_whitespace().count() == 100
+        })
+        .await;
+    for o in &out {
+        if let Out::Send { text, .. } | Out::Edit { text, .. } = o {
+            assert!(
+                text.chars().count() <= 120,
+                "{} chars",
+                text.chars().count()
+            );
+        }
+    }
+    assert!(sent_texts(&out).len() >= 5);
+}
+
+fn confirm_shell() -> ToolsConfig {
+    ToolsConfig {
+        hooks: vec![HookRule {
+            tool: "shell.*".into(),
+            action: HookAction::Confirm,
+        }],
+        ..ToolsConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn a_confirmation_is_answered_with_a_button_by_an_allowed_sender() {
+    let model = Scripted::replies(
+        "m",
+        vec![tool_use("t1", "touch ran.txt"), Message::assistant("Done.")],
+    );
+    let h = Harness::new(
+        vec![model],
+        Setup {
+            tools: confirm_shell(),
+            ..Setup::default()
+        },
+    )
+    .await;
+    let adapter = Memory::new(4096);
+    let config = telegram(|c| c.allow_from = vec!["42".into()]);
+    let _router = router(&h, adapter.clone(), &config).await;
+    adapter.deliver(dm("c1", "42", "touch a file")).await;
+    let out = adapter
+        .until(|out| {
+            out.iter()
+                .any(|o| matches!(o, Out::Send { buttons, .. } if !buttons.is_empty()))
+        })
+        .await;
+    let (ask_id, text, buttons) = out
+        .iter()
+        .find_map(|o| match o {
+            Out::Send {
+                id, text, buttons, ..
+            } if !buttons.is_empty() => Some((id.clone(), text.clone(), buttons.clone())),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        text.contains("shell.exec") && text.contains("touch ran.txt"),
+        "{text}"
+    );
+    assert_eq!(buttons.len(), 2);
+    let approve = buttons[0].strip_prefix("Approve=").unwrap().to_owned();
+    assert!(buttons[1].starts_with("Deny=n:"));
+    let press = |id: &str, from: &str, data: &str| {
+        InboundEvent::Action(Action {
+            id: id.into(),
+            conversation: Conversation::direct("42"),
+            sender: Sender {
+                id: from.into(),
+                name: Some(format!("user{from}")),
+            },
+            data: data.into(),
+            message: Some(MessageId(ask_id.clone())),
+            reply: None,
+        })
+    };
+    // Someone not allowed presses it: nothing happens but a note.
+    adapter.deliver(press("x1", "13", &approve)).await;
+    adapter
+        .until(|out| out.iter().any(|o| matches!(o, Out::Answer { action, note } if action == "x1" && note.contains("not allowed"))))
+        .await;
+    assert!(!h.dir.path().join("ran.txt").exists());
+
+    assert_eq!(
+        adapter.deliver(press("x2", "42", &approve)).await,
+        Disposition::Accepted
+    );
+    let out = adapter
+        .until(|out| {
+            out.iter()
+                .any(|o| matches!(o, Out::Edit { text, .. } if text == "Done."))
+        })
+        .await;
+    assert!(h.dir.path().join("ran.txt").exists());
+    assert!(out.iter().any(
+        |o| matches!(o, Out::Answer { action, note } if action == "x2" && note == "Approved")
+    ));
+    // The question lost its buttons and says who answered.
+    let last = out
+        .iter()
+        .filter_map(|o| match o {
+            Out::Edit { id, text, buttons } if *id == ask_id => Some((text, buttons)),
+            _ => None,
+        })
+        .next_back()
+        .unwrap();
+    assert!(
+        last.0.contains("Approved by user42") && last.1.is_empty(),
+        "{last:?}"
+    );
+    // Pressed again (a redelivery, or a second tap): answered, nothing runs.
+    assert_eq!(
+        adapter.deliver(press("x2", "42", &approve)).await,
+        Disposition::Duplicate
+    );
+    adapter.deliver(press("x3", "42", &approve)).await;
+    adapter
+        .until(|out| out.iter().any(|o| matches!(o, Out::Answer { action, note } if action == "x3" && note.contains("no longer waiting"))))
+        .await;
+}
+
+#[tokio::test]
+async fn a_delivery_during_shutdown_is_left_for_the_platform_to_redeliver() {
+    let model = Scripted::echo("m");
+    let h = Harness::new(vec![model.clone()], Setup::default()).await;
+    let adapter = Memory::new(4096);
+    let config = telegram(|c| c.allow_from = vec!["42".into()]);
+    let _router = router(&h, adapter.clone(), &config).await;
+    h.manager.drain(Duration::from_millis(10)).await;
+    assert!(matches!(
+        adapter.deliver(dm("s1", "42", "hello?")).await,
+        Disposition::Retry(_)
+    ));
+    assert!(h.store.list().await.unwrap().is_empty(), "nothing stored");
+}
