@@ -96,6 +96,7 @@ async fn chat_cancel_and_reconnect_in_a_real_terminal() {
             config_file: None,
             token: TOKEN.to_owned(),
             approver: RemoteApprover::new(),
+            channels: None,
         })
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

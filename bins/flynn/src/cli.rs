@@ -24,6 +24,9 @@ pub enum Command {
     Start(StartArgs),
     /// List, show or reset conversations.
     Sessions(SessionsArgs),
+    /// Who may talk to Flynn on the chat channels: pairing codes from
+    /// unknown senders, and the senders approved.
+    Pairing(PairingArgs),
     /// Check the config file or print its JSON Schema.
     Config(ConfigArgs),
     /// Tokens and cost per model tier, over every session or one.
@@ -233,6 +236,45 @@ pub enum SessionsCommand {
     /// Delete one conversation's history.
     Reset {
         key: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct PairingArgs {
+    #[command(subcommand)]
+    pub command: PairingCommand,
+    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+    /// Work through the daemon at this address instead of the database;
+    /// default FLYNN_GATEWAY_URL.
+    #[arg(long, value_name = "URL", global = true)]
+    pub gateway: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PairingCommand {
+    /// Codes waiting for approval, and the senders approved by pairing.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Let the sender who was given this code talk to Flynn.
+    Approve {
+        /// telegram, discord, slack or whatsapp.
+        channel: String,
+        /// The code the sender was given.
+        code: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Take back a sender's approval.
+    Revoke {
+        channel: String,
+        /// The sender's id on the platform (see `flynn pairing list`).
+        sender: String,
         #[arg(long)]
         json: bool,
     },

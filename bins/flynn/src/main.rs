@@ -31,6 +31,7 @@ mod env;
 mod exit;
 mod memory;
 mod onboard;
+mod pairing;
 mod remote;
 mod sandbox;
 mod send;
@@ -83,6 +84,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Send(args) => send::run(args).await,
         Command::Start(args) => start::run(args).await,
         Command::Sessions(args) => sessions::run(args).await,
+        Command::Pairing(args) => pairing::run(args).await,
         Command::Config(args) => config_cmd::run(args),
         Command::Usage(args) => sessions::usage(args).await,
         Command::Sandbox(args) => sandbox::run(args).await,

@@ -282,7 +282,7 @@ async fn show(source: &Source, key: &SessionKey, json: bool) -> Result<(), Failu
 }
 
 /// Unix milliseconds as `YYYY-MM-DDTHH:MM:SSZ`.
-fn timestamp(millis: i64) -> String {
+pub(crate) fn timestamp(millis: i64) -> String {
     chrono::DateTime::from_timestamp_millis(millis)
         .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
         .unwrap_or_default()

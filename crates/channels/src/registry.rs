@@ -31,6 +31,9 @@ pub enum ChannelState {
     Retrying,
     /// Stopped on purpose.
     Stopped,
+    /// Configured, but it cannot run (this build lacks its cargo feature,
+    /// or its settings are unusable); `last_error` says why.
+    Unavailable,
 }
 
 /// One channel's health, for `flynn doctor`, the dashboard and
@@ -173,6 +176,7 @@ pub struct Registry {
 
 struct Inner {
     running: Mutex<BTreeMap<String, Running>>,
+    unavailable: Mutex<BTreeMap<String, ChannelStatus>>,
     tx: mpsc::Sender<Delivery>,
     backoff: Backoff,
 }
@@ -192,6 +196,7 @@ impl Registry {
         let registry = Registry {
             inner: Arc::new(Inner {
                 running: Mutex::new(BTreeMap::new()),
+                unavailable: Mutex::new(BTreeMap::new()),
                 tx,
                 backoff,
             }),
@@ -267,9 +272,43 @@ impl Registry {
         self.lock().get(name).map(|r| r.adapter.clone())
     }
 
+    /// Records a configured channel that cannot run, so its status says
+    /// why instead of leaving it out.
+    pub fn mark_unavailable(&self, name: &str, reason: impl Into<String>) {
+        let reason = reason.into();
+        tracing::warn!(channel = name, reason = %reason, "channel unavailable");
+        self.inner
+            .unavailable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(
+                name.to_owned(),
+                ChannelStatus {
+                    name: name.to_owned(),
+                    state: ChannelState::Unavailable,
+                    detail: None,
+                    last_error: Some(reason),
+                    unauthorized: false,
+                    since: now_millis(),
+                    restarts: 0,
+                    received: 0,
+                    retry_in_ms: None,
+                },
+            );
+    }
+
     /// Every channel's health, by name.
     pub fn status(&self) -> Vec<ChannelStatus> {
-        self.lock().values().map(|r| r.status.snapshot()).collect()
+        let mut all: BTreeMap<String, ChannelStatus> = self
+            .inner
+            .unavailable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for (name, running) in self.lock().iter() {
+            all.insert(name.clone(), running.status.snapshot());
+        }
+        all.into_values().collect()
     }
 
     /// Hands a gateway request to the named channel; `None` when no such

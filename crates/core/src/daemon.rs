@@ -17,7 +17,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flynn_channels::{Backoff, Registry};
 use flynn_gateway::{Control, Gateway, GatewayParts, RemoteApprover, TokenSource};
+use flynn_orchestrator::ChannelRouter;
 use flynn_protocol::config::FlynnConfig;
 
 use crate::{Error, Flynn, Result};
@@ -160,6 +162,33 @@ impl Daemon {
             ))
         })?;
 
+        // Chat channels: adapters under supervision, their deliveries
+        // routed into sessions. Stopped after the gateway drained the
+        // turns, so answers still being sent reach their chats.
+        let channels = if config.channels.access().is_empty() {
+            None
+        } else {
+            let (registry, deliveries) = Registry::new(Backoff::default());
+            let router =
+                ChannelRouter::new(flynn.manager().clone(), registry.clone(), &config.channels);
+            let routing = router.spawn(deliveries);
+            for (name, built) in crate::channels::build(&config.channels) {
+                match built {
+                    crate::channels::Built::Adapter(adapter) => registry.start(adapter).await,
+                    crate::channels::Built::Unavailable(reason) => {
+                        registry.mark_unavailable(name, reason);
+                    }
+                }
+            }
+            let stopping = registry.clone();
+            stack.push("channels", move || async move {
+                stopping.shutdown().await;
+                router.close(Duration::from_secs(5)).await;
+                routing.abort();
+            });
+            Some(registry)
+        };
+
         let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
             Error::Serve(format!(
                 "cannot listen on {bind} (gateway.bind): {e}{}",
@@ -177,6 +206,7 @@ impl Daemon {
             config_file: options.config_file,
             token,
             approver,
+            channels,
         });
         let control = gateway.control();
         let serving = gateway

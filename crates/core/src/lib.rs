@@ -25,6 +25,7 @@
 //! ```
 
 mod builder;
+pub mod channels;
 #[cfg(feature = "daemon")]
 pub mod daemon;
 mod error;
@@ -32,6 +33,7 @@ mod error;
 pub use builder::{Flynn, FlynnBuilder, open_memory};
 pub use error::{Error, Result};
 
+pub use flynn_channels as channel;
 pub use flynn_config as config;
 pub use flynn_context as context;
 pub use flynn_context::MemoryFlush;

@@ -486,3 +486,89 @@ pub struct LogsResult {
     pub captured: bool,
     pub lines: Vec<String>,
 }
+
+/// One chat channel's health (`channels.status`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ChannelInfo {
+    pub name: String,
+    /// `connecting`, `connected`, `retrying`, `stopped`, or `unavailable`
+    /// (configured, but this build lacks the channel's cargo feature).
+    pub state: String,
+    /// The bot as the platform names it, once connected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Why the last connection ended, if it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// The platform refused the token or secret.
+    pub unauthorized: bool,
+    /// Unix milliseconds of the last state change.
+    pub since: i64,
+    /// Reconnections after failures since the daemon started.
+    pub restarts: u64,
+    /// Deliveries received since the daemon started.
+    pub received: u64,
+    /// Milliseconds until the next attempt, while retrying.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_in_ms: Option<u64>,
+}
+
+/// Result of `pairing.list`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct PairingList {
+    /// Codes unknown senders were given, waiting for approval.
+    pub pending: Vec<PairingCode>,
+    /// Senders let in by pairing.
+    pub approved: Vec<PairedSender>,
+}
+
+/// A pairing code waiting for the owner.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct PairingCode {
+    pub channel: String,
+    pub code: String,
+    pub sender: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    /// Unix milliseconds.
+    pub expires_at: i64,
+}
+
+/// A sender let in by pairing.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct PairedSender {
+    pub channel: String,
+    pub sender: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Unix milliseconds.
+    pub approved_at: i64,
+}
+
+/// Parameters of `pairing.approve`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PairingApproveParams {
+    /// `telegram`, `discord`, `slack` or `whatsapp`.
+    pub channel: String,
+    /// The code the sender was given (case and spaces do not matter).
+    pub code: String,
+}
+
+/// Parameters of `pairing.revoke`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PairingRevokeParams {
+    pub channel: String,
+    /// The sender's platform id.
+    pub sender: String,
+}
+
+/// Result of `pairing.revoke`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct PairingRevokeResult {
+    /// False when the sender was not approved by pairing.
+    pub revoked: bool,
+}

@@ -15,6 +15,7 @@
 pub mod api;
 mod approver;
 mod auth;
+mod channels;
 pub mod client;
 mod error;
 mod http;

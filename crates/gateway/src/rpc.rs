@@ -109,6 +109,10 @@ fn register(module: &mut RpcModule<State>) {
     method!("system.restart", system_restart);
     method!("system.logs", system_logs);
     method!("providers.status", providers_status);
+    method!("channels.status", channels_status);
+    method!("pairing.list", pairing_list);
+    method!("pairing.approve", pairing_approve);
+    method!("pairing.revoke", pairing_revoke);
 
     let _ = module.register_subscription(
         "agent.send",
@@ -726,6 +730,80 @@ async fn system_logs(params: Params<'static>, _state: Arc<State>) -> RpcResult<L
             lines: Vec::new(),
         },
     })
+}
+
+async fn channels_status(
+    _params: Params<'static>,
+    state: Arc<State>,
+) -> RpcResult<Vec<ChannelInfo>> {
+    Ok(crate::channels::status(&state))
+}
+
+async fn pairing_list(_params: Params<'static>, state: Arc<State>) -> RpcResult<PairingList> {
+    let store = state.manager.store();
+    let now = crate::approver::now_millis();
+    let pending = store
+        .pairing_pending(now)
+        .await
+        .map_err(|e| error::storage(&e))?;
+    let approved = store
+        .approved_peers()
+        .await
+        .map_err(|e| error::storage(&e))?;
+    Ok(PairingList {
+        pending: pending
+            .into_iter()
+            .map(|p| PairingCode {
+                channel: p.channel,
+                code: p.code,
+                sender: p.sender,
+                name: p.name,
+                created_at: p.created_at,
+                expires_at: p.expires_at,
+            })
+            .collect(),
+        approved: approved.into_iter().map(paired).collect(),
+    })
+}
+
+fn paired(peer: flynn_sessions::ApprovedPeer) -> PairedSender {
+    PairedSender {
+        channel: peer.channel,
+        sender: peer.sender,
+        name: peer.name,
+        approved_at: peer.approved_at,
+    }
+}
+
+async fn pairing_approve(params: Params<'static>, state: Arc<State>) -> RpcResult<PairedSender> {
+    let params: PairingApproveParams = parse_required(&params)?;
+    let approved = state
+        .manager
+        .store()
+        .pairing_approve(&params.channel, &params.code, crate::approver::now_millis())
+        .await
+        .map_err(|e| error::storage(&e))?;
+    match approved {
+        Ok(peer) => {
+            tracing::info!(channel = %peer.channel, sender = %peer.sender, "pairing approved");
+            Ok(paired(peer))
+        }
+        Err(refusal) => Err(error::not_found(refusal.to_string())),
+    }
+}
+
+async fn pairing_revoke(
+    params: Params<'static>,
+    state: Arc<State>,
+) -> RpcResult<PairingRevokeResult> {
+    let params: PairingRevokeParams = parse_required(&params)?;
+    let revoked = state
+        .manager
+        .store()
+        .revoke_peer(&params.channel, &params.sender)
+        .await
+        .map_err(|e| error::storage(&e))?;
+    Ok(PairingRevokeResult { revoked })
 }
 
 /// How long a provider check is reused.

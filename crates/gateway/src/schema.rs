@@ -55,6 +55,18 @@ pub fn protocol_schema() -> Value {
          "params": none, "result": schema::<VersionInfo>(&mut g)},
         {"name": "system.restart", "kind": "method", "summary": "Drains (running turns finish) and starts the daemon again.",
          "params": none, "result": schema::<RestartResult>(&mut g)},
+        {"name": "system.logs", "kind": "method", "summary": "The daemon's recent log lines (the last 1000 are kept), newest last.",
+         "params": schema::<LogsParams>(&mut g), "result": schema::<LogsResult>(&mut g)},
+        {"name": "providers.status", "kind": "method", "summary": "Whether each configured provider answers (its model list, asked with the key; cached 30 s unless refresh).",
+         "params": schema::<ProvidersParams>(&mut g), "result": schema::<Vec<ProviderStatus>>(&mut g)},
+        {"name": "channels.status", "kind": "method", "summary": "Each chat channel's health: connected, retrying (with the last error), unavailable; the web chat included.",
+         "params": none, "result": schema::<Vec<ChannelInfo>>(&mut g)},
+        {"name": "pairing.list", "kind": "method", "summary": "Pairing codes waiting for approval, and the senders approved by pairing.",
+         "params": none, "result": schema::<PairingList>(&mut g)},
+        {"name": "pairing.approve", "kind": "method", "summary": "Approves a pairing code: its sender may talk to Flynn on that channel from now on.",
+         "params": schema::<PairingApproveParams>(&mut g), "result": schema::<PairedSender>(&mut g)},
+        {"name": "pairing.revoke", "kind": "method", "summary": "Takes back a sender's approval by pairing.",
+         "params": schema::<PairingRevokeParams>(&mut g), "result": schema::<PairingRevokeResult>(&mut g)},
     ]);
     let errors = json!([
         {"code": -32700, "kind": "parse_error", "meaning": "the frame is not JSON"},

@@ -2,6 +2,7 @@
 //! (jsonrpsee, WebSocket and HTTP POST at `/rpc`) built per request inside
 //! it.
 
+use flynn_channels::Registry;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,6 +43,9 @@ pub struct GatewayParts {
     /// Tool calls of gateway turns that wait for a person; pass the same
     /// one to anything else that starts turns for remote people.
     pub approver: RemoteApprover,
+    /// The chat channels the daemon runs: their webhooks are served under
+    /// `/channels/<name>/…`, their health in `channels.status`.
+    pub channels: Option<Registry>,
 }
 
 impl std::fmt::Debug for GatewayParts {
@@ -90,6 +94,7 @@ pub(crate) struct State {
     pub control: Arc<Control>,
     /// The last `providers.status` answer and when it was made.
     pub provider_checks: std::sync::Mutex<Option<(Instant, Vec<crate::api::ProviderStatus>)>>,
+    pub channels: Option<Registry>,
 }
 
 /// A gateway ready to serve.
@@ -130,6 +135,7 @@ impl Gateway {
             started: Instant::now(),
             control: Arc::new(Control::default()),
             provider_checks: std::sync::Mutex::new(None),
+            channels: parts.channels,
         });
         let methods = crate::rpc::methods(state.clone());
         let limit = state.settings.max_request_bytes;
@@ -203,6 +209,7 @@ impl Gateway {
         router
             .route("/healthz", get(crate::http::healthz))
             .route("/webhooks/{name}", post(crate::webhooks::receive))
+            .route("/channels/{name}/{*rest}", any(crate::channels::receive))
             .merge(protected)
             .fallback(crate::http::not_found)
             .layer(middleware::from_fn_with_state(

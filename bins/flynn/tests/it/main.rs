@@ -8,6 +8,7 @@ mod doctor;
 mod live;
 mod memory;
 mod onboard;
+mod pairing;
 mod send;
 mod sessions;
 

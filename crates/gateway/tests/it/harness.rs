@@ -74,6 +74,7 @@ impl Harness {
             config_file: options.config_file,
             token: TOKEN.to_owned(),
             approver: RemoteApprover::new(),
+            channels: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let serving = gateway.serve(listener).unwrap();

@@ -413,3 +413,84 @@ async fn dashboard_methods_report_usage_per_day_provider_health_and_logs() {
 fn chrono_today() -> String {
     chrono::Utc::now().format("%Y-%m-%d").to_string()
 }
+
+#[tokio::test]
+async fn pairing_is_listed_approved_and_revoked_over_the_gateway() {
+    let fake = FakeOpenAi::start().await;
+    let mut harness = Harness::start(&fake).await;
+    let client = harness.ws().await;
+    let store = harness.flynn.manager().store().clone();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let ticket = store
+        .pairing_request("discord", "1001", Some("bob"), now, 3_600_000)
+        .await
+        .unwrap();
+
+    let listed: Value = client
+        .request("pairing.list", params(json!({})))
+        .await
+        .unwrap();
+    assert_eq!(listed["pending"][0]["code"], ticket.code.as_str());
+    assert_eq!(listed["pending"][0]["sender"], "1001");
+    assert_eq!(listed["pending"][0]["name"], "bob");
+    assert_eq!(listed["approved"], json!([]));
+
+    let wrong = client
+        .request::<Value, _>(
+            "pairing.approve",
+            params(json!({"channel": "discord", "code": "AAAAAA"})),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        wrong.contains("no pairing code AAAAAA on discord"),
+        "{wrong}"
+    );
+    let missing = client
+        .request::<Value, _>("pairing.approve", params(json!({"channel": "discord"})))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(missing.contains("code"), "{missing}");
+
+    let approved: Value = client
+        .request(
+            "pairing.approve",
+            params(json!({"channel": "discord", "code": ticket.code})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(approved["sender"], "1001");
+    assert!(store.peer_approved("discord", "1001").await.unwrap());
+    let revoked: Value = client
+        .request(
+            "pairing.revoke",
+            params(json!({"channel": "discord", "sender": "1001"})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(revoked, json!({"revoked": true}));
+    assert!(!store.peer_approved("discord", "1001").await.unwrap());
+
+    // No platform channel runs here; the web chat is always listed.
+    let channels: Value = client
+        .request("channels.status", params(json!({})))
+        .await
+        .unwrap();
+    assert_eq!(channels.as_array().unwrap().len(), 1);
+    assert_eq!(channels[0]["name"], "web");
+    assert_eq!(channels[0]["state"], "connected");
+    // And nothing answers under /channels/.
+    let response = reqwest::Client::new()
+        .post(harness.url("/channels/telegram/webhook"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    harness.stop().await;
+}

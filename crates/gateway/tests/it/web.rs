@@ -340,6 +340,7 @@ async fn the_web_chat_streams_approves_denies_cancels_and_survives_a_restart() {
         config_file: None,
         token: TOKEN.to_owned(),
         approver: RemoteApprover::new(),
+        channels: None,
     });
     let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
     harness.serving = Some(gateway.serve(listener).unwrap());

@@ -1,0 +1,219 @@
+//! `flynn pairing`: approve the senders who asked to talk to Flynn on a
+//! chat channel. Works on the session database directly (the daemon sees
+//! the change with the sender's next message) or through a running daemon
+//! (`--gateway`, `FLYNN_GATEWAY_URL`), with the same output.
+
+use std::sync::Arc;
+
+use flynn_core::SessionStore;
+use flynn_core::config;
+use flynn_core::gateway::api::{PairedSender, PairingCode, PairingList, PairingRevokeResult};
+use serde_json::json;
+
+use crate::cli::{PairingArgs, PairingCommand};
+use crate::env::CliEnv;
+use crate::exit::Failure;
+use crate::remote;
+use crate::sessions::timestamp;
+
+/// Channels a pairing can be for.
+const CHANNELS: &[&str] = &["telegram", "discord", "slack", "whatsapp"];
+
+pub async fn run(args: PairingArgs) -> Result<(), Failure> {
+    if let PairingCommand::Approve { channel, .. } | PairingCommand::Revoke { channel, .. } =
+        &args.command
+        && !CHANNELS.contains(&channel.as_str())
+    {
+        return Err(Failure::usage(format!(
+            "unknown channel '{channel}' (expected one of: {})",
+            CHANNELS.join(", ")
+        )));
+    }
+    let remote = match remote::target(args.gateway.as_deref(), args.config.as_deref())? {
+        Some(target) => {
+            let client = remote::connect(&target).await?;
+            Some((target, client))
+        }
+        None => None,
+    };
+    let store = match &remote {
+        Some(_) => None,
+        None => {
+            let loaded = config::load(args.config.as_deref(), &CliEnv)?;
+            let store: Arc<dyn SessionStore> =
+                flynn_core::sessions::open(&loaded.config.sessions, &loaded.paths.home)
+                    .await
+                    .map_err(|e| Failure::other(e.to_string()))?;
+            Some(store)
+        }
+    };
+    let storage = |e: flynn_core::SessionsError| Failure::other(e.to_string());
+    match args.command {
+        PairingCommand::List { json } => {
+            let list = match (&remote, &store) {
+                (Some((target, client)), _) => {
+                    remote::call::<PairingList>(target, client, "pairing.list", json!({})).await?
+                }
+                (None, Some(store)) => PairingList {
+                    pending: store
+                        .pairing_pending(now_millis())
+                        .await
+                        .map_err(storage)?
+                        .into_iter()
+                        .map(|p| PairingCode {
+                            channel: p.channel,
+                            code: p.code,
+                            sender: p.sender,
+                            name: p.name,
+                            created_at: p.created_at,
+                            expires_at: p.expires_at,
+                        })
+                        .collect(),
+                    approved: store
+                        .approved_peers()
+                        .await
+                        .map_err(storage)?
+                        .into_iter()
+                        .map(|p| PairedSender {
+                            channel: p.channel,
+                            sender: p.sender,
+                            name: p.name,
+                            approved_at: p.approved_at,
+                        })
+                        .collect(),
+                },
+                (None, None) => unreachable_source(),
+            };
+            print_list(&list, json);
+        }
+        PairingCommand::Approve {
+            channel,
+            code,
+            json,
+        } => {
+            let peer = match (&remote, &store) {
+                (Some((target, client)), _) => {
+                    remote::call::<PairedSender>(
+                        target,
+                        client,
+                        "pairing.approve",
+                        json!({"channel": channel, "code": code}),
+                    )
+                    .await?
+                }
+                (None, Some(store)) => {
+                    let peer = store
+                        .pairing_approve(&channel, &code, now_millis())
+                        .await
+                        .map_err(storage)?
+                        .map_err(|refusal| Failure::other(refusal.to_string()))?;
+                    PairedSender {
+                        channel: peer.channel,
+                        sender: peer.sender,
+                        name: peer.name,
+                        approved_at: peer.approved_at,
+                    }
+                }
+                (None, None) => unreachable_source(),
+            };
+            if json {
+                println!("{}", json!(peer));
+            } else {
+                println!(
+                    "Approved {} on {}: they can talk to Flynn now.",
+                    who(&peer.sender, peer.name.as_deref()),
+                    peer.channel
+                );
+            }
+        }
+        PairingCommand::Revoke {
+            channel,
+            sender,
+            json,
+        } => {
+            let revoked = match (&remote, &store) {
+                (Some((target, client)), _) => {
+                    remote::call::<PairingRevokeResult>(
+                        target,
+                        client,
+                        "pairing.revoke",
+                        json!({"channel": channel, "sender": sender}),
+                    )
+                    .await?
+                    .revoked
+                }
+                (None, Some(store)) => store
+                    .revoke_peer(&channel, &sender)
+                    .await
+                    .map_err(storage)?,
+                (None, None) => unreachable_source(),
+            };
+            if json {
+                println!("{}", json!({"revoked": revoked}));
+            } else if revoked {
+                println!("Revoked {sender} on {channel}.");
+            } else {
+                return Err(Failure::other(format!(
+                    "{sender} was not approved by pairing on {channel} (senders in allow_from are changed in the config)"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `open` above returns exactly one of the two.
+fn unreachable_source() -> ! {
+    unreachable!("either the daemon or the database is open")
+}
+
+fn who(sender: &str, name: Option<&str>) -> String {
+    match name {
+        Some(name) if name != sender => format!("{name} ({sender})"),
+        _ => sender.to_owned(),
+    }
+}
+
+fn print_list(list: &PairingList, json: bool) {
+    if json {
+        println!("{}", json!(list));
+        return;
+    }
+    if list.pending.is_empty() {
+        println!("No pairing codes waiting.");
+    } else {
+        println!("Waiting for approval:");
+        for p in &list.pending {
+            println!(
+                "  {:<9} {}  {}  (expires {})",
+                p.channel,
+                p.code,
+                who(&p.sender, p.name.as_deref()),
+                timestamp(p.expires_at)
+            );
+        }
+        if let Some(first) = list.pending.first() {
+            println!(
+                "Approve with: flynn pairing approve {} {}",
+                first.channel, first.code
+            );
+        }
+    }
+    if !list.approved.is_empty() {
+        println!("Approved by pairing:");
+        for p in &list.approved {
+            println!(
+                "  {:<9} {}  (since {})",
+                p.channel,
+                who(&p.sender, p.name.as_deref()),
+                timestamp(p.approved_at)
+            );
+        }
+    }
+}
+
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

@@ -1,0 +1,84 @@
+//! `flynn pairing` on the session database, as the owner uses it while
+//! the daemon runs or not.
+
+use flynn_core::{SessionStore, SqliteStore};
+use serde_json::Value;
+
+use crate::{Env, stderr, stdout};
+
+fn env() -> Env {
+    Env::new()
+        .var("OPENAI_BASE_URL", "http://127.0.0.1:9")
+        .var("OPENAI_API_KEY", "sk-x")
+}
+
+#[tokio::test]
+async fn the_owner_lists_approves_and_revokes_senders() {
+    let env = env();
+    let empty = env.run(&["pairing", "list"]);
+    assert_eq!(empty.status.code(), Some(0), "{}", stderr(&empty));
+    assert_eq!(stdout(&empty), "No pairing codes waiting.\n");
+
+    // What the daemon does when a stranger writes.
+    let db = env.path().join("home/sessions.db");
+    let store = SqliteStore::open(&db).await.unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let ticket = store
+        .pairing_request("telegram", "42", Some("@alice"), now, 3_600_000)
+        .await
+        .unwrap();
+
+    let listed = env.run(&["pairing", "list"]);
+    let text = stdout(&listed);
+    assert!(
+        text.contains(&format!("telegram  {}  @alice (42)", ticket.code)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "Approve with: flynn pairing approve telegram {}",
+            ticket.code
+        )),
+        "{text}"
+    );
+
+    let wrong = env.run(&["pairing", "approve", "telegram", "ZZZZZZ"]);
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(
+        stderr(&wrong).contains("no pairing code ZZZZZZ on telegram"),
+        "{}",
+        stderr(&wrong)
+    );
+    let unknown = env.run(&["pairing", "approve", "telegrm", &ticket.code]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(stderr(&unknown).contains("unknown channel 'telegrm'"));
+
+    let approved = env.run(&[
+        "pairing",
+        "approve",
+        "telegram",
+        &ticket.code.to_lowercase(),
+    ]);
+    assert_eq!(approved.status.code(), Some(0), "{}", stderr(&approved));
+    assert_eq!(
+        stdout(&approved),
+        "Approved @alice (42) on telegram: they can talk to Flynn now.\n"
+    );
+    assert!(store.peer_approved("telegram", "42").await.unwrap());
+
+    let listed = env.run(&["pairing", "list", "--json"]);
+    let listed: Value = serde_json::from_str(&stdout(&listed)).unwrap();
+    assert_eq!(listed["pending"].as_array().unwrap().len(), 0);
+    assert_eq!(listed["approved"][0]["sender"], "42");
+    assert_eq!(listed["approved"][0]["channel"], "telegram");
+
+    let revoked = env.run(&["pairing", "revoke", "telegram", "42"]);
+    assert_eq!(stdout(&revoked), "Revoked 42 on telegram.\n");
+    assert!(!store.peer_approved("telegram", "42").await.unwrap());
+    let again = env.run(&["pairing", "revoke", "telegram", "42"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(stderr(&again).contains("was not approved by pairing"));
+}

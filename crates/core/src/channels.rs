@@ -1,0 +1,96 @@
+//! The chat channels a config asks for, built with the adapters this
+//! binary was compiled with.
+
+use std::sync::Arc;
+
+use flynn_channels::ChannelAdapter;
+use flynn_protocol::config::ChannelsConfig;
+
+/// What became of one configured channel.
+pub enum Built {
+    /// Ready to start.
+    Adapter(Arc<dyn ChannelAdapter>),
+    /// Configured, but it cannot run; the reason says what to do.
+    Unavailable(String),
+}
+
+impl std::fmt::Debug for Built {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Built::Adapter(adapter) => write!(f, "Adapter({})", adapter.name()),
+            Built::Unavailable(reason) => write!(f, "Unavailable({reason})"),
+        }
+    }
+}
+
+fn not_built(name: &str) -> Built {
+    Built::Unavailable(format!(
+        "channels.{name} is configured, but this build of Flynn has no {name} support; rebuild with `--features {name}` (or the default features)"
+    ))
+}
+
+/// Every enabled channel of `config`, by name, in a fixed order.
+pub fn build(config: &ChannelsConfig) -> Vec<(&'static str, Built)> {
+    let mut built = Vec::new();
+    if let Some(c) = config.telegram.as_ref().filter(|c| c.enabled) {
+        #[cfg(feature = "telegram")]
+        built.push((
+            "telegram",
+            match flynn_channels::telegram::TelegramAdapter::new(c) {
+                Ok(adapter) => Built::Adapter(Arc::new(adapter)),
+                Err(e) => Built::Unavailable(e.to_string()),
+            },
+        ));
+        #[cfg(not(feature = "telegram"))]
+        {
+            let _ = c;
+            built.push(("telegram", not_built("telegram")));
+        }
+    }
+    if let Some(c) = config.discord.as_ref().filter(|c| c.enabled) {
+        #[cfg(feature = "discord")]
+        built.push((
+            "discord",
+            match flynn_channels::discord::DiscordAdapter::new(c) {
+                Ok(adapter) => Built::Adapter(Arc::new(adapter)),
+                Err(e) => Built::Unavailable(e.to_string()),
+            },
+        ));
+        #[cfg(not(feature = "discord"))]
+        {
+            let _ = c;
+            built.push(("discord", not_built("discord")));
+        }
+    }
+    if let Some(c) = config.slack.as_ref().filter(|c| c.enabled) {
+        #[cfg(feature = "slack")]
+        built.push((
+            "slack",
+            match flynn_channels::slack::SlackAdapter::new(c) {
+                Ok(adapter) => Built::Adapter(Arc::new(adapter)),
+                Err(e) => Built::Unavailable(e.to_string()),
+            },
+        ));
+        #[cfg(not(feature = "slack"))]
+        {
+            let _ = c;
+            built.push(("slack", not_built("slack")));
+        }
+    }
+    if let Some(c) = config.whatsapp.as_ref().filter(|c| c.enabled) {
+        #[cfg(feature = "whatsapp")]
+        built.push((
+            "whatsapp",
+            match flynn_channels::whatsapp::WhatsAppAdapter::new(c) {
+                Ok(adapter) => Built::Adapter(Arc::new(adapter)),
+                Err(e) => Built::Unavailable(e.to_string()),
+            },
+        ));
+        #[cfg(not(feature = "whatsapp"))]
+        {
+            let _ = c;
+            built.push(("whatsapp", not_built("whatsapp")));
+        }
+    }
+    built
+}
