@@ -288,6 +288,120 @@ pub fn discord(markdown: &str) -> String {
         .replace("<@", "<\u{200b}@")
 }
 
+// ------------------------------------------------------------- WhatsApp
+
+/// Which of WhatsApp's marks are open around a piece of text: a mark is
+/// written once, so `**bold with *more* inside**` does not close early.
+#[derive(Clone, Copy, Default)]
+struct WhatsAppMarks {
+    bold: bool,
+    italic: bool,
+    strike: bool,
+}
+
+fn whatsapp_inline(nodes: &[Inline], marks: WhatsAppMarks, out: &mut String) {
+    for node in nodes {
+        match node {
+            Inline::Text(text) => out.push_str(text),
+            Inline::Code(code) => {
+                out.push('`');
+                out.push_str(code);
+                out.push('`');
+            }
+            Inline::Bold(inner) => {
+                let mark = (!marks.bold).then_some('*');
+                let marks = WhatsAppMarks {
+                    bold: true,
+                    ..marks
+                };
+                whatsapp_wrap(mark, inner, marks, out);
+            }
+            Inline::Italic(inner) => {
+                let mark = (!marks.italic).then_some('_');
+                let marks = WhatsAppMarks {
+                    italic: true,
+                    ..marks
+                };
+                whatsapp_wrap(mark, inner, marks, out);
+            }
+            Inline::Strike(inner) => {
+                let mark = (!marks.strike).then_some('~');
+                let marks = WhatsAppMarks {
+                    strike: true,
+                    ..marks
+                };
+                whatsapp_wrap(mark, inner, marks, out);
+            }
+            Inline::Link { text, url } => {
+                // WhatsApp has no link markup; it links bare URLs itself.
+                let mut label = String::new();
+                whatsapp_inline(text, marks, &mut label);
+                if label.is_empty() || label == *url {
+                    out.push_str(url);
+                } else {
+                    out.push_str(&label);
+                    out.push_str(" (");
+                    out.push_str(url);
+                    out.push(')');
+                }
+            }
+        }
+    }
+}
+
+fn whatsapp_wrap(mark: Option<char>, inner: &[Inline], marks: WhatsAppMarks, out: &mut String) {
+    out.extend(mark);
+    whatsapp_inline(inner, marks, out);
+    out.extend(mark);
+}
+
+/// Markdown as WhatsApp formatting: `*bold*`, `_italic_`, `~strike~`,
+/// ```` ```monospace``` ```` blocks, `` `inline code` ``, `- ` lists and
+/// `> ` quotes. Headings become bold lines and links `text (url)`.
+/// WhatsApp has no escape character, so text outside markup is left as
+/// written.
+pub fn whatsapp(markdown: &str) -> String {
+    let mut lines = Vec::new();
+    for block in blocks(markdown) {
+        match block {
+            Block::Code { body, .. } => {
+                // Monospace runs from the opening to the closing backticks,
+                // line breaks included; an empty block shows nothing.
+                let body = body.join("\n");
+                if !body.trim().is_empty() {
+                    lines.push(format!("```{body}```"));
+                }
+            }
+            Block::Line(line) => {
+                let mut out = String::new();
+                let plain = WhatsAppMarks::default();
+                if let Some(title) = heading(line) {
+                    whatsapp_wrap(
+                        Some('*'),
+                        &inline(title),
+                        WhatsAppMarks {
+                            bold: true,
+                            ..plain
+                        },
+                        &mut out,
+                    );
+                } else if let Some((indent, item)) = bullet(line) {
+                    out.push_str(indent);
+                    out.push_str("- ");
+                    whatsapp_inline(&inline(item), plain, &mut out);
+                } else if let Some(quoted) = line.trim_start().strip_prefix('>') {
+                    out.push_str("> ");
+                    whatsapp_inline(&inline(quoted.trim_start()), plain, &mut out);
+                } else {
+                    whatsapp_inline(&inline(line), plain, &mut out);
+                }
+                lines.push(out);
+            }
+        }
+    }
+    lines.join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,5 +451,26 @@ mod tests {
         );
         assert_eq!(telegram_html("_lean_ in"), "<i>lean</i> in");
         assert_eq!(telegram_html("price: 5 < 6"), "price: 5 &lt; 6");
+    }
+
+    #[test]
+    fn whatsapp_gets_its_own_marks() {
+        assert_eq!(
+            whatsapp(SAMPLE),
+            "*Plan*\nUse *bold*, _italic_, ~old~ and `a<b>&c`.\n- see docs (https://example.com/a?b=1&c=2)\n```if a < b && c > d {}```"
+        );
+        // Quotes, nested and repeated marks, bare links, numbered lists.
+        assert_eq!(
+            whatsapp(
+                "> **all *of* it**\n1. [https://x.org](https://x.org)\n  * __deep__\n# **Title**"
+            ),
+            "> *all _of_ it*\n1. https://x.org\n  - *deep*\n*Title*"
+        );
+        // A block keeps its lines inside one pair of backticks; an empty
+        // one disappears; unclosed markers stay text.
+        assert_eq!(
+            whatsapp("```sh\nls\ncd /\n```\n```\n```\n2 * 3, snake_case"),
+            "```ls\ncd /```\n2 * 3, snake_case"
+        );
     }
 }

@@ -1,0 +1,431 @@
+//! The few Graph API calls the adapter makes, and Graph errors turned
+//! into [`ChannelError`]s by their documented codes.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::adapter::ChannelError;
+
+/// The channel's name in errors.
+pub(super) const CHANNEL: &str = "whatsapp";
+
+/// What a send outside the customer service window gets, from the adapter
+/// (before sending) or from the API (error 131047).
+pub(super) const OUTSIDE_WINDOW: &str =
+    "outside WhatsApp's 24-hour window; the person must write first";
+
+/// The largest attachment downloaded (WhatsApp's own limit for images
+/// is 5 MB, for documents 100 MB).
+pub(super) const MAX_MEDIA: u64 = 20 * 1024 * 1024;
+
+/// Every Graph call gives up after this long.
+const TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The business number as the Graph API describes it.
+#[derive(Debug, Deserialize)]
+pub(super) struct PhoneNumber {
+    #[serde(default)]
+    pub display_phone_number: String,
+    #[serde(default)]
+    pub verified_name: String,
+}
+
+/// A media object's metadata (`GET /{version}/{media_id}`).
+#[derive(Debug, Deserialize)]
+pub(super) struct Media {
+    pub url: String,
+    #[serde(default)]
+    pub mime_type: Option<String>,
+    /// A number, or a number in a string (both are seen in the wild).
+    #[serde(default)]
+    pub file_size: Option<Value>,
+}
+
+impl Media {
+    pub fn size(&self) -> Option<u64> {
+        match self.file_size.as_ref()? {
+            Value::Number(n) => n.as_u64(),
+            Value::String(s) => s.trim().parse().ok(),
+            _ => None,
+        }
+    }
+}
+
+/// A media download that failed; `transient` when trying later may work.
+#[derive(Debug)]
+pub(super) struct MediaError {
+    pub transient: bool,
+    pub detail: String,
+}
+
+impl From<ChannelError> for MediaError {
+    fn from(error: ChannelError) -> Self {
+        MediaError {
+            transient: error.is_transient(),
+            detail: error.to_string(),
+        }
+    }
+}
+
+/// The Graph API for one business number.
+#[derive(Debug, Clone)]
+pub(super) struct Graph {
+    http: reqwest::Client,
+    /// `https://graph.facebook.com/v23.0`
+    base: String,
+    token: String,
+    phone_number_id: String,
+}
+
+impl Graph {
+    pub fn new(
+        api_url: &str,
+        version: &str,
+        token: &str,
+        phone_number_id: &str,
+    ) -> Result<Self, ChannelError> {
+        let config_error = |detail: String| ChannelError::Rejected {
+            channel: CHANNEL.to_owned(),
+            detail,
+        };
+        let version = version.trim().trim_matches('/');
+        if version.is_empty() || version.contains('/') {
+            return Err(config_error(format!(
+                "channels.whatsapp.api_version: '{version}' is not a Graph API version (like 'v23.0')"
+            )));
+        }
+        let phone_number_id = phone_number_id.trim();
+        if phone_number_id.is_empty() || !phone_number_id.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(config_error(format!(
+                "channels.whatsapp.phone_number_id: '{phone_number_id}' is not a Phone number ID (digits, from WhatsApp → API Setup; not the phone number)"
+            )));
+        }
+        if token.trim().is_empty() {
+            return Err(config_error(
+                "channels.whatsapp.access_token is empty".to_owned(),
+            ));
+        }
+        let api_url = api_url.trim().trim_end_matches('/');
+        let parsed = reqwest::Url::parse(api_url).map_err(|e| {
+            config_error(format!(
+                "channels.whatsapp.api_url: '{api_url}' is not a URL ({e})"
+            ))
+        })?;
+        let mut builder = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .connect_timeout(CONNECT_TIMEOUT);
+        if parsed.scheme() == "http" {
+            // A local fake or proxy: no need to load the system's roots.
+            builder = builder.tls_certs_only([]);
+        }
+        let http = builder.build().map_err(|e| ChannelError::Unavailable {
+            channel: CHANNEL.to_owned(),
+            detail: format!("cannot set up the HTTP client: {e}"),
+        })?;
+        Ok(Graph {
+            http,
+            base: format!("{api_url}/{version}"),
+            token: token.trim().to_owned(),
+            phone_number_id: phone_number_id.to_owned(),
+        })
+    }
+
+    /// Checks the token and the number: `GET /{version}/{phone_number_id}`.
+    pub async fn phone_number(&self) -> Result<PhoneNumber, ChannelError> {
+        let request = self
+            .http
+            .get(format!("{}/{}", self.base, self.phone_number_id))
+            .query(&[("fields", "display_phone_number,verified_name")]);
+        let body = self.call(request).await?;
+        decode(&body)
+    }
+
+    /// `POST /{version}/{phone_number_id}/messages` with `body`; the
+    /// answer's JSON.
+    pub async fn post_message(&self, body: &Value) -> Result<Value, ChannelError> {
+        let request = self
+            .http
+            .post(format!("{}/{}/messages", self.base, self.phone_number_id))
+            .json(body);
+        let answer = self.call(request).await?;
+        decode(&answer)
+    }
+
+    /// Downloads a media object: its metadata, then its bytes (at most
+    /// [`MAX_MEDIA`]). Returns the MIME type and the bytes.
+    pub async fn download(&self, media_id: &str) -> Result<(Option<String>, Bytes), MediaError> {
+        if media_id.is_empty() || !media_id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(MediaError {
+                transient: false,
+                detail: format!("'{media_id}' is not a media id"),
+            });
+        }
+        let request = self.http.get(format!("{}/{media_id}", self.base));
+        let body = self.call(request).await?;
+        let media: Media = decode(&body)?;
+        let too_big = |size: u64| MediaError {
+            transient: false,
+            detail: format!(
+                "the file has {:.1} MB, over the {} MB Flynn downloads",
+                size as f64 / 1_048_576.0,
+                MAX_MEDIA / 1_048_576
+            ),
+        };
+        if let Some(size) = media.size().filter(|size| *size > MAX_MEDIA) {
+            return Err(too_big(size));
+        }
+        let mut response = self
+            .http
+            .get(&media.url)
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| MediaError::from(transport(&e)))?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            let body = response.bytes().await.unwrap_or_default();
+            return Err(MediaError::from(classify(status, &body)));
+        }
+        let mut data = BytesMut::new();
+        while let Some(piece) = response
+            .chunk()
+            .await
+            .map_err(|e| MediaError::from(transport(&e)))?
+        {
+            if (data.len() + piece.len()) as u64 > MAX_MEDIA {
+                return Err(too_big((data.len() + piece.len()) as u64));
+            }
+            data.extend_from_slice(&piece);
+        }
+        Ok((media.mime_type, data.freeze()))
+    }
+
+    /// Sends a Graph request with the token; the body of a 2xx answer, or
+    /// the error its status and body describe.
+    async fn call(&self, request: reqwest::RequestBuilder) -> Result<Bytes, ChannelError> {
+        let response = request
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| transport(&e))?;
+        let status = response.status().as_u16();
+        let body = response.bytes().await.map_err(|e| transport(&e))?;
+        if (200..300).contains(&status) {
+            Ok(body)
+        } else {
+            Err(classify(status, &body))
+        }
+    }
+}
+
+/// A 2xx body as `T`; anything else means the API changed under us.
+fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ChannelError> {
+    serde_json::from_slice(body).map_err(|e| ChannelError::Unavailable {
+        channel: CHANNEL.to_owned(),
+        detail: format!("the Graph API answered in an unexpected shape ({e})"),
+    })
+}
+
+fn transport(error: &reqwest::Error) -> ChannelError {
+    let what = if error.is_timeout() {
+        "timed out"
+    } else if error.is_connect() {
+        "cannot connect"
+    } else {
+        "the request failed"
+    };
+    let mut detail = format!("{what}: {error}");
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        detail.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    ChannelError::Unavailable {
+        channel: CHANNEL.to_owned(),
+        detail,
+    }
+}
+
+/// The Graph API's error object.
+#[derive(Debug, Default, Deserialize)]
+struct GraphError {
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    code: Option<i64>,
+    #[serde(default)]
+    error_data: Option<ErrorData>,
+    #[serde(default)]
+    fbtrace_id: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ErrorData {
+    #[serde(default)]
+    details: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ErrorBody {
+    error: GraphError,
+}
+
+/// A failed Graph call as a [`ChannelError`], by HTTP status and the
+/// documented error code (codes win where Meta answers 400 for a limit).
+pub(super) fn classify(status: u16, body: &[u8]) -> ChannelError {
+    let error = serde_json::from_slice::<ErrorBody>(body)
+        .map(|b| b.error)
+        .ok();
+    let code = error.as_ref().and_then(|e| e.code);
+    let channel = CHANNEL.to_owned();
+    let detail = match &error {
+        Some(error) => describe(error),
+        None => {
+            let text = String::from_utf8_lossy(body);
+            let text: String = text.trim().chars().take(200).collect();
+            if text.is_empty() {
+                format!("HTTP {status}")
+            } else {
+                format!("HTTP {status}: {text}")
+            }
+        }
+    };
+    match code {
+        // Throughput and call-rate limits; Meta gives no Retry-After.
+        Some(4 | 80007 | 130429 | 131056) => ChannelError::RateLimited {
+            channel,
+            retry_after: None,
+        },
+        Some(190) => ChannelError::Unauthorized { channel, detail },
+        Some(131047) => ChannelError::Rejected {
+            channel,
+            detail: format!("{OUTSIDE_WINDOW} ({detail})"),
+        },
+        Some(1 | 2 | 131000) => ChannelError::Unavailable { channel, detail },
+        // Permission missing or removed: a config problem, like a bad token.
+        Some(10 | 200..=299) => ChannelError::Unauthorized { channel, detail },
+        _ => match status {
+            429 => ChannelError::RateLimited {
+                channel,
+                retry_after: None,
+            },
+            401 | 403 => ChannelError::Unauthorized { channel, detail },
+            500.. => ChannelError::Unavailable { channel, detail },
+            _ => ChannelError::Rejected { channel, detail },
+        },
+    }
+}
+
+/// "Parameter value is not valid: details (code 131009, fbtrace_id X)".
+fn describe(error: &GraphError) -> String {
+    let mut text = if error.message.is_empty() {
+        "the Graph API gave no message".to_owned()
+    } else {
+        error.message.clone()
+    };
+    if let Some(details) = error
+        .error_data
+        .as_ref()
+        .and_then(|d| d.details.as_deref())
+        .filter(|d| !d.is_empty())
+    {
+        text.push_str(": ");
+        text.push_str(details);
+    }
+    let mut tags = Vec::new();
+    if let Some(code) = error.code {
+        tags.push(format!("code {code}"));
+    }
+    if let Some(trace) = error.fbtrace_id.as_deref().filter(|t| !t.is_empty()) {
+        tags.push(format!("fbtrace_id {trace}"));
+    }
+    if !tags.is_empty() {
+        text.push_str(&format!(" ({})", tags.join(", ")));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph_error(code: i64, message: &str) -> Vec<u8> {
+        serde_json::json!({"error": {
+            "message": message,
+            "type": "OAuthException",
+            "code": code,
+            "error_data": {"messaging_product": "whatsapp", "details": "more"},
+            "fbtrace_id": "AbC"
+        }})
+        .to_string()
+        .into_bytes()
+    }
+
+    fn rate_limited() -> ChannelError {
+        ChannelError::RateLimited {
+            channel: CHANNEL.to_owned(),
+            retry_after: None,
+        }
+    }
+
+    #[test]
+    fn codes_decide_before_statuses() {
+        for code in [4, 80007, 130429, 131056] {
+            assert_eq!(
+                classify(400, &graph_error(code, "slow down")),
+                rate_limited()
+            );
+        }
+        assert_eq!(classify(429, b""), rate_limited());
+        assert_eq!(
+            classify(400, &graph_error(131047, "(#131047) Re-engagement message")),
+            ChannelError::Rejected {
+                channel: CHANNEL.to_owned(),
+                detail: format!(
+                    "{OUTSIDE_WINDOW} ((#131047) Re-engagement message: more (code 131047, fbtrace_id AbC))"
+                ),
+            }
+        );
+        assert!(matches!(
+            classify(401, &graph_error(190, "Invalid OAuth access token")),
+            ChannelError::Unauthorized { .. }
+        ));
+        for code in [1, 2, 131000] {
+            assert!(matches!(
+                classify(400, &graph_error(code, "x")),
+                ChannelError::Unavailable { .. }
+            ));
+        }
+        assert!(matches!(
+            classify(502, b"<html>Bad Gateway</html>"),
+            ChannelError::Unavailable { .. }
+        ));
+        assert_eq!(
+            classify(
+                400,
+                &graph_error(131009, "(#131009) Parameter value is not valid")
+            ),
+            ChannelError::Rejected {
+                channel: CHANNEL.to_owned(),
+                detail:
+                    "(#131009) Parameter value is not valid: more (code 131009, fbtrace_id AbC)"
+                        .to_owned(),
+            }
+        );
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let error = Graph::new("https://graph.facebook.com", "v23.0", "t", "+1 555").err();
+        assert!(
+            matches!(&error, Some(ChannelError::Rejected { detail, .. }) if detail.contains("phone_number_id")),
+            "{error:?}"
+        );
+        assert!(Graph::new("not a url", "v23.0", "t", "123").is_err());
+        assert!(Graph::new("https://graph.facebook.com/", "/v23.0/", "t", "123").is_ok());
+    }
+}
