@@ -3,7 +3,8 @@
 
 use flynn_protocol::Tier;
 use flynn_protocol::config::{
-    CONFIG_VERSION, EmbedderKind, FlynnConfig, MAIN_AGENT, ModelRef, ProviderKind, SearchProvider,
+    CONFIG_VERSION, ChannelsConfig, EmbedderKind, FlynnConfig, MAIN_AGENT, ModelRef, ProviderKind,
+    SearchProvider, SlackMode, TelegramMode,
 };
 
 use crate::document::{Document, KeyPath, Located, NodeKind};
@@ -101,6 +102,7 @@ pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located>
     );
 
     check_agents(config, doc, &configured, &mut report);
+    check_channels(&config.channels, &mut report);
 
     if config.agents.max_iterations < 1 {
         report(
@@ -701,6 +703,108 @@ mod tests {
             "http://[::1",
         ] {
             assert!(!is_http_url(url), "{url}");
+        }
+    }
+}
+
+/// Settings a channel cannot work without, named with what to set.
+fn check_channels(channels: &ChannelsConfig, report: &mut impl FnMut(KeyPath, Problem)) {
+    let mut need = |path: KeyPath, ok: bool, message: &str| {
+        if !ok {
+            report(
+                path,
+                Problem::Other {
+                    message: message.to_owned(),
+                },
+            );
+        }
+    };
+    let set = |value: &str| !value.trim().is_empty();
+    let set_opt = |value: &Option<String>| value.as_deref().is_some_and(|v| !v.trim().is_empty());
+    if let Some(telegram) = &channels.telegram {
+        let at = KeyPath::keys(&["channels", "telegram"]);
+        need(
+            at.key("bot_token"),
+            set(&telegram.bot_token),
+            "empty: paste the token @BotFather gave (or `${TELEGRAM_BOT_TOKEN}`)",
+        );
+        need(
+            at.key("api_url"),
+            is_http_url(&telegram.api_url),
+            "not an http(s) URL",
+        );
+        if telegram.mode == TelegramMode::Webhook {
+            need(
+                at.key("webhook_url"),
+                telegram
+                    .webhook_url
+                    .as_deref()
+                    .is_some_and(|u| u.starts_with("https://")),
+                "needed with mode: webhook: the public https:// address of this gateway's /channels/telegram/webhook",
+            );
+            need(
+                at.key("webhook_secret"),
+                telegram.webhook_secret.as_deref().is_some_and(|s| {
+                    (1..=256).contains(&s.len())
+                        && s.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                }),
+                "needed with mode: webhook: 1-256 characters of A-Z a-z 0-9 _ - (`openssl rand -hex 32`)",
+            );
+        }
+    }
+    if let Some(discord) = &channels.discord {
+        need(
+            KeyPath::keys(&["channels", "discord", "bot_token"]),
+            set(&discord.bot_token),
+            "empty: paste the bot token from the Developer Portal (or `${DISCORD_BOT_TOKEN}`)",
+        );
+    }
+    if let Some(slack) = &channels.slack {
+        let at = KeyPath::keys(&["channels", "slack"]);
+        need(
+            at.key("bot_token"),
+            set(&slack.bot_token),
+            "empty: paste the Bot User OAuth Token (xoxb-…)",
+        );
+        match slack.mode {
+            SlackMode::Socket => need(
+                at.key("app_token"),
+                set_opt(&slack.app_token),
+                "needed with mode: socket: an app-level token with connections:write (xapp-…); or use mode: events",
+            ),
+            SlackMode::Events => need(
+                at.key("signing_secret"),
+                set_opt(&slack.signing_secret),
+                "needed with mode: events: the signing secret (Basic Information → App Credentials)",
+            ),
+        }
+    }
+    if let Some(whatsapp) = &channels.whatsapp {
+        let at = KeyPath::keys(&["channels", "whatsapp"]);
+        for (key, value, what) in [
+            (
+                "access_token",
+                &whatsapp.access_token,
+                "a system user's access token",
+            ),
+            (
+                "phone_number_id",
+                &whatsapp.phone_number_id,
+                "the number's Phone number ID",
+            ),
+            (
+                "app_secret",
+                &whatsapp.app_secret,
+                "the app secret (webhooks are signed with it)",
+            ),
+            (
+                "verify_token",
+                &whatsapp.verify_token,
+                "the token you type into the webhook settings",
+            ),
+        ] {
+            need(at.key(key), set(value), &format!("empty: set it to {what}"));
         }
     }
 }

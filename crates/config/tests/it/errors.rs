@@ -19,7 +19,7 @@ fn unknown_key_suggests_the_closest_and_lists_the_valid_ones() {
     );
     assert_error(
         "version: 1\nmodel:\n  tiers: {}\n",
-        "config.yaml:2:1: model: unknown key 'model' (did you mean 'models'?), expected one of: version, providers, models, agents, tools, sessions, gateway, compaction, memory",
+        "config.yaml:2:1: model: unknown key 'model' (did you mean 'models'?), expected one of: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels",
     );
     assert_error(
         "models:\n  tiers:\n    fats: []\n",
@@ -71,7 +71,7 @@ fn wrong_type_says_what_was_found_and_what_was_expected() {
     );
     assert_error(
         "- version: 1\n",
-        "config.yaml:1:1: found a list, expected a mapping with keys from: version, providers, models, agents, tools, sessions, gateway, compaction, memory",
+        "config.yaml:1:1: found a list, expected a mapping with keys from: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels",
     );
 }
 
@@ -464,5 +464,32 @@ config.yaml:2:41: memory.embeddings.batch_size: 0 is too small, expected at leas
     assert_error(
         "memory:\n  embeddings: {kind: bert}\n",
         "config.yaml:2:22: memory.embeddings.kind: unknown embedder kind 'bert', expected one of: openai, ollama, gemini, voyage, local",
+    );
+}
+
+#[test]
+fn channels_say_which_setting_is_missing_and_where() {
+    assert_error(
+        "channels:\n  telegram:\n    bot_token: \"\"\n",
+        "config.yaml:3:16: channels.telegram.bot_token: empty: paste the token @BotFather gave (or `${TELEGRAM_BOT_TOKEN}`)",
+    );
+    assert_error(
+        "channels:\n  slack:\n    bot_token: xoxb-1\n",
+        "config.yaml:3:5: channels.slack.app_token: needed with mode: socket: an app-level token with connections:write (xapp-…); or use mode: events",
+    );
+    assert_error(
+        "channels:\n  telegram:\n    bot_token: 1:x\n    mode: webhook\n    webhook_url: https://bot.example.com/channels/telegram/webhook\n    webhook_secret: has spaces\n",
+        "config.yaml:6:21: channels.telegram.webhook_secret: needed with mode: webhook: 1-256 characters of A-Z a-z 0-9 _ - (`openssl rand -hex 32`)",
+    );
+    // The keys every channel shares sit next to the platform's own.
+    assert_error(
+        "channels:\n  discord:\n    bot_token: x\n    dm_policy: anyone\n",
+        "config.yaml:4:16: channels.discord.dm_policy: unknown dm policy 'anyone', expected one of: pairing, allowlist, open",
+    );
+    assert!(
+        parse(
+            "channels:\n  whatsapp:\n    access_token: t\n    phone_number_id: \"1\"\n    app_secret: s\n    verify_token: v\n    allow_from: [\"15551234567\"]\n    rate_limit: {messages: 5, per_secs: 60}\n"
+        )
+        .is_ok()
     );
 }
