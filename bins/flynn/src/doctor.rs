@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use flynn_core::Tier;
 use flynn_core::config::{self, Loaded, Source};
-use flynn_core::gateway::api::Health;
+use flynn_core::gateway::api::{ChannelInfo, Health};
 use flynn_core::protocol::config::{FlynnConfig, ProviderKind};
 use serde::Serialize;
 use serde_json::json;
@@ -118,8 +118,103 @@ async fn checks(args: &DoctorArgs) -> Vec<Check> {
     out.extend(provider_lines(&loaded.config).await);
     out.push(database_line(&loaded).await);
     out.push(sandbox_line(&loaded.config).await);
-    out.extend(gateway_lines(args, &loaded).await);
+    let mut live = None;
+    out.extend(gateway_lines(args, &loaded, &mut live).await);
+    out.extend(channel_lines(&loaded.config, live));
     out
+}
+
+/// One line per configured chat channel: its live state when a daemon
+/// answered, else whether this build can run it.
+fn channel_lines(config: &FlynnConfig, live: Option<Vec<ChannelInfo>>) -> Vec<Check> {
+    let configured = config.channels.access();
+    let mut lines = Vec::new();
+    for (name, access) in configured {
+        let key = format!("channels.{name}");
+        if !access.enabled {
+            lines.push(Check::ok(
+                "channel",
+                format!("{name}: turned off ({key}.enabled)"),
+            ));
+            continue;
+        }
+        let status = live
+            .as_ref()
+            .and_then(|all| all.iter().find(|c| c.name == name));
+        let Some(status) = status else {
+            if !flynn_core::channel::COMPILED.contains(&name) {
+                lines.push(Check::fail(
+                    "channel",
+                    format!("{name}: configured, but this build of Flynn has no {name} support"),
+                    format!("install a build with the `{name}` feature (the default features include every channel)"),
+                ));
+            } else if live.is_some() {
+                lines.push(Check::warn(
+                    "channel",
+                    format!("{name}: configured, but the running daemon does not run it"),
+                    "restart the daemon so it reads the config (`flynn start`, `systemctl --user restart flynn`)",
+                ));
+            } else {
+                lines.push(Check::ok(
+                    "channel",
+                    format!("{name}: configured; its connection is checked while the daemon runs"),
+                ));
+            }
+            continue;
+        };
+        let policy = match access.dm_policy {
+            flynn_core::protocol::config::DmPolicy::Pairing => "pairing for strangers",
+            flynn_core::protocol::config::DmPolicy::Allowlist => "allowlist only",
+            flynn_core::protocol::config::DmPolicy::Open => "open to anyone",
+        };
+        match status.state.as_str() {
+            "connected" => lines.push(Check::ok(
+                "channel",
+                format!(
+                    "{name}: connected as {}, {} message(s) received, {policy}",
+                    status.detail.as_deref().unwrap_or("the bot"),
+                    status.received
+                ),
+            )),
+            "connecting" => lines.push(Check::warn(
+                "channel",
+                format!("{name}: still connecting"),
+                "run `flynn doctor` again in a few seconds",
+            )),
+            "unavailable" => lines.push(Check::fail(
+                "channel",
+                format!(
+                    "{name}: cannot run: {}",
+                    status.last_error.as_deref().unwrap_or("no reason given")
+                ),
+                format!("correct {key} and restart the daemon"),
+            )),
+            _ if status.unauthorized => lines.push(Check::fail(
+                "channel",
+                format!(
+                    "{name}: the platform refused the credentials: {}",
+                    status.last_error.as_deref().unwrap_or("")
+                ),
+                format!(
+                    "check the token in {key} (docs/channels/{name}.md), then restart the daemon"
+                ),
+            )),
+            _ => lines.push(Check::fail(
+                "channel",
+                format!(
+                    "{name}: not connected ({} restarts): {}{}",
+                    status.restarts,
+                    status.last_error.as_deref().unwrap_or("no error recorded"),
+                    status
+                        .retry_in_ms
+                        .map(|ms| format!("; next attempt in {} s", ms.div_ceil(1000)))
+                        .unwrap_or_default()
+                ),
+                format!("check the network and {key}; the daemon keeps retrying"),
+            )),
+        }
+    }
+    lines
 }
 
 fn config_line(loaded: &Loaded) -> Check {
@@ -361,7 +456,11 @@ async fn sandbox_line(config: &FlynnConfig) -> Check {
     }
 }
 
-async fn gateway_lines(args: &DoctorArgs, loaded: &Loaded) -> Vec<Check> {
+async fn gateway_lines(
+    args: &DoctorArgs,
+    loaded: &Loaded,
+    channels: &mut Option<Vec<ChannelInfo>>,
+) -> Vec<Check> {
     let mut lines = Vec::new();
     let gateway = &loaded.config.gateway;
     let token_set = gateway
@@ -401,9 +500,22 @@ async fn gateway_lines(args: &DoctorArgs, loaded: &Loaded) -> Vec<Check> {
     };
     let health = tokio::time::timeout(PROBE_TIMEOUT, async {
         let client = remote::connect(&target).await?;
-        remote::call::<Health>(&target, &client, "system.health", json!({})).await
+        let health = remote::call::<Health>(&target, &client, "system.health", json!({})).await?;
+        let live: Option<Vec<ChannelInfo>> =
+            remote::call(&target, &client, "channels.status", json!({}))
+                .await
+                .ok();
+        Ok::<_, Failure>((health, live))
     })
     .await;
+    let health = match health {
+        Ok(Ok((health, live))) => {
+            *channels = live;
+            Ok(Ok(health))
+        }
+        Ok(Err(e)) => Ok(Err(e)),
+        Err(e) => Err(e),
+    };
     match health {
         Ok(Ok(health)) => lines.push(Check::ok(
             "gateway",

@@ -22,14 +22,14 @@ fn openai_env(fake: &FakeOpenAi) -> Env {
 }
 
 /// A running `flynn start` and the lines it has logged so far.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
-    url: String,
+    pub(crate) url: String,
     log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Daemon {
-    fn start(env: &Env) -> Daemon {
+    pub(crate) fn start(env: &Env) -> Daemon {
         Self::start_with(env, &[])
     }
 
@@ -68,7 +68,7 @@ impl Daemon {
         Daemon { child, url, log }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
 
