@@ -642,6 +642,39 @@ async function loadDashboard() {
       return table(["provider", "kind", "state"], list.map((p) => [p.name, p.kind,
         p.ok ? el("span", { class: "pill ok" }, p.latency_ms === undefined ? "answers (no model list)" : `ok · ${p.latency_ms} ms`) : el("span", { class: "pill fail", title: p.error }, p.error || "down")]));
     }),
+    section("d-channels", async () => {
+      const list = await rpc.call("channels.status", {});
+      const pill = (c) => {
+        if (c.state === "connected") return el("span", { class: "pill ok" }, c.detail ? `connected · ${c.detail}` : "connected");
+        if (c.state === "connecting") return el("span", { class: "pill" }, "connecting");
+        const why = c.last_error || c.state;
+        const next = c.retry_in_ms !== undefined ? ` · retry in ${Math.ceil(c.retry_in_ms / 1000)} s` : "";
+        return el("span", { class: "pill fail", title: why }, `${c.unauthorized ? "token refused" : c.state}${next}: ${why}`);
+      };
+      return table(["channel", "state", "received"], list.map((c) => [c.name, pill(c), c.name === "web" ? "—" : fmtNumber(c.received)]), [2]);
+    }),
+    section("d-pairing", async () => {
+      const p = await rpc.call("pairing.list", {});
+      const frag = document.createDocumentFragment();
+      if (!p.pending.length) frag.append(el("p", { class: "muted" }, "no pairing codes waiting"));
+      else frag.append(el("ul", null, p.pending.map((c) => el("li", null,
+        `${c.channel} · ${c.name ? `${c.name} (${c.sender})` : c.sender} · `, el("code", null, c.code), " ",
+        el("button", { class: "primary", type: "button", "aria-label": `Approve ${c.code} on ${c.channel}`, onclick: async () => {
+          await rpc.call("pairing.approve", { channel: c.channel, code: c.code });
+          loadDashboard();
+        } }, "Approve")))));
+      if (p.approved.length) {
+        frag.append(el("h3", { class: "muted" }, "Approved"));
+        frag.append(el("ul", null, p.approved.map((a) => el("li", null,
+          `${a.channel} · ${a.name ? `${a.name} (${a.sender})` : a.sender} `,
+          el("button", { class: "danger", type: "button", "aria-label": `Revoke ${a.sender} on ${a.channel}`, onclick: async () => {
+            if (!confirm(`Stop answering ${a.name || a.sender} on ${a.channel}?`)) return;
+            await rpc.call("pairing.revoke", { channel: a.channel, sender: a.sender });
+            loadDashboard();
+          } }, "Revoke")))));
+      }
+      return frag;
+    }),
     section("d-agents", async () => {
       const agents = await rpc.call("config.get", { path: "agents" });
       const tiers = await rpc.call("config.get", { path: "models.tiers" });

@@ -370,8 +370,47 @@ async fn the_web_chat_streams_approves_denies_cancels_and_survives_a_restart() {
         .await;
     assert_eq!(unnamed, json!([]));
 
-    // The dashboard: usage with a chart, providers, tools, sessions, config.
+    // The dashboard: usage with a chart, providers, channels, pairing,
+    // tools, sessions, config. A stranger is waiting for approval.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let ticket = harness
+        .flynn
+        .manager()
+        .store()
+        .pairing_request("telegram", "4242", Some("@carol"), now, 3_600_000)
+        .await
+        .unwrap();
     browser.click("#tab-dash").await;
+    browser
+        .wait_for("document.getElementById('d-channels').innerText.includes('web')")
+        .await;
+    browser
+        .wait_for(&format!(
+            "document.getElementById('d-pairing').innerText.includes('{}')",
+            ticket.code
+        ))
+        .await;
+    browser
+        .click(&format!(
+            "#d-pairing button[aria-label='Approve {} on telegram']",
+            ticket.code
+        ))
+        .await;
+    browser
+        .wait_for("document.getElementById('d-pairing').innerText.includes('no pairing codes waiting') && document.getElementById('d-pairing').innerText.includes('@carol (4242)')")
+        .await;
+    assert!(
+        harness
+            .flynn
+            .manager()
+            .store()
+            .peer_approved("telegram", "4242")
+            .await
+            .unwrap()
+    );
     browser
         .wait_for("document.querySelector('#d-usage table') && document.querySelector('#d-usage svg.chart rect')")
         .await;
