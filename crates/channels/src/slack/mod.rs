@@ -1,1 +1,384 @@
-//! slack adapter (in progress).
+//! Slack: a Slack app's bot, over the Web API (reqwest) for sending and
+//! either Socket Mode (a WebSocket Slack opens for the app; no public
+//! address) or the Events API (Slack posts to the gateway) for receiving.
+//! Written by hand rather than on slack-morphism, whose Socket Mode
+//! listener awaits each callback on its reading task (a slow store stalls
+//! pings and every later envelope), gates acknowledgements through its
+//! error handler's status code, and retries connections forever without
+//! reporting refused tokens; see docs/ARCHITECTURE.md.
+//!
+//! - `connect` checks the bot token with `auth.test`, then in Socket Mode
+//!   runs connections until stopped, acknowledging each envelope only
+//!   after the daemon settled what it carries; in Events mode it waits,
+//!   and [`webhook`](ChannelAdapter::webhook) verifies and delivers.
+//! - Messages are `message` and `app_mention` events, both named
+//!   `channel:ts` so the two Slack sends for one post are answered once.
+//!   In channels every top-level message opens a thread (its own
+//!   session) that the answer goes to; direct messages stay unthreaded.
+//!   A reply in a channel thread the bot answered in counts as a mention.
+//! - Buttons are Block Kit `actions`; presses come back as
+//!   `block_actions` and are answered through their `response_url`.
+//! - Slash commands become chat commands (`/flynn reset` → `/reset`).
+
+mod api;
+mod blocks;
+mod events;
+mod socket;
+mod wire;
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use flynn_protocol::config::{SlackConfig, SlackMode};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::adapter::{
+    Action, Attachment, AttachmentKind, Button, Capabilities, ChannelAdapter, ChannelError,
+    ChatKind, InboundEvent, MessageId, Target, WebhookRequest, WebhookResponse,
+};
+use crate::inbound::Inbound;
+use crate::limits;
+use api::{Api, CHANNEL};
+use wire::Identity;
+
+pub use blocks::{ACTIONS_MAX, LABEL_MAX, SECTION_MAX, VALUE_MAX};
+pub use events::MAX_SKEW_SECS;
+
+/// The largest file downloaded from a message; larger ones are named in
+/// the text instead.
+pub const MAX_FILE_BYTES: u64 = 20 * 1024 * 1024;
+/// The shortest gap between two edits of one message.
+pub const EDIT_INTERVAL: Duration = Duration::from_secs(1);
+/// Channel threads the bot answered in that it remembers (replies there
+/// count as addressed to it without a new mention).
+pub const THREADS_REMEMBERED: usize = 4096;
+
+/// The channel threads the bot answered in, newest last (in memory: after
+/// a restart a reply needs a mention again).
+#[derive(Debug, Default)]
+struct Threads {
+    order: VecDeque<String>,
+    known: HashSet<String>,
+}
+
+impl Threads {
+    fn remember(&mut self, peer: String) {
+        if self.known.insert(peer.clone()) {
+            self.order.push_back(peer);
+            if self.order.len() > THREADS_REMEMBERED
+                && let Some(oldest) = self.order.pop_front()
+            {
+                self.known.remove(&oldest);
+            }
+        }
+    }
+}
+
+/// A Slack app's bot.
+pub struct SlackAdapter {
+    api: Api,
+    mode: SlackMode,
+    bot_token: String,
+    app_token: Option<String>,
+    signing_secret: Option<String>,
+    /// The bot as the last `auth.test` named it.
+    bot: Mutex<Option<Arc<Identity>>>,
+    threads: Mutex<Threads>,
+}
+
+impl std::fmt::Debug for SlackAdapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlackAdapter")
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+fn missing(detail: &str) -> ChannelError {
+    ChannelError::Unauthorized {
+        channel: CHANNEL.to_owned(),
+        detail: detail.to_owned(),
+    }
+}
+
+impl SlackAdapter {
+    /// An adapter for `config`: checks that the mode's credentials are
+    /// there (Socket Mode needs an `xapp-` app token, the Events API a
+    /// signing secret); nothing is sent until `connect`.
+    pub fn new(config: &SlackConfig) -> Result<Self, ChannelError> {
+        let present = |value: &Option<String>| value.clone().filter(|v| !v.trim().is_empty());
+        if config.bot_token.trim().is_empty() {
+            return Err(missing(
+                "channels.slack.bot_token is empty (the Bot User OAuth Token, xoxb-…)",
+            ));
+        }
+        let app_token = present(&config.app_token);
+        let signing_secret = present(&config.signing_secret);
+        match config.mode {
+            SlackMode::Socket => match &app_token {
+                None => {
+                    return Err(missing(
+                        "channels.slack.app_token is missing: Socket Mode needs an app-level token (xapp-…) with connections:write",
+                    ));
+                }
+                Some(token) if !token.starts_with("xapp-") => {
+                    return Err(missing(
+                        "channels.slack.app_token must be the app-level token (xapp-…), not the bot token",
+                    ));
+                }
+                Some(_) => {}
+            },
+            SlackMode::Events if signing_secret.is_none() => {
+                return Err(missing(
+                    "channels.slack.signing_secret is missing: the Events API needs it to check Slack's signatures",
+                ));
+            }
+            SlackMode::Events => {}
+        }
+        Ok(SlackAdapter {
+            api: Api::new(&config.api_url)?,
+            mode: config.mode,
+            bot_token: config.bot_token.trim().to_owned(),
+            app_token: app_token.map(|t| t.trim().to_owned()),
+            signing_secret,
+            bot: Mutex::new(None),
+            threads: Mutex::new(Threads::default()),
+        })
+    }
+
+    /// `auth.test`: who the bot is. Remembered for reading events.
+    async fn auth_test(&self) -> Result<Arc<Identity>, ChannelError> {
+        let answer = self
+            .api
+            .call("auth.test", &self.bot_token, &json!({}))
+            .await?;
+        let field = |name: &str| {
+            answer
+                .get(name)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let user_id = field("user_id");
+        if user_id.is_empty() {
+            return Err(api::unavailable("auth.test answered without a user_id"));
+        }
+        let identity = Arc::new(Identity {
+            user_id,
+            user: field("user"),
+            team: field("team"),
+        });
+        *self.bot.lock().unwrap_or_else(PoisonError::into_inner) = Some(identity.clone());
+        Ok(identity)
+    }
+
+    /// The bot, asking Slack when it is not known yet.
+    async fn bot(&self) -> Result<Arc<Identity>, ChannelError> {
+        let known = self
+            .bot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        match known {
+            Some(bot) => Ok(bot),
+            None => self.auth_test().await,
+        }
+    }
+
+    /// An `event_callback` as a message, its files downloaded.
+    async fn read_callback(&self, callback: &Value, bot: &Identity) -> Option<InboundEvent> {
+        if callback.get("type").and_then(Value::as_str) != Some("event_callback") {
+            return None;
+        }
+        let draft = wire::message_event(callback.get("event")?, bot)?;
+        let mut message = draft.message;
+        if !message.mentioned && message.conversation.thread.is_some() {
+            let peer = message.conversation.peer();
+            message.mentioned = self
+                .threads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .known
+                .contains(&peer);
+        }
+        for file in draft.files {
+            let label = file.name.clone().unwrap_or_else(|| "a file".to_owned());
+            if file.size.is_some_and(|size| size > MAX_FILE_BYTES) {
+                push_note(
+                    &mut message.text,
+                    &format!("[{label} was not read: larger than 20 MB]"),
+                );
+                continue;
+            }
+            match self
+                .api
+                .download(&file.url, &self.bot_token, MAX_FILE_BYTES)
+                .await
+            {
+                Ok(data) => message.attachments.push(Attachment {
+                    kind: if file.media_type.starts_with("image/") {
+                        AttachmentKind::Image
+                    } else {
+                        AttachmentKind::File
+                    },
+                    name: file.name,
+                    media_type: file.media_type,
+                    data,
+                }),
+                Err(why) => {
+                    tracing::warn!(channel = CHANNEL, file = label, why, "file not downloaded");
+                    push_note(
+                        &mut message.text,
+                        &format!("[{label} could not be read: {why}]"),
+                    );
+                }
+            }
+        }
+        Some(InboundEvent::Message(message))
+    }
+}
+
+fn push_note(text: &mut String, note: &str) {
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    text.push_str(note);
+}
+
+/// An interactivity payload as an action (button presses only).
+fn from_interaction(payload: &Value) -> Option<InboundEvent> {
+    wire::block_actions(payload).map(InboundEvent::Action)
+}
+
+/// A slash command's payload as a message.
+fn from_command(payload: &Value) -> Option<InboundEvent> {
+    wire::slash_command(payload).map(InboundEvent::Message)
+}
+
+/// The posting fields every message shares.
+fn message_body(to: &Target, text: &str, buttons: &[Button]) -> Value {
+    let mut body = json!({
+        "channel": to.conversation.chat,
+        "text": text,
+        "unfurl_links": false,
+        "unfurl_media": false,
+    });
+    if let Some(thread) = &to.conversation.thread {
+        body["thread_ts"] = json!(thread);
+    }
+    if !buttons.is_empty() {
+        body["blocks"] = blocks::message_blocks(text, buttons);
+    }
+    body
+}
+
+#[async_trait]
+impl ChannelAdapter for SlackAdapter {
+    fn name(&self) -> &str {
+        CHANNEL
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let (max_len, measure) = limits::SLACK;
+        Capabilities {
+            max_len,
+            measure,
+            edit: true,
+            buttons: true,
+            typing: false,
+            edit_interval: EDIT_INTERVAL,
+        }
+    }
+
+    fn format(&self, markdown: &str) -> String {
+        crate::format::slack_mrkdwn(markdown)
+    }
+
+    async fn connect(&self, sink: Inbound, stop: CancellationToken) -> Result<(), ChannelError> {
+        let bot = tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            bot = self.auth_test() => bot?,
+        };
+        match (self.mode, &self.app_token) {
+            (SlackMode::Socket, Some(app_token)) => {
+                self.run_socket(app_token, &bot, &sink, &stop).await
+            }
+            (SlackMode::Socket, None) => Err(missing("channels.slack.app_token is missing")),
+            (SlackMode::Events, _) => {
+                sink.connected(bot.detail());
+                stop.cancelled().await;
+                Ok(())
+            }
+        }
+    }
+
+    async fn send(
+        &self,
+        to: &Target,
+        text: &str,
+        buttons: &[Button],
+    ) -> Result<MessageId, ChannelError> {
+        let answer = self
+            .api
+            .call(
+                "chat.postMessage",
+                &self.bot_token,
+                &message_body(to, text, buttons),
+            )
+            .await?;
+        if to.conversation.thread.is_some() && to.conversation.kind == ChatKind::Group {
+            self.threads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remember(to.conversation.peer());
+        }
+        answer
+            .get("ts")
+            .and_then(Value::as_str)
+            .map(|ts| MessageId(ts.to_owned()))
+            .ok_or_else(|| api::unavailable("chat.postMessage answered without a ts"))
+    }
+
+    async fn edit(
+        &self,
+        to: &Target,
+        message: &MessageId,
+        text: &str,
+        buttons: &[Button],
+    ) -> Result<(), ChannelError> {
+        let body = json!({
+            "channel": to.conversation.chat,
+            "ts": message.0,
+            "text": text,
+            "blocks": blocks::message_blocks(text, buttons),
+        });
+        self.api
+            .call("chat.update", &self.bot_token, &body)
+            .await
+            .map(drop)
+    }
+
+    /// Posts `note` to the person who pressed, visible only to them
+    /// (through the press's `response_url`); nothing for an empty note.
+    async fn answer_action(&self, action: &Action, note: &str) -> Result<(), ChannelError> {
+        let (Some(response_url), false) = (&action.reply, note.trim().is_empty()) else {
+            return Ok(());
+        };
+        let body = json!({
+            "response_type": "ephemeral",
+            "replace_original": false,
+            "text": note,
+        });
+        self.api.respond(response_url, &body).await
+    }
+
+    async fn webhook(&self, request: WebhookRequest, sink: &Inbound) -> WebhookResponse {
+        match (self.mode, &self.signing_secret) {
+            (SlackMode::Events, Some(secret)) => self.events_webhook(secret, request, sink).await,
+            _ => WebhookResponse::not_found(),
+        }
+    }
+}
