@@ -1,1 +1,886 @@
-//! telegram adapter (in progress).
+//! Telegram, through the Bot API (frankenstein's typed client on reqwest).
+//!
+//! Receiving: `getUpdates` long polling (the default; needs no public
+//! address) or a webhook Telegram posts to the gateway's
+//! `/channels/telegram/webhook`, checked against the secret token. Either
+//! way an update is acknowledged only once the daemon stored it: polling
+//! advances its offset past an update only then, and the webhook answers
+//! 503 otherwise so that Telegram posts it again. Photos and documents
+//! are downloaded (up to the Bot API's 20 MB; a larger one is named in the
+//! text instead).
+//!
+//! Sending: HTML (`parse_mode: "HTML"`), link previews off, one row of
+//! inline keyboard buttons for confirmations, `editMessageText` to grow a
+//! streamed answer, `sendChatAction` for typing.
+
+mod parse;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use flynn_protocol::config::{TelegramConfig, TelegramMode};
+use frankenstein::AsyncTelegramApi;
+use frankenstein::ParseMode;
+use frankenstein::client_reqwest::Bot;
+use frankenstein::methods::{
+    AnswerCallbackQueryParams, DeleteWebhookParams, EditMessageTextParams, GetFileParams,
+    GetUpdatesParams, SendChatActionParams, SendMessageParams, SetWebhookParams,
+};
+use frankenstein::response::{ErrorResponse, MethodResponse};
+use frankenstein::types::{
+    AllowedUpdate, ChatAction, InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions,
+    ReplyMarkup,
+};
+use frankenstein::updates::{Update, UpdateContent};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use self::parse::{FileRef, Me};
+use crate::adapter::{
+    Action, Attachment, AttachmentKind, Button, ButtonStyle, Capabilities, ChannelAdapter,
+    ChannelError, Conversation, InboundEvent, MessageId, Target, WebhookRequest, WebhookResponse,
+};
+use crate::inbound::Inbound;
+use crate::signature::{hmac_sha256_hex, verify_hmac_sha256};
+
+/// The channel's name.
+const NAME: &str = "telegram";
+/// How long one `getUpdates` waits for updates, in seconds.
+const POLL_TIMEOUT_SECS: u32 = 25;
+/// Limit of one ordinary API call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Limit of one long poll or one file download.
+const SLOW_TIMEOUT: Duration = Duration::from_secs(120);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest file the Bot API hands out to bots (`getFile`).
+pub const MAX_DOWNLOAD: u64 = 20 * 1024 * 1024;
+/// Failed polls in a row (5xx, network) before `connect` gives up and
+/// lets the registry reconnect with its backoff.
+const POLL_ATTEMPTS: u32 = 3;
+/// The first wait after a failed poll; doubled each time.
+const POLL_BACKOFF: Duration = Duration::from_millis(500);
+/// The longest rate-limit hint a poll waits out before giving up.
+const MAX_POLL_WAIT: Duration = Duration::from_secs(60);
+/// The pause before asking again for an update the daemon could not take.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// The longest `answerCallbackQuery` text.
+const MAX_NOTE_CHARS: usize = 200;
+/// The header Telegram sends the webhook secret in.
+const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
+
+/// The update kinds Flynn asks for.
+fn allowed_updates() -> Vec<AllowedUpdate> {
+    vec![AllowedUpdate::Message, AllowedUpdate::CallbackQuery]
+}
+
+/// A Telegram bot.
+pub struct TelegramAdapter {
+    mode: TelegramMode,
+    webhook_url: Option<String>,
+    webhook_secret: Option<String>,
+    /// `<api_url>/file/bot<token>`: where files are downloaded from.
+    file_base: String,
+    /// Ordinary calls.
+    bot: Bot,
+    /// Long polls (a longer timeout).
+    poller: Bot,
+    /// File downloads.
+    http: reqwest::Client,
+    /// Set by `connect` (`getMe`); mentions and replies are matched
+    /// against it.
+    me: RwLock<Option<Arc<Me>>>,
+    /// The next `update_id` to ask for: one past the last update the
+    /// daemon acknowledged (0 before any).
+    offset: AtomicI64,
+    /// The offset the last successful `getUpdates` carried, i.e. what
+    /// Telegram knows is confirmed.
+    confirmed: AtomicI64,
+}
+
+impl std::fmt::Debug for TelegramAdapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token: it is in the bots' and the file URLs.
+        f.debug_struct("TelegramAdapter")
+            .field("mode", &self.mode)
+            .field("webhook_url", &self.webhook_url)
+            .field("offset", &self.offset.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+fn rejected(detail: impl Into<String>) -> ChannelError {
+    ChannelError::Rejected {
+        channel: NAME.to_owned(),
+        detail: detail.into(),
+    }
+}
+
+fn unavailable(detail: impl Into<String>) -> ChannelError {
+    ChannelError::Unavailable {
+        channel: NAME.to_owned(),
+        detail: detail.into(),
+    }
+}
+
+fn unauthorized(detail: impl Into<String>) -> ChannelError {
+    ChannelError::Unauthorized {
+        channel: NAME.to_owned(),
+        detail: detail.into(),
+    }
+}
+
+/// A Bot API error in the terms the retry logic needs.
+fn from_response(response: &ErrorResponse) -> ChannelError {
+    match response.error_code {
+        429 => ChannelError::RateLimited {
+            channel: NAME.to_owned(),
+            retry_after: response
+                .parameters
+                .and_then(|p| p.retry_after)
+                .map(|secs| Duration::from_secs(u64::from(secs))),
+        },
+        // 404 is what the Bot API answers for a token it does not know.
+        401 | 404 => unauthorized(format!(
+            "{} ({}): check channels.telegram.bot_token",
+            response.description, response.error_code
+        )),
+        500.. => unavailable(format!(
+            "{} ({})",
+            response.description, response.error_code
+        )),
+        _ => rejected(response.description.clone()),
+    }
+}
+
+fn api_error(error: frankenstein::Error) -> ChannelError {
+    match error {
+        frankenstein::Error::Api(response) => from_response(&response),
+        // frankenstein strips the URL (and with it the token).
+        frankenstein::Error::HttpReqwest(e) => unavailable(e.to_string()),
+        // A proxy's HTML error page, or an answer cut short.
+        frankenstein::Error::JsonDecode { source, input } => unavailable(format!(
+            "unreadable answer ({source}): {}",
+            input.chars().take(200).collect::<String>()
+        )),
+        other => rejected(other.to_string()),
+    }
+}
+
+/// Whether `given` is `secret`, in time independent of where they differ:
+/// both are HMACed under the secret and the tags compared in constant
+/// time.
+fn secret_matches(secret: &str, given: &[u8]) -> bool {
+    let expected = hmac_sha256_hex(secret.as_bytes(), secret.as_bytes());
+    verify_hmac_sha256(secret.as_bytes(), given, &expected)
+}
+
+/// `fut`, or `None` once `stop` is cancelled.
+async fn or_stop<T>(stop: &CancellationToken, fut: impl Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        () = stop.cancelled() => None,
+        value = fut => Some(value),
+    }
+}
+
+fn chat_id(conversation: &Conversation) -> Result<i64, ChannelError> {
+    conversation
+        .chat
+        .parse()
+        .map_err(|_| rejected(format!("'{}' is not a Telegram chat id", conversation.chat)))
+}
+
+fn thread_id(conversation: &Conversation) -> Result<Option<i32>, ChannelError> {
+    conversation
+        .thread
+        .as_deref()
+        .map(|thread| {
+            thread
+                .parse()
+                .map_err(|_| rejected(format!("'{thread}' is not a Telegram forum topic id")))
+        })
+        .transpose()
+}
+
+/// One row of callback buttons.
+fn keyboard(buttons: &[Button]) -> InlineKeyboardMarkup {
+    let row: Vec<InlineKeyboardButton> = buttons
+        .iter()
+        .map(|button| {
+            InlineKeyboardButton::builder()
+                .text(button.label.clone())
+                .callback_data(button.data.clone())
+                .style(match button.style {
+                    ButtonStyle::Primary => frankenstein::types::ButtonStyle::Primary,
+                    ButtonStyle::Danger => frankenstein::types::ButtonStyle::Danger,
+                })
+                .build()
+        })
+        .collect();
+    InlineKeyboardMarkup {
+        inline_keyboard: if row.is_empty() {
+            Vec::new()
+        } else {
+            vec![row]
+        },
+        force_reply: None,
+    }
+}
+
+/// What became of one update.
+enum Step {
+    /// Handled or deliberately skipped: confirm it.
+    Done,
+    /// Not taken now: ask for it again.
+    Again(String),
+    /// `stop` was cancelled while it was being delivered.
+    Stopped,
+}
+
+impl TelegramAdapter {
+    /// An adapter for this config. Checks what can be checked offline:
+    /// the token's shape, the API URL, and in webhook mode the URL and
+    /// secret Telegram needs.
+    pub fn new(config: &TelegramConfig) -> Result<Self, ChannelError> {
+        let token = config.bot_token.trim();
+        let token_chars = token
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '_' | '-'));
+        let looks_right = token.split_once(':').is_some_and(|(id, secret)| {
+            !id.is_empty() && id.chars().all(|c| c.is_ascii_digit()) && !secret.is_empty()
+        });
+        if !token_chars || !looks_right {
+            return Err(unauthorized(
+                "channels.telegram.bot_token does not look like a bot token (@BotFather gives '<digits>:<letters>')",
+            ));
+        }
+        let api_url = config.api_url.trim().trim_end_matches('/');
+        if !(api_url.starts_with("https://") || api_url.starts_with("http://")) {
+            return Err(rejected(format!(
+                "channels.telegram.api_url '{api_url}' is not an http(s) URL"
+            )));
+        }
+        if config.mode == TelegramMode::Webhook {
+            let url_ok = config
+                .webhook_url
+                .as_deref()
+                .is_some_and(|url| url.starts_with("https://"));
+            if !url_ok {
+                return Err(rejected(
+                    "channels.telegram.webhook_url must be set to a public https:// URL in webhook mode",
+                ));
+            }
+            let secret_ok = config.webhook_secret.as_deref().is_some_and(|secret| {
+                (1..=256).contains(&secret.len())
+                    && secret
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            });
+            if !secret_ok {
+                return Err(rejected(
+                    "channels.telegram.webhook_secret must be set in webhook mode: 1-256 characters of A-Z a-z 0-9 _ -",
+                ));
+            }
+        }
+        let client = |timeout: Duration| {
+            reqwest::Client::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .timeout(timeout)
+                .build()
+                .map_err(|e| unavailable(format!("cannot set up the HTTP client: {e}")))
+        };
+        let bot_url = format!("{api_url}/bot{token}");
+        let bot = Bot::builder()
+            .api_url(bot_url.clone())
+            .client(client(CALL_TIMEOUT)?)
+            .build();
+        let slow = client(SLOW_TIMEOUT)?;
+        let poller = Bot::builder().api_url(bot_url).client(slow.clone()).build();
+        Ok(TelegramAdapter {
+            mode: config.mode,
+            webhook_url: config.webhook_url.clone(),
+            webhook_secret: config.webhook_secret.clone(),
+            file_base: format!("{api_url}/file/bot{token}"),
+            bot,
+            poller,
+            http: slow,
+            me: RwLock::new(None),
+            offset: AtomicI64::new(0),
+            confirmed: AtomicI64::new(0),
+        })
+    }
+
+    fn me(&self) -> Option<Arc<Me>> {
+        self.me
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// `getMe`: the bot's id and username.
+    async fn identify(&self) -> Result<Arc<Me>, ChannelError> {
+        let user = self.bot.get_me().await.map_err(api_error)?.result;
+        let username = user
+            .username
+            .ok_or_else(|| rejected("getMe returned a bot without a username"))?;
+        let me = Arc::new(Me {
+            id: user.id,
+            username,
+        });
+        *self.me.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&me));
+        Ok(me)
+    }
+
+    /// Long polls until `stop`, delivering updates one by one.
+    async fn poll(
+        &self,
+        sink: &Inbound,
+        stop: &CancellationToken,
+        me: &Me,
+    ) -> Result<(), ChannelError> {
+        let mut failures = 0;
+        loop {
+            let offset = self.offset.load(Ordering::SeqCst);
+            let params = GetUpdatesParams::builder()
+                .maybe_offset((offset > 0).then_some(offset))
+                .timeout(POLL_TIMEOUT_SECS)
+                .allowed_updates(allowed_updates())
+                .build();
+            let call = self
+                .poller
+                .request::<_, MethodResponse<Vec<Value>>>("getUpdates", Some(&params));
+            let Some(answer) = or_stop(stop, call).await else {
+                return Ok(());
+            };
+            let batch = match answer.map_err(api_error) {
+                Ok(response) => {
+                    failures = 0;
+                    self.confirmed.fetch_max(offset, Ordering::SeqCst);
+                    response.result
+                }
+                Err(e) if e.is_transient() && failures + 1 < POLL_ATTEMPTS => {
+                    let wait = match &e {
+                        ChannelError::RateLimited {
+                            retry_after: Some(hint),
+                            ..
+                        } => (*hint).min(MAX_POLL_WAIT),
+                        _ => POLL_BACKOFF * 2u32.pow(failures),
+                    };
+                    failures += 1;
+                    tracing::warn!(channel = NAME, error = %e, wait_ms = wait.as_millis() as u64, "getUpdates failed; polling again");
+                    if or_stop(stop, tokio::time::sleep(wait)).await.is_none() {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            for raw in batch {
+                let Some(update_id) = raw.get("update_id").and_then(Value::as_i64) else {
+                    tracing::warn!(channel = NAME, "skipping an update without update_id");
+                    continue;
+                };
+                if update_id < offset {
+                    continue;
+                }
+                match self.process(raw, update_id, sink, stop, me).await {
+                    Step::Done => {
+                        self.offset.fetch_max(update_id + 1, Ordering::SeqCst);
+                    }
+                    Step::Again(reason) => {
+                        tracing::debug!(channel = NAME, update_id, reason = %reason, "update not taken; asking for it again");
+                        if or_stop(stop, tokio::time::sleep(RETRY_PAUSE))
+                            .await
+                            .is_none()
+                        {
+                            return Ok(());
+                        }
+                        break;
+                    }
+                    Step::Stopped => return Ok(()),
+                }
+            }
+        }
+    }
+
+    /// Reads and delivers one polled update.
+    async fn process(
+        &self,
+        raw: Value,
+        update_id: i64,
+        sink: &Inbound,
+        stop: &CancellationToken,
+        me: &Me,
+    ) -> Step {
+        let event = match self.event(raw, update_id, me).await {
+            Ok(Some(event)) => event,
+            Ok(None) => return Step::Done,
+            Err(e) => return Step::Again(e.to_string()),
+        };
+        match or_stop(stop, sink.deliver(event)).await {
+            None => Step::Stopped,
+            Some(disposition) if disposition.acknowledge() => Step::Done,
+            Some(disposition) => Step::Again(format!("{disposition:?}")),
+        }
+    }
+
+    /// The event an update carries, files downloaded; `None` for updates
+    /// Flynn does not answer. An error is transient (a download failed)
+    /// and means: try this update again later.
+    async fn event(
+        &self,
+        raw: Value,
+        update_id: i64,
+        me: &Me,
+    ) -> Result<Option<InboundEvent>, ChannelError> {
+        let mut raw = raw;
+        // frankenstein reads `update_id` as a u32; the id used is the
+        // i64 the caller read, so a larger one cannot fail the parse.
+        if let Some(fields) = raw.as_object_mut() {
+            fields.insert("update_id".to_owned(), Value::from(0));
+        }
+        let update: Update = match serde_json::from_value(raw) {
+            Ok(update) => update,
+            Err(e) => {
+                tracing::warn!(channel = NAME, update_id, error = %e, "skipping an update Flynn cannot read");
+                return Ok(None);
+            }
+        };
+        match update.content {
+            UpdateContent::Message(message) => {
+                let Some((mut inbound, files)) =
+                    parse::message(&update_id.to_string(), &message, me)
+                else {
+                    tracing::debug!(
+                        channel = NAME,
+                        update_id,
+                        "ignoring a message from a bot, a service message or unsupported media"
+                    );
+                    return Ok(None);
+                };
+                for file in files {
+                    match self.download(&file).await? {
+                        Ok(attachment) => inbound.attachments.push(attachment),
+                        Err(why) => {
+                            tracing::warn!(channel = NAME, update_id, why = %why, "attachment not downloaded");
+                            // The message still arrives, saying what is
+                            // missing.
+                            let what = match file.kind {
+                                AttachmentKind::Image => "image",
+                                AttachmentKind::File => "file",
+                            };
+                            if !inbound.text.is_empty() {
+                                inbound.text.push('\n');
+                            }
+                            inbound
+                                .text
+                                .push_str(&format!("[{what} not downloaded: {why}]"));
+                        }
+                    }
+                }
+                Ok(Some(InboundEvent::Message(inbound)))
+            }
+            UpdateContent::CallbackQuery(query) => {
+                let action = parse::action(&query);
+                if action.is_none() {
+                    tracing::debug!(
+                        channel = NAME,
+                        update_id,
+                        "ignoring a button press without data or message"
+                    );
+                }
+                Ok(action.map(InboundEvent::Action))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Fetches one file. `Ok(Err(why))` when it is over 20 MB or Telegram
+    /// will not hand it out (the message still arrives, saying so); an
+    /// error when a retry may succeed.
+    async fn download(&self, file: &FileRef) -> Result<Result<Attachment, String>, ChannelError> {
+        let too_big = |size: u64| {
+            format!(
+                "the file has {:.1} MB, over the {} MB Flynn downloads",
+                size as f64 / 1_048_576.0,
+                MAX_DOWNLOAD / 1_048_576
+            )
+        };
+        if let Some(size) = file.size.filter(|size| *size > MAX_DOWNLOAD) {
+            return Ok(Err(too_big(size)));
+        }
+        let params = GetFileParams::builder()
+            .file_id(file.file_id.clone())
+            .build();
+        let info = match self.bot.get_file(&params).await.map_err(api_error) {
+            Ok(response) => response.result,
+            Err(e) if e.is_transient() => return Err(e),
+            Err(e) => return Ok(Err(format!("Telegram would not hand it out ({e})"))),
+        };
+        if let Some(size) = info.file_size.filter(|size| *size > MAX_DOWNLOAD) {
+            return Ok(Err(too_big(size)));
+        }
+        let Some(path) = info.file_path else {
+            return Ok(Err("Telegram gave no file path for it".to_owned()));
+        };
+        let url = format!("{}/{}", self.file_base, path.trim_start_matches('/'));
+        let failed = |e: reqwest::Error| {
+            // Without the URL: it holds the token.
+            unavailable(format!("file download failed: {}", e.without_url()))
+        };
+        let mut response = self.http.get(&url).send().await.map_err(failed)?;
+        let status = response.status();
+        if status.is_server_error() || status.as_u16() == 429 {
+            return Err(unavailable(format!("file download answered {status}")));
+        }
+        if !status.is_success() {
+            return Ok(Err(format!("the download answered {status}")));
+        }
+        if let Some(size) = response.content_length().filter(|l| *l > MAX_DOWNLOAD) {
+            return Ok(Err(too_big(size)));
+        }
+        let mut data = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(failed)? {
+            let size = (data.len() + chunk.len()) as u64;
+            if size > MAX_DOWNLOAD {
+                return Ok(Err(too_big(size)));
+            }
+            data.extend_from_slice(&chunk);
+        }
+        Ok(Ok(Attachment {
+            kind: file.kind,
+            name: file.name.clone(),
+            media_type: file.media_type.clone(),
+            data: Bytes::from(data),
+        }))
+    }
+}
+
+#[async_trait]
+impl ChannelAdapter for TelegramAdapter {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let (max_len, measure) = crate::limits::TELEGRAM;
+        Capabilities {
+            max_len,
+            measure,
+            edit: true,
+            buttons: true,
+            typing: true,
+            edit_interval: Duration::from_secs(1),
+        }
+    }
+
+    fn format(&self, markdown: &str) -> String {
+        crate::format::telegram_html(markdown)
+    }
+
+    async fn connect(&self, sink: Inbound, stop: CancellationToken) -> Result<(), ChannelError> {
+        let Some(me) = or_stop(&stop, self.identify()).await else {
+            return Ok(());
+        };
+        let me = me?;
+        match self.mode {
+            TelegramMode::Webhook => {
+                let params = SetWebhookParams::builder()
+                    .url(self.webhook_url.clone().unwrap_or_default())
+                    .maybe_secret_token(self.webhook_secret.clone())
+                    .allowed_updates(allowed_updates())
+                    .build();
+                let Some(set) = or_stop(&stop, self.bot.set_webhook(&params)).await else {
+                    return Ok(());
+                };
+                set.map_err(api_error)?;
+                sink.connected(format!("@{}", me.username));
+                stop.cancelled().await;
+                Ok(())
+            }
+            TelegramMode::Polling => {
+                // getUpdates answers 409 while a webhook is set.
+                let params = DeleteWebhookParams::builder().build();
+                let Some(deleted) = or_stop(&stop, self.bot.delete_webhook(&params)).await else {
+                    return Ok(());
+                };
+                deleted.map_err(api_error)?;
+                sink.connected(format!("@{}", me.username));
+                self.poll(&sink, &stop, &me).await
+            }
+        }
+    }
+
+    /// Confirms the updates acknowledged since the last poll, so that a
+    /// restart does not receive them again.
+    async fn disconnect(&self) {
+        if self.mode != TelegramMode::Polling {
+            return;
+        }
+        let offset = self.offset.load(Ordering::SeqCst);
+        if offset <= self.confirmed.load(Ordering::SeqCst) {
+            return;
+        }
+        let params = GetUpdatesParams::builder()
+            .offset(offset)
+            .limit(1)
+            .timeout(0)
+            .allowed_updates(allowed_updates())
+            .build();
+        let call = self
+            .bot
+            .request::<_, MethodResponse<Vec<Value>>>("getUpdates", Some(&params));
+        match tokio::time::timeout(Duration::from_secs(5), call).await {
+            Ok(Ok(_)) => {
+                self.confirmed.fetch_max(offset, Ordering::SeqCst);
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(channel = NAME, error = %api_error(e), "could not confirm the last updates; they will come again");
+            }
+            Err(_) => {
+                tracing::debug!(
+                    channel = NAME,
+                    "confirming the last updates timed out; they will come again"
+                );
+            }
+        }
+    }
+
+    async fn send(
+        &self,
+        to: &Target,
+        text: &str,
+        buttons: &[Button],
+    ) -> Result<MessageId, ChannelError> {
+        let markup =
+            (!buttons.is_empty()).then(|| ReplyMarkup::InlineKeyboardMarkup(keyboard(buttons)));
+        let params = SendMessageParams::builder()
+            .chat_id(chat_id(&to.conversation)?)
+            .maybe_message_thread_id(thread_id(&to.conversation)?)
+            .text(text)
+            .parse_mode(ParseMode::Html)
+            .link_preview_options(LinkPreviewOptions::DISABLED)
+            .maybe_reply_markup(markup)
+            .build();
+        let sent = self.bot.send_message(&params).await.map_err(api_error)?;
+        Ok(MessageId(sent.result.message_id.to_string()))
+    }
+
+    async fn edit(
+        &self,
+        to: &Target,
+        message: &MessageId,
+        text: &str,
+        buttons: &[Button],
+    ) -> Result<(), ChannelError> {
+        let message_id: i32 = message
+            .0
+            .parse()
+            .map_err(|_| rejected(format!("'{}' is not a Telegram message id", message.0)))?;
+        let params = EditMessageTextParams::builder()
+            .chat_id(chat_id(&to.conversation)?)
+            .message_id(message_id)
+            .text(text)
+            .parse_mode(ParseMode::Html)
+            .link_preview_options(LinkPreviewOptions::DISABLED)
+            // An empty keyboard removes the buttons.
+            .reply_markup(keyboard(buttons))
+            .build();
+        match self.bot.edit_message_text(&params).await {
+            Ok(_) => Ok(()),
+            // The message already shows this: the edit's goal is met.
+            Err(frankenstein::Error::Api(response))
+                if response.error_code == 400
+                    && response.description.contains("message is not modified") =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(api_error(e)),
+        }
+    }
+
+    async fn typing(&self, to: &Target) -> Result<(), ChannelError> {
+        let params = SendChatActionParams::builder()
+            .chat_id(chat_id(&to.conversation)?)
+            .maybe_message_thread_id(thread_id(&to.conversation)?)
+            .action(ChatAction::Typing)
+            .build();
+        self.bot
+            .send_chat_action(&params)
+            .await
+            .map_err(api_error)?;
+        Ok(())
+    }
+
+    async fn answer_action(&self, action: &Action, note: &str) -> Result<(), ChannelError> {
+        let note: String = note.chars().take(MAX_NOTE_CHARS).collect();
+        let params = AnswerCallbackQueryParams::builder()
+            .callback_query_id(action.id.clone())
+            .maybe_text((!note.is_empty()).then_some(note))
+            .build();
+        self.bot
+            .answer_callback_query(&params)
+            .await
+            .map_err(api_error)?;
+        Ok(())
+    }
+
+    async fn webhook(&self, request: WebhookRequest, sink: &Inbound) -> WebhookResponse {
+        if self.mode != TelegramMode::Webhook || request.path != "/webhook" {
+            return WebhookResponse::not_found();
+        }
+        if request.method != http::Method::POST {
+            return WebhookResponse::text(405, "Telegram posts updates with POST");
+        }
+        let Some(secret) = &self.webhook_secret else {
+            return WebhookResponse::not_found();
+        };
+        let given = request
+            .headers
+            .get(SECRET_HEADER)
+            .map(http::HeaderValue::as_bytes)
+            .unwrap_or_default();
+        if !secret_matches(secret, given) {
+            tracing::warn!(
+                channel = NAME,
+                "refused a webhook request without the right secret token"
+            );
+            return WebhookResponse::text(401, "wrong or missing X-Telegram-Bot-Api-Secret-Token");
+        }
+        let raw: Value = match serde_json::from_slice(&request.body) {
+            Ok(raw) => raw,
+            Err(e) => return WebhookResponse::text(400, format!("the body is not JSON: {e}")),
+        };
+        let Some(update_id) = raw.get("update_id").and_then(Value::as_i64) else {
+            return WebhookResponse::text(400, "the body is not a Telegram update");
+        };
+        let Some(me) = self.me() else {
+            // Telegram posts it again later, once connect has run getMe.
+            return WebhookResponse::text(503, "not connected to Telegram yet");
+        };
+        let event = match self.event(raw, update_id, &me).await {
+            Ok(Some(event)) => event,
+            Ok(None) => return WebhookResponse::text(200, "ignored"),
+            Err(e) => return WebhookResponse::text(503, e.to_string()),
+        };
+        let disposition = sink.deliver(event).await;
+        if disposition.acknowledge() {
+            WebhookResponse::text(200, "ok")
+        } else {
+            WebhookResponse::text(503, format!("not stored: {disposition:?}"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use frankenstein::response::ResponseParameters;
+
+    fn error(code: u64, description: &str, retry_after: Option<u16>) -> ErrorResponse {
+        ErrorResponse {
+            ok: false,
+            description: description.to_owned(),
+            error_code: code,
+            parameters: retry_after.map(|secs| ResponseParameters {
+                migrate_to_chat_id: None,
+                retry_after: Some(secs),
+            }),
+        }
+    }
+
+    #[test]
+    fn bot_api_errors_say_what_to_do_next() {
+        assert_eq!(
+            from_response(&error(429, "Too Many Requests: retry after 7", Some(7))),
+            ChannelError::RateLimited {
+                channel: NAME.to_owned(),
+                retry_after: Some(Duration::from_secs(7))
+            }
+        );
+        assert!(matches!(
+            from_response(&error(401, "Unauthorized", None)),
+            ChannelError::Unauthorized { .. }
+        ));
+        assert!(matches!(
+            from_response(&error(404, "Not Found", None)),
+            ChannelError::Unauthorized { .. }
+        ));
+        assert!(matches!(
+            from_response(&error(502, "Bad Gateway", None)),
+            ChannelError::Unavailable { .. }
+        ));
+        assert_eq!(
+            from_response(&error(403, "Forbidden: bot was blocked by the user", None)),
+            rejected("Forbidden: bot was blocked by the user")
+        );
+    }
+
+    #[test]
+    fn the_secret_must_match_exactly() {
+        assert!(secret_matches("s3cret-Token_1", b"s3cret-Token_1"));
+        assert!(!secret_matches("s3cret-Token_1", b"s3cret-Token_2"));
+        assert!(!secret_matches("s3cret-Token_1", b"s3cret-Token_1 "));
+        assert!(!secret_matches("s3cret-Token_1", b""));
+    }
+
+    fn config(yaml: serde_json::Value) -> TelegramConfig {
+        serde_json::from_value(yaml).unwrap()
+    }
+
+    #[test]
+    fn config_mistakes_are_caught_before_connecting() {
+        let bad_token = config(serde_json::json!({"bot_token": "not a token"}));
+        assert!(matches!(
+            TelegramAdapter::new(&bad_token),
+            Err(ChannelError::Unauthorized { .. })
+        ));
+        let no_secret = config(serde_json::json!({
+            "bot_token": "1:abc", "mode": "webhook", "webhook_url": "https://x.example/channels/telegram/webhook"
+        }));
+        assert!(matches!(
+            TelegramAdapter::new(&no_secret),
+            Err(ChannelError::Rejected { .. })
+        ));
+        let plain_http = config(serde_json::json!({
+            "bot_token": "1:abc", "mode": "webhook", "webhook_url": "http://x.example/hook", "webhook_secret": "abc"
+        }));
+        assert!(TelegramAdapter::new(&plain_http).is_err());
+        let fine = config(serde_json::json!({"bot_token": "123:ABC-def_9"}));
+        let adapter = TelegramAdapter::new(&fine).unwrap();
+        assert!(!format!("{adapter:?}").contains("ABC-def_9"));
+    }
+
+    #[test]
+    fn buttons_become_one_row_and_none_removes_the_keyboard() {
+        let buttons = [
+            Button {
+                label: "Approve".into(),
+                data: "y:1".into(),
+                style: ButtonStyle::Primary,
+            },
+            Button {
+                label: "Deny".into(),
+                data: "n:1".into(),
+                style: ButtonStyle::Danger,
+            },
+        ];
+        let json = serde_json::to_value(keyboard(&buttons)).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"inline_keyboard": [[
+                {"text": "Approve", "callback_data": "y:1", "style": "primary"},
+                {"text": "Deny", "callback_data": "n:1", "style": "danger"},
+            ]]})
+        );
+        assert_eq!(
+            serde_json::to_value(keyboard(&[])).unwrap(),
+            serde_json::json!({"inline_keyboard": []})
+        );
+    }
+}

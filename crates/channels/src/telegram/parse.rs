@@ -1,0 +1,402 @@
+//! Telegram's `Message` and `CallbackQuery` read as Flynn's inbound
+//! events: where a message came from, who sent it, whether it addresses
+//! the bot, and its text with the bot's own mention taken out. Files are
+//! only named here; the adapter downloads them.
+
+use frankenstein::types::{
+    CallbackQuery, Chat, ChatType, MaybeInaccessibleMessage, Message, MessageEntity,
+    MessageEntityType, User,
+};
+
+use crate::adapter::{
+    Action, AttachmentKind, ChatKind, Conversation, InboundMessage, MessageId, Sender,
+};
+
+/// The bot itself, as `getMe` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Me {
+    pub id: u64,
+    /// Without `@`.
+    pub username: String,
+}
+
+/// A file a message carries, to download.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct FileRef {
+    pub file_id: String,
+    pub kind: AttachmentKind,
+    pub name: Option<String>,
+    pub media_type: String,
+    /// The size Telegram announced, if it did.
+    pub size: Option<u64>,
+}
+
+/// A message for the daemon (attachments still empty) and the files to
+/// fetch for it; `None` for what Flynn does not answer: messages from
+/// bots, service messages (members joining, pins, title changes) and
+/// media it cannot use (stickers, voice notes without a caption).
+pub(super) fn message(
+    update_id: &str,
+    message: &Message,
+    me: &Me,
+) -> Option<(InboundMessage, Vec<FileRef>)> {
+    let from = message.from.as_deref()?;
+    if from.is_bot {
+        return None;
+    }
+    let files = files(message);
+    let (text, entities) = match (&message.text, &message.caption) {
+        (Some(text), _) => (text.as_str(), message.entities.as_deref()),
+        (None, Some(caption)) => (caption.as_str(), message.caption_entities.as_deref()),
+        (None, None) => ("", None),
+    };
+    if text.is_empty() && files.is_empty() {
+        return None;
+    }
+    let conversation = conversation(&message.chat, topic(message));
+    let (named, text) = strip_mentions(text, entities.unwrap_or_default(), me);
+    let replied_to_bot = message
+        .reply_to_message
+        .as_ref()
+        .and_then(|original| original.from.as_ref())
+        .is_some_and(|author| author.id == me.id);
+    let mentioned = conversation.kind == ChatKind::Direct || named || replied_to_bot;
+    let inbound = InboundMessage {
+        id: update_id.to_owned(),
+        conversation,
+        sender: sender(from),
+        mentioned,
+        text,
+        attachments: Vec::new(),
+        reply: None,
+    };
+    Some((inbound, files))
+}
+
+/// A button press; `None` when it carries no data (a game) or no message
+/// (a button under an inline-mode message, which Flynn never sends).
+pub(super) fn action(query: &CallbackQuery) -> Option<Action> {
+    let data = query.data.clone()?;
+    let (chat, message_id, thread) = match query.message.as_ref()? {
+        MaybeInaccessibleMessage::Message(message) => {
+            (&*message.chat, message.message_id, topic(message))
+        }
+        MaybeInaccessibleMessage::InaccessibleMessage(message) => {
+            (&message.chat, message.message_id, None)
+        }
+    };
+    Some(Action {
+        id: query.id.clone(),
+        conversation: conversation(chat, thread),
+        sender: sender(&query.from),
+        data,
+        message: Some(MessageId(message_id.to_string())),
+        reply: None,
+    })
+}
+
+/// The forum topic a message belongs to. Outside forums
+/// `message_thread_id` names a reply thread, which is no session of its
+/// own.
+fn topic(message: &Message) -> Option<i32> {
+    if message.is_topic_message == Some(true) {
+        message.message_thread_id
+    } else {
+        None
+    }
+}
+
+fn conversation(chat: &Chat, thread: Option<i32>) -> Conversation {
+    Conversation {
+        chat: chat.id.to_string(),
+        thread: thread.map(|t| t.to_string()),
+        kind: if chat.type_field == ChatType::Private {
+            ChatKind::Direct
+        } else {
+            ChatKind::Group
+        },
+    }
+}
+
+fn sender(user: &User) -> Sender {
+    let name = match &user.username {
+        Some(username) => format!("@{username}"),
+        None => match &user.last_name {
+            Some(last) => format!("{} {last}", user.first_name),
+            None => user.first_name.clone(),
+        },
+    };
+    Sender {
+        id: user.id.to_string(),
+        name: Some(name),
+    }
+}
+
+/// The photo at its largest size and the document, if any.
+fn files(message: &Message) -> Vec<FileRef> {
+    let mut files = Vec::new();
+    let largest = message.photo.as_deref().and_then(|sizes| {
+        sizes.iter().max_by_key(|size| {
+            (
+                u64::from(size.width) * u64::from(size.height),
+                size.file_size.unwrap_or(0),
+            )
+        })
+    });
+    if let Some(photo) = largest {
+        files.push(FileRef {
+            file_id: photo.file_id.clone(),
+            kind: AttachmentKind::Image,
+            name: None,
+            // Telegram re-encodes every photo as JPEG.
+            media_type: "image/jpeg".to_owned(),
+            size: photo.file_size,
+        });
+    }
+    if let Some(document) = &message.document {
+        files.push(FileRef {
+            file_id: document.file_id.clone(),
+            kind: AttachmentKind::File,
+            name: document.file_name.clone(),
+            media_type: document
+                .mime_type
+                .clone()
+                .unwrap_or_else(|| "application/octet-stream".to_owned()),
+            size: document.file_size,
+        });
+    }
+    files
+}
+
+/// What a cut removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// `@bot` or a text mention of the bot: a word, with the punctuation
+    /// and space after it.
+    Mention,
+    /// The `@bot` of `/command@bot`.
+    CommandSuffix,
+}
+
+/// Whether the entities address the bot (`@username` in any case, a text
+/// mention of its id, `/command@username`), and the text without those
+/// mentions and command suffixes.
+pub(super) fn strip_mentions(text: &str, entities: &[MessageEntity], me: &Me) -> (bool, String) {
+    let mut addressed = false;
+    let mut cuts: Vec<(usize, usize, Cut)> = Vec::new();
+    for entity in entities {
+        let Some((start, end)) = byte_range(text, entity.offset, entity.length) else {
+            continue;
+        };
+        let slice = &text[start..end];
+        let cut = match entity.type_field {
+            MessageEntityType::Mention
+                if slice
+                    .strip_prefix('@')
+                    .is_some_and(|name| name.eq_ignore_ascii_case(&me.username)) =>
+            {
+                Some((start, end, Cut::Mention))
+            }
+            MessageEntityType::TextMention
+                if entity.user.as_ref().is_some_and(|user| user.id == me.id) =>
+            {
+                Some((start, end, Cut::Mention))
+            }
+            MessageEntityType::BotCommand => slice
+                .find('@')
+                .filter(|at| slice[at + 1..].eq_ignore_ascii_case(&me.username))
+                .map(|at| (start + at, end, Cut::CommandSuffix)),
+            _ => None,
+        };
+        if let Some(cut) = cut {
+            addressed = true;
+            cuts.push(cut);
+        }
+    }
+    if cuts.is_empty() {
+        return (addressed, text.trim().to_owned());
+    }
+    cuts.sort_unstable_by_key(|(start, _, _)| *start);
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (start, end, cut) in cuts {
+        if start < at {
+            continue;
+        }
+        out.push_str(&text[at..start]);
+        at = end;
+        if cut == Cut::Mention {
+            // "@flynn_bot, what's up" reads "what's up".
+            if let Some(punct) = text[at..].chars().next().filter(|c| matches!(c, ',' | ':')) {
+                at += punct.len_utf8();
+            }
+            if out.is_empty() || out.ends_with(char::is_whitespace) {
+                let rest = &text[at..];
+                at += rest.len() - rest.trim_start().len();
+            }
+        }
+    }
+    out.push_str(&text[at..]);
+    (addressed, out.trim().to_owned())
+}
+
+/// The byte range of an entity given in UTF-16 code units; `None` when it
+/// does not fall on character boundaries of `text`.
+fn byte_range(text: &str, offset: u16, length: u16) -> Option<(usize, usize)> {
+    let first = usize::from(offset);
+    let last = first + usize::from(length);
+    let mut start = None;
+    let mut units = 0;
+    for (i, c) in text.char_indices() {
+        if units == first {
+            start = Some(i);
+        }
+        if units == last {
+            return start.map(|s| (s, i));
+        }
+        units += c.len_utf16();
+    }
+    if units == first && start.is_none() {
+        start = Some(text.len());
+    }
+    if units == last {
+        return start.map(|s| (s, text.len()));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn me() -> Me {
+        Me {
+            id: 42,
+            username: "flynn_bot".to_owned(),
+        }
+    }
+
+    fn entity(kind: MessageEntityType, text: &str, needle: &str) -> MessageEntity {
+        let at = text.find(needle).unwrap();
+        let offset = text[..at].encode_utf16().count();
+        let length = needle.encode_utf16().count();
+        MessageEntity::builder()
+            .type_field(kind)
+            .offset(u16::try_from(offset).unwrap())
+            .length(u16::try_from(length).unwrap())
+            .build()
+    }
+
+    #[test]
+    fn the_bots_mention_is_cut_with_its_punctuation() {
+        let text = "@Flynn_Bot, what is 2+2?";
+        let entities = [entity(MessageEntityType::Mention, text, "@Flynn_Bot")];
+        assert_eq!(
+            strip_mentions(text, &entities, &me()),
+            (true, "what is 2+2?".to_owned())
+        );
+
+        let text = "so 😀 @flynn_bot what now";
+        let entities = [entity(MessageEntityType::Mention, text, "@flynn_bot")];
+        assert_eq!(
+            strip_mentions(text, &entities, &me()),
+            (true, "so 😀 what now".to_owned())
+        );
+    }
+
+    #[test]
+    fn other_mentions_stay_and_do_not_address_the_bot() {
+        let text = "ask @alice_smith about it";
+        let entities = [entity(MessageEntityType::Mention, text, "@alice_smith")];
+        assert_eq!(
+            strip_mentions(text, &entities, &me()),
+            (false, text.to_owned())
+        );
+    }
+
+    #[test]
+    fn commands_lose_the_bots_name_only() {
+        let text = "/reset@flynn_bot now";
+        let entities = [entity(
+            MessageEntityType::BotCommand,
+            text,
+            "/reset@flynn_bot",
+        )];
+        assert_eq!(
+            strip_mentions(text, &entities, &me()),
+            (true, "/reset now".to_owned())
+        );
+
+        let text = "/reset@other_bot";
+        let entities = [entity(
+            MessageEntityType::BotCommand,
+            text,
+            "/reset@other_bot",
+        )];
+        assert_eq!(
+            strip_mentions(text, &entities, &me()),
+            (false, text.to_owned())
+        );
+
+        let text = "/help";
+        let entities = [entity(MessageEntityType::BotCommand, text, "/help")];
+        assert_eq!(
+            strip_mentions(text, &entities, &me()),
+            (false, "/help".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_text_mention_of_the_bot_addresses_it() {
+        let text = "hey Flynn look";
+        let mut mention = entity(MessageEntityType::TextMention, text, "Flynn");
+        mention.user = Some(
+            User::builder()
+                .id(42)
+                .is_bot(true)
+                .first_name("Flynn")
+                .build(),
+        );
+        assert_eq!(
+            strip_mentions(text, &[mention], &me()),
+            (true, "hey look".to_owned())
+        );
+    }
+
+    #[test]
+    fn entities_off_character_boundaries_are_ignored() {
+        // Offset 1 falls inside the surrogate pair of 😀.
+        let broken = MessageEntity::builder()
+            .type_field(MessageEntityType::Mention)
+            .offset(1)
+            .length(10)
+            .build();
+        assert_eq!(
+            strip_mentions("😀@flynn_bot", &[broken], &me()),
+            (false, "😀@flynn_bot".to_owned())
+        );
+        assert_eq!(byte_range("ab", 2, 0), Some((2, 2)));
+        assert_eq!(byte_range("ab", 1, 5), None);
+    }
+
+    #[test]
+    fn service_messages_and_bots_are_not_answered() {
+        let chat = serde_json::json!({"id": 5, "type": "private", "first_name": "A"});
+        let joined: Message = serde_json::from_value(serde_json::json!({
+            "message_id": 1, "date": 0, "chat": chat,
+            "from": {"id": 5, "is_bot": false, "first_name": "A"},
+            "new_chat_members": [{"id": 6, "is_bot": false, "first_name": "B"}]
+        }))
+        .unwrap();
+        assert_eq!(message("1", &joined, &me()), None);
+
+        let from_bot: Message = serde_json::from_value(serde_json::json!({
+            "message_id": 2, "date": 0, "chat": chat, "text": "beep",
+            "from": {"id": 7, "is_bot": true, "first_name": "Other"}
+        }))
+        .unwrap();
+        assert_eq!(message("2", &from_bot, &me()), None);
+    }
+}
