@@ -1,1 +1,454 @@
-//! discord adapter (in progress).
+//! Discord: a bot on the gateway WebSocket (twilight-gateway) for what
+//! arrives, the REST API (reqwest) for what leaves.
+//!
+//! - Receiving: one shard with the intents `GUILD_MESSAGES`,
+//!   `DIRECT_MESSAGES` and `MESSAGE_CONTENT`. twilight heartbeats, and
+//!   reconnects and RESUMEs after a dropped connection; Discord then
+//!   replays what was missed. The gateway has no per-event
+//!   acknowledgement: the adapter keeps the sequence number of the last
+//!   dispatch the daemon accepted, and when a delivery comes back
+//!   [`Disposition::Retry`](crate::Disposition::Retry) it closes the
+//!   connection and RESUMEs from that number, so Discord sends the event
+//!   again (with the same message or interaction id).
+//! - Slash commands `/reset`, `/status` and `/cancel` are registered
+//!   (bulk overwrite of the global commands) once per
+//!   [`connect`](ChannelAdapter::connect). A command arrives as a message
+//!   whose text is `/name` and whose [`InboundMessage::reply`] holds the
+//!   interaction's context; it is acknowledged with a deferred response
+//!   once the daemon settled it, and answers sent with that context edit
+//!   the deferred response, then follow up.
+//! - Buttons are message components; a press arrives as an
+//!   [`Action`] and is answered with a deferred update (or an ephemeral
+//!   note) by [`answer_action`](ChannelAdapter::answer_action).
+
+mod convert;
+mod gateway;
+mod interaction;
+mod rest;
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use flynn_protocol::config::DiscordConfig;
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::adapter::{
+    Action, Button, ButtonStyle, Capabilities, ChannelAdapter, ChannelError, MessageId, Target,
+};
+use crate::inbound::Inbound;
+use convert::Identity;
+use interaction::{Ack, Context, Interactions, Kind};
+use rest::Rest;
+
+/// The channel's name in config, session keys and errors.
+pub(crate) const CHANNEL: &str = "discord";
+
+/// The largest attachment downloaded; larger ones are left out and the
+/// message says so.
+pub const MAX_ATTACHMENT: u64 = 20 * 1024 * 1024;
+
+/// Where Discord's REST API lives (`/api/v10` is appended).
+pub const DEFAULT_API: &str = "https://discord.com";
+/// Discord's gateway.
+pub const DEFAULT_GATEWAY: &str = "wss://gateway.discord.gg";
+
+/// The slash commands registered for the bot: name and description.
+pub const COMMANDS: [(&str, &str); 3] = [
+    ("reset", "Start a new conversation with Flynn"),
+    ("status", "Show Flynn's model, session and usage"),
+    ("cancel", "Stop what Flynn is doing"),
+];
+
+/// How long an answer to a slash command waits for the command's
+/// deferred response to be accepted before it goes to the channel as a
+/// plain message.
+const ACK_WAIT: Duration = Duration::from_secs(5);
+
+/// A Discord bot.
+#[derive(Debug)]
+pub struct DiscordAdapter {
+    token: String,
+    /// A gateway URL from config; twilight's default (Discord's) when absent.
+    gateway_url: Option<String>,
+    rest: Arc<Rest>,
+    identity: Mutex<Option<Identity>>,
+    interactions: Arc<Interactions>,
+    /// Answers to button presses the daemon did not answer in time.
+    tasks: TaskTracker,
+}
+
+impl DiscordAdapter {
+    /// An adapter for `config`; nothing is contacted until `connect`.
+    /// Refuses an empty token or URLs that are not `http(s)://` (REST) /
+    /// `ws(s)://` (gateway).
+    pub fn new(config: &DiscordConfig) -> Result<Self, ChannelError> {
+        let token = config.bot_token.trim();
+        let token = token.strip_prefix("Bot ").unwrap_or(token).trim();
+        if token.is_empty() {
+            return Err(ChannelError::Unauthorized {
+                channel: CHANNEL.to_owned(),
+                detail: "channels.discord.bot_token is empty: copy the token from the Developer Portal (your application → Bot → Reset Token)".to_owned(),
+            });
+        }
+        if !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ChannelError::Unauthorized {
+                channel: CHANNEL.to_owned(),
+                detail: "channels.discord.bot_token contains spaces or characters a Discord token never has".to_owned(),
+            });
+        }
+        let origin = api_origin(config.api_url.as_deref().unwrap_or(DEFAULT_API))?;
+        let gateway_url = config
+            .gateway_url
+            .as_deref()
+            .map(gateway_base)
+            .transpose()?;
+        Ok(DiscordAdapter {
+            token: token.to_owned(),
+            gateway_url,
+            rest: Arc::new(Rest::new(&origin, token)?),
+            identity: Mutex::new(None),
+            interactions: Arc::new(Interactions::default()),
+            tasks: TaskTracker::new(),
+        })
+    }
+
+    fn identity(&self) -> Option<Identity> {
+        lock(&self.identity).clone()
+    }
+
+    fn set_identity(&self, identity: Identity) {
+        *lock(&self.identity) = Some(identity);
+    }
+
+    /// Sends to the interaction a slash command's answer belongs to:
+    /// `@original` first, followups after. `None` when the interaction
+    /// cannot take it (never acknowledged, token about to expire): the
+    /// caller sends to the channel instead.
+    async fn send_to_interaction(
+        &self,
+        context: &Context,
+        body: &Value,
+    ) -> Result<Option<MessageId>, ChannelError> {
+        let Some(state) = self.interactions.get(&context.interaction) else {
+            return Ok(None);
+        };
+        if state.settled(ACK_WAIT).await != Ack::Done || !state.token_usable() {
+            return Ok(None);
+        }
+        let webhook = format!("/webhooks/{}/{}", context.application, context.token);
+        if state.original().is_none() {
+            let id = self
+                .rest
+                .message(
+                    Method::PATCH,
+                    &format!("{webhook}/messages/@original"),
+                    body,
+                    false,
+                )
+                .await?;
+            state.set_original(&id);
+            return Ok(Some(MessageId(id)));
+        }
+        let id = self
+            .rest
+            .message(Method::POST, &webhook, body, false)
+            .await?;
+        state.sent_through_webhook(&id);
+        Ok(Some(MessageId(id)))
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The origin the REST API hangs off: `https://discord.com` from that,
+/// or from `…/api` and `…/api/v10`.
+fn api_origin(url: &str) -> Result<String, ChannelError> {
+    let url = url.trim().trim_end_matches('/');
+    let url = url
+        .strip_suffix("/api/v10")
+        .or_else(|| url.strip_suffix("/api"))
+        .unwrap_or(url);
+    if !(url.starts_with("https://") || url.starts_with("http://")) || url.contains('?') {
+        return Err(ChannelError::Rejected {
+            channel: CHANNEL.to_owned(),
+            detail: format!(
+                "channels.discord.api_url '{url}' is not an http(s):// URL (leave it out to use {DEFAULT_API})"
+            ),
+        });
+    }
+    Ok(url.to_owned())
+}
+
+/// The gateway URL twilight appends `/?v=10&encoding=json` to.
+fn gateway_base(url: &str) -> Result<String, ChannelError> {
+    let url = url.trim();
+    let url = url.split('?').next().unwrap_or(url).trim_end_matches('/');
+    if !(url.starts_with("wss://") || url.starts_with("ws://")) {
+        return Err(ChannelError::Rejected {
+            channel: CHANNEL.to_owned(),
+            detail: format!(
+                "channels.discord.gateway_url '{url}' is not a ws(s):// URL (leave it out to use {DEFAULT_GATEWAY})"
+            ),
+        });
+    }
+    Ok(url.to_owned())
+}
+
+/// A snowflake from a conversation or message id, refusing anything
+/// else before it reaches a URL path.
+fn snowflake<'a>(what: &str, id: &'a str) -> Result<&'a str, ChannelError> {
+    if !id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_digit()) {
+        Ok(id)
+    } else {
+        Err(ChannelError::Rejected {
+            channel: CHANNEL.to_owned(),
+            detail: format!("'{id}' is not a Discord {what} id"),
+        })
+    }
+}
+
+/// Buttons as action rows of at most five.
+fn components(buttons: &[Button]) -> Value {
+    let rows: Vec<Value> = buttons
+        .chunks(5)
+        .map(|row| {
+            let buttons: Vec<Value> = row
+                .iter()
+                .map(|b| {
+                    json!({
+                        "type": 2,
+                        "style": match b.style { ButtonStyle::Primary => 1, ButtonStyle::Danger => 4 },
+                        "label": b.label.chars().take(80).collect::<String>(),
+                        "custom_id": b.data,
+                    })
+                })
+                .collect();
+            json!({"type": 1, "components": buttons})
+        })
+        .collect();
+    Value::Array(rows)
+}
+
+/// A message body: the text, mentions that ping nobody, the buttons
+/// (always present on edits, where an empty list removes them).
+fn message_body(text: &str, buttons: &[Button], edit: bool) -> Value {
+    let mut body = json!({
+        "content": text,
+        "allowed_mentions": {"parse": []},
+    });
+    if edit || !buttons.is_empty() {
+        body["components"] = components(buttons);
+    }
+    body
+}
+
+#[async_trait]
+impl ChannelAdapter for DiscordAdapter {
+    fn name(&self) -> &str {
+        CHANNEL
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            max_len: crate::limits::DISCORD.0,
+            measure: crate::limits::DISCORD.1,
+            edit: true,
+            buttons: true,
+            typing: true,
+            // Discord allows five edits of a channel's messages per five
+            // seconds.
+            edit_interval: Duration::from_secs(1),
+        }
+    }
+
+    fn format(&self, markdown: &str) -> String {
+        crate::format::discord(markdown)
+    }
+
+    async fn connect(&self, sink: Inbound, stop: CancellationToken) -> Result<(), ChannelError> {
+        gateway::run(self, sink, stop).await
+    }
+
+    async fn disconnect(&self) {
+        // Presses answered on the daemon's behalf finish within seconds.
+        self.tasks.close();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.tasks.wait()).await;
+        self.tasks.reopen();
+    }
+
+    async fn send(
+        &self,
+        to: &Target,
+        text: &str,
+        buttons: &[Button],
+    ) -> Result<MessageId, ChannelError> {
+        let body = message_body(text, buttons, false);
+        if let Some(context) = to.reply.as_deref().and_then(Context::decode)
+            && context.kind == Kind::Command
+            && let Some(id) = self.send_to_interaction(&context, &body).await?
+        {
+            return Ok(id);
+        }
+        let channel = snowflake("channel", &to.conversation.chat)?;
+        let id = self
+            .rest
+            .message(
+                Method::POST,
+                &format!("/channels/{channel}/messages"),
+                &body,
+                true,
+            )
+            .await?;
+        Ok(MessageId(id))
+    }
+
+    async fn edit(
+        &self,
+        to: &Target,
+        message: &MessageId,
+        text: &str,
+        buttons: &[Button],
+    ) -> Result<(), ChannelError> {
+        let body = message_body(text, buttons, true);
+        let id = snowflake("message", &message.0)?;
+        if let Some(context) = to.reply.as_deref().and_then(Context::decode)
+            && let Some(state) = self.interactions.get(&context.interaction)
+            && state.is_webhook_message(id)
+            && state.token_usable()
+        {
+            let path = format!(
+                "/webhooks/{}/{}/messages/{id}",
+                context.application, context.token
+            );
+            self.rest
+                .call(Method::PATCH, &path, Some(&body), false)
+                .await?;
+            return Ok(());
+        }
+        let channel = snowflake("channel", &to.conversation.chat)?;
+        self.rest
+            .call(
+                Method::PATCH,
+                &format!("/channels/{channel}/messages/{id}"),
+                Some(&body),
+                true,
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn typing(&self, to: &Target) -> Result<(), ChannelError> {
+        let channel = snowflake("channel", &to.conversation.chat)?;
+        self.rest
+            .call(
+                Method::POST,
+                &format!("/channels/{channel}/typing"),
+                None,
+                true,
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn answer_action(&self, action: &Action, note: &str) -> Result<(), ChannelError> {
+        let Some(context) = action.reply.as_deref().and_then(Context::decode) else {
+            return Err(ChannelError::Rejected {
+                channel: CHANNEL.to_owned(),
+                detail: "this button press carries no Discord interaction to answer".to_owned(),
+            });
+        };
+        let state = self.interactions.open(&context.interaction);
+        let note = crate::format::discord(note);
+        if state.claim() {
+            let body = if note.is_empty() {
+                json!({"type": 6})
+            } else {
+                json!({"type": 4, "data": {
+                    "content": note.chars().take(2000).collect::<String>(),
+                    "flags": 64,
+                    "allowed_mentions": {"parse": []},
+                }})
+            };
+            return gateway::callback(&self.rest, &state, &context, &body).await;
+        }
+        // Answered already (by the adapter, when the daemon took longer
+        // than Discord waits): the note becomes an ephemeral followup.
+        if note.is_empty() || state.settled(ACK_WAIT).await != Ack::Done || !state.token_usable() {
+            return Ok(());
+        }
+        let body = json!({
+            "content": note.chars().take(2000).collect::<String>(),
+            "flags": 64,
+            "allowed_mentions": {"parse": []},
+        });
+        self.rest
+            .call(
+                Method::POST,
+                &format!("/webhooks/{}/{}", context.application, context.token),
+                Some(&body),
+                false,
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_normalised_and_checked() {
+        assert_eq!(
+            api_origin("https://discord.com/").ok(),
+            Some("https://discord.com".into())
+        );
+        assert_eq!(
+            api_origin("http://127.0.0.1:9/api/v10").ok(),
+            Some("http://127.0.0.1:9".into())
+        );
+        assert!(api_origin("discord.com").is_err());
+        assert_eq!(
+            gateway_base("ws://127.0.0.1:9/?v=10&encoding=json").ok(),
+            Some("ws://127.0.0.1:9".into())
+        );
+        assert!(gateway_base("https://gateway.discord.gg").is_err());
+        assert!(snowflake("channel", "123").is_ok());
+        assert!(snowflake("channel", "12/../3").is_err());
+    }
+
+    #[test]
+    fn buttons_become_rows_of_five_and_edits_always_say_which() {
+        let button = |i: usize| Button {
+            label: format!("B{i}"),
+            data: format!("d{i}"),
+            style: if i.is_multiple_of(2) {
+                ButtonStyle::Primary
+            } else {
+                ButtonStyle::Danger
+            },
+        };
+        let buttons: Vec<Button> = (0..7).map(button).collect();
+        let body = message_body("hi", &buttons, false);
+        assert_eq!(body["components"].as_array().map(Vec::len), Some(2));
+        assert_eq!(
+            body["components"][0]["components"].as_array().map(Vec::len),
+            Some(5)
+        );
+        assert_eq!(
+            body["components"][1]["components"][0],
+            json!({"type": 2, "style": 4, "label": "B5", "custom_id": "d5"})
+        );
+        assert_eq!(
+            message_body("hi", &[], false),
+            json!({"content": "hi", "allowed_mentions": {"parse": []}})
+        );
+        assert_eq!(message_body("hi", &[], true)["components"], json!([]));
+    }
+}

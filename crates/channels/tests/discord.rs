@@ -1,0 +1,927 @@
+#![cfg(feature = "discord")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The Discord adapter against the strict fake: gateway over a real
+//! WebSocket, REST over real HTTP.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flynn_channels::discord::DiscordAdapter;
+use flynn_channels::{
+    Action, AttachmentKind, Backoff, Button, ButtonStyle, ChannelAdapter, ChannelError,
+    ChannelState, ChatKind, Conversation, Delivery, Disposition, InboundEvent, InboundMessage,
+    MessageId, Registry, Sender, Target, limits, outbound,
+};
+use flynn_protocol::config::DiscordConfig;
+use flynn_testkit::discord::{
+    BOT_ID, DiscordUser, Failure, FakeDiscord, FakeDiscordOptions, intents,
+};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn config(fake: &FakeDiscord, token: &str) -> DiscordConfig {
+    serde_json::from_value(json!({
+        "bot_token": token,
+        "api_url": fake.api_url(),
+        "gateway_url": fake.gateway_url(),
+    }))
+    .unwrap()
+}
+
+fn alice() -> DiscordUser {
+    DiscordUser::person(200_000_000_000_000_001, "alice", Some("Alice Liddell"))
+}
+
+fn bob() -> DiscordUser {
+    DiscordUser::person(200_000_000_000_000_002, "bob", None)
+}
+
+/// An adapter connected to a fake, its deliveries, and its task.
+struct Harness {
+    fake: FakeDiscord,
+    adapter: Arc<DiscordAdapter>,
+    rx: mpsc::Receiver<Delivery>,
+    stop: CancellationToken,
+    task: JoinHandle<Result<(), ChannelError>>,
+}
+
+impl Harness {
+    async fn start() -> Harness {
+        Harness::start_with(FakeDiscordOptions::default()).await
+    }
+
+    async fn start_with(options: FakeDiscordOptions) -> Harness {
+        let fake = FakeDiscord::start_with(options).await;
+        let adapter = Arc::new(DiscordAdapter::new(&config(&fake, &fake.token())).unwrap());
+        let (sink, rx) = flynn_channels::Inbound::detached("discord");
+        let stop = CancellationToken::new();
+        let task = tokio::spawn({
+            let adapter = Arc::clone(&adapter);
+            let stop = stop.clone();
+            async move { adapter.connect(sink, stop).await }
+        });
+        fake.wait_connected().await;
+        fake.wait_until("the slash commands", |f| {
+            (!f.commands().is_empty()).then_some(())
+        })
+        .await;
+        Harness {
+            fake,
+            adapter,
+            rx,
+            stop,
+            task,
+        }
+    }
+
+    async fn next(&mut self) -> Delivery {
+        tokio::time::timeout(WAIT, self.rx.recv())
+            .await
+            .expect("a delivery within 10 s")
+            .expect("the adapter is running")
+    }
+
+    async fn next_message(&mut self) -> (InboundMessage, Delivery) {
+        let delivery = self.next().await;
+        match &delivery.event {
+            InboundEvent::Message(message) => (message.clone(), delivery),
+            other => panic!("expected a message, got {other:?}"),
+        }
+    }
+
+    /// Stops the adapter, checks it left cleanly and the fake saw no
+    /// violation.
+    async fn finish(self) {
+        self.stop.cancel();
+        let outcome = tokio::time::timeout(WAIT, self.task)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(outcome, Ok(()));
+        self.fake
+            .wait_until("the close frame", |f| {
+                (f.gateway_frames().last() == Some(&json!({"close": 1000}))).then_some(())
+            })
+            .await;
+        assert_eq!(self.fake.violations(), Vec::<String>::new());
+    }
+}
+
+fn target(chat: u64, kind: ChatKind) -> Target {
+    Target {
+        conversation: Conversation {
+            chat: chat.to_string(),
+            thread: None,
+            kind,
+        },
+        reply: None,
+    }
+}
+
+fn posts_to(fake: &FakeDiscord, path: &str) -> Vec<Value> {
+    fake.requests()
+        .into_iter()
+        .filter(|r| r.path == path)
+        .map(|r| r.body)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_direct_message_round_trip() {
+    let mut h = Harness::start().await;
+    // Connected with the intents Flynn needs, and the commands registered.
+    let identify = h
+        .fake
+        .gateway_frames()
+        .into_iter()
+        .find(|f| f["op"] == 2)
+        .unwrap();
+    assert_eq!(
+        identify["d"]["intents"],
+        intents::GUILD_MESSAGES | intents::DIRECT_MESSAGES | intents::MESSAGE_CONTENT
+    );
+    let names: Vec<Value> = h
+        .fake
+        .commands()
+        .iter()
+        .map(|c| c["name"].clone())
+        .collect();
+    assert_eq!(
+        names,
+        vec![json!("reset"), json!("status"), json!("cancel")]
+    );
+
+    let dm = h.fake.dm_channel(&alice());
+    let id = h.fake.post(dm, &alice(), "What's on my calendar?").send();
+    let (message, delivery) = h.next_message().await;
+    assert_eq!(
+        message,
+        InboundMessage {
+            id: id.to_string(),
+            conversation: Conversation::direct(dm.to_string()),
+            sender: Sender {
+                id: alice().id.to_string(),
+                name: Some("Alice Liddell".into()),
+            },
+            mentioned: true,
+            text: "What's on my calendar?".into(),
+            attachments: Vec::new(),
+            reply: None,
+        }
+    );
+    delivery.settle(Disposition::Accepted);
+
+    let to = target(dm, ChatKind::Direct);
+    let sent = outbound::send(
+        &*h.adapter,
+        &to,
+        "**Two** meetings, one with @everyone",
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(sent.parts.len(), 1);
+    let messages = h.fake.messages_in(dm);
+    assert_eq!(messages.len(), 1);
+    assert_eq!(sent.parts[0], MessageId(messages[0].id.to_string()));
+    assert_eq!(
+        messages[0].content,
+        "**Two** meetings, one with @\u{200b}everyone"
+    );
+    assert_eq!(messages[0].allowed_mentions, json!({"parse": []}));
+    assert_eq!(messages[0].components, json!([]));
+
+    // Typing shows in the same channel.
+    h.adapter.typing(&to).await.unwrap();
+    assert_eq!(
+        posts_to(&h.fake, &format!("/api/v10/channels/{dm}/typing")).len(),
+        1
+    );
+    // The bot's own message came back on the gateway and was not delivered.
+    assert!(h.rx.try_recv().is_err());
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn group_messages_say_whether_the_bot_was_addressed() {
+    let mut h = Harness::start().await;
+    let channel = h.fake.guild_channel();
+
+    h.fake.post(channel, &bob(), "lunch anyone?").send();
+    let (message, delivery) = h.next_message().await;
+    assert_eq!(
+        message.conversation,
+        Conversation::group(channel.to_string())
+    );
+    assert_eq!(
+        message.sender,
+        Sender {
+            id: bob().id.to_string(),
+            name: Some("bob".into())
+        }
+    );
+    assert!(!message.mentioned);
+    assert_eq!(message.text, "lunch anyone?");
+    delivery.settle(Disposition::Ignored("no mention".into()));
+
+    h.fake
+        .post(
+            channel,
+            &bob(),
+            &format!("<@{BOT_ID}> summarise the thread"),
+        )
+        .send();
+    let (message, delivery) = h.next_message().await;
+    assert!(message.mentioned);
+    assert_eq!(message.text, "summarise the thread");
+    delivery.settle(Disposition::Accepted);
+
+    // A reply to one of the bot's messages addresses it too.
+    let sent = h
+        .adapter
+        .send(&target(channel, ChatKind::Group), "Here it is.", &[])
+        .await
+        .unwrap();
+    h.fake
+        .post(channel, &alice(), "thanks!")
+        .reply_to(sent.0.parse().unwrap())
+        .send();
+    let (message, delivery) = h.next_message().await;
+    assert!(message.mentioned);
+    assert_eq!(message.text, "thanks!");
+    delivery.settle(Disposition::Accepted);
+
+    // Another bot's message is not handed on; a thread is its own chat.
+    h.fake
+        .post(
+            channel,
+            &DiscordUser::bot(300, "otherbot"),
+            &format!("<@{BOT_ID}> ping"),
+        )
+        .send();
+    let thread = h.fake.thread(channel);
+    h.fake.post(thread, &alice(), "in the thread").send();
+    let (message, delivery) = h.next_message().await;
+    assert_eq!(
+        message.conversation,
+        Conversation::group(thread.to_string())
+    );
+    assert_eq!(message.text, "in the thread");
+    delivery.settle(Disposition::Accepted);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_long_answer_is_cut_into_messages_discord_accepts() {
+    let h = Harness::start().await;
+    let dm = h.fake.dm_channel(&alice());
+    let mut markdown = String::from("# Report\n\n");
+    for i in 0..60 {
+        markdown.push_str(&format!(
+            "Paragraph {i}: the quick brown fox jumps over the lazy dog, again and again.\n\n"
+        ));
+    }
+    markdown.push_str("```rust\n");
+    for i in 0..120 {
+        markdown.push_str(&format!("let value_{i} = compute({i}) * 2; // step {i}\n"));
+    }
+    markdown.push_str("```\nDone.");
+    assert!(markdown.chars().count() > 9_000);
+
+    let sent = outbound::send(&*h.adapter, &target(dm, ChatKind::Direct), &markdown, &[])
+        .await
+        .unwrap();
+    let messages = h.fake.messages_in(dm);
+    assert!(messages.len() >= 5, "{} messages", messages.len());
+    assert_eq!(sent.parts.len(), messages.len());
+    for message in &messages {
+        assert!(message.content.chars().count() <= limits::DISCORD.0);
+        assert_eq!(
+            message.content.matches("```").count() % 2,
+            0,
+            "{}",
+            message.content
+        );
+    }
+    let joined: String = messages.iter().map(|m| m.content.as_str()).collect();
+    assert!(joined.contains("let value_119 = compute(119) * 2;"));
+    assert!(joined.ends_with("Done."));
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_confirmation_is_pressed_and_answered() {
+    let mut h = Harness::start().await;
+    let channel = h.fake.guild_channel();
+    let to = target(channel, ChatKind::Group);
+    let buttons = [
+        Button {
+            label: "Approve".into(),
+            data: "y:call_7".into(),
+            style: ButtonStyle::Primary,
+        },
+        Button {
+            label: "Deny".into(),
+            data: "n:call_7".into(),
+            style: ButtonStyle::Danger,
+        },
+    ];
+    let sent = outbound::send(&*h.adapter, &to, "Run `rm -rf build`?", &buttons)
+        .await
+        .unwrap();
+    let message = h.fake.messages_in(channel)[0].clone();
+    assert_eq!(
+        message.components,
+        json!([{"type": 1, "components": [
+            {"type": 2, "style": 1, "label": "Approve", "custom_id": "y:call_7"},
+            {"type": 2, "style": 4, "label": "Deny", "custom_id": "n:call_7"},
+        ]}])
+    );
+
+    let press = h
+        .fake
+        .press_button(channel, &alice(), message.id, "y:call_7");
+    let delivery = h.next().await;
+    let InboundEvent::Action(action) = delivery.event.clone() else {
+        panic!("expected an action, got {:?}", delivery.event);
+    };
+    assert_eq!(action.id, press.id.to_string());
+    assert_eq!(action.data, "y:call_7");
+    assert_eq!(action.message, Some(sent.parts[0].clone()));
+    assert_eq!(
+        action.conversation,
+        Conversation::group(channel.to_string())
+    );
+    assert_eq!(action.sender.id, alice().id.to_string());
+    delivery.settle(Disposition::Accepted);
+    h.adapter.answer_action(&action, "").await.unwrap();
+    let callbacks = h.fake.callbacks();
+    assert_eq!(callbacks.len(), 1);
+    assert_eq!((callbacks[0].kind, callbacks[0].accepted), (6, true));
+    assert!(callbacks[0].after < Duration::from_secs(3));
+
+    // The buttons go once the question is settled.
+    h.adapter
+        .edit(&to, &sent.parts[0], "Run `rm -rf build`? Approved.", &[])
+        .await
+        .unwrap();
+    let message = h.fake.messages_in(channel)[0].clone();
+    assert_eq!(message.components, json!([]));
+    assert_eq!(message.edits, 1);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn an_unanswered_press_is_deferred_in_time_and_a_late_note_follows_up() {
+    let mut h = Harness::start().await;
+    let channel = h.fake.guild_channel();
+    let buttons = [Button {
+        label: "Approve".into(),
+        data: "y:call_9".into(),
+        style: ButtonStyle::Primary,
+    }];
+    let sent = h
+        .adapter
+        .send(&target(channel, ChatKind::Group), "Go?", &buttons)
+        .await
+        .unwrap();
+    h.fake
+        .press_button(channel, &alice(), sent.0.parse().unwrap(), "y:call_9");
+    let delivery = h.next().await;
+    let InboundEvent::Action(action) = delivery.event.clone() else {
+        panic!("expected an action");
+    };
+    delivery.settle(Disposition::Accepted);
+    let callback = h
+        .fake
+        .wait_until("the adapter's own deferred update", |f| {
+            f.callbacks().first().cloned()
+        })
+        .await;
+    assert_eq!((callback.kind, callback.accepted), (6, true));
+    assert!(
+        callback.after >= Duration::from_millis(2400),
+        "{:?}",
+        callback.after
+    );
+    assert!(
+        callback.after < Duration::from_secs(3),
+        "{:?}",
+        callback.after
+    );
+
+    h.adapter.answer_action(&action, "Approved").await.unwrap();
+    assert_eq!(h.fake.callbacks().len(), 1, "one callback per interaction");
+    let followups = h
+        .fake
+        .messages_in(channel)
+        .into_iter()
+        .filter(|m| m.interaction == Some(action.id.parse().unwrap()))
+        .collect::<Vec<_>>();
+    assert_eq!(followups.len(), 1);
+    assert_eq!(
+        (followups[0].content.as_str(), followups[0].flags),
+        ("Approved", 64)
+    );
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn rate_limits_wait_for_the_hint_and_outages_are_retried() {
+    let h = Harness::start().await;
+    let dm = h.fake.dm_channel(&alice());
+    let to = target(dm, ChatKind::Direct);
+    let path = format!("/api/v10/channels/{dm}/messages");
+
+    // The adapter reports the hint as Discord gives it.
+    h.fake.fail_next(Failure::RateLimited {
+        retry_after: 0.5,
+        global: false,
+    });
+    assert_eq!(
+        h.adapter.send(&to, "one", &[]).await,
+        Err(ChannelError::RateLimited {
+            channel: "discord".into(),
+            retry_after: Some(Duration::from_millis(500)),
+        })
+    );
+    h.fake.fail_next(Failure::Status(502));
+    assert!(matches!(
+        h.adapter.send(&to, "two", &[]).await,
+        Err(ChannelError::Unavailable { .. })
+    ));
+    assert!(h.fake.messages_in(dm).is_empty());
+
+    // outbound::retrying honours it.
+    h.fake.fail_next(Failure::RateLimited {
+        retry_after: 0.5,
+        global: false,
+    });
+    let started = Instant::now();
+    outbound::send(&*h.adapter, &to, "after the limit", &[])
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    h.fake.fail_next(Failure::Status(502));
+    h.fake.fail_next(Failure::Status(503));
+    outbound::send(&*h.adapter, &to, "after the outage", &[])
+        .await
+        .unwrap();
+    let contents: Vec<String> = h
+        .fake
+        .messages_in(dm)
+        .into_iter()
+        .map(|m| m.content)
+        .collect();
+    assert_eq!(contents, vec!["after the limit", "after the outage"]);
+    // 2 direct calls, 2 for the limit, 3 for the outage.
+    assert_eq!(posts_to(&h.fake, &path).len(), 7);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_refused_delivery_is_sent_again_by_resuming_the_session() {
+    let mut h = Harness::start().await;
+    let dm = h.fake.dm_channel(&alice());
+    let first = h.fake.post(dm, &alice(), "first").send();
+    let (message, delivery) = h.next_message().await;
+    assert_eq!(message.id, first.to_string());
+    delivery.settle(Disposition::Accepted);
+
+    let second = h.fake.post(dm, &alice(), "second").send();
+    let (message, delivery) = h.next_message().await;
+    assert_eq!(message.id, second.to_string());
+    delivery.settle(Disposition::Retry("storage is busy".into()));
+
+    let (again, delivery) = h.next_message().await;
+    assert_eq!(again, message, "the same message, with the same id");
+    delivery.settle(Disposition::Accepted);
+    let resumes = h.fake.resumes();
+    assert_eq!(resumes.len(), 1);
+    assert_eq!(resumes[0].replayed.len(), 1, "{resumes:?}");
+    assert_eq!(resumes[0].seq + 1, resumes[0].replayed[0]);
+    assert_eq!(h.fake.identifies(), 1);
+    // The connection was closed to resume, not to end the session.
+    assert!(h.fake.gateway_frames().contains(&json!({"close": 4000})));
+
+    // And the flow goes on.
+    h.fake.post(dm, &alice(), "third").send();
+    let (message, delivery) = h.next_message().await;
+    assert_eq!(message.text, "third");
+    delivery.settle(Disposition::Accepted);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_duplicate_delivery_carries_the_same_id() {
+    let mut h = Harness::start().await;
+    let dm = h.fake.dm_channel(&alice());
+    let id = h.fake.post(dm, &alice(), "hello").send();
+    let (first, delivery) = h.next_message().await;
+    delivery.settle(Disposition::Accepted);
+    h.fake.redeliver_message(id);
+    let (second, delivery) = h.next_message().await;
+    assert_eq!(second, first);
+    delivery.settle(Disposition::Duplicate);
+    h.fake.post(dm, &alice(), "next").send();
+    let (next, delivery) = h.next_message().await;
+    assert_eq!(next.text, "next");
+    delivery.settle(Disposition::Accepted);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_slash_command_is_deferred_after_settling_and_answered_in_place() {
+    let mut h = Harness::start().await;
+    let dm = h.fake.dm_channel(&alice());
+    let pushed = h.fake.slash_command(dm, &alice(), "reset");
+    let (message, delivery) = h.next_message().await;
+    assert_eq!(message.id, pushed.id.to_string());
+    assert_eq!(message.text, "/reset");
+    assert_eq!(message.conversation, Conversation::direct(dm.to_string()));
+    assert_eq!(message.sender.id, alice().id.to_string());
+    assert!(message.mentioned);
+    let reply = message.reply.clone().expect("the interaction's context");
+    assert!(reply.contains(&pushed.token));
+    // Nothing is acknowledged before the daemon settles.
+    assert!(h.fake.callbacks().is_empty());
+    delivery.settle(Disposition::Accepted);
+    let callback = h
+        .fake
+        .wait_until("the deferred response", |f| f.callbacks().first().cloned())
+        .await;
+    assert_eq!((callback.kind, callback.accepted), (5, true));
+    assert!(callback.after < Duration::from_secs(3));
+
+    let to = Target {
+        conversation: message.conversation.clone(),
+        reply: Some(reply),
+    };
+    let first = h
+        .adapter
+        .send(&to, "Started a new conversation.", &[])
+        .await
+        .unwrap();
+    let second = h.adapter.send(&to, "Anything else?", &[]).await.unwrap();
+    h.adapter
+        .edit(&to, &first, "Started a new conversation. ✓", &[])
+        .await
+        .unwrap();
+    let webhook = format!("/api/v10/webhooks/{}/{}", BOT_ID, pushed.token);
+    let paths: Vec<(String, String)> = h
+        .fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/api/v10/webhooks/"))
+        .map(|r| (r.method, r.path))
+        .collect();
+    assert_eq!(
+        paths,
+        vec![
+            ("PATCH".to_owned(), format!("{webhook}/messages/@original")),
+            ("POST".to_owned(), webhook.clone()),
+            (
+                "PATCH".to_owned(),
+                format!("{webhook}/messages/{}", first.0)
+            ),
+        ]
+    );
+    let messages = h.fake.messages_in(dm);
+    let shown: Vec<(&str, Option<u64>)> = messages
+        .iter()
+        .map(|m| (m.content.as_str(), m.interaction))
+        .collect();
+    assert_eq!(
+        shown,
+        vec![
+            ("Started a new conversation. ✓", Some(pushed.id)),
+            ("Anything else?", Some(pushed.id)),
+        ]
+    );
+    assert_eq!(second.0, messages[1].id.to_string());
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_dropped_connection_is_resumed_and_missed_events_arrive_once() {
+    let mut h = Harness::start().await;
+    let dm = h.fake.dm_channel(&alice());
+    h.fake.post(dm, &alice(), "before").send();
+    let (message, delivery) = h.next_message().await;
+    assert_eq!(message.text, "before");
+    delivery.settle(Disposition::Accepted);
+    let session = h.fake.session_id().unwrap();
+
+    h.fake.hold_connections(true);
+    h.fake.drop_connection();
+    let missed = h.fake.post(dm, &alice(), "while away").send();
+    assert!(!h.fake.is_connected());
+    h.fake.hold_connections(false);
+
+    let (message, delivery) = h.next_message().await;
+    assert_eq!(message.id, missed.to_string());
+    delivery.settle(Disposition::Accepted);
+    let resumes = h.fake.resumes();
+    assert_eq!(resumes.len(), 1);
+    assert_eq!(resumes[0].session_id, session);
+    assert_eq!(resumes[0].replayed, vec![resumes[0].seq + 1]);
+    assert_eq!(h.fake.identifies(), 1);
+    let resume = h
+        .fake
+        .gateway_frames()
+        .into_iter()
+        .find(|f| f["op"] == 6)
+        .unwrap();
+    assert_eq!(resume["d"]["session_id"], json!(session));
+    assert_eq!(resume["d"]["seq"], json!(resumes[0].seq));
+
+    h.fake.post(dm, &alice(), "after").send();
+    let (message, delivery) = h.next_message().await;
+    assert_eq!(message.text, "after", "the missed message came once");
+    delivery.settle(Disposition::Accepted);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_reconnect_request_is_followed_by_a_resume() {
+    let mut h = Harness::start().await;
+    let dm = h.fake.dm_channel(&alice());
+    h.fake.request_reconnect();
+    h.fake
+        .wait_until("a resume", |f| (!f.resumes().is_empty()).then_some(()))
+        .await;
+    assert!(h.fake.gateway_frames().contains(&json!({"close": 4000})));
+    h.fake.post(dm, &alice(), "still there?").send();
+    let (message, delivery) = h.next_message().await;
+    assert_eq!(message.text, "still there?");
+    delivery.settle(Disposition::Accepted);
+    assert_eq!(h.fake.identifies(), 1);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn an_ignored_slash_command_is_answered_privately() {
+    let mut h = Harness::start().await;
+    let channel = h.fake.guild_channel();
+    let pushed = h.fake.slash_command(channel, &bob(), "status");
+    let (message, delivery) = h.next_message().await;
+    assert_eq!(
+        message.conversation,
+        Conversation::group(channel.to_string())
+    );
+    assert_eq!(message.text, "/status");
+    delivery.settle(Disposition::Ignored("sender not allowed".into()));
+    let callback = h
+        .fake
+        .wait_until("the answer", |f| f.callbacks().first().cloned())
+        .await;
+    assert_eq!(callback.interaction, pushed.id);
+    assert_eq!((callback.kind, callback.accepted), (4, true));
+    assert_eq!(callback.data["flags"], 64);
+    assert_eq!(
+        callback.data["content"],
+        "Flynn did not take this command: sender not allowed"
+    );
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn heartbeats_are_sent_and_acknowledged() {
+    let h = Harness::start_with(FakeDiscordOptions {
+        heartbeat_interval_ms: 100,
+        ..FakeDiscordOptions::default()
+    })
+    .await;
+    let dm = h.fake.dm_channel(&alice());
+    h.fake.post(dm, &alice(), "hi").send();
+    let beats = h
+        .fake
+        .wait_until("three heartbeats", |f| {
+            let beats: Vec<Value> = f
+                .gateway_frames()
+                .into_iter()
+                .filter(|f| f["op"] == 1)
+                .collect();
+            (beats.len() >= 3).then_some(beats)
+        })
+        .await;
+    // Each carries the last sequence number (null only before READY).
+    assert!(
+        beats.iter().all(|b| b["d"].is_u64() || b["d"].is_null()),
+        "{beats:?}"
+    );
+    assert!(beats.last().is_some_and(|b| b["d"].is_u64()), "{beats:?}");
+    assert_eq!(h.fake.identifies(), 1);
+    assert!(
+        h.fake.resumes().is_empty(),
+        "acknowledged heartbeats keep the connection"
+    );
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn attachments_are_downloaded_without_the_token() {
+    let mut h = Harness::start().await;
+    let dm = h.fake.dm_channel(&alice());
+    let png = vec![0x89, b'P', b'N', b'G', 1, 2, 3];
+    h.fake
+        .post(dm, &alice(), "look")
+        .attach("chart.png", "image/png", png.clone())
+        .attach("notes.pdf", "application/pdf", b"%PDF-1.7".to_vec())
+        .send();
+    let (message, delivery) = h.next_message().await;
+    delivery.settle(Disposition::Accepted);
+    let kinds: Vec<(AttachmentKind, Option<&str>, &str, &[u8])> = message
+        .attachments
+        .iter()
+        .map(|a| {
+            (
+                a.kind,
+                a.name.as_deref(),
+                a.media_type.as_str(),
+                &a.data[..],
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (
+                AttachmentKind::Image,
+                Some("chart.png"),
+                "image/png",
+                &png[..]
+            ),
+            (
+                AttachmentKind::File,
+                Some("notes.pdf"),
+                "application/pdf",
+                &b"%PDF-1.7"[..]
+            ),
+        ]
+    );
+    let cdn: Vec<_> = h
+        .fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/attachments/"))
+        .collect();
+    assert_eq!(cdn.len(), 2);
+    assert!(cdn.iter().all(|r| r.header("authorization").is_none()));
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn an_invalid_token_is_reported_as_unauthorized() {
+    let fake = FakeDiscord::start().await;
+    let adapter = DiscordAdapter::new(&config(&fake, "not-the-token")).unwrap();
+    let (sink, _rx) = flynn_channels::Inbound::detached("discord");
+    let outcome = tokio::time::timeout(WAIT, adapter.connect(sink, CancellationToken::new()))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&outcome, Err(ChannelError::Unauthorized { detail, .. }) if detail.contains("4004")),
+        "{outcome:?}"
+    );
+    // REST says the same with 401.
+    let dm = fake.dm_channel(&alice());
+    let sent = adapter.send(&target(dm, ChatKind::Direct), "hi", &[]).await;
+    assert!(
+        matches!(sent, Err(ChannelError::Unauthorized { .. })),
+        "{sent:?}"
+    );
+    assert_eq!(fake.violations(), Vec::<String>::new());
+
+    // The registry shows it as refused credentials.
+    let (registry, _deliveries) = Registry::new(Backoff::default());
+    registry
+        .start(Arc::new(
+            DiscordAdapter::new(&config(&fake, "still-wrong")).unwrap(),
+        ))
+        .await;
+    let status = fake_wait(|| {
+        registry
+            .status()
+            .into_iter()
+            .find(|s| s.state == ChannelState::Retrying)
+    })
+    .await;
+    assert!(status.unauthorized, "{status:?}");
+    registry.shutdown().await;
+}
+
+#[tokio::test]
+async fn missing_message_content_intent_says_what_to_switch_on() {
+    let fake = FakeDiscord::start_with(FakeDiscordOptions {
+        privileged_intents: 0,
+        ..FakeDiscordOptions::default()
+    })
+    .await;
+    let adapter = DiscordAdapter::new(&config(&fake, &fake.token())).unwrap();
+    let (sink, _rx) = flynn_channels::Inbound::detached("discord");
+    let outcome = tokio::time::timeout(WAIT, adapter.connect(sink, CancellationToken::new()))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&outcome, Err(ChannelError::Rejected { detail, .. }) if detail.contains("4014") && detail.contains("Message Content Intent")),
+        "{outcome:?}"
+    );
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_registry_reports_the_bot_by_name() {
+    let fake = FakeDiscord::start().await;
+    let (registry, _deliveries) = Registry::new(Backoff::default());
+    registry
+        .start(Arc::new(
+            DiscordAdapter::new(&config(&fake, &fake.token())).unwrap(),
+        ))
+        .await;
+    let status = fake_wait(|| {
+        registry
+            .status()
+            .into_iter()
+            .find(|s| s.state == ChannelState::Connected)
+    })
+    .await;
+    assert_eq!(status.detail.as_deref(), Some("flynn-test"));
+    registry.shutdown().await;
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn bad_targets_and_config_are_refused_before_any_request() {
+    let fake = FakeDiscord::start().await;
+    let adapter = DiscordAdapter::new(&config(&fake, &fake.token())).unwrap();
+    let sent = adapter
+        .send(
+            &Target {
+                conversation: Conversation::direct("../../users/@me"),
+                reply: None,
+            },
+            "hi",
+            &[],
+        )
+        .await;
+    assert!(
+        matches!(sent, Err(ChannelError::Rejected { .. })),
+        "{sent:?}"
+    );
+    let unknown = adapter.send(&target(42, ChatKind::Group), "hi", &[]).await;
+    assert!(
+        matches!(&unknown, Err(ChannelError::Rejected { detail, .. }) if detail.contains("Unknown Channel (code 10003)")),
+        "{unknown:?}"
+    );
+    // The fake flags the unknown channel: Discord would have refused it.
+    assert_eq!(fake.violations().len(), 1);
+    assert!(fake.requests().iter().all(|r| !r.path.contains("..")));
+    let action = Action {
+        id: "1".into(),
+        conversation: Conversation::direct("1"),
+        sender: Sender {
+            id: "2".into(),
+            name: None,
+        },
+        data: "y:1".into(),
+        message: None,
+        reply: None,
+    };
+    assert!(adapter.answer_action(&action, "").await.is_err());
+
+    let mut bad = config(&fake, "");
+    assert!(matches!(
+        DiscordAdapter::new(&bad),
+        Err(ChannelError::Unauthorized { .. })
+    ));
+    bad = config(&fake, "token");
+    bad.gateway_url = Some("http://example.com".into());
+    assert!(matches!(
+        DiscordAdapter::new(&bad),
+        Err(ChannelError::Rejected { .. })
+    ));
+}
+
+/// Polls a registry's status (it has no change signal) until `check`
+/// finds what it wants.
+async fn fake_wait<T>(mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting on the registry"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
