@@ -348,6 +348,8 @@ const TURN_ADDED_MS: f64 = 2.0;
 const CONCURRENT_P99_MS: f64 = 10.0;
 const CONCURRENT_RSS_MB: f64 = 200.0;
 const REMOTE_SEND_MS: f64 = 10.0;
+/// Four chat adapters connected may add at most this to the idle RSS.
+const CHANNELS_RSS_MB: f64 = 4.0;
 
 /// The daemon as a process (`bins/flynn/benches/daemon.rs`): memory,
 /// start-up, latency through the gateway and under many connections.
@@ -439,6 +441,28 @@ fn render_daemon(daemon: &Value, process: &Value) -> String {
         int(&concurrent["connections"]) * int(&concurrent["turns_per_connection"]),
         verdict(errors == 0),
     );
+
+    let channels = &daemon["channels"];
+    if channels.is_object() {
+        let without = mb(&channels["rss_without_kib"]);
+        let with = mb(&channels["rss_with_kib"]);
+        let _ = writeln!(
+            md,
+            "| Idle RSS with Telegram, Discord, Slack and WhatsApp connected to their fakes | ≤ idle + {CHANNELS_RSS_MB} MB | {with:.1} MB against {without:.1} MB without channels ({:+.1} MB; all connected {:.0} ms after start-up) | {} |",
+            with - without,
+            num(&channels["connected_ms"]),
+            verdict(with - without <= CHANNELS_RSS_MB),
+        );
+        let _ = writeln!(
+            md,
+            "| Inbound to model request: a signed WhatsApp webhook against a gateway `agent.send` (median of {}) | — | {:.2} ms against {:.2} ms: the channel layer adds {:.2} ms (p99 {:.2} ms) | — |",
+            int(&channels["turns"]),
+            num(&channels["webhook_to_model"]["median_ms"]),
+            num(&channels["gateway_to_model"]["median_ms"]),
+            num(&channels["added"]["median_ms"]),
+            num(&channels["added"]["p99_ms"]),
+        );
+    }
 
     let remote = num(&send["time"]["median_ms"]);
     let _ = writeln!(

@@ -42,6 +42,9 @@ fn main() -> ExitCode {
         }
     };
     init_logging(args.log_format);
+    // One crypto provider for every TLS user (model providers, the chat
+    // platforms), whatever else the dependency tree enables.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

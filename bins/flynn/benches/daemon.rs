@@ -14,7 +14,7 @@
 //! cases (start-up, `flynn send`; default 100); `FLYNN_BENCH_QUICK=1`
 //! shrinks every case, for development; `FLYNN_BENCH_ONLY=soak,turn`
 //! runs only the cases named (`idle`, `startup`, `soak`, `turn`,
-//! `concurrent`, `send`); `FLYNN_BENCH_CONNECTIONS` sets the connections
+//! `concurrent`, `channels`, `send`); `FLYNN_BENCH_CONNECTIONS` sets the connections
 //! of the `concurrent` case (default 1,000).
 
 use std::collections::VecDeque;
@@ -32,7 +32,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use jsonrpsee::core::client::{Subscription, SubscriptionClientT};
+use jsonrpsee::core::client::{ClientT, Subscription, SubscriptionClientT};
 use jsonrpsee::core::params::ObjectParams;
 use jsonrpsee::ws_client::{HeaderMap, WsClient, WsClientBuilder};
 use serde_json::{Value, json};
@@ -168,6 +168,10 @@ fn main() -> Result<()> {
             "concurrent".into(),
             concurrent(&runtime, &plan, &slow, open_files)?,
         );
+    }
+    if wanted("channels") {
+        progress("the chat channels: idle memory with four adapters, inbound-to-model latency");
+        report.insert("channels".into(), channels(&runtime, &plan, &instant)?);
     }
     if wanted("send") {
         progress(&format!("`flynn send --gateway`, {} runs", plan.runs));
@@ -390,6 +394,163 @@ fn latency(runtime: &Runtime, plan: &Plan, model: &FakeModel) -> Result<Value> {
     }))
 }
 
+/// Case 7: the chat channels. Idle memory of a daemon with Telegram,
+/// Discord, Slack and WhatsApp connected to their fakes, against the same
+/// daemon without channels; then the time from a WhatsApp webhook post to
+/// the model's request, against the time from a gateway `agent.send` to
+/// the model's request (what the channel layer adds: the webhook's
+/// signature check, parsing, access checks, the store's duplicate check).
+fn channels(runtime: &Runtime, plan: &Plan, model: &FakeModel) -> Result<Value> {
+    use flynn_testkit::discord::FakeDiscord;
+    use flynn_testkit::slack::{self, FakeSlack};
+    use flynn_testkit::telegram::{self, FakeTelegram};
+    use flynn_testkit::whatsapp::{self as wa, FakeWhatsApp, Signing};
+
+    const NUMBER: &str = "15551234567";
+    let (tg, dc, sl, whatsapp) = runtime.block_on(async {
+        (
+            FakeTelegram::start().await,
+            FakeDiscord::start().await,
+            FakeSlack::start().await,
+            FakeWhatsApp::start().await,
+        )
+    });
+    let open = "    dm_policy: open\n    rate_limit: {messages: 0}\n";
+    let extra = format!(
+        "channels:\n  telegram:\n    bot_token: \"{}\"\n    api_url: {}\n{open}  discord:\n    bot_token: \"{}\"\n    api_url: {}\n    gateway_url: {}\n{open}  slack:\n    bot_token: {}\n    app_token: {}\n    api_url: {}\n{open}  whatsapp:\n    access_token: {}\n    phone_number_id: \"{}\"\n    app_secret: {}\n    verify_token: {}\n    api_url: {}\n{open}",
+        telegram::TOKEN,
+        tg.api_url(),
+        flynn_testkit::discord::TOKEN,
+        dc.api_url(),
+        dc.gateway_url(),
+        slack::BOT_TOKEN,
+        slack::APP_TOKEN,
+        sl.api_url(),
+        wa::ACCESS_TOKEN,
+        wa::PHONE_NUMBER_ID,
+        wa::APP_SECRET,
+        wa::VERIFY_TOKEN,
+        whatsapp.base_url(),
+    );
+
+    // Idle, without and with the channels, each read 2 s after start-up
+    // (with channels: after all four said they are connected).
+    let plain = Scratch::with_config(model, Some(""))?;
+    let daemon = Daemon::start(plain.start_command())?;
+    std::thread::sleep(Duration::from_secs(2));
+    let without = daemon.memory()?;
+    daemon.stop()?;
+
+    let scratch = Scratch::with_config(model, Some(&extra))?;
+    let daemon = Daemon::start(scratch.start_command())?;
+    let addr = daemon.addr()?;
+    let (connected_after, with, measured) = runtime.block_on(async {
+        let client = connect(addr).await?;
+        let started = Instant::now();
+        loop {
+            let status: Value = client
+                .request("channels.status", ObjectParams::new())
+                .await
+                .context("channels.status")?;
+            let states: Vec<(String, String)> = status
+                .as_array()
+                .map(|all| {
+                    all.iter()
+                        .map(|c| {
+                            (
+                                c["name"].as_str().unwrap_or_default().to_owned(),
+                                c["state"].as_str().unwrap_or_default().to_owned(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            if states.iter().filter(|(_, s)| s == "connected").count() == 5 {
+                break;
+            }
+            ensure!(
+                started.elapsed() < PROCESS_TIMEOUT,
+                "the channels did not all connect within {PROCESS_TIMEOUT:?}: {states:?}; the daemon's log:\n{}",
+                daemon.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let connected_after = started.elapsed();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let with = daemon.memory()?;
+
+        // Inbound to the model's request: a WhatsApp webhook, and the
+        // gateway, one after the other, each turn waited for.
+        let hook = format!("http://{addr}/channels/whatsapp/webhook");
+        whatsapp.customer_wrote(NUMBER);
+        model.record(true);
+        let mut measured = Vec::new();
+        let turns = WARMUP * 2 + plan.latency_turns.min(200);
+        for i in 0..turns {
+            let answered = whatsapp.sent().len();
+            model.take_arrivals();
+            model.take_bodies();
+            let message = whatsapp.text_message(NUMBER, "Bench", &format!("hi {i}"));
+            let posted = Instant::now();
+            let answer = whatsapp.post(&hook, &message, Signing::AppSecret).await;
+            ensure!(answer.status == 200, "the webhook answered {answer:?}");
+            let arrived = wait_arrival(model).await?;
+            let channel = arrived.saturating_duration_since(posted);
+            let deadline = Instant::now() + TURN_TIMEOUT;
+            while whatsapp.sent().len() <= answered {
+                ensure!(Instant::now() < deadline, "the WhatsApp answer never came");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+
+            model.take_arrivals();
+            let sent = Instant::now();
+            turn(&client, "bench:channels").await?;
+            let arrived = lock(&model.state.arrivals).first().copied();
+            let gateway = arrived
+                .context("a gateway turn completed without calling the model")?
+                .saturating_duration_since(sent);
+            if i >= WARMUP * 2 {
+                measured.push((channel, gateway));
+            }
+        }
+        model.record(false);
+        anyhow::Ok((connected_after, with, measured))
+    })?;
+    let problems = daemon.stop()?.problems;
+    ensure!(
+        whatsapp.violations().is_empty(),
+        "the WhatsApp fake saw violations: {:?}",
+        whatsapp.violations()
+    );
+    let mut channel: Vec<f64> = measured.iter().map(|(c, _)| ms(*c)).collect();
+    let mut gateway: Vec<f64> = measured.iter().map(|(_, g)| ms(*g)).collect();
+    let mut added: Vec<f64> = measured.iter().map(|(c, g)| ms(*c) - ms(*g)).collect();
+    Ok(json!({
+        "rss_without_kib": without.rss_kib,
+        "rss_with_kib": with.rss_kib,
+        "anon_with_kib": with.anon_kib,
+        "threads_with": with.threads,
+        "connected_ms": ms(connected_after),
+        "turns": measured.len(),
+        "webhook_to_model": summary(&mut channel),
+        "gateway_to_model": summary(&mut gateway),
+        "added": summary(&mut added),
+        "log_problems": problems,
+    }))
+}
+
+/// Waits for the fake model's next recorded request; when it arrived.
+async fn wait_arrival(model: &FakeModel) -> Result<Instant> {
+    let deadline = Instant::now() + TURN_TIMEOUT;
+    loop {
+        if let Some(at) = lock(&model.state.arrivals).first().copied() {
+            return Ok(at);
+        }
+        ensure!(Instant::now() < deadline, "the model was never called");
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+}
+
 /// Case 5: many WebSocket sessions at once, each sending turns back to
 /// back to a model that takes `plan.slow_model` to answer.
 fn concurrent(
@@ -552,12 +713,18 @@ struct Scratch {
 
 impl Scratch {
     fn new(model: &FakeModel, unlimited: bool) -> Result<Scratch> {
+        Scratch::with_config(model, unlimited.then_some(""))
+    }
+
+    /// A scratch home whose config file (when `extra` is given) has the
+    /// fake model, no gateway rate limit, and `extra` appended.
+    fn with_config(model: &FakeModel, extra: Option<&str>) -> Result<Scratch> {
         let dir = tempfile::tempdir().context("creating a scratch FLYNN_HOME")?;
         let model_url = model.base_url();
-        let config = if unlimited {
+        let config = if let Some(extra) = extra {
             let path = dir.path().join("flynn.yaml");
             let text = format!(
-                "providers:\n  openai: {{ kind: openai-compatible, base_url: \"{model_url}\", api_key: \"{API_KEY}\" }}\nmodels:\n  tiers:\n    default: [openai/gpt-4o-mini]\ngateway:\n  rate_limit_per_minute: 1000000\n"
+                "providers:\n  openai: {{ kind: openai-compatible, base_url: \"{model_url}\", api_key: \"{API_KEY}\" }}\nmodels:\n  tiers:\n    default: [openai/gpt-4o-mini]\ngateway:\n  rate_limit_per_minute: 1000000\n{extra}"
             );
             std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
             Some(path)
@@ -1133,6 +1300,8 @@ struct FakeState {
     unexpected: AtomicUsize,
     recording: AtomicBool,
     bodies: Mutex<Vec<Bytes>>,
+    /// When each recorded request arrived.
+    arrivals: Mutex<Vec<Instant>>,
 }
 
 impl FakeModel {
@@ -1179,11 +1348,17 @@ impl FakeModel {
     fn take_bodies(&self) -> Vec<Bytes> {
         std::mem::take(&mut *lock(&self.state.bodies))
     }
+
+    /// When the requests kept since the last call arrived.
+    fn take_arrivals(&self) -> Vec<Instant> {
+        std::mem::take(&mut *lock(&self.state.arrivals))
+    }
 }
 
 async fn complete(State(state): State<Arc<FakeState>>, body: Bytes) -> Response {
     state.requests.fetch_add(1, Ordering::Relaxed);
     if state.recording.load(Ordering::Relaxed) {
+        lock(&state.arrivals).push(Instant::now());
         lock(&state.bodies).push(body.clone());
     }
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);

@@ -14,7 +14,11 @@
 //!   (`flynn_sessions::pairing`).
 //!
 //! Adapters, each behind its cargo feature: `telegram`, `discord`,
-//! `slack`, `whatsapp`.
+//! `slack`, `whatsapp`. The Discord gateway and Slack's Socket Mode build
+//! their TLS connections from the process-wide rustls `CryptoProvider`:
+//! a program that enables more than one provider must install one first
+//! (`rustls::crypto::aws_lc_rs::default_provider().install_default()`),
+//! as Flynn's binaries do.
 
 pub mod adapter;
 pub mod chunk;

@@ -24,6 +24,9 @@ use tokio_util::sync::CancellationToken;
 const WAIT: Duration = Duration::from_secs(10);
 
 fn config(fake: &FakeDiscord, token: &str) -> DiscordConfig {
+    // The gateway's TLS connector takes the process's crypto provider, as
+    // in the binaries (which install this one).
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     serde_json::from_value(json!({
         "bot_token": token,
         "api_url": fake.api_url(),

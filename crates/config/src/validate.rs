@@ -633,80 +633,6 @@ pub(crate) fn is_http_url(url: &str) -> bool {
         && port.is_none_or(|port| !port.is_empty() && port.chars().all(|c| c.is_ascii_digit()))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sessions_urls_are_sqlite_with_a_path() {
-        for url in [
-            "sqlite:///var/lib/flynn/sessions.db",
-            "sqlite://sessions.db",
-            "SQLite://data/sessions.db?mode=rwc",
-        ] {
-            assert_eq!(sessions_url_problem(url), None, "{url}");
-        }
-        let invalid = |scheme: Option<&str>| {
-            Some(Problem::InvalidSessionsUrl {
-                scheme: scheme.map(str::to_owned),
-            })
-        };
-        for (url, problem) in [
-            ("sqlite://", invalid(Some("sqlite"))),
-            ("sqlite:///", invalid(Some("sqlite"))),
-            ("sqlite:sessions.db", invalid(Some("sqlite"))),
-            ("sqlite://?mode=rwc", invalid(Some("sqlite"))),
-            ("mysql://localhost/flynn", invalid(Some("mysql"))),
-            ("/var/lib/flynn/sessions.db", invalid(None)),
-            ("C:\\flynn\\sessions.db", invalid(None)),
-            ("", invalid(None)),
-            (
-                "postgres://flynn:secret@localhost/flynn",
-                Some(Problem::PostgresUnavailable),
-            ),
-            ("PostgreSQL://localhost", Some(Problem::PostgresUnavailable)),
-        ] {
-            assert_eq!(sessions_url_problem(url), problem, "{url}");
-        }
-    }
-
-    #[test]
-    fn agent_names_are_letters_digits_dashes_and_underscores() {
-        for name in ["main", "coder-2", "home_assistant", "A"] {
-            assert!(is_agent_name(name), "{name}");
-        }
-        for name in ["", "my agent", "coder/2", "héllo", "a.b"] {
-            assert!(!is_agent_name(name), "{name}");
-        }
-    }
-
-    #[test]
-    fn http_urls_need_a_scheme_and_a_host() {
-        for url in [
-            "http://127.0.0.1:8080/v1",
-            "https://api.openai.com/v1",
-            "HTTPS://Example.org",
-            "http://[::1]:11434/v1",
-            "http://user:pw@host:1/x?y#z",
-            "http://localhost",
-        ] {
-            assert!(is_http_url(url), "{url}");
-        }
-        for url in [
-            "localhost:8080",
-            "ftp://example.org",
-            "http://",
-            "http:///v1",
-            "http://host:port/v1",
-            "http://host:/v1",
-            "http://exa mple.org",
-            "http://[::1",
-        ] {
-            assert!(!is_http_url(url), "{url}");
-        }
-    }
-}
-
 /// Settings a channel cannot work without, named with what to set.
 fn check_channels(channels: &ChannelsConfig, report: &mut impl FnMut(KeyPath, Problem)) {
     let mut need = |path: KeyPath, ok: bool, message: &str| {
@@ -805,6 +731,80 @@ fn check_channels(channels: &ChannelsConfig, report: &mut impl FnMut(KeyPath, Pr
             ),
         ] {
             need(at.key(key), set(value), &format!("empty: set it to {what}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_urls_are_sqlite_with_a_path() {
+        for url in [
+            "sqlite:///var/lib/flynn/sessions.db",
+            "sqlite://sessions.db",
+            "SQLite://data/sessions.db?mode=rwc",
+        ] {
+            assert_eq!(sessions_url_problem(url), None, "{url}");
+        }
+        let invalid = |scheme: Option<&str>| {
+            Some(Problem::InvalidSessionsUrl {
+                scheme: scheme.map(str::to_owned),
+            })
+        };
+        for (url, problem) in [
+            ("sqlite://", invalid(Some("sqlite"))),
+            ("sqlite:///", invalid(Some("sqlite"))),
+            ("sqlite:sessions.db", invalid(Some("sqlite"))),
+            ("sqlite://?mode=rwc", invalid(Some("sqlite"))),
+            ("mysql://localhost/flynn", invalid(Some("mysql"))),
+            ("/var/lib/flynn/sessions.db", invalid(None)),
+            ("C:\\flynn\\sessions.db", invalid(None)),
+            ("", invalid(None)),
+            (
+                "postgres://flynn:secret@localhost/flynn",
+                Some(Problem::PostgresUnavailable),
+            ),
+            ("PostgreSQL://localhost", Some(Problem::PostgresUnavailable)),
+        ] {
+            assert_eq!(sessions_url_problem(url), problem, "{url}");
+        }
+    }
+
+    #[test]
+    fn agent_names_are_letters_digits_dashes_and_underscores() {
+        for name in ["main", "coder-2", "home_assistant", "A"] {
+            assert!(is_agent_name(name), "{name}");
+        }
+        for name in ["", "my agent", "coder/2", "héllo", "a.b"] {
+            assert!(!is_agent_name(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn http_urls_need_a_scheme_and_a_host() {
+        for url in [
+            "http://127.0.0.1:8080/v1",
+            "https://api.openai.com/v1",
+            "HTTPS://Example.org",
+            "http://[::1]:11434/v1",
+            "http://user:pw@host:1/x?y#z",
+            "http://localhost",
+        ] {
+            assert!(is_http_url(url), "{url}");
+        }
+        for url in [
+            "localhost:8080",
+            "ftp://example.org",
+            "http://",
+            "http:///v1",
+            "http://host:port/v1",
+            "http://host:/v1",
+            "http://exa mple.org",
+            "http://[::1",
+        ] {
+            assert!(!is_http_url(url), "{url}");
         }
     }
 }

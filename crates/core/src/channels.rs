@@ -23,6 +23,15 @@ impl std::fmt::Debug for Built {
     }
 }
 
+#[cfg_attr(
+    all(
+        feature = "telegram",
+        feature = "discord",
+        feature = "slack",
+        feature = "whatsapp"
+    ),
+    expect(dead_code, reason = "every adapter is built in")
+)]
 fn not_built(name: &str) -> Built {
     Built::Unavailable(format!(
         "channels.{name} is configured, but this build of Flynn has no {name} support; rebuild with `--features {name}` (or the default features)"

@@ -1,18 +1,20 @@
-//! A chat channel through the real daemon: the owner configures WhatsApp,
-//! starts `flynn start`, a stranger writes and is paired, then talks to
-//! Flynn; `flynn doctor` reports the channel.
-#![cfg(feature = "whatsapp")]
+//! Chat channels through the real daemon (`flynn start`) and their fakes:
+//! WhatsApp with a stranger paired by the owner, Telegram with a
+//! confirmation answered by a button.
 
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "whatsapp")]
 use flynn_testkit::whatsapp::{self as wa, FakeWhatsApp, Signing};
 use flynn_testkit::{FakeOpenAi, Reply};
 
 use crate::daemon::Daemon;
 use crate::{Env, stderr, stdout};
 
+#[cfg(feature = "whatsapp")]
 const NUMBER: &str = "15551234567";
 
+#[cfg(feature = "whatsapp")]
 fn config(model: &FakeOpenAi, whatsapp: &FakeWhatsApp) -> String {
     format!(
         "version: 1
@@ -50,6 +52,7 @@ fn chats(model: &FakeOpenAi) -> usize {
         .count()
 }
 
+#[cfg(feature = "whatsapp")]
 /// Waits until the fake has sent `count` messages to `to`; returns them.
 async fn sent_to(fake: &FakeWhatsApp, to: &str, count: usize) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -68,6 +71,7 @@ async fn sent_to(fake: &FakeWhatsApp, to: &str, count: usize) -> Vec<String> {
     }
 }
 
+#[cfg(feature = "whatsapp")]
 #[tokio::test]
 async fn a_stranger_on_whatsapp_is_paired_then_answered_through_the_daemon() {
     let model = FakeOpenAi::start().await;
@@ -175,4 +179,115 @@ async fn a_stranger_on_whatsapp_is_paired_then_answered_through_the_daemon() {
         "{}",
         daemon.log()
     );
+}
+
+#[cfg(feature = "telegram")]
+#[tokio::test]
+async fn on_telegram_a_confirmation_is_approved_with_its_button_and_groups_need_a_mention() {
+    use flynn_testkit::telegram::{self as tg, FakeTelegram, Incoming, TgUser};
+    use serde_json::json;
+
+    let model = FakeOpenAi::start().await;
+    let telegram = FakeTelegram::start().await;
+    let env = Env::new();
+    let workspace = env.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let owner = TgUser::new(4242, "Owner");
+    let file = env.path().join("config.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "version: 1
+providers:
+  openai: {{kind: openai, base_url: {model}, api_key: sk-x}}
+models:
+  tiers:
+    default: [openai/gpt-4o-mini]
+tools:
+  workspace: {workspace}
+channels:
+  telegram:
+    bot_token: \"{token}\"
+    api_url: {api}
+    allow_from: [\"4242\"]
+",
+            model = model.base_url(),
+            workspace = workspace.display(),
+            token = tg::TOKEN,
+            api = telegram.api_url(),
+        ),
+    )
+    .unwrap();
+    let env = env.var("FLYNN_CONFIG", file.to_string_lossy());
+    let daemon = Daemon::start(&env);
+    let wait = |check: &dyn Fn(&FakeTelegram) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !check(&telegram) {
+            assert!(
+                Instant::now() < deadline,
+                "timed out; sent: {:#?}\n{}",
+                telegram.sent(),
+                daemon.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    // In a group, a message without a mention is not for Flynn.
+    telegram.push(Incoming::group(-100777, "Team", &owner, "lunch at noon?"));
+    model.push(Reply::ToolCalls(vec![(
+        "file_write".into(),
+        json!({"path": "note.txt", "content": "from telegram"}),
+    )]));
+    model.push(Reply::Text("Wrote **note.txt**.".into()));
+    telegram.push(Incoming::private(&owner, "write a note"));
+    wait(&|t| t.sent().iter().any(|m| !m.keyboard.is_empty()));
+    let ask = telegram
+        .sent()
+        .into_iter()
+        .find(|m| !m.keyboard.is_empty())
+        .unwrap();
+    assert_eq!(ask.chat_id, 4242);
+    assert!(
+        ask.plain.contains("file.write") && ask.plain.contains("note.txt"),
+        "{}",
+        ask.plain
+    );
+    let labels: Vec<&str> = ask.keyboard[0].iter().map(|b| b.text.as_str()).collect();
+    assert_eq!(labels, ["Approve", "Deny"]);
+    assert!(
+        !workspace.join("note.txt").exists(),
+        "nothing runs before the press"
+    );
+    let approve = ask.keyboard[0][0].callback_data.clone().unwrap();
+    telegram.push_callback(&owner, ask.message_id, &approve);
+
+    wait(&|t| t.sent().iter().any(|m| m.plain == "Wrote note.txt."));
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("note.txt")).unwrap(),
+        "from telegram"
+    );
+    let ask = telegram.message(ask.message_id).unwrap();
+    assert!(
+        ask.keyboard.is_empty(),
+        "the buttons are gone once answered"
+    );
+    assert!(ask.plain.contains("Approved by"), "{}", ask.plain);
+    assert!(
+        telegram
+            .callback_answers()
+            .iter()
+            .any(|a| a.text.as_deref() == Some("Approved"))
+    );
+    let answer = telegram
+        .sent()
+        .into_iter()
+        .find(|m| m.plain == "Wrote note.txt.")
+        .unwrap();
+    assert_eq!(answer.text, "Wrote <b>note.txt</b>.");
+    // Two model calls: the tool call and the answer; the group message
+    // never reached the model.
+    assert_eq!(chats(&model), 2);
+    assert!(telegram.sent().iter().all(|m| m.chat_id == 4242));
+    assert_eq!(telegram.violations(), Vec::<String>::new());
 }
