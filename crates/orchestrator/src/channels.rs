@@ -324,16 +324,18 @@ impl ChannelRouter {
                 "pairing requested: approve with `flynn pairing approve {channel} {}`",
                 ticket.code
             );
+            // Said once: later messages while the code waits get
+            // nothing (the code is in the chat already).
+            self.say(
+                adapter,
+                target,
+                format!(
+                    "I don't know you yet, so I can't answer. If you know my owner, give them this code:\n\n`{code}`\n\nThey approve it with `flynn pairing approve {channel} {code}`. The code expires in {mins} minutes.",
+                    code = ticket.code,
+                    mins = CODE_TTL_MS / 60_000,
+                ),
+            );
         }
-        self.say(
-            adapter,
-            target,
-            format!(
-                "I don't know you yet, so I can't answer. If you know my owner, give them this code:\n\n`{code}`\n\nThey approve it with `flynn pairing approve {channel} {code}`. The code expires in {mins} minutes.",
-                code = ticket.code,
-                mins = CODE_TTL_MS / 60_000,
-            ),
-        );
         Disposition::Ignored(format!("sender {} waits for pairing", message.sender.id))
     }
 

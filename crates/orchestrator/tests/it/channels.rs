@@ -326,6 +326,13 @@ async fn an_unknown_sender_is_paired_and_then_answered() {
         "{told}"
     );
     assert!(model.requests().is_empty(), "nothing reached the model");
+    // Writing again while the code waits: no second code.
+    assert!(matches!(
+        adapter.deliver(dm("p1b", "99", "hello?")).await,
+        Disposition::Ignored(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(sent_texts(&adapter.out()).len(), 1);
 
     let approved = h
         .store
