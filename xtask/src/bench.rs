@@ -47,7 +47,15 @@ pub fn run(args: &[String]) -> Result<()> {
     let daemon_out =
         std::env::temp_dir().join(format!("flynn-bench-daemon-{}.json", std::process::id()));
     let status = Command::new(&cargo)
-        .args(["bench", "-p", "flynn", "--bench", "daemon"])
+        .args([
+            "bench",
+            "-p",
+            "flynn",
+            "--features",
+            "channels",
+            "--bench",
+            "daemon",
+        ])
         .env("FLYNN_BENCH_DAEMON_OUT", &daemon_out)
         .env("FLYNN_BENCH_RUNS", runs.to_string())
         .current_dir(&root)
@@ -367,7 +375,7 @@ fn render_daemon(daemon: &Value, process: &Value) -> String {
         &daemon["send"],
     );
     let mut md = String::from(
-        "\n## The daemon\n\nThe daemon is `flynn start` as a process: the start-up, gateway and shutdown code of\n`flynn-daemon`, on the CLI's single-threaded tokio runtime (`flynn-daemon` uses a multi-threaded\none). Each case starts it afresh with a scratch `FLYNN_HOME`; the bench drives it over WebSockets\n(JSON-RPC `agent.send`) and reads its memory from `/proc`. The model is a fake OpenAI-compatible\nserver in the bench process that answers every request with the same short streamed answer, at\nonce or after a fixed delay. The daemon, the bench's clients and the fake share the machine's cores.\nThe cases that send many turns run with a config file that lifts `gateway.rate_limit_per_minute`\n(every bench client is one token from 127.0.0.1).\n\n| case | target | result | verdict |\n|---|---|---|---|\n",
+        "\n## The daemon\n\nThe daemon is `flynn start` as a process: the start-up, gateway and shutdown code of\n`flynn-daemon`, on the CLI's single-threaded tokio runtime (`flynn-daemon` uses a multi-threaded\none). Each case starts it afresh with a scratch `FLYNN_HOME`; the bench drives it over WebSockets\n(JSON-RPC `agent.send`) and reads its memory from `/proc`. The model is a fake OpenAI-compatible\nserver in the bench process that answers every request with the same short streamed answer, at\nonce or after a fixed delay. The daemon, the bench's clients and the fake share the machine's cores.\nThe cases that send many turns run with a config file that lifts `gateway.rate_limit_per_minute`\n(every bench client is one token from 127.0.0.1). The binary is built with `--features channels`.\n\n| case | target | result | verdict |\n|---|---|---|---|\n",
     );
 
     let rss = mb(&idle["rss_kib"]);

@@ -169,7 +169,7 @@ fn main() -> Result<()> {
             concurrent(&runtime, &plan, &slow, open_files)?,
         );
     }
-    if wanted("channels") {
+    if wanted("channels") && cfg!(feature = "channels") {
         progress("the chat channels: idle memory with four adapters, inbound-to-model latency");
         report.insert("channels".into(), channels(&runtime, &plan, &instant)?);
     }

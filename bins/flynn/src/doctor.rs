@@ -146,7 +146,9 @@ fn channel_lines(config: &FlynnConfig, live: Option<Vec<ChannelInfo>>) -> Vec<Ch
                 lines.push(Check::fail(
                     "channel",
                     format!("{name}: configured, but this build of Flynn has no {name} support"),
-                    format!("install a build with the `{name}` feature (the default features include every channel)"),
+                    format!(
+                        "rebuild with it: `cargo install --path bins/flynn-daemon --features {name}` (`channels` for all four; the same for bins/flynn)"
+                    ),
                 ));
             } else if live.is_some() {
                 lines.push(Check::warn(

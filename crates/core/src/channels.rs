@@ -34,7 +34,7 @@ impl std::fmt::Debug for Built {
 )]
 fn not_built(name: &str) -> Built {
     Built::Unavailable(format!(
-        "channels.{name} is configured, but this build of Flynn has no {name} support; rebuild with `--features {name}` (or the default features)"
+        "channels.{name} is configured, but this build of Flynn has no {name} support; rebuild with `--features channels` (or `--features {name}`), e.g. `cargo install --path bins/flynn-daemon --features channels`"
     ))
 }
 

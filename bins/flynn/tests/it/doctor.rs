@@ -222,3 +222,61 @@ async fn a_server_without_a_model_list_is_a_warning_not_a_failure() {
         "{provider:?}"
     );
 }
+
+/// A channel in the config that this build cannot run is a failure that
+/// says how to get one that can; without a daemon, a channel this build
+/// has is only checked when the daemon runs.
+#[tokio::test]
+async fn a_configured_channel_is_checked_against_what_this_build_has() {
+    let fake = FakeOpenAi::start().await;
+    let env = Env::new();
+    let config = env.path().join("flynn.yaml");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    std::fs::write(
+        &config,
+        format!(
+            "providers:\n  good: {{ kind: openai, base_url: \"{}\", api_key: sk-x }}\n\
+             models:\n  tiers:\n    default: [good/gpt-4o-mini]\n\
+             gateway:\n  bind: 127.0.0.1:{port}\n\
+             channels:\n  telegram:\n    bot_token: \"1:x\"\n  slack:\n    bot_token: xoxb-1\n    app_token: xapp-1\n    enabled: false\n",
+            fake.base_url()
+        ),
+    )
+    .unwrap();
+    let output = env.run(&["doctor", "--json", "--config", config.to_str().unwrap()]);
+    let channels: Vec<(String, String, String)> = verdicts(&output)
+        .into_iter()
+        .filter(|(check, _, _)| check == "channel")
+        .collect();
+    let telegram = if cfg!(feature = "telegram") {
+        (
+            "ok",
+            "telegram: configured; its connection is checked while the daemon runs",
+        )
+    } else {
+        (
+            "fail",
+            "telegram: configured, but this build of Flynn has no telegram support",
+        )
+    };
+    assert_eq!(
+        channels
+            .iter()
+            .map(|(_, s, m)| (s.as_str(), m.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            telegram,
+            ("ok", "slack: turned off (channels.slack.enabled)")
+        ]
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(if cfg!(feature = "telegram") { 0 } else { 1 }),
+        "{}",
+        stdout(&output)
+    );
+}
