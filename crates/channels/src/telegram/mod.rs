@@ -159,8 +159,9 @@ fn from_response(response: &ErrorResponse) -> ChannelError {
 fn api_error(error: frankenstein::Error) -> ChannelError {
     match error {
         frankenstein::Error::Api(response) => from_response(&response),
-        // frankenstein strips the URL (and with it the token).
-        frankenstein::Error::HttpReqwest(e) => unavailable(e.to_string()),
+        // frankenstein strips the URL (and with it the token); the causes
+        // say what failed (refused, timed out, DNS).
+        frankenstein::Error::HttpReqwest(e) => unavailable(with_causes(&e)),
         // A proxy's HTML error page, or an answer cut short.
         frankenstein::Error::JsonDecode { source, input } => unavailable(format!(
             "unreadable answer ({source}): {}",
@@ -168,6 +169,22 @@ fn api_error(error: frankenstein::Error) -> ChannelError {
         )),
         other => rejected(other.to_string()),
     }
+}
+
+/// An error and its causes, one after the other (reqwest's own message
+/// is only "error sending request").
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let more = inner.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = inner.source();
+    }
+    text
 }
 
 /// Whether `given` is `secret`, in time independent of where they differ:
@@ -529,7 +546,10 @@ impl TelegramAdapter {
         let url = format!("{}/{}", self.file_base, path.trim_start_matches('/'));
         let failed = |e: reqwest::Error| {
             // Without the URL: it holds the token.
-            unavailable(format!("file download failed: {}", e.without_url()))
+            unavailable(format!(
+                "file download failed: {}",
+                with_causes(&e.without_url())
+            ))
         };
         let mut response = self.http.get(&url).send().await.map_err(failed)?;
         let status = response.status();
