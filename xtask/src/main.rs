@@ -27,8 +27,14 @@ fn ci() -> Result<()> {
     Ok(())
 }
 
-/// The workspace root (the parent of `xtask/`).
+/// The workspace root (the parent of `xtask/`). Read from the environment
+/// `cargo run` sets, so a binary built for another checkout sharing the
+/// target directory (CI keeps one cache for every clone, and cargo may
+/// reuse a binary it linked for another path) works on this one.
 pub fn project_root() -> std::path::PathBuf {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    dir.parent().unwrap_or(dir).to_path_buf()
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    dir.parent()
+        .map_or_else(|| dir.clone(), std::path::Path::to_path_buf)
 }
