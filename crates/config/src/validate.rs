@@ -1,11 +1,11 @@
 //! Checks that need the whole config: references between blocks, names, URLs,
 //! minimums, the schema version.
 
-use flynn_protocol::Tier;
 use flynn_protocol::config::{
-    CONFIG_VERSION, ChannelsConfig, EmbedderKind, FlynnConfig, MAIN_AGENT, ModelRef, ProviderKind,
-    SearchProvider, SlackMode, TelegramMode,
+    AutomationConfig, CONFIG_VERSION, ChannelsConfig, EmbedderKind, FlynnConfig, MAIN_AGENT,
+    ModelRef, ProviderKind, SearchProvider, SlackMode, TelegramMode,
 };
+use flynn_protocol::{SessionKey, Tier};
 
 use crate::document::{Document, KeyPath, Located, NodeKind};
 use crate::error::{Problem, did_you_mean};
@@ -103,6 +103,7 @@ pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located>
 
     check_agents(config, doc, &configured, &mut report);
     check_channels(&config.channels, &mut report);
+    check_automation(&config.automation, &mut report);
 
     if config.agents.max_iterations < 1 {
         report(
@@ -733,6 +734,114 @@ fn check_channels(channels: &ChannelsConfig, report: &mut impl FnMut(KeyPath, Pr
             need(at.key(key), set(value), &format!("empty: set it to {what}"));
         }
     }
+}
+
+/// The shape a cron expression must have, for messages.
+const CRON_SHAPE: &str = "5 fields `minute hour day-of-month month day-of-week` (`30 7 * * MON-FRI`) or 6 with seconds first (`0 30 7 * * *`)";
+
+/// Cron expressions, time zones, unique job names, session keys.
+fn check_automation(automation: &AutomationConfig, report: &mut impl FnMut(KeyPath, Problem)) {
+    let mut other = |path: KeyPath, message: String| report(path, Problem::Other { message });
+    let mut seen: Vec<&str> = Vec::new();
+    for (index, job) in automation.jobs.iter().enumerate() {
+        let at = KeyPath::keys(&["automation", "jobs"]).index(index);
+        if job.name.trim().is_empty() {
+            other(
+                at.key("name"),
+                "empty: give the job a name (cron.list and cron.remove use it)".to_owned(),
+            );
+        } else if seen.contains(&job.name.as_str()) {
+            other(
+                at.key("name"),
+                format!(
+                    "duplicate job name '{}': every job in automation.jobs needs its own name",
+                    job.name
+                ),
+            );
+        } else {
+            seen.push(&job.name);
+        }
+        if let Some(problem) = cron_problem(&job.schedule) {
+            other(at.key("schedule"), problem);
+        }
+        if let Some(problem) = timezone_problem(&job.timezone) {
+            other(at.key("timezone"), problem);
+        }
+        for (key, value) in [("session", &job.session), ("deliver_to", &job.deliver_to)] {
+            if let Some(value) = value
+                && let Err(error) = value.parse::<SessionKey>()
+            {
+                other(
+                    at.key(key),
+                    format!(
+                        "'{value}' is not a session key: {}, expected `<channel>:<peer>` (`telegram:123456789`)",
+                        error.reason
+                    ),
+                );
+            }
+        }
+    }
+    let heartbeat = &automation.heartbeat;
+    let at = KeyPath::keys(&["automation", "heartbeat"]);
+    if heartbeat.every_mins < 1 {
+        report(
+            at.key("every_mins"),
+            Problem::TooSmall {
+                value: heartbeat.every_mins.into(),
+                min: 1,
+            },
+        );
+    }
+    let mut other = |path: KeyPath, message: String| report(path, Problem::Other { message });
+    if let Some(problem) = timezone_problem(&heartbeat.timezone) {
+        other(at.key("timezone"), problem);
+    }
+    if let Some(value) = &heartbeat.deliver_to
+        && let Err(error) = value.parse::<SessionKey>()
+    {
+        other(
+            at.key("deliver_to"),
+            format!(
+                "'{value}' is not a session key: {}, expected `<channel>:<peer>` (`telegram:123456789`)",
+                error.reason
+            ),
+        );
+    }
+}
+
+/// What is wrong with a cron expression, read as `flynn-automation` reads
+/// it (5 or 6 fields, no year).
+fn cron_problem(expr: &str) -> Option<String> {
+    let fields = expr.split_whitespace().count();
+    if !(5..=6).contains(&fields) {
+        return Some(format!(
+            "invalid cron expression '{expr}': {fields} fields; expected {CRON_SHAPE}"
+        ));
+    }
+    let parser = croner::parser::CronParser::builder()
+        .seconds(croner::parser::Seconds::Optional)
+        .year(croner::parser::Year::Disallowed)
+        .build();
+    match parser.parse(expr) {
+        Ok(_) => None,
+        Err(error) => Some(format!(
+            "invalid cron expression '{expr}': {}; expected {CRON_SHAPE}",
+            error.to_string().trim_end_matches('.')
+        )),
+    }
+}
+
+/// What is wrong with an IANA time zone name.
+fn timezone_problem(name: &str) -> Option<String> {
+    if name.parse::<chrono_tz::Tz>().is_ok() {
+        return None;
+    }
+    let suggestion = did_you_mean(name, chrono_tz::TZ_VARIANTS.iter().map(|tz| tz.name()))
+        .map(|s| format!(" (did you mean '{s}'?)"))
+        .unwrap_or_default();
+    Some(format!(
+        "unknown time zone '{name}'{suggestion}, expected an IANA name such as `UTC`, `Europe/Berlin` or `America/New_York`"
+    ))
 }
 
 #[cfg(test)]

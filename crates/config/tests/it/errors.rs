@@ -19,7 +19,7 @@ fn unknown_key_suggests_the_closest_and_lists_the_valid_ones() {
     );
     assert_error(
         "version: 1\nmodel:\n  tiers: {}\n",
-        "config.yaml:2:1: model: unknown key 'model' (did you mean 'models'?), expected one of: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels",
+        "config.yaml:2:1: model: unknown key 'model' (did you mean 'models'?), expected one of: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels, automation",
     );
     assert_error(
         "models:\n  tiers:\n    fats: []\n",
@@ -71,7 +71,7 @@ fn wrong_type_says_what_was_found_and_what_was_expected() {
     );
     assert_error(
         "- version: 1\n",
-        "config.yaml:1:1: found a list, expected a mapping with keys from: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels",
+        "config.yaml:1:1: found a list, expected a mapping with keys from: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels, automation",
     );
 }
 
@@ -492,4 +492,43 @@ fn channels_say_which_setting_is_missing_and_where() {
         )
         .is_ok()
     );
+}
+
+#[test]
+fn automation_jobs_are_checked_at_their_keys() {
+    let job = |extra: &str| {
+        format!(
+            "automation:\n  jobs:\n    - name: brief\n      schedule: \"30 7 * * *\"\n      message: morning brief\n{extra}"
+        )
+    };
+    let shape = "expected 5 fields `minute hour day-of-month month day-of-week` (`30 7 * * MON-FRI`) or 6 with seconds first (`0 30 7 * * *`)";
+    assert_error(
+        "automation:\n  jobs:\n    - name: brief\n      schedule: \"30 7 * *\"\n      message: hi\n",
+        &format!(
+            "config.yaml:4:17: automation.jobs[0].schedule: invalid cron expression '30 7 * *': 4 fields; {shape}"
+        ),
+    );
+    assert_error(
+        "automation:\n  jobs:\n    - name: brief\n      schedule: \"61 7 * * *\"\n      message: hi\n",
+        &format!(
+            "config.yaml:4:17: automation.jobs[0].schedule: invalid cron expression '61 7 * * *': Component error: Number out of bounds; {shape}"
+        ),
+    );
+    assert_error(
+        &job("      timezone: Europe/Berln\n"),
+        "config.yaml:6:17: automation.jobs[0].timezone: unknown time zone 'Europe/Berln' (did you mean 'Europe/Berlin'?), expected an IANA name such as `UTC`, `Europe/Berlin` or `America/New_York`",
+    );
+    assert_error(
+        &job("      deliver_to: telegram\n"),
+        "config.yaml:6:19: automation.jobs[0].deliver_to: 'telegram' is not a session key: missing ':' between channel and peer, expected `<channel>:<peer>` (`telegram:123456789`)",
+    );
+    assert_error(
+        &job("    - name: brief\n      schedule: \"0 9 * * *\"\n      message: again\n"),
+        "config.yaml:6:13: automation.jobs[1].name: duplicate job name 'brief': every job in automation.jobs needs its own name",
+    );
+    assert_error(
+        "automation:\n  heartbeat:\n    every_mins: 0\n",
+        "config.yaml:3:17: automation.heartbeat.every_mins: 0 is too small, expected at least 1",
+    );
+    assert!(parse(&job("      timezone: America/New_York\n      deliver_to: \"telegram:123456789\"\n      missed: run_once\n")).is_ok());
 }
