@@ -24,6 +24,8 @@ pub enum Command {
     Start(StartArgs),
     /// List, show or reset conversations.
     Sessions(SessionsArgs),
+    /// The skills agents can use: list, show, install, remove.
+    Skills(SkillsArgs),
     /// Who may talk to Flynn on the chat channels: pairing codes from
     /// unknown senders, and the senders approved.
     Pairing(PairingArgs),
@@ -239,6 +241,37 @@ pub enum SessionsCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct SkillsArgs {
+    #[command(subcommand)]
+    pub command: SkillsCommand,
+    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SkillsCommand {
+    /// Every skill (bundled, installed, in the workspace), whether it can
+    /// run here and why not.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One skill: where it is, what it may do, its instructions.
+    Show { name: String },
+    /// Copy a skill (a directory with SKILL.md and manifest.json, or a
+    /// .tar.gz of one) into FLYNN_HOME/skills. Nothing in it is run.
+    Install {
+        from: PathBuf,
+        /// Replace an installed skill of the same name.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Delete an installed skill (bundled and workspace skills stay).
+    Remove { name: String },
 }
 
 #[derive(Debug, Args)]

@@ -36,6 +36,7 @@ mod remote;
 mod sandbox;
 mod send;
 mod sessions;
+mod skills;
 mod start;
 
 use std::process::ExitCode;
@@ -85,6 +86,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Start(args) => start::run(args).await,
         Command::Sessions(args) => sessions::run(args).await,
         Command::Pairing(args) => pairing::run(args).await,
+        Command::Skills(args) => skills::run(args),
         Command::Config(args) => config_cmd::run(args),
         Command::Usage(args) => sessions::usage(args).await,
         Command::Sandbox(args) => sandbox::run(args).await,

@@ -6,7 +6,7 @@ use flynn_memory::Memory;
 use flynn_models::{ModelRouter, PriceTable};
 use flynn_orchestrator::{
     Agents, DelegationSettings, EventStream, MemoryRuntime, PromptSlot, RuntimeParts,
-    SessionManager, Submitted, TurnRequest,
+    SessionManager, SkillsRuntime, Submitted, TurnRequest,
 };
 use flynn_protocol::config::FlynnConfig;
 use flynn_protocol::{AgentEvent, RunState, SessionKey, TurnOutcome};
@@ -122,11 +122,23 @@ impl FlynnBuilder {
             context_hits: usize::try_from(config.memory.context_hits).unwrap_or(usize::MAX),
         });
 
+        let workspace = match self.workspace.or_else(|| config.tools.workspace.clone()) {
+            Some(dir) => dir,
+            None => std::env::current_dir().map_err(|e| {
+                Error::Config(format!("cannot read the current directory for tools: {e}"))
+            })?,
+        };
+        // Skills: bundled, FLYNN_HOME/skills and <workspace>/skills.
+        let skills = SkillsRuntime::new(self.home.clone(), workspace.clone());
+
         let mut registry = flynn_tools::builtin::registry(&config.tools);
         if let Some(memory) = &memory {
             for tool in memory.tools() {
                 registry.register_dyn(tool);
             }
+        }
+        for tool in skills.tools() {
+            registry.register_dyn(tool);
         }
         for tool in self.tools {
             registry.register_dyn(tool);
@@ -176,13 +188,8 @@ impl FlynnBuilder {
             }
         }
 
-        let workspace = match self.workspace.or_else(|| config.tools.workspace.clone()) {
-            Some(dir) => dir,
-            None => std::env::current_dir().map_err(|e| {
-                Error::Config(format!("cannot read the current directory for tools: {e}"))
-            })?,
-        };
         let mut agents = Agents::from_config(&config.agents, &config.tools, &workspace)?;
+        agents.add_slot(skills.slot());
         if let Some(memory) = &memory {
             agents.add_slot(memory.slot());
         }

@@ -58,6 +58,7 @@ pub use flynn_sessions as sessions;
 pub use flynn_sessions::{
     Error as SessionsError, SessionInfo, SessionMeta, SessionStore, SqliteStore, StoredMessage,
 };
+pub use flynn_skills as skills;
 pub use flynn_tools as tools;
 pub use flynn_tools::{
     ApprovalRequest, ApproveAll, Approver, Decision, DenyAll, Tool, ToolContext, ToolError,

@@ -37,6 +37,7 @@ mod lane;
 pub mod memory;
 mod prompt;
 mod runtime;
+mod skills;
 mod turn;
 
 pub use agents::{AgentProfile, Agents};
@@ -52,4 +53,5 @@ pub use prompt::{
     DEFAULT_SYSTEM_PROMPT, PROMPT_FILE_LIMIT, PromptBuilder, PromptContext, PromptSlot,
 };
 pub use runtime::{RuntimeParts, SessionManager, Submitted, TurnHandle, TurnRequest};
+pub use skills::SkillsRuntime;
 pub use turn::TOOL_SUMMARY_PROMPT;

@@ -181,13 +181,14 @@ fn list_or_none(names: &[String]) -> String {
 fn profile_patterns(profile: ToolProfile) -> &'static [&'static str] {
     match profile {
         ToolProfile::Minimal => &["memory.*"],
-        ToolProfile::Messaging => &["memory.*", "web.*", "sessions.*", "agents.*"],
+        ToolProfile::Messaging => &["memory.*", "skills.*", "web.*", "sessions.*", "agents.*"],
         ToolProfile::Coding => &[
             "file.*",
             "shell.*",
             "process.*",
             "web.*",
             "memory.*",
+            "skills.*",
             "sessions.*",
             "agents.*",
         ],

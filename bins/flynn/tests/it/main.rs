@@ -13,6 +13,7 @@ mod onboard;
 mod pairing;
 mod send;
 mod sessions;
+mod skills;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

@@ -125,6 +125,7 @@ async fn a_tool_round_trip_runs_shell_exec_and_returns_its_output() {
             "file_write",
             "memory_write",
             "shell_exec",
+            "skills_read",
             "tools_search",
             "web_fetch",
         ]

@@ -9,6 +9,7 @@ mod delegation;
 mod lanes;
 mod memory;
 mod recovery;
+mod skills;
 mod turns;
 
 use std::collections::{HashMap, VecDeque};
@@ -188,6 +189,7 @@ pub struct Setup {
     pub compaction: CompactionConfig,
     pub memory_flush: Option<Arc<dyn flynn_context::MemoryFlush>>,
     pub memory: Option<flynn_orchestrator::MemoryRuntime>,
+    pub skills: Option<flynn_orchestrator::SkillsRuntime>,
 }
 
 impl Default for Setup {
@@ -205,6 +207,7 @@ impl Default for Setup {
             compaction: CompactionConfig::default(),
             memory_flush: None,
             memory: None,
+            skills: None,
         }
     }
 }
@@ -325,6 +328,12 @@ pub fn manager_with(
             registry.register_dyn(tool);
         }
         agents.add_slot(memory.slot());
+    }
+    if let Some(skills) = &setup.skills {
+        for tool in skills.tools() {
+            registry.register_dyn(tool);
+        }
+        agents.add_slot(skills.slot());
     }
     let executor = ToolExecutor::from_config(Arc::new(registry), &setup.tools);
     SessionManager::new(RuntimeParts {

@@ -1,0 +1,174 @@
+//! Skills in the agent loop: the compact index in the system prompt and
+//! the `skills.read` tool that returns a skill's instructions when the
+//! model uses it. The skill directories are read again when they may have
+//! changed (at most every few seconds), so a skill dropped into the
+//! workspace is picked up by the next turn without a restart.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use flynn_protocol::ToolEffect;
+use flynn_skills::{Environment, READ_TOOL, SkillSet, Sources, SystemEnvironment};
+use flynn_tools::{ToolContext, ToolError, TypedTool};
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::prompt::{PromptContext, PromptSlot};
+
+/// How long a loaded set is reused before the directories are read again.
+const RELOAD_AFTER: Duration = Duration::from_secs(5);
+
+/// The skills a runtime offers. Cheap to clone.
+#[derive(Clone)]
+pub struct SkillsRuntime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    sources: Sources,
+    reload_after: Duration,
+    environment: Arc<dyn Environment + Send + Sync>,
+    loaded: Mutex<Option<(Instant, Arc<SkillSet>)>>,
+}
+
+impl std::fmt::Debug for SkillsRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SkillsRuntime").finish_non_exhaustive()
+    }
+}
+
+impl SkillsRuntime {
+    /// Skills from `home/skills` (managed), `workspace/skills` and the
+    /// bundled ones, gated against this machine.
+    pub fn new(home: Option<PathBuf>, workspace: PathBuf) -> Self {
+        let home = home.unwrap_or_else(|| workspace.join(".flynn"));
+        Self::with_environment(Sources::new(&home, &workspace), Arc::new(SystemEnvironment))
+    }
+
+    /// Skills from `sources`, gated against `environment` (tests).
+    pub fn with_environment(
+        sources: Sources,
+        environment: Arc<dyn Environment + Send + Sync>,
+    ) -> Self {
+        SkillsRuntime {
+            inner: Arc::new(Inner {
+                sources,
+                reload_after: RELOAD_AFTER,
+                environment,
+                loaded: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Reads the directories again after `every` instead of five seconds
+    /// (zero: on every use).
+    pub fn reload_every(self, every: Duration) -> Self {
+        let inner = Inner {
+            sources: self.inner.sources.clone(),
+            reload_after: every,
+            environment: self.inner.environment.clone(),
+            loaded: Mutex::new(None),
+        };
+        SkillsRuntime {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The current set, read again when the last read is older than a few
+    /// seconds.
+    pub fn set(&self) -> Arc<SkillSet> {
+        let mut loaded = self
+            .inner
+            .loaded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((at, set)) = loaded.as_ref()
+            && at.elapsed() < self.inner.reload_after
+        {
+            return set.clone();
+        }
+        let set = Arc::new(SkillSet::load(
+            &self.inner.sources,
+            self.inner.environment.as_ref(),
+        ));
+        for broken in set.broken() {
+            tracing::warn!(skill = ?broken, "a skill could not be loaded");
+        }
+        *loaded = Some((Instant::now(), set.clone()));
+        set
+    }
+
+    /// The `skills.read` tool.
+    pub fn tools(&self) -> Vec<Arc<dyn flynn_tools::Tool>> {
+        vec![flynn_tools::into_dyn(SkillsRead(self.clone()))]
+    }
+
+    /// The skills index in the system prompt.
+    pub fn slot(&self) -> Arc<dyn PromptSlot> {
+        Arc::new(SkillsSlot(self.clone()))
+    }
+}
+
+struct SkillsSlot(SkillsRuntime);
+
+#[async_trait]
+impl PromptSlot for SkillsSlot {
+    fn name(&self) -> &str {
+        "skills"
+    }
+
+    async fn render(&self, _context: &PromptContext<'_>) -> Option<String> {
+        let runtime = self.0.clone();
+        // Reading the directories is blocking file I/O.
+        let index = tokio::task::spawn_blocking(move || runtime.set().index())
+            .await
+            .ok()?;
+        (!index.is_empty()).then_some(index)
+    }
+}
+
+struct SkillsRead(SkillsRuntime);
+
+/// Arguments of `skills.read`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ReadArgs {
+    /// The skill's name, as the skills index lists it.
+    name: String,
+}
+
+#[async_trait]
+impl TypedTool for SkillsRead {
+    type Args = ReadArgs;
+
+    fn name(&self) -> &str {
+        READ_TOOL
+    }
+
+    fn description(&self) -> &str {
+        "Read a skill's instructions (the skills index in the system prompt lists them). Call it before doing a task a skill covers, then follow what it says."
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+
+    fn effect(&self) -> ToolEffect {
+        ToolEffect::ReadOnly
+    }
+
+    async fn run(&self, args: ReadArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
+        let runtime = self.0.clone();
+        tokio::task::spawn_blocking(move || {
+            runtime
+                .set()
+                .instructions(&args.name)
+                .map(|text| text.into_owned())
+                .map_err(|e| ToolError::failed(e.to_string()))
+        })
+        .await
+        .map_err(|e| ToolError::failed(format!("reading the skill failed: {e}")))?
+    }
+}

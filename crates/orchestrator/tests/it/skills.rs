@@ -1,0 +1,117 @@
+//! Skills in a turn: the index in the system prompt, `skills.read`
+//! returning the instructions, a skill dropped into the workspace picked
+//! up by the next turn.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flynn_orchestrator::SkillsRuntime;
+use flynn_protocol::{ContentBlock, Message, Role};
+use flynn_skills::{FixedEnvironment, Sources};
+use serde_json::json;
+
+use crate::{Harness, Scripted, Setup, key};
+
+fn write_skill(workspace: &std::path::Path, name: &str, description: &str, body: &str) {
+    let dir = workspace.join("skills").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("manifest.json"),
+        json!({"name": name, "description": description}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(dir.join("SKILL.md"), body).unwrap();
+}
+
+fn read_skill(id: &str, name: &str) -> Message {
+    Message {
+        role: Role::Assistant,
+        content: vec![ContentBlock::ToolUse {
+            id: id.into(),
+            name: "skills.read".into(),
+            input: json!({"name": name}),
+        }],
+    }
+}
+
+fn tool_result(message: &Message) -> (String, bool) {
+    message
+        .content
+        .iter()
+        .find_map(|b| match b {
+            ContentBlock::ToolResult {
+                content, is_error, ..
+            } => Some((content.clone(), *is_error)),
+            _ => None,
+        })
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_index_is_in_the_prompt_and_the_body_comes_when_the_model_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().to_path_buf();
+    write_skill(
+        &workspace,
+        "deploy",
+        "Deploy the app with the team's script.",
+        "# Deploy\n\nRun `./deploy.sh staging` first, then production.\n",
+    );
+    let skills = SkillsRuntime::with_environment(
+        Sources::new(&workspace.join("home"), &workspace),
+        Arc::new(FixedEnvironment::new("linux")),
+    )
+    .reload_every(Duration::ZERO);
+    let model = Scripted::replies(
+        "m",
+        vec![
+            read_skill("t1", "deploy"),
+            Message::assistant("Staging first."),
+            read_skill("t2", "nope"),
+            Message::assistant("No such skill."),
+        ],
+    );
+    let h = Harness::in_dir(
+        dir,
+        vec![model.clone()],
+        Setup {
+            skills: Some(skills),
+            ..Setup::default()
+        },
+    )
+    .await;
+    let (result, _) = h.send(&key("cli:skills"), "ship it").await;
+    assert_eq!(result.unwrap().reply, "Staging first.");
+    let requests = model.requests();
+    let system = requests[0].system.clone().unwrap_or_default();
+    assert!(
+        system.contains("- deploy — Deploy the app with the team's script."),
+        "{system}"
+    );
+    assert!(system.contains("call `skills.read`"), "{system}");
+    // Only the index: the instructions are not in the prompt.
+    assert!(!system.contains("deploy.sh"), "{system}");
+    let (body, is_error) = tool_result(requests[1].messages.last().unwrap());
+    assert!(!is_error);
+    assert!(body.contains("Run `./deploy.sh staging` first"), "{body}");
+
+    // A skill added between turns is offered on the next one; an unknown
+    // name is an error the model reads.
+    write_skill(
+        &workspace,
+        "backup",
+        "Back up the database.",
+        "Use `pg_dump`.\n",
+    );
+    let (result, _) = h.send(&key("cli:skills"), "and then?").await;
+    assert_eq!(result.unwrap().reply, "No such skill.");
+    let requests = model.requests();
+    let system = requests[2].system.clone().unwrap_or_default();
+    assert!(
+        system.contains("- backup — Back up the database."),
+        "{system}"
+    );
+    let (error, is_error) = tool_result(requests[3].messages.last().unwrap());
+    assert!(is_error, "{error}");
+    assert!(error.contains("nope"), "{error}");
+}
