@@ -1284,29 +1284,12 @@ fn token_problem(expected: &str, got: Option<&str>) -> Option<Option<String>> {
 // ---------------------------------------------------------------- REST
 
 async fn rest(AxumState(state): AxumState<Arc<State>>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let headers: Vec<(String, String)> = parts
-        .headers
-        .iter()
-        .map(|(name, value)| {
-            (
-                name.as_str().to_owned(),
-                String::from_utf8_lossy(value.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    let bytes = axum::body::to_bytes(body, 64 * 1024 * 1024)
-        .await
-        .unwrap_or_default();
-    let parsed = if bytes.is_empty() {
-        Ok(Value::Null)
-    } else {
-        serde_json::from_slice::<Value>(&bytes)
-    };
+    let received = server::Received::read(request).await;
+    let parsed = received.json();
     let request = CapturedRequest {
-        method: parts.method.as_str().to_owned(),
-        path: parts.uri.path().to_owned(),
-        headers,
+        method: received.method,
+        path: received.path,
+        headers: received.headers,
         body: parsed.as_ref().cloned().unwrap_or(Value::Null),
     };
     state.with(|inner| {

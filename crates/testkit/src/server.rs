@@ -251,33 +251,71 @@ fn serve(listener: std::net::TcpListener, router: Router, stopped: oneshot::Rece
     });
 }
 
-async fn capture_and_answer(shared: &Shared, handler: &Handler, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let headers = parts
-        .headers
-        .iter()
-        .map(|(name, value)| {
-            (
-                name.as_str().to_owned(),
-                String::from_utf8_lossy(value.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    let bytes = axum::body::to_bytes(body, 64 * 1024 * 1024)
-        .await
-        .unwrap_or_default();
-    let (body, unreadable) = if bytes.is_empty() {
-        (Value::Null, None)
-    } else {
-        match serde_json::from_slice::<Value>(&bytes) {
-            Ok(value) => (value, None),
-            Err(error) => (Value::Null, Some(error)),
+/// A request as the fakes read it: its line, headers (names in lower
+/// case) and whole body.
+pub(crate) struct Received {
+    pub method: String,
+    pub path: String,
+    /// The raw query string, without `?`.
+    pub query: String,
+    pub headers: Vec<(String, String)>,
+    pub bytes: Bytes,
+}
+
+impl Received {
+    /// Reads a whole request (bodies up to 64 MiB).
+    pub async fn read(request: Request) -> Received {
+        let (parts, body) = request.into_parts();
+        let headers = parts
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                (
+                    name.as_str().to_owned(),
+                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        let bytes = axum::body::to_bytes(body, 64 * 1024 * 1024)
+            .await
+            .unwrap_or_default();
+        Received {
+            method: parts.method.as_str().to_owned(),
+            path: parts.uri.path().to_owned(),
+            query: parts.uri.query().unwrap_or_default().to_owned(),
+            headers,
+            bytes,
         }
+    }
+
+    /// The body as JSON: `Null` when empty.
+    pub fn json(&self) -> Result<Value, serde_json::Error> {
+        if self.bytes.is_empty() {
+            Ok(Value::Null)
+        } else {
+            serde_json::from_slice(&self.bytes)
+        }
+    }
+
+    /// The first value of a header (`name` in lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+async fn capture_and_answer(shared: &Shared, handler: &Handler, request: Request) -> Response {
+    let received = Received::read(request).await;
+    let (body, unreadable) = match received.json() {
+        Ok(value) => (value, None),
+        Err(error) => (Value::Null, Some(error)),
     };
     let captured = CapturedRequest {
-        method: parts.method.as_str().to_owned(),
-        path: parts.uri.path().to_owned(),
-        headers,
+        method: received.method,
+        path: received.path,
+        headers: received.headers,
         body,
     };
     shared.record(captured.clone());

@@ -740,28 +740,13 @@ fn form_decode(body: &[u8]) -> Map<String, Value> {
 
 /// Every HTTP request but the WebSocket: captured, then answered.
 async fn http(AxumState(state): AxumState<Arc<State>>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let headers: Vec<(String, String)> = parts
-        .headers
-        .iter()
-        .map(|(name, value)| {
-            (
-                name.as_str().to_owned(),
-                String::from_utf8_lossy(value.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    let bytes = axum::body::to_bytes(body, 64 * 1024 * 1024)
-        .await
-        .unwrap_or_default();
-    let content_type = parts
-        .headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
+    let received = server::Received::read(request).await;
+    let content_type = received
+        .header("content-type")
         .unwrap_or_default()
         .to_owned();
-    let method = parts.method.as_str().to_owned();
-    let path = parts.uri.path().to_owned();
+    let bytes = received.bytes.clone();
+    let (method, path, headers) = (received.method, received.path, received.headers);
     let (body, unreadable) = if bytes.is_empty() {
         (Value::Null, None)
     } else if content_type.starts_with("application/x-www-form-urlencoded") {

@@ -642,30 +642,13 @@ fn form_encode(text: &str) -> String {
 // ------------------------------------------------------------ the API
 
 async fn capture_and_answer(shared: &Shared, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let headers: Vec<(String, String)> = parts
-        .headers
-        .iter()
-        .map(|(name, value)| {
-            (
-                name.as_str().to_owned(),
-                String::from_utf8_lossy(value.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    let bytes = axum::body::to_bytes(body, 16 * 1024 * 1024)
-        .await
-        .unwrap_or_default();
-    let parsed = if bytes.is_empty() {
-        Ok(Value::Null)
-    } else {
-        serde_json::from_slice::<Value>(&bytes)
-    };
+    let received = server::Received::read(request).await;
+    let parsed = received.json();
     let captured = GraphRequest {
-        method: parts.method.as_str().to_owned(),
-        path: parts.uri.path().to_owned(),
-        query: parts.uri.query().unwrap_or_default().to_owned(),
-        headers,
+        method: received.method,
+        path: received.path,
+        query: received.query,
+        headers: received.headers,
         body: parsed.as_ref().map_or(Value::Null, Clone::clone),
     };
     let mut state = shared.lock();

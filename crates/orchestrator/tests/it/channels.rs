@@ -11,14 +11,12 @@ use flynn_channels::{
 };
 use flynn_orchestrator::ChannelRouter;
 use flynn_protocol::Message;
-use flynn_protocol::config::{
-    ChannelsConfig, DmPolicy, HookAction, HookRule, SenderRateLimit, TelegramConfig, ToolsConfig,
-};
+use flynn_protocol::config::{ChannelsConfig, DmPolicy, SenderRateLimit, TelegramConfig};
 use flynn_sessions::SessionStore;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Harness, Scripted, Setup, key, tool_use};
+use crate::{Harness, Scripted, Setup, confirm_shell, key, tool_use};
 
 /// What the memory adapter was asked to do.
 #[derive(Debug, Clone, PartialEq)]
@@ -430,16 +428,6 @@ async fn a_long_answer_is_cut_to_the_platforms_limit() {
         }
     }
     assert!(sent_texts(&out).len() >= 5);
-}
-
-fn confirm_shell() -> ToolsConfig {
-    ToolsConfig {
-        hooks: vec![HookRule {
-            tool: "shell.*".into(),
-            action: HookAction::Confirm,
-        }],
-        ..ToolsConfig::default()
-    }
 }
 
 #[tokio::test]

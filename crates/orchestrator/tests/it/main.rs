@@ -27,8 +27,8 @@ use flynn_orchestrator::{
     TurnRequest,
 };
 use flynn_protocol::config::{
-    AgentsConfig, Autonomy, CompactionConfig, ModelsConfig, ProviderKind, SessionsConfig,
-    TiersConfig, ToolsConfig,
+    AgentsConfig, Autonomy, CompactionConfig, HookAction, HookRule, ModelsConfig, ProviderKind,
+    SessionsConfig, TiersConfig, ToolsConfig,
 };
 use flynn_protocol::{ContentBlock, Message, Role, RunState, SessionKey, TurnOutcome, Usage};
 use flynn_sessions::{SessionStore, SqliteStore};
@@ -166,6 +166,17 @@ pub fn tool_use(id: &str, command: &str) -> Message {
             name: "shell.exec".into(),
             input: json!({"command": command}),
         }],
+    }
+}
+
+/// Shell calls ask for confirmation.
+pub fn confirm_shell() -> ToolsConfig {
+    ToolsConfig {
+        hooks: vec![HookRule {
+            tool: "shell.*".into(),
+            action: HookAction::Confirm,
+        }],
+        ..ToolsConfig::default()
     }
 }
 

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use flynn_models::{Error as ModelError, PriceTable};
 use flynn_orchestrator::{AgentEvent, Error, TurnRequest};
 use flynn_protocol::config::{
-    AgentConfig, AgentRoute, AgentsConfig, HookAction, HookRule, Price, ToolPolicyConfig,
-    ToolProfile, ToolsConfig,
+    AgentConfig, AgentRoute, AgentsConfig, Price, ToolPolicyConfig, ToolProfile, ToolsConfig,
 };
 use flynn_protocol::{
     ContentBlock, Message, Resolution, Role, RunState, Tier, ToolCallSummary, ToolEffect, Usage,
@@ -16,7 +15,7 @@ use flynn_sessions::{SessionStore, TurnStatus, UsageTotal};
 use flynn_tools::ApproveAll;
 use serde_json::json;
 
-use crate::{Harness, Script, Scripted, Setup, key, tiers, tool_use};
+use crate::{Harness, Script, Scripted, Setup, confirm_shell, key, tiers, tool_use};
 
 #[tokio::test]
 async fn a_plain_answer_streams_and_is_stored_with_its_turn() {
@@ -270,16 +269,6 @@ async fn every_model_call_is_recorded_with_its_tier_and_cost() {
             }
         )]
     );
-}
-
-fn confirm_shell() -> ToolsConfig {
-    ToolsConfig {
-        hooks: vec![HookRule {
-            tool: "shell.*".into(),
-            action: HookAction::Confirm,
-        }],
-        ..ToolsConfig::default()
-    }
 }
 
 #[tokio::test]
