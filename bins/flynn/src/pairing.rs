@@ -60,26 +60,14 @@ pub async fn run(args: PairingArgs) -> Result<(), Failure> {
                         .await
                         .map_err(storage)?
                         .into_iter()
-                        .map(|p| PairingCode {
-                            channel: p.channel,
-                            code: p.code,
-                            sender: p.sender,
-                            name: p.name,
-                            created_at: p.created_at,
-                            expires_at: p.expires_at,
-                        })
+                        .map(PairingCode::from)
                         .collect(),
                     approved: store
                         .approved_peers()
                         .await
                         .map_err(storage)?
                         .into_iter()
-                        .map(|p| PairedSender {
-                            channel: p.channel,
-                            sender: p.sender,
-                            name: p.name,
-                            approved_at: p.approved_at,
-                        })
+                        .map(PairedSender::from)
                         .collect(),
                 },
                 (None, None) => unreachable_source(),
@@ -107,12 +95,7 @@ pub async fn run(args: PairingArgs) -> Result<(), Failure> {
                         .await
                         .map_err(storage)?
                         .map_err(|refusal| Failure::other(refusal.to_string()))?;
-                    PairedSender {
-                        channel: peer.channel,
-                        sender: peer.sender,
-                        name: peer.name,
-                        approved_at: peer.approved_at,
-                    }
+                    PairedSender::from(peer)
                 }
                 (None, None) => unreachable_source(),
             };

@@ -572,3 +572,27 @@ pub struct PairingRevokeResult {
     /// False when the sender was not approved by pairing.
     pub revoked: bool,
 }
+
+impl From<flynn_sessions::PendingPairing> for PairingCode {
+    fn from(p: flynn_sessions::PendingPairing) -> Self {
+        PairingCode {
+            channel: p.channel,
+            code: p.code,
+            sender: p.sender,
+            name: p.name,
+            created_at: p.created_at,
+            expires_at: p.expires_at,
+        }
+    }
+}
+
+impl From<flynn_sessions::ApprovedPeer> for PairedSender {
+    fn from(p: flynn_sessions::ApprovedPeer) -> Self {
+        PairedSender {
+            channel: p.channel,
+            sender: p.sender,
+            name: p.name,
+            approved_at: p.approved_at,
+        }
+    }
+}

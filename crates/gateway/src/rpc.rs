@@ -751,28 +751,9 @@ async fn pairing_list(_params: Params<'static>, state: Arc<State>) -> RpcResult<
         .await
         .map_err(|e| error::storage(&e))?;
     Ok(PairingList {
-        pending: pending
-            .into_iter()
-            .map(|p| PairingCode {
-                channel: p.channel,
-                code: p.code,
-                sender: p.sender,
-                name: p.name,
-                created_at: p.created_at,
-                expires_at: p.expires_at,
-            })
-            .collect(),
-        approved: approved.into_iter().map(paired).collect(),
+        pending: pending.into_iter().map(PairingCode::from).collect(),
+        approved: approved.into_iter().map(PairedSender::from).collect(),
     })
-}
-
-fn paired(peer: flynn_sessions::ApprovedPeer) -> PairedSender {
-    PairedSender {
-        channel: peer.channel,
-        sender: peer.sender,
-        name: peer.name,
-        approved_at: peer.approved_at,
-    }
 }
 
 async fn pairing_approve(params: Params<'static>, state: Arc<State>) -> RpcResult<PairedSender> {
@@ -786,7 +767,7 @@ async fn pairing_approve(params: Params<'static>, state: Arc<State>) -> RpcResul
     match approved {
         Ok(peer) => {
             tracing::info!(channel = %peer.channel, sender = %peer.sender, "pairing approved");
-            Ok(paired(peer))
+            Ok(PairedSender::from(peer))
         }
         Err(refusal) => Err(error::not_found(refusal.to_string())),
     }
