@@ -3,9 +3,9 @@
 
 use flynn_protocol::config::{
     AutomationConfig, CONFIG_VERSION, ChannelsConfig, EmbedderKind, FlynnConfig, MAIN_AGENT,
-    ModelRef, ProviderKind, SearchProvider, SlackMode, TelegramMode,
+    McpConfig, McpTransport, ModelRef, ProviderKind, SearchProvider, SlackMode, TelegramMode,
 };
-use flynn_protocol::{SessionKey, Tier};
+use flynn_protocol::{BUILTIN_TOOL_FAMILIES, SessionKey, Tier};
 
 use crate::document::{Document, KeyPath, Located, NodeKind};
 use crate::error::{Problem, did_you_mean};
@@ -104,6 +104,7 @@ pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located>
     check_agents(config, doc, &configured, &mut report);
     check_channels(&config.channels, &mut report);
     check_automation(&config.automation, &mut report);
+    check_mcp(&config.mcp, &mut report);
 
     if config.agents.max_iterations < 1 {
         report(
@@ -806,6 +807,114 @@ fn check_automation(automation: &AutomationConfig, report: &mut impl FnMut(KeyPa
                 error.reason
             ),
         );
+    }
+}
+
+/// Server names usable as tool-name prefixes, one transport each, the
+/// keys that transport needs.
+fn check_mcp(mcp: &McpConfig, report: &mut impl FnMut(KeyPath, Problem)) {
+    for (name, server) in &mcp.servers {
+        let at = KeyPath::keys(&["mcp", "servers", name]);
+        let mut other = |path: KeyPath, message: String| report(path, Problem::Other { message });
+        let well_formed = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !well_formed {
+            other(
+                at.clone(),
+                format!(
+                    "server name '{name}' cannot prefix its tools: use letters, digits, `-` and `_` (its tools are offered as `<name>.<tool>`)"
+                ),
+            );
+        } else if BUILTIN_TOOL_FAMILIES.contains(&name.as_str()) {
+            other(
+                at.clone(),
+                format!(
+                    "server name '{name}' is taken by Flynn's built-in `{name}.*` tools; choose another (reserved: {})",
+                    BUILTIN_TOOL_FAMILIES.join(", ")
+                ),
+            );
+        }
+        match server.transport() {
+            McpTransport::Sse => other(
+                at.key("type"),
+                "`sse` (the older HTTP+SSE transport) is not supported: use the server's streamable HTTP endpoint with `type: http`, or run it over stdio".to_owned(),
+            ),
+            McpTransport::Stdio => {
+                match &server.command {
+                    None => other(
+                        at.key("command"),
+                        "missing: a stdio server needs the program to start (`command: npx`), or give `url` for an HTTP server".to_owned(),
+                    ),
+                    Some(command) if command.trim().is_empty() => other(
+                        at.key("command"),
+                        "empty: name the program to start (`npx`, `uvx`, a path)".to_owned(),
+                    ),
+                    Some(_) => {}
+                }
+                for key in ["url", "headers", "bearer_token"] {
+                    let set = match key {
+                        "url" => server.url.is_some(),
+                        "headers" => !server.headers.is_empty(),
+                        _ => server.bearer_token.is_some(),
+                    };
+                    if set {
+                        other(
+                            at.key(key),
+                            format!("`{key}` is for HTTP servers, and this one is started with `command` (stdio): keep one of the two"),
+                        );
+                    }
+                }
+            }
+            McpTransport::Http => {
+                match &server.url {
+                    None => other(
+                        at.key("url"),
+                        "missing: an HTTP server needs its endpoint (`url: https://example.com/mcp`)".to_owned(),
+                    ),
+                    Some(url) if !is_http_url(url) => {
+                        report(at.key("url"), Problem::InvalidUrl { url: url.clone() });
+                    }
+                    Some(_) => {}
+                }
+                let mut other = |path: KeyPath, message: String| report(path, Problem::Other { message });
+                for (key, set) in [
+                    ("command", server.command.is_some()),
+                    ("args", !server.args.is_empty()),
+                    ("env", !server.env.is_empty()),
+                    ("cwd", server.cwd.is_some()),
+                ] {
+                    if set {
+                        other(
+                            at.key(key),
+                            format!("`{key}` is for servers Flynn starts (stdio), and this one is reached at `url`: keep one of the two"),
+                        );
+                    }
+                }
+                for (header, value) in &server.headers {
+                    if http::HeaderName::from_bytes(header.as_bytes()).is_err() {
+                        other(
+                            at.key("headers").key(header),
+                            format!("'{header}' is not an HTTP header name (letters, digits and `-`)"),
+                        );
+                    } else if http::HeaderValue::from_str(value).is_err() {
+                        other(
+                            at.key("headers").key(header),
+                            "not a valid header value (no line breaks or control characters)".to_owned(),
+                        );
+                    }
+                }
+            }
+        }
+        for (key, value) in [
+            ("startup_timeout_secs", server.startup_timeout_secs),
+            ("timeout_secs", server.timeout_secs),
+        ] {
+            if value < 1 {
+                report(at.key(key), Problem::TooSmall { value, min: 1 });
+            }
+        }
     }
 }
 

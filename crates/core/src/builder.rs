@@ -2,6 +2,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use flynn_context::MemoryFlush;
+use flynn_mcp::McpServers;
 use flynn_memory::Memory;
 use flynn_models::{ModelRouter, PriceTable};
 use flynn_orchestrator::{
@@ -143,6 +144,12 @@ impl FlynnBuilder {
         for tool in self.tools {
             registry.register_dyn(tool);
         }
+        // MCP servers: their tools are `<server>.<tool>`, listed once each
+        // server is up.
+        let mcp = McpServers::new(&config.mcp, &workspace);
+        for source in mcp.sources() {
+            registry.add_source(source);
+        }
         ToolPolicy::new(&config.tools, None)
             .check(&registry)
             .map_err(|unknown| Error::Config(unknown.to_string()))?;
@@ -225,9 +232,13 @@ impl FlynnBuilder {
             memory_flush: self.memory_flush,
             memory: memory.clone(),
         });
+        // `start: boot` servers start now, in the background; the first
+        // turn that may use one waits for it (`startup_timeout_secs`).
+        mcp.start_boot();
         Ok(Flynn {
             manager,
             memory: memory.map(|m| m.memory),
+            mcp,
         })
     }
 }
@@ -238,6 +249,7 @@ impl FlynnBuilder {
 pub struct Flynn {
     manager: SessionManager,
     memory: Option<Memory>,
+    mcp: McpServers,
 }
 
 impl Flynn {
@@ -369,6 +381,12 @@ impl Flynn {
 
     pub fn manager(&self) -> &SessionManager {
         &self.manager
+    }
+
+    /// The MCP servers of `mcp.servers` (enabled ones), their state and
+    /// tools.
+    pub fn mcp(&self) -> &McpServers {
+        &self.mcp
     }
 
     /// The memory files and their index; `None` when `memory.enabled` is

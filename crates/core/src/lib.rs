@@ -39,6 +39,7 @@ pub use flynn_context as context;
 pub use flynn_context::MemoryFlush;
 #[cfg(feature = "daemon")]
 pub use flynn_gateway as gateway;
+pub use flynn_mcp as mcp;
 pub use flynn_memory as memory;
 pub use flynn_memory::Memory;
 pub use flynn_models as models;

@@ -498,6 +498,7 @@ async fn tools_list(params: Params<'static>, state: Arc<State>) -> RpcResult<Vec
     let mut tools: Vec<ToolInfo> = executor
         .registry()
         .tools()
+        .iter()
         .map(|tool| ToolInfo {
             name: tool.name().to_owned(),
             description: tool.description().to_owned(),

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use flynn_protocol::ToolEffect;
-use flynn_skills::{Environment, READ_TOOL, SkillSet, Sources, SystemEnvironment};
-use flynn_tools::{ToolContext, ToolError, TypedTool};
+use flynn_skills::{Environment, Permissions, READ_TOOL, SkillSet, Sources, SystemEnvironment};
+use flynn_tools::{CallGuard, GuardedCall, ToolContext, ToolError, TypedTool};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -159,16 +159,64 @@ impl TypedTool for SkillsRead {
         ToolEffect::ReadOnly
     }
 
-    async fn run(&self, args: ReadArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn run(&self, args: ReadArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let runtime = self.0.clone();
-        tokio::task::spawn_blocking(move || {
-            runtime
-                .set()
+        let (text, permissions) = tokio::task::spawn_blocking(move || {
+            let set = runtime.set();
+            let text = set
                 .instructions(&args.name)
                 .map(|text| text.into_owned())
-                .map_err(|e| ToolError::failed(e.to_string()))
+                .map_err(|e| ToolError::failed(e.to_string()))?;
+            let home = std::env::var_os("HOME").map(PathBuf::from);
+            let permissions = set
+                .get(&args.name)
+                .map(|skill| skill.permissions(home.as_deref()));
+            Ok::<_, ToolError>((text, permissions))
         })
         .await
-        .map_err(|e| ToolError::failed(format!("reading the skill failed: {e}")))?
+        .map_err(|e| ToolError::failed(format!("reading the skill failed: {e}")))??;
+        // From now on this turn does what the skills it read declare.
+        if let Some(permissions) = permissions {
+            ctx.guards.add(Arc::new(SkillGuard {
+                name: format!("skill '{}'", permissions.skill()),
+                permissions,
+            }));
+        }
+        Ok(text)
+    }
+}
+
+/// The declared permissions of a skill the turn uses, as a limit on the
+/// turn's calls: the tool must be one the skill lists, a `path` or `cwd`
+/// argument must be under one of its paths, and web tools need its
+/// network permission.
+#[derive(Debug)]
+struct SkillGuard {
+    name: String,
+    permissions: Permissions,
+}
+
+impl CallGuard for SkillGuard {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn check(&self, call: &GuardedCall<'_>) -> Result<(), String> {
+        self.permissions
+            .check_tool(call.tool)
+            .map_err(|refusal| refusal.to_string())?;
+        for key in ["path", "cwd"] {
+            if let Some(path) = call.arguments.get(key).and_then(|v| v.as_str()) {
+                self.permissions
+                    .check_path(std::path::Path::new(path), call.workspace)
+                    .map_err(|refusal| refusal.to_string())?;
+            }
+        }
+        if call.effect == ToolEffect::Network || call.tool.starts_with("web.") {
+            self.permissions
+                .check_network()
+                .map_err(|refusal| refusal.to_string())?;
+        }
+        Ok(())
     }
 }

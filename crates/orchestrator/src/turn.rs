@@ -120,6 +120,12 @@ async fn body(job: &TurnJob) -> Result<TurnOutcome> {
         // A sub-agent never does more than the agent that started it.
         policy = Arc::new(policy.capped(cap));
     }
+    // Servers this agent may use that start on demand (or are still
+    // starting) get their chance to list their tools first.
+    tokio::select! {
+        () = shared.executor.registry().prepare(&policy) => {}
+        () = job.cancel.cancelled() => {}
+    }
     let catalog = Arc::new(shared.executor.catalog(policy.clone()));
     let ctx = ToolContext {
         workspace: agent.workspace().to_path_buf(),
@@ -140,6 +146,7 @@ async fn body(job: &TurnJob) -> Result<TurnOutcome> {
             lineage: job.lineage.clone(),
             approver: job.approver.clone(),
         })),
+        guards: Default::default(),
     };
     let mut usage = Usage::default();
     let mut cost: Option<f64> = None;

@@ -51,6 +51,11 @@ pub enum ToolEffect {
     /// under `supervised` autonomy, but hidden at `read_only` and asked
     /// about once untrusted content is in the turn, like the risky ones.
     WritesMemory,
+    /// Acts through a tool server Flynn does not know the inside of (an
+    /// MCP tool that does not declare itself read-only): may change
+    /// anything that server can reach, so it is treated like running a
+    /// program.
+    External,
 }
 
 impl ToolEffect {
@@ -62,6 +67,7 @@ impl ToolEffect {
             ToolEffect::SendsMessages => "sends_messages",
             ToolEffect::RunsProcesses => "runs_processes",
             ToolEffect::WritesMemory => "writes_memory",
+            ToolEffect::External => "external",
         }
     }
 
@@ -71,7 +77,10 @@ impl ToolEffect {
     pub fn is_risky(self) -> bool {
         matches!(
             self,
-            ToolEffect::WritesFiles | ToolEffect::SendsMessages | ToolEffect::RunsProcesses
+            ToolEffect::WritesFiles
+                | ToolEffect::SendsMessages
+                | ToolEffect::RunsProcesses
+                | ToolEffect::External
         )
     }
 

@@ -22,5 +22,5 @@ pub use message::{ContentBlock, ImageSource, Message, Role};
 pub use session::{SessionKey, SessionKeyError};
 pub use tier::{Tier, UnknownTier};
 pub use tool::{ToolCall, ToolResult, ToolSpec};
-pub use tool_names::ToolNameMap;
+pub use tool_names::{BUILTIN_TOOL_FAMILIES, ToolNameMap, is_builtin_tool};
 pub use usage::{Purpose, Usage};

@@ -2,6 +2,21 @@ use std::collections::HashMap;
 
 use crate::ToolSpec;
 
+/// The first parts of built-in tool names (`file` of `file.read`). Tools
+/// from elsewhere (MCP servers, named `<server>.<tool>`) may not use them,
+/// so a server can never stand in for a built-in tool.
+pub const BUILTIN_TOOL_FAMILIES: &[&str] = &[
+    "agents", "browser", "cron", "file", "mcp", "memory", "process", "sessions", "shell", "skills",
+    "tool", "tools", "web",
+];
+
+/// Whether `name` belongs to a built-in family (see
+/// [`BUILTIN_TOOL_FAMILIES`]); the rest come from MCP servers.
+pub fn is_builtin_tool(name: &str) -> bool {
+    let family = name.split('.').next().unwrap_or(name);
+    BUILTIN_TOOL_FAMILIES.contains(&family)
+}
+
 /// Maps dotted tool names (`shell.exec`) to names every provider accepts
 /// (`^[a-zA-Z0-9_-]{1,64}$`) and back. Built per request from the offered
 /// tools, so the mapping is reversible even when two names would collide.

@@ -69,16 +69,17 @@ impl ToolCatalog {
         name == crate::builtin::TOOL_OUTPUT
     }
 
-    fn permitted(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
-        self.registry
-            .tools()
-            .filter(|tool| self.policy.permits(tool.as_ref()))
+    fn permitted(&self) -> Vec<Arc<dyn Tool>> {
+        let mut tools = self.registry.tools();
+        tools.retain(|tool| self.policy.permits(tool.as_ref()));
+        tools
     }
 
     /// Deferred tools the policy permits that the model has not found yet.
-    fn hidden(&self) -> Vec<&Arc<dyn Tool>> {
+    fn hidden(&self) -> Vec<Arc<dyn Tool>> {
         let found = self.found.lock().map(|f| f.clone()).unwrap_or_default();
         self.permitted()
+            .into_iter()
             .filter(|tool| {
                 self.is_deferred(tool.name())
                     && !found.contains(tool.name())
@@ -130,7 +131,7 @@ impl ToolCatalog {
             .map(str::to_lowercase)
             .collect();
         let all = words.iter().any(|w| w == "*" || w == "all");
-        let mut scored: Vec<(usize, &Arc<dyn Tool>)> = self
+        let mut scored: Vec<(usize, Arc<dyn Tool>)> = self
             .hidden()
             .into_iter()
             .filter_map(|tool| {

@@ -6,8 +6,8 @@ use flynn_protocol::{ToolCall, ToolResult};
 
 use crate::gate::{ApprovalRequest, confirm};
 use crate::{
-    AuditLog, AuditRecord, Hooks, Redactor, Tool, ToolCatalog, ToolContext, ToolError, ToolPolicy,
-    ToolRegistry, wrap_untrusted,
+    AuditLog, AuditRecord, GuardedCall, Hooks, Redactor, Tool, ToolCatalog, ToolContext, ToolError,
+    ToolPolicy, ToolRegistry, wrap_untrusted,
 };
 
 /// How long a confirmation waits when no config says otherwise.
@@ -108,7 +108,7 @@ impl ToolExecutor {
         let started = Instant::now();
         let tool = self.registry.get(&call.name);
         let mut gate = GateTrace::default();
-        let outcome = self.run(tool, call, ctx, &mut gate).await;
+        let outcome = self.run(tool.as_ref(), call, ctx, &mut gate).await;
         let elapsed = started.elapsed();
         let (content, is_error, label) = match outcome {
             Ok(output) => (output, false, "ok"),
@@ -121,7 +121,7 @@ impl ToolExecutor {
         let content = self.redactor.known(&content);
         let output_bytes = content.len();
         let mut content = truncate_output(&content, self.output_limit);
-        let untrusted = !is_error && tool.is_some_and(|tool| tool.untrusted_output());
+        let untrusted = !is_error && tool.as_ref().is_some_and(|tool| tool.untrusted_output());
         if untrusted {
             ctx.provenance.mark_untrusted(&call.name);
             content = wrap_untrusted(&call.name, &content);
@@ -134,7 +134,7 @@ impl ToolExecutor {
                 turn: ctx.turn.map(|turn| turn.0),
                 call_id: call.id.clone(),
                 tool: call.name.clone(),
-                effect: tool.map(|tool| tool.effect().as_str()),
+                effect: tool.as_ref().map(|tool| tool.effect().as_str()),
                 gate: gate.action.map(action_label),
                 gate_reason: gate.reason,
                 outcome: label,
@@ -161,9 +161,9 @@ impl ToolExecutor {
     ) -> Result<String, ToolError> {
         let Some(tool) = tool else {
             // Name only the tools this agent may use.
-            let available: Vec<&str> = self
-                .registry
-                .tools()
+            let tools = self.registry.tools();
+            let available: Vec<&str> = tools
+                .iter()
                 .filter(|tool| ctx.policy.permits(tool.as_ref()))
                 .map(|tool| tool.name())
                 .collect();
@@ -190,6 +190,19 @@ impl ToolExecutor {
                 reason,
             });
         }
+        // A skill the model is following limits the turn to what it
+        // declared.
+        ctx.guards
+            .check(&GuardedCall {
+                tool: &call.name,
+                effect: tool.effect(),
+                arguments: &call.arguments,
+                workspace: &ctx.workspace,
+            })
+            .map_err(|reason| ToolError::Denied {
+                tool: call.name.clone(),
+                reason,
+            })?;
         // A call of a cancelled turn asks no one and runs nothing.
         if ctx.cancel.is_cancelled() {
             return Err(ToolError::Cancelled {

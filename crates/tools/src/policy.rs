@@ -90,12 +90,45 @@ impl ToolPolicy {
         if name == crate::TOOL_SEARCH || name == crate::builtin::TOOL_OUTPUT {
             return !any_matches(&self.deny, name);
         }
-        any_matches(&self.profile_globs, name)
+        self.in_profile(name)
             && self
                 .enabled
                 .as_ref()
                 .is_none_or(|enabled| any_matches(enabled, name))
             && !any_matches(&self.deny, name)
+    }
+
+    /// Whether the profile has `name`: its families, and under `messaging`,
+    /// `coding` and `full` the tools of MCP servers (every name outside the
+    /// built-in families).
+    fn in_profile(&self, name: &str) -> bool {
+        any_matches(&self.profile_globs, name)
+            || (self.profile != ToolProfile::Minimal && !flynn_protocol::is_builtin_tool(name))
+    }
+
+    /// Whether some tool named `<family>.<...>` could be allowed, judging
+    /// by the patterns alone: a source (an MCP server) whose tools no
+    /// policy allows need not be started for this agent.
+    pub fn may_allow_family(&self, family: &str) -> bool {
+        let probe = format!("{family}.");
+        let could_match = |glob: &Glob| {
+            let pattern = glob.as_str();
+            pattern.starts_with(&probe)
+                || pattern == family
+                || pattern.starts_with('*')
+                || pattern.starts_with('?')
+                || family.starts_with(pattern.trim_end_matches('*')) && pattern.ends_with('*')
+        };
+        let everything_denied = self
+            .deny
+            .iter()
+            .any(|glob| glob.as_str() == "*" || glob.as_str() == format!("{family}.*"));
+        let in_profile = self.in_profile(&format!("{family}.x"));
+        let enabled = self
+            .enabled
+            .as_ref()
+            .is_none_or(|enabled| enabled.iter().any(could_match));
+        !everything_denied && in_profile && enabled
     }
 
     /// Whether `tool` may be offered and run: [`allows`](Self::allows) its
@@ -137,10 +170,14 @@ impl ToolPolicy {
     /// `registry`, so a typo is an error rather than a tool that silently
     /// never appears.
     pub fn check(&self, registry: &ToolRegistry) -> Result<(), UnknownTools> {
+        let names = registry.names();
         let unknown: Vec<String> = self
             .declared
             .iter()
-            .filter(|glob| !registry.names().any(|name| glob.matches(name)))
+            .filter(|glob| {
+                !names.iter().any(|name| glob.matches(name))
+                    && !registry.source_covers(glob.as_str())
+            })
             .map(|glob| glob.as_str().to_owned())
             .collect();
         if unknown.is_empty() {
@@ -148,7 +185,7 @@ impl ToolPolicy {
         } else {
             Err(UnknownTools {
                 unknown,
-                available: registry.names().map(str::to_owned).collect(),
+                available: names,
             })
         }
     }
@@ -362,6 +399,49 @@ mod tests {
         );
         // Supervised and full offer them all.
         assert!(ToolPolicy::allow_all().permits_effect("shell.exec", ToolEffect::RunsProcesses));
+    }
+
+    #[test]
+    fn mcp_tools_come_with_every_profile_but_minimal() {
+        let github = "github.create_issue";
+        for (profile, expected) in [
+            (ToolProfile::Minimal, false),
+            (ToolProfile::Messaging, true),
+            (ToolProfile::Coding, true),
+            (ToolProfile::Full, true),
+        ] {
+            let policy = ToolPolicy::new(&tools(profile), None);
+            assert_eq!(policy.allows(github), expected, "{profile:?}");
+            assert_eq!(policy.may_allow_family("github"), expected, "{profile:?}");
+        }
+        // A name in a built-in family is never an MCP tool: `mcp.*` and
+        // `browser.*` stay outside the messaging profile.
+        let messaging = ToolPolicy::new(&tools(ToolProfile::Messaging), None);
+        assert!(!messaging.allows("mcp.github.issue"));
+        assert!(!messaging.allows("browser.open"));
+    }
+
+    #[test]
+    fn a_server_is_wanted_only_when_some_pattern_could_reach_it() {
+        let with = |enabled: Option<&[&str]>, deny: &[&str]| {
+            ToolPolicy::new(
+                &ToolsConfig {
+                    enabled: enabled.map(strings),
+                    deny: strings(deny),
+                    ..ToolsConfig::default()
+                },
+                None,
+            )
+        };
+        assert!(with(None, &[]).may_allow_family("github"));
+        assert!(with(Some(&["github.create_*"]), &[]).may_allow_family("github"));
+        assert!(with(Some(&["git*"]), &[]).may_allow_family("github"));
+        assert!(with(Some(&["*"]), &[]).may_allow_family("github"));
+        assert!(!with(Some(&["file.*", "shell.exec"]), &[]).may_allow_family("github"));
+        assert!(!with(None, &["github.*"]).may_allow_family("github"));
+        assert!(!with(None, &["*"]).may_allow_family("github"));
+        // Denying one tool of a server still wants the server.
+        assert!(with(None, &["github.delete_repo"]).may_allow_family("github"));
     }
 
     #[test]

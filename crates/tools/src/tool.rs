@@ -11,7 +11,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::builtin::AgentHost;
-use crate::{Approver, DenyAll, GateObserver, Provenance, ToolCatalog, ToolError, ToolPolicy};
+use crate::{
+    Approver, DenyAll, GateObserver, Guards, Provenance, ToolCatalog, ToolError, ToolPolicy,
+};
 
 /// What a tool call may use besides its arguments, and what its gate
 /// needs: who is calling, what they may use, and whom to ask.
@@ -42,6 +44,9 @@ pub struct ToolContext {
     /// sessions (`agents.spawn`, `sessions.*`, `tool.output`); `None`
     /// outside a turn.
     pub host: Option<Arc<dyn AgentHost>>,
+    /// Limits the turn took on (the permissions of the skills it read);
+    /// the executor refuses calls outside them.
+    pub guards: Arc<Guards>,
 }
 
 impl ToolContext {
@@ -62,6 +67,7 @@ impl ToolContext {
             provenance: Arc::new(Provenance::new()),
             catalog: None,
             host: None,
+            guards: Arc::new(Guards::new()),
         }
     }
 }

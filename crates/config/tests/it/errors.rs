@@ -19,7 +19,7 @@ fn unknown_key_suggests_the_closest_and_lists_the_valid_ones() {
     );
     assert_error(
         "version: 1\nmodel:\n  tiers: {}\n",
-        "config.yaml:2:1: model: unknown key 'model' (did you mean 'models'?), expected one of: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels, automation",
+        "config.yaml:2:1: model: unknown key 'model' (did you mean 'models'?), expected one of: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels, automation, mcp",
     );
     assert_error(
         "models:\n  tiers:\n    fats: []\n",
@@ -71,7 +71,7 @@ fn wrong_type_says_what_was_found_and_what_was_expected() {
     );
     assert_error(
         "- version: 1\n",
-        "config.yaml:1:1: found a list, expected a mapping with keys from: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels, automation",
+        "config.yaml:1:1: found a list, expected a mapping with keys from: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels, automation, mcp",
     );
 }
 
@@ -531,4 +531,43 @@ fn automation_jobs_are_checked_at_their_keys() {
         "config.yaml:3:17: automation.heartbeat.every_mins: 0 is too small, expected at least 1",
     );
     assert!(parse(&job("      timezone: America/New_York\n      deliver_to: \"telegram:123456789\"\n      missed: run_once\n")).is_ok());
+}
+
+#[test]
+fn mcp_servers_are_checked_at_their_keys() {
+    // The shape other MCP clients write loads as it is.
+    let loaded = parse(
+        "mcp:\n  servers:\n    files:\n      command: npx\n      args: ['-y', '@modelcontextprotocol/server-filesystem', '/tmp']\n    remote:\n      type: http\n      url: https://mcp.example.com/mcp\n      headers: {Authorization: 'Bearer abcdefgh123'}\n",
+    )
+    .unwrap();
+    assert_eq!(loaded.mcp.servers.len(), 2);
+    assert!(loaded.secrets().contains(&"Bearer abcdefgh123".to_owned()));
+    assert_error(
+        "mcp:\n  servers:\n    file:\n      command: x\n",
+        "config.yaml:4:7: mcp.servers.file: server name 'file' is taken by Flynn's built-in `file.*` tools; choose another (reserved: agents, browser, cron, file, mcp, memory, process, sessions, shell, skills, tool, tools, web)",
+    );
+    assert_error(
+        "mcp:\n  servers:\n    git.hub:\n      command: x\n",
+        "config.yaml:4:7: mcp.servers[\"git.hub\"]: server name 'git.hub' cannot prefix its tools: use letters, digits, `-` and `_` (its tools are offered as `<name>.<tool>`)",
+    );
+    assert_error(
+        "mcp:\n  servers:\n    gh:\n      args: [x]\n",
+        "config.yaml:4:7: mcp.servers.gh.command: missing: a stdio server needs the program to start (`command: npx`), or give `url` for an HTTP server",
+    );
+    assert_error(
+        "mcp:\n  servers:\n    gh:\n      url: ftp://example.com\n",
+        "config.yaml:4:12: mcp.servers.gh.url: invalid URL 'ftp://example.com', expected an http:// or https:// URL with a host",
+    );
+    assert_error(
+        "mcp:\n  servers:\n    gh:\n      command: x\n      url: https://example.com/mcp\n",
+        "config.yaml:5:12: mcp.servers.gh.url: `url` is for HTTP servers, and this one is started with `command` (stdio): keep one of the two",
+    );
+    assert_error(
+        "mcp:\n  servers:\n    gh:\n      type: sse\n      url: https://example.com/sse\n",
+        "config.yaml:4:13: mcp.servers.gh.type: `sse` (the older HTTP+SSE transport) is not supported: use the server's streamable HTTP endpoint with `type: http`, or run it over stdio",
+    );
+    assert_error(
+        "mcp:\n  servers:\n    gh:\n      command: x\n      timeout_secs: 0\n",
+        "config.yaml:5:21: mcp.servers.gh.timeout_secs: 0 is too small, expected at least 1",
+    );
 }

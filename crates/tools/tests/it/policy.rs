@@ -22,7 +22,7 @@ fn the_builtin_registry_holds_every_tool_whatever_is_enabled() {
         ..ToolsConfig::default()
     };
     let registry = builtin::registry(&config);
-    assert_eq!(registry.names().collect::<Vec<_>>(), BUILTIN);
+    assert_eq!(registry.names(), BUILTIN);
     assert_eq!(
         names(&registry.specs_for(&ToolPolicy::new(&config, None))),
         ["shell.exec", "tool.output", "tools.search"]
@@ -155,11 +155,12 @@ impl flynn_tools::TypedTool for Probe {
 fn tools_declare_their_effect_and_only_read_only_ones_run_in_parallel() {
     let mut registry = builtin::registry(&ToolsConfig::default());
     registry.register(Probe);
-    let declared: Vec<(&str, ToolEffect, bool)> = registry
-        .names()
+    let names = registry.names();
+    let declared: Vec<(&str, ToolEffect, bool)> = names
+        .iter()
         .map(|name| {
             let tool = registry.get(name).unwrap();
-            (name, tool.effect(), tool.parallel_safe())
+            (name.as_str(), tool.effect(), tool.parallel_safe())
         })
         .collect();
     assert_eq!(
@@ -187,4 +188,109 @@ fn tools_declare_their_effect_and_only_read_only_ones_run_in_parallel() {
             ("web.search", ToolEffect::Network, true),
         ]
     );
+}
+
+/// A source whose tools a test sets, counting `prepare` calls.
+struct Server {
+    name: &'static str,
+    tools: std::sync::Mutex<Vec<std::sync::Arc<dyn flynn_tools::Tool>>>,
+    prepared: std::sync::atomic::AtomicUsize,
+}
+
+struct Named(&'static str, ToolEffect);
+
+#[async_trait::async_trait]
+impl flynn_tools::Tool for Named {
+    fn name(&self) -> &str {
+        self.0
+    }
+    fn description(&self) -> &str {
+        "A tool of a server."
+    }
+    fn input_schema(&self) -> serde_json::Value {
+        serde_json::json!({"type": "object"})
+    }
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn effect(&self) -> ToolEffect {
+        self.1
+    }
+    async fn call(
+        &self,
+        _args: serde_json::Value,
+        _ctx: &flynn_tools::ToolContext,
+    ) -> Result<String, flynn_tools::ToolError> {
+        Ok(self.0.to_owned())
+    }
+}
+
+#[async_trait::async_trait]
+impl flynn_tools::ToolSource for Server {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn tools(&self) -> Vec<std::sync::Arc<dyn flynn_tools::Tool>> {
+        self.tools.lock().unwrap().clone()
+    }
+    async fn prepare(&self) {
+        self.prepared
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_sources_tools_join_the_registry_as_they_change() {
+    let server = std::sync::Arc::new(Server {
+        name: "github",
+        tools: Default::default(),
+        prepared: Default::default(),
+    });
+    let mut registry = builtin::registry(&ToolsConfig::default());
+    registry.add_source(server.clone());
+    let built_in = registry.names().len();
+
+    // Before the server listed anything, `enabled: [github.*]` is no typo.
+    let config = ToolsConfig {
+        enabled: Some(vec!["github.*".to_owned(), "file.read".to_owned()]),
+        ..ToolsConfig::default()
+    };
+    ToolPolicy::new(&config, None).check(&registry).unwrap();
+    assert!(registry.get("github.create_issue").is_none());
+
+    *server.tools.lock().unwrap() = vec![
+        std::sync::Arc::new(Named("github.create_issue", ToolEffect::External)),
+        // A server cannot stand in for a built-in tool.
+        std::sync::Arc::new(Named("file.read", ToolEffect::External)),
+    ];
+    assert_eq!(registry.names().len(), built_in + 1);
+    let tool = registry.get("github.create_issue").unwrap();
+    assert_eq!(tool.effect(), ToolEffect::External);
+    assert_eq!(
+        registry.get("file.read").unwrap().effect(),
+        ToolEffect::ReadOnly
+    );
+    assert_eq!(
+        names(&registry.specs_for(&ToolPolicy::new(&config, None))),
+        [
+            "file.read",
+            "github.create_issue",
+            "tool.output",
+            "tools.search"
+        ]
+    );
+
+    // A policy that cannot reach the server does not start it.
+    let files_only = ToolsConfig {
+        enabled: Some(vec!["file.*".to_owned()]),
+        ..ToolsConfig::default()
+    };
+    registry.prepare(&ToolPolicy::new(&files_only, None)).await;
+    assert_eq!(server.prepared.load(std::sync::atomic::Ordering::SeqCst), 0);
+    registry.prepare(&ToolPolicy::new(&config, None)).await;
+    assert_eq!(server.prepared.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    server.tools.lock().unwrap().clear();
+    assert!(registry.get("github.create_issue").is_none());
+    assert_eq!(registry.names().len(), built_in);
 }
