@@ -85,6 +85,19 @@ impl Heartbeat {
         tz.parse().ok().map(|tz| Heartbeat { tz })
     }
 
+    /// The IANA name of the zone the file's times are read in.
+    pub fn timezone(&self) -> &str {
+        self.tz.name()
+    }
+
+    /// `at` as people read it in the heartbeat's zone: `2026-05-04 08:00
+    /// CEST`.
+    pub fn local(&self, at: DateTime<Utc>) -> String {
+        at.with_timezone(&self.tz)
+            .format("%Y-%m-%d %H:%M %Z")
+            .to_string()
+    }
+
     /// Parses the file: open tasks and the task lines not understood.
     pub fn parse(contents: &str) -> Parsed {
         let mut parsed = Parsed::default();

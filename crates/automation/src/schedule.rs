@@ -97,6 +97,17 @@ impl Schedule {
         runs
     }
 
+    /// `at` as people read it in the schedule's zone: `2026-05-04 07:30
+    /// CEST`, with seconds when the expression has them.
+    pub fn local(&self, at: DateTime<Utc>) -> String {
+        let format = if self.expr.split_whitespace().count() == 6 {
+            "%Y-%m-%d %H:%M:%S %Z"
+        } else {
+            "%Y-%m-%d %H:%M %Z"
+        };
+        at.with_timezone(&self.tz).format(format).to_string()
+    }
+
     /// Human text: croner's description and the zone, e.g. "At 07:30, on
     /// Monday, Tuesday, Wednesday, Thursday, and Friday (Europe/Berlin)".
     pub fn describe(&self) -> String {

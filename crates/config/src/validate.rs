@@ -103,7 +103,7 @@ pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located>
 
     check_agents(config, doc, &configured, &mut report);
     check_channels(&config.channels, &mut report);
-    check_automation(&config.automation, &mut report);
+    check_automation(config, &mut report);
     check_mcp(&config.mcp, &mut report);
 
     if config.agents.max_iterations < 1 {
@@ -740,8 +740,38 @@ fn check_channels(channels: &ChannelsConfig, report: &mut impl FnMut(KeyPath, Pr
 /// The shape a cron expression must have, for messages.
 const CRON_SHAPE: &str = "5 fields `minute hour day-of-month month day-of-week` (`30 7 * * MON-FRI`) or 6 with seconds first (`0 30 7 * * *`)";
 
-/// Cron expressions, time zones, unique job names, session keys.
-fn check_automation(automation: &AutomationConfig, report: &mut impl FnMut(KeyPath, Problem)) {
+/// Cron expressions, time zones, unique job names, session keys, and the
+/// agents and chat channels jobs name.
+fn check_automation(config: &FlynnConfig, report: &mut impl FnMut(KeyPath, Problem)) {
+    let automation: &AutomationConfig = &config.automation;
+    let agents: Vec<String> = config.agents.list.iter().map(|a| a.name.clone()).collect();
+    let known_agents: Vec<&str> = if agents.is_empty() {
+        vec![MAIN_AGENT]
+    } else {
+        agents.iter().map(String::as_str).collect()
+    };
+    let channels: Vec<&str> = config
+        .channels
+        .access()
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    for (index, job) in automation.jobs.iter().enumerate() {
+        if let Some(agent) = &job.agent
+            && !known_agents.contains(&agent.as_str())
+        {
+            report(
+                KeyPath::keys(&["automation", "jobs"])
+                    .index(index)
+                    .key("agent"),
+                Problem::UnknownAgent {
+                    name: agent.clone(),
+                    suggestion: did_you_mean(agent, known_agents.iter().copied()),
+                    configured: agents.clone(),
+                },
+            );
+        }
+    }
     let mut other = |path: KeyPath, message: String| report(path, Problem::Other { message });
     let mut seen: Vec<&str> = Vec::new();
     for (index, job) in automation.jobs.iter().enumerate() {
@@ -751,6 +781,8 @@ fn check_automation(automation: &AutomationConfig, report: &mut impl FnMut(KeyPa
                 at.key("name"),
                 "empty: give the job a name (cron.list and cron.remove use it)".to_owned(),
             );
+        } else if let Some(problem) = job_name_problem(&job.name) {
+            other(at.key("name"), problem);
         } else if seen.contains(&job.name.as_str()) {
             other(
                 at.key("name"),
@@ -781,6 +813,13 @@ fn check_automation(automation: &AutomationConfig, report: &mut impl FnMut(KeyPa
                 );
             }
         }
+        if let Some(problem) = job
+            .deliver_to
+            .as_deref()
+            .and_then(|to| unknown_channel(to, &channels))
+        {
+            other(at.key("deliver_to"), problem);
+        }
     }
     let heartbeat = &automation.heartbeat;
     let at = KeyPath::keys(&["automation", "heartbeat"]);
@@ -797,16 +836,18 @@ fn check_automation(automation: &AutomationConfig, report: &mut impl FnMut(KeyPa
     if let Some(problem) = timezone_problem(&heartbeat.timezone) {
         other(at.key("timezone"), problem);
     }
-    if let Some(value) = &heartbeat.deliver_to
-        && let Err(error) = value.parse::<SessionKey>()
-    {
-        other(
-            at.key("deliver_to"),
-            format!(
-                "'{value}' is not a session key: {}, expected `<channel>:<peer>` (`telegram:123456789`)",
-                error.reason
-            ),
-        );
+    if let Some(value) = &heartbeat.deliver_to {
+        if let Err(error) = value.parse::<SessionKey>() {
+            other(
+                at.key("deliver_to"),
+                format!(
+                    "'{value}' is not a session key: {}, expected `<channel>:<peer>` (`telegram:123456789`)",
+                    error.reason
+                ),
+            );
+        } else if let Some(problem) = unknown_channel(value, &channels) {
+            other(at.key("deliver_to"), problem);
+        }
     }
 }
 
@@ -916,6 +957,39 @@ fn check_mcp(mcp: &McpConfig, report: &mut impl FnMut(KeyPath, Problem)) {
             }
         }
     }
+}
+
+/// What is wrong with a job name: `cron.remove` takes it and the job's
+/// session is `cron:<name>`, so it is a word.
+fn job_name_problem(name: &str) -> Option<String> {
+    let ok = name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    (!ok).then(|| {
+        format!(
+            "job name '{name}': expected 1 to 64 letters, digits, '-', '_' or '.' (`morning-brief`)"
+        )
+    })
+}
+
+/// A `deliver_to` whose channel is not a configured chat channel.
+fn unknown_channel(deliver_to: &str, channels: &[&str]) -> Option<String> {
+    let channel = deliver_to.parse::<SessionKey>().ok()?.channel().to_owned();
+    if channels.contains(&channel.as_str()) {
+        return None;
+    }
+    let suggestion = did_you_mean(&channel, channels.iter().copied())
+        .map(|s| format!(" (did you mean '{s}'?)"))
+        .unwrap_or_default();
+    Some(format!(
+        "'{deliver_to}' names the channel '{channel}'{suggestion}, which is not configured (chat channels: {}); answers are delivered through a configured chat channel: add channels.{channel}, or deliver to one that is",
+        if channels.is_empty() {
+            "none".to_owned()
+        } else {
+            channels.join(", ")
+        }
+    ))
 }
 
 /// What is wrong with a cron expression, read as `flynn-automation` reads

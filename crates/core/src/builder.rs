@@ -1,12 +1,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use flynn_automation::{Clock, SystemClock};
 use flynn_context::MemoryFlush;
 use flynn_mcp::McpServers;
 use flynn_memory::Memory;
 use flynn_models::{ModelRouter, PriceTable};
 use flynn_orchestrator::{
-    Agents, DelegationSettings, EventStream, MemoryRuntime, PromptSlot, RuntimeParts,
+    Agents, Automation, DelegationSettings, EventStream, MemoryRuntime, PromptSlot, RuntimeParts,
     SessionManager, SkillsRuntime, Submitted, TurnRequest,
 };
 use flynn_protocol::config::FlynnConfig;
@@ -29,6 +30,7 @@ pub struct FlynnBuilder {
     store: Option<Arc<dyn SessionStore>>,
     memory_flush: Option<Arc<dyn MemoryFlush>>,
     memory: Option<Memory>,
+    clock: Option<Arc<dyn Clock>>,
 }
 
 impl std::fmt::Debug for FlynnBuilder {
@@ -103,6 +105,13 @@ impl FlynnBuilder {
         self
     }
 
+    /// Reads the time for cron jobs and the heartbeat from `clock`
+    /// instead of the system clock (a `PausedClock` in tests).
+    pub fn automation_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
     /// Composes the runtime. Refuses a config it cannot run (unknown
     /// providers or agents, a tools policy naming no tool) before anything
     /// is opened or stored.
@@ -131,6 +140,14 @@ impl FlynnBuilder {
         };
         // Skills: bundled, FLYNN_HOME/skills and <workspace>/skills.
         let skills = SkillsRuntime::new(self.home.clone(), workspace.clone());
+        // Cron jobs and the heartbeat: run by the daemon (`Flynn::automation`),
+        // their `cron.*` tools offered everywhere.
+        let automation = Automation::new(
+            &config.automation,
+            &config.channels,
+            self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+        )
+        .map_err(|e| Error::Config(e.to_string()))?;
 
         let mut registry = flynn_tools::builtin::registry(&config.tools);
         if let Some(memory) = &memory {
@@ -139,6 +156,9 @@ impl FlynnBuilder {
             }
         }
         for tool in skills.tools() {
+            registry.register_dyn(tool);
+        }
+        for tool in automation.tools() {
             registry.register_dyn(tool);
         }
         for tool in self.tools {
@@ -232,12 +252,14 @@ impl FlynnBuilder {
             memory_flush: self.memory_flush,
             memory: memory.clone(),
         });
+        automation.bind(manager.clone()).await?;
         // `start: boot` servers start now, in the background; the first
         // turn that may use one waits for it (`startup_timeout_secs`).
         mcp.start_boot();
         Ok(Flynn {
             manager,
             memory: memory.map(|m| m.memory),
+            automation,
             mcp,
         })
     }
@@ -249,6 +271,7 @@ impl FlynnBuilder {
 pub struct Flynn {
     manager: SessionManager,
     memory: Option<Memory>,
+    automation: Automation,
     mcp: McpServers,
 }
 
@@ -367,11 +390,20 @@ impl Flynn {
         Ok(self.manager.recover().await?)
     }
 
-    /// Cancels running turns, waits for every lane to stop, then shuts
-    /// the tools down (background processes are killed).
+    /// Stops running cron jobs and the heartbeat (runs going on are
+    /// cancelled), cancels running turns, waits for every lane to stop,
+    /// then shuts the tools down (background processes are killed).
     pub async fn shutdown(&self) {
+        self.automation.shutdown(std::time::Duration::ZERO).await;
         // The manager shuts the tools down after its lanes.
         self.manager.shutdown().await;
+    }
+
+    /// Cron jobs and the heartbeat: [`Automation::start`] runs them (the
+    /// daemon does, after the runtime and the chat channels);
+    /// [`Automation::jobs`] lists them.
+    pub fn automation(&self) -> &Automation {
+        &self.automation
     }
 
     /// The conversations.

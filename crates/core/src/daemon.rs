@@ -4,11 +4,13 @@
 //! Start-up: check the bind address and the token policy, build the
 //! runtime (opens the session store, memory lazily), report or rerun
 //! turns a previous process left unfinished, resolve the token, bind,
-//! serve. Shutdown runs the steps registered during start-up last-first:
-//! the gateway stops taking messages and lets running turns finish (up to
-//! `gateway.shutdown_grace_secs`, then cancels them), closes its
-//! connections; the runtime stops its lanes and tools; memory flushes
-//! its index.
+//! serve; cron jobs and the heartbeat start once the runtime and the chat
+//! channels run. Shutdown runs the steps registered during start-up
+//! last-first: automation stops scheduling and gives the runs going on
+//! the grace period (`gateway.shutdown_grace_secs`); the gateway stops
+//! taking messages and lets running turns finish (up to the same grace,
+//! then cancels them), closes its connections; the channels stop; the
+//! runtime stops its lanes and tools; memory flushes its index.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -189,6 +191,14 @@ impl Daemon {
             Some(registry)
         };
 
+        // Cron jobs and the heartbeat, after the runtime and the channels
+        // their answers go out through. Stopped first (registered last).
+        let automation = flynn.automation().clone();
+        automation
+            .start(channels.clone())
+            .await
+            .map_err(|e| Error::Serve(format!("cannot start automation: {e}")))?;
+
         let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
             Error::Serve(format!(
                 "cannot listen on {bind} (gateway.bind): {e}{}",
@@ -225,6 +235,11 @@ impl Daemon {
                 );
             }
             serving.shutdown(Duration::from_secs(5)).await;
+        });
+        // First of all: no job starts any more, runs going on get the
+        // grace period to finish and deliver, the rest are cancelled.
+        stack.push("automation", move || async move {
+            automation.shutdown(grace).await;
         });
         tracing::info!(
             %addr,

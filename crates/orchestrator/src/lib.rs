@@ -23,9 +23,16 @@
 //! pairing), becomes a turn of its `<channel>:<peer>` session, and the
 //! answer streams back to the same chat.
 //!
+//! [`Automation`] runs cron jobs and the heartbeat: a due job's message
+//! becomes a turn of its session like anyone's, its answer is delivered
+//! to a chat, and every run is recorded so runs missed while Flynn was
+//! down are handled by the job's policy at the next start. It offers the
+//! `cron.add`, `cron.list` and `cron.remove` tools.
+//!
 //! [`Approver`]: flynn_tools::Approver
 
 mod agents;
+mod automation;
 mod channels;
 mod commands;
 mod compact;
@@ -41,6 +48,9 @@ mod skills;
 mod turn;
 
 pub use agents::{AgentProfile, Agents};
+pub use automation::{
+    Automation, HEARTBEAT_JOB, HEARTBEAT_SESSION, JobError, JobInfo, JobOrigin, NewJob,
+};
 pub use channels::{ChannelRouter, MAX_ATTACHMENT_BYTES};
 pub use commands::{BadArgument, Command, HELP, ModelChoice};
 pub use delegate::{AgentOrchestrator, DelegationSettings, SubAgentRequest, SubAgentResult};

@@ -6,7 +6,10 @@
 //! durable inbox: a message is accepted as a pending turn before anything
 //! else happens to it, and joins the history when its turn starts), its
 //! metadata (agent, tier or model override, title, last channel), and the
-//! usage of its model calls, which outlives a reset.
+//! usage of its model calls, which outlives a reset. The store also keeps
+//! what the channels and automation need across restarts: pairing
+//! ([`pairing`]), agent-created cron jobs and every job's last run
+//! ([`automation`]).
 //!
 //! [`SessionStore`] is the backend-neutral trait, and [`Error`] says what
 //! went wrong without naming a database's codes. [`open`] opens the store
@@ -14,6 +17,7 @@
 //! trait on a SQLite file through sqlx, in WAL mode, with its migrations
 //! embedded in the binary.
 
+pub mod automation;
 mod error;
 pub mod pairing;
 mod sqlite;
@@ -24,6 +28,7 @@ use std::sync::Arc;
 
 use flynn_protocol::config::SessionsConfig;
 
+pub use automation::{JobKind, JobRuns, LastRun, RunOutcome, StoredCronJob};
 pub use error::{Error, Result};
 pub use pairing::{ApprovedPeer, PairingError, PairingTicket, PendingPairing};
 pub use sqlite::SqliteStore;

@@ -3,13 +3,16 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use flynn_protocol::config::ModelRef;
+use flynn_protocol::config::{CronJobConfig, ModelRef};
 use flynn_protocol::{ContentBlock, Message, Purpose, Role, SessionKey, Tier, TurnId, Usage};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 
+use crate::automation::{
+    JobKind, JobRuns, LastRun, RunOutcome, StoredCronJob, missed_as_str, missed_from,
+};
 use crate::pairing::{
     ApprovedPeer, MAX_PENDING, PairingError, PairingTicket, PendingPairing, new_code,
     normalize_code,
@@ -304,6 +307,53 @@ macro_rules! turn_select {
             $tail
         )
     };
+}
+
+macro_rules! runs_select {
+    ($tail:literal) => {
+        concat!(
+            "SELECT kind, name, since, scheduled_for, started_at, finished_at, outcome, error,
+                session_key, turn_id FROM automation_runs ",
+            $tail
+        )
+    };
+}
+
+/// A run record; `None` for a row whose kind this version does not know.
+fn runs_from_row(row: &SqliteRow) -> Result<Option<JobRuns>> {
+    let kind: String = row.try_get("kind")?;
+    let Some(kind) = JobKind::parse(&kind) else {
+        return Ok(None);
+    };
+    let scheduled_for: Option<i64> = row.try_get("scheduled_for")?;
+    let outcome: Option<String> = row.try_get("outcome")?;
+    let last = match (
+        scheduled_for,
+        outcome.as_deref().and_then(RunOutcome::parse),
+    ) {
+        (Some(scheduled_for), Some(outcome)) => {
+            let session: Option<String> = row.try_get("session_key")?;
+            let turn: Option<i64> = row.try_get("turn_id")?;
+            Some(LastRun {
+                scheduled_for,
+                started_at: row
+                    .try_get::<Option<i64>, _>("started_at")?
+                    .unwrap_or(scheduled_for),
+                finished_at: row.try_get("finished_at")?,
+                outcome,
+                error: row.try_get("error")?,
+                session: session.and_then(|s| SessionKey::from_str(&s).ok()),
+                turn: turn.map(|t| TurnId(to_u64(t))),
+            })
+        }
+        _ => None,
+    };
+    Ok(Some(JobRuns {
+        kind,
+        name: row.try_get("name")?,
+        since: row.try_get("since")?,
+        last,
+    }))
 }
 
 #[async_trait]
@@ -865,6 +915,160 @@ impl SessionStore for SqliteStore {
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn cron_jobs(&self) -> Result<Vec<StoredCronJob>> {
+        let rows = sqlx::query(
+            "SELECT name, schedule, timezone, message, agent, session, deliver_to, missed, enabled,
+                 created_by, created_at
+             FROM cron_jobs ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut jobs = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let created_by: String = row.try_get("created_by")?;
+            // Keys are validated on the way in; a row that no longer
+            // parses is skipped, like a session's.
+            let Ok(created_by) = SessionKey::from_str(&created_by) else {
+                continue;
+            };
+            let missed: String = row.try_get("missed")?;
+            jobs.push(StoredCronJob {
+                job: CronJobConfig {
+                    name: row.try_get("name")?,
+                    schedule: row.try_get("schedule")?,
+                    timezone: row.try_get("timezone")?,
+                    message: row.try_get("message")?,
+                    agent: row.try_get("agent")?,
+                    session: row.try_get("session")?,
+                    deliver_to: row.try_get("deliver_to")?,
+                    missed: missed_from(&missed),
+                    enabled: row.try_get("enabled")?,
+                },
+                created_by,
+                created_at: row.try_get("created_at")?,
+            });
+        }
+        Ok(jobs)
+    }
+
+    async fn add_cron_job(&self, stored: &StoredCronJob) -> Result<bool> {
+        let job = &stored.job;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let inserted = sqlx::query(
+            "INSERT INTO cron_jobs (name, schedule, timezone, message, agent, session, deliver_to,
+                 missed, enabled, created_by, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(&job.name)
+        .bind(&job.schedule)
+        .bind(&job.timezone)
+        .bind(&job.message)
+        .bind(&job.agent)
+        .bind(&job.session)
+        .bind(&job.deliver_to)
+        .bind(missed_as_str(job.missed))
+        .bind(job.enabled)
+        .bind(stored.created_by.as_str())
+        .bind(stored.created_at)
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Ok(false);
+        }
+        // A job of the same name removed earlier left nothing behind, but
+        // a config job of that name may have: the new job starts afresh.
+        sqlx::query(
+            "INSERT INTO automation_runs (kind, name, since) VALUES ('cron', ?1, ?2)
+             ON CONFLICT (kind, name) DO UPDATE SET since = excluded.since,
+                 scheduled_for = NULL, started_at = NULL, finished_at = NULL, outcome = NULL,
+                 error = NULL, session_key = NULL, turn_id = NULL",
+        )
+        .bind(&job.name)
+        .bind(stored.created_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn remove_cron_job(&self, name: &str) -> Result<bool> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let removed = sqlx::query("DELETE FROM cron_jobs WHERE name = ?1")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        if removed.rows_affected() == 0 {
+            return Ok(false);
+        }
+        sqlx::query("DELETE FROM automation_runs WHERE kind = 'cron' AND name = ?1")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn job_runs(&self) -> Result<Vec<JobRuns>> {
+        let sql = runs_select!("ORDER BY kind, name");
+        let rows = sqlx::query(sql).fetch_all(&self.pool).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            out.extend(runs_from_row(row)?);
+        }
+        Ok(out)
+    }
+
+    async fn track_job(&self, kind: JobKind, name: &str, since: i64) -> Result<JobRuns> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query(
+            "INSERT INTO automation_runs (kind, name, since) VALUES (?1, ?2, ?3)
+             ON CONFLICT (kind, name) DO NOTHING",
+        )
+        .bind(kind.as_str())
+        .bind(name)
+        .bind(since)
+        .execute(&mut *tx)
+        .await?;
+        let sql = runs_select!("WHERE kind = ?1 AND name = ?2");
+        let row = sqlx::query(sql)
+            .bind(kind.as_str())
+            .bind(name)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        runs_from_row(&row)?.ok_or_else(|| Error::Backend {
+            message: format!(
+                "the run record of {} job '{name}' cannot be read",
+                kind.as_str()
+            ),
+        })
+    }
+
+    async fn record_run(&self, kind: JobKind, name: &str, run: &LastRun) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO automation_runs (kind, name, since, scheduled_for, started_at, finished_at,
+                 outcome, error, session_key, turn_id)
+             VALUES (?1, ?2, ?4, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+             ON CONFLICT (kind, name) DO UPDATE SET scheduled_for = excluded.scheduled_for,
+                 started_at = excluded.started_at, finished_at = excluded.finished_at,
+                 outcome = excluded.outcome, error = excluded.error,
+                 session_key = excluded.session_key, turn_id = excluded.turn_id",
+        )
+        .bind(kind.as_str())
+        .bind(name)
+        .bind(run.scheduled_for)
+        .bind(run.started_at)
+        .bind(run.finished_at)
+        .bind(run.outcome.as_str())
+        .bind(&run.error)
+        .bind(run.session.as_ref().map(SessionKey::as_str))
+        .bind(run.turn.map(|t| to_i64(t.0)))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     async fn start_turn(&self, turn: TurnId, owner_pid: u32) -> Result<u64> {

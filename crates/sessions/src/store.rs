@@ -4,6 +4,7 @@ use flynn_protocol::{ContentBlock, Message, Purpose, SessionKey, Tier, TurnId, U
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
+use crate::automation::{JobKind, JobRuns, LastRun, StoredCronJob};
 use crate::pairing::{ApprovedPeer, PairingError, PairingTicket, PendingPairing};
 
 /// A summary of one stored session.
@@ -336,6 +337,30 @@ pub trait SessionStore: Send + Sync {
 
     /// Takes a sender's approval back. Returns whether there was one.
     async fn revoke_peer(&self, channel: &str, sender: &str) -> Result<bool>;
+
+    /// The cron jobs agents created, by name.
+    async fn cron_jobs(&self) -> Result<Vec<StoredCronJob>>;
+
+    /// Stores a cron job an agent created, its runs counted from
+    /// `created_at`, in one transaction. Returns false, storing nothing,
+    /// when a stored job already has its name.
+    async fn add_cron_job(&self, job: &StoredCronJob) -> Result<bool>;
+
+    /// Deletes an agent-created cron job and what is kept about its runs.
+    /// Returns whether it existed.
+    async fn remove_cron_job(&self, name: &str) -> Result<bool>;
+
+    /// What is kept about every job's runs, by kind then name.
+    async fn job_runs(&self) -> Result<Vec<JobRuns>>;
+
+    /// Counts a job's runs from `since` unless they are counted already;
+    /// returns what is kept about them.
+    async fn track_job(&self, kind: JobKind, name: &str, since: i64) -> Result<JobRuns>;
+
+    /// Records a job's latest run (when it starts, and again when it
+    /// ends), counting its runs from the run's start if they were not
+    /// counted yet.
+    async fn record_run(&self, kind: JobKind, name: &str, run: &LastRun) -> Result<()>;
 
     /// Sets a turn's status (`completed`, `failed`...). Fails with
     /// [`Error::UnknownTurn`](crate::Error::UnknownTurn) for a turn the

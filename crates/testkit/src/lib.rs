@@ -21,7 +21,8 @@
 //! ```
 //!
 //! The documented examples the fakes reproduce are kept in `fixtures/` and
-//! exported as [`fixtures`].
+//! exported as [`fixtures`]. With the `sessions` feature, `store` holds
+//! `RealTimeStore`: the real session store, usable on a paused clock.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
@@ -37,6 +38,8 @@ mod openai;
 mod search;
 mod server;
 pub mod slack;
+#[cfg(feature = "sessions")]
+pub mod store;
 pub mod telegram;
 pub mod whatsapp;
 

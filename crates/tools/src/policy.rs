@@ -218,7 +218,14 @@ fn list_or_none(names: &[String]) -> String {
 fn profile_patterns(profile: ToolProfile) -> &'static [&'static str] {
     match profile {
         ToolProfile::Minimal => &["memory.*"],
-        ToolProfile::Messaging => &["memory.*", "skills.*", "web.*", "sessions.*", "agents.*"],
+        ToolProfile::Messaging => &[
+            "memory.*",
+            "skills.*",
+            "web.*",
+            "sessions.*",
+            "agents.*",
+            "cron.*",
+        ],
         ToolProfile::Coding => &[
             "file.*",
             "shell.*",
@@ -228,6 +235,7 @@ fn profile_patterns(profile: ToolProfile) -> &'static [&'static str] {
             "skills.*",
             "sessions.*",
             "agents.*",
+            "cron.*",
         ],
         ToolProfile::Full => &["*"],
     }
@@ -241,7 +249,7 @@ fn compile<S: AsRef<str>>(patterns: &[S]) -> Vec<Glob> {
 mod tests {
     use super::*;
 
-    const NAMES: [&str; 9] = [
+    const NAMES: [&str; 10] = [
         "file.read",
         "file.write",
         "shell.exec",
@@ -249,6 +257,7 @@ mod tests {
         "web.fetch",
         "memory.search",
         "sessions.list",
+        "cron.add",
         "browser.open",
         "mcp.github.issue",
     ];
@@ -274,7 +283,7 @@ mod tests {
         assert_eq!(by_profile(ToolProfile::Minimal), ["memory.search"]);
         assert_eq!(
             by_profile(ToolProfile::Messaging),
-            ["web.fetch", "memory.search", "sessions.list"]
+            ["web.fetch", "memory.search", "sessions.list", "cron.add"]
         );
         assert_eq!(
             by_profile(ToolProfile::Coding),
@@ -285,7 +294,8 @@ mod tests {
                 "process.list",
                 "web.fetch",
                 "memory.search",
-                "sessions.list"
+                "sessions.list",
+                "cron.add"
             ]
         );
         assert_eq!(by_profile(ToolProfile::Full), NAMES);
@@ -344,7 +354,7 @@ mod tests {
         };
         let policy = ToolPolicy::new(&tools(ToolProfile::Messaging), Some(&agent));
         assert_eq!(policy.profile(), ToolProfile::Messaging);
-        assert_eq!(allowed(&policy), ["web.fetch", "sessions.list"]);
+        assert_eq!(allowed(&policy), ["web.fetch", "sessions.list", "cron.add"]);
     }
 
     #[test]
@@ -383,6 +393,7 @@ mod tests {
             ("file.write", ToolEffect::WritesFiles),
             ("shell.exec", ToolEffect::RunsProcesses),
             ("sessions.send", ToolEffect::SendsMessages),
+            ("cron.add", ToolEffect::SendsMessages),
         ]
         .into_iter()
         .map(|(name, effect)| (name, policy.permits_effect(name, effect)))
@@ -394,7 +405,8 @@ mod tests {
                 ("web.fetch", true),
                 ("file.write", false),
                 ("shell.exec", false),
-                ("sessions.send", false)
+                ("sessions.send", false),
+                ("cron.add", false)
             ]
         );
         // Supervised and full offer them all.

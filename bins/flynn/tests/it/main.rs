@@ -1,6 +1,8 @@
 //! The real `flynn` binary against the fake model servers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[cfg(feature = "telegram")]
+mod automation;
 #[cfg(any(feature = "telegram", feature = "whatsapp"))]
 mod channels;
 mod config;

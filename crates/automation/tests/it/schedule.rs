@@ -105,3 +105,21 @@ fn errors_say_what_is_wrong_and_show_the_shape() {
         }
     );
 }
+
+#[test]
+fn times_are_shown_in_the_schedules_zone() {
+    let berlin = Schedule::parse("30 7 * * *", "Europe/Berlin").unwrap();
+    assert_eq!(
+        berlin.local(at("2026-07-01T05:30:00Z")),
+        "2026-07-01 07:30 CEST"
+    );
+    assert_eq!(
+        berlin.local(at("2026-01-15T06:30:00Z")),
+        "2026-01-15 07:30 CET"
+    );
+    let seconds = Schedule::parse("*/2 * * * * *", "UTC").unwrap();
+    assert_eq!(
+        seconds.local(at("2026-01-15T06:30:04Z")),
+        "2026-01-15 06:30:04 UTC"
+    );
+}

@@ -530,7 +530,31 @@ fn automation_jobs_are_checked_at_their_keys() {
         "automation:\n  heartbeat:\n    every_mins: 0\n",
         "config.yaml:3:17: automation.heartbeat.every_mins: 0 is too small, expected at least 1",
     );
-    assert!(parse(&job("      timezone: America/New_York\n      deliver_to: \"telegram:123456789\"\n      missed: run_once\n")).is_ok());
+    assert_error(
+        "automation:\n  jobs:\n    - name: morning brief\n      schedule: \"30 7 * * *\"\n      message: hi\n",
+        "config.yaml:3:13: automation.jobs[0].name: job name 'morning brief': expected 1 to 64 letters, digits, '-', '_' or '.' (`morning-brief`)",
+    );
+    assert_error(
+        &job("      agent: mian\n"),
+        "config.yaml:6:14: automation.jobs[0].agent: unknown agent 'mian' (did you mean 'main'?), expected 'main' (the only agent while agents.list is empty)",
+    );
+    // Answers go out through a configured chat channel.
+    assert_error(
+        &job("      deliver_to: \"telegram:123456789\"\n"),
+        "config.yaml:6:19: automation.jobs[0].deliver_to: 'telegram:123456789' names the channel 'telegram', which is not configured (chat channels: none); answers are delivered through a configured chat channel: add channels.telegram, or deliver to one that is",
+    );
+    assert_error(
+        "channels:\n  telegram:\n    bot_token: \"1:x\"\nautomation:\n  heartbeat:\n    enabled: true\n    deliver_to: \"telegrm:42\"\n",
+        "config.yaml:7:17: automation.heartbeat.deliver_to: 'telegrm:42' names the channel 'telegrm' (did you mean 'telegram'?), which is not configured (chat channels: telegram); answers are delivered through a configured chat channel: add channels.telegrm, or deliver to one that is",
+    );
+    let telegram = "channels:\n  telegram:\n    bot_token: \"1:x\"\n";
+    assert!(
+        parse(&format!(
+            "{telegram}{}",
+            job("      timezone: America/New_York\n      deliver_to: \"telegram:123456789\"\n      missed: run_once\n      agent: main\n")
+        ))
+        .is_ok()
+    );
 }
 
 #[test]

@@ -6,7 +6,6 @@ mod boundaries;
 mod chunks;
 mod failures;
 mod simulation;
-mod store;
 mod writers;
 
 use std::collections::VecDeque;
@@ -23,7 +22,9 @@ use flynn_sessions::SessionStore;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-pub use store::TestStore;
+/// The real SQLite store on a runtime of its own: tests of timeouts run
+/// on a paused clock.
+pub use flynn_testkit::store::RealTimeStore as TestStore;
 
 pub fn key() -> SessionKey {
     "cli:default".parse().unwrap()

@@ -20,7 +20,7 @@ use crate::{Harness, Scripted, Setup, confirm_shell, key, tool_use};
 
 /// What the memory adapter was asked to do.
 #[derive(Debug, Clone, PartialEq)]
-enum Out {
+pub(crate) enum Out {
     Send {
         chat: String,
         id: String,
@@ -39,7 +39,7 @@ enum Out {
 }
 
 /// A platform in memory: connects at once, records what it is asked.
-struct Memory {
+pub(crate) struct Memory {
     max_len: usize,
     out: Mutex<Vec<Out>>,
     changed: Notify,
@@ -47,7 +47,7 @@ struct Memory {
 }
 
 impl Memory {
-    fn new(max_len: usize) -> Arc<Self> {
+    pub(crate) fn new(max_len: usize) -> Arc<Self> {
         Arc::new(Memory {
             max_len,
             out: Mutex::new(Vec::new()),
@@ -61,7 +61,7 @@ impl Memory {
         self.changed.notify_waiters();
     }
 
-    fn out(&self) -> Vec<Out> {
+    pub(crate) fn out(&self) -> Vec<Out> {
         self.out.lock().unwrap().clone()
     }
 
@@ -173,7 +173,7 @@ impl ChannelAdapter for Memory {
     }
 }
 
-fn telegram(configure: impl FnOnce(&mut TelegramConfig)) -> ChannelsConfig {
+pub(crate) fn telegram(configure: impl FnOnce(&mut TelegramConfig)) -> ChannelsConfig {
     let mut config: TelegramConfig =
         serde_json::from_value(serde_json::json!({"bot_token": "1:x"})).unwrap();
     configure(&mut config);

@@ -2,6 +2,7 @@
 //! a real SQLite store.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod automation;
 mod channels;
 mod commands;
 mod compaction;
@@ -201,6 +202,8 @@ pub struct Setup {
     pub memory_flush: Option<Arc<dyn flynn_context::MemoryFlush>>,
     pub memory: Option<flynn_orchestrator::MemoryRuntime>,
     pub skills: Option<flynn_orchestrator::SkillsRuntime>,
+    /// Its `cron.*` tools are registered (bind it to the manager after).
+    pub automation: Option<flynn_orchestrator::Automation>,
 }
 
 impl Default for Setup {
@@ -219,6 +222,7 @@ impl Default for Setup {
             memory_flush: None,
             memory: None,
             skills: None,
+            automation: None,
         }
     }
 }
@@ -327,7 +331,7 @@ pub fn manager(
 /// A runtime over any model clients, keyed by provider name.
 pub fn manager_with(
     workspace: &Path,
-    store: Arc<SqliteStore>,
+    store: Arc<dyn SessionStore>,
     clients: HashMap<String, Arc<dyn ModelClient>>,
     setup: Setup,
 ) -> SessionManager {
@@ -345,6 +349,11 @@ pub fn manager_with(
             registry.register_dyn(tool);
         }
         agents.add_slot(skills.slot());
+    }
+    if let Some(automation) = &setup.automation {
+        for tool in automation.tools() {
+            registry.register_dyn(tool);
+        }
     }
     let executor = ToolExecutor::from_config(Arc::new(registry), &setup.tools);
     SessionManager::new(RuntimeParts {

@@ -2,6 +2,7 @@
 //! migrations.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod automation;
 mod channels;
 mod factory;
 mod history;

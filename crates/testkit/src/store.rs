@@ -1,30 +1,44 @@
-//! The real SQLite store, driven on a runtime of its own.
+//! [`RealTimeStore`]: the real SQLite session store, run on a tokio
+//! runtime of its own (feature `sessions`).
 //!
-//! Tests of timeouts run with tokio's clock paused, which jumps ahead
-//! whenever the test's runtime is idle; sqlx waits for SQLite's worker
-//! thread under a pool timeout, so on a paused runtime that timeout would
-//! fire at once. Running the store on its own real-time runtime keeps its
-//! timers away from the paused clock; nothing else changes.
+//! Tests on a paused tokio clock (`start_paused`) see the clock jump ahead
+//! whenever their runtime is idle. A [`SqliteStore`] on that runtime would
+//! wait for SQLite's worker thread under sqlx's pool timeout, which would
+//! then fire at once; and every timer of the code under test would fire
+//! while a query is in flight. This store runs the real store on a
+//! real-time runtime and waits for each call from a blocking task, which
+//! holds the paused clock still until the call returns: simulated time
+//! moves only when the code under test waits on a timer.
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use flynn_protocol::{ContentBlock, Message, SessionKey, Tier, TurnId};
 use flynn_sessions::{
-    ApprovedPeer, DayUsage, PairingError, PairingTicket, PendingPairing, Result, SessionInfo,
-    SessionMeta, SessionStore, SqliteStore, StoredMessage, ToolOutput, TurnOrigin, TurnRecord,
-    TurnStatus, UsageLine, UsageRecord, UsageTotal,
+    ApprovedPeer, DayUsage, JobKind, JobRuns, LastRun, PairingError, PairingTicket, PendingPairing,
+    Result, SessionInfo, SessionMeta, SessionStore, SqliteStore, StoredCronJob, StoredMessage,
+    ToolOutput, TurnOrigin, TurnRecord, TurnStatus, UsageLine, UsageRecord, UsageTotal,
 };
 use tokio::runtime::Runtime;
 
-/// A [`SqliteStore`] on a temp-dir file, run on its own runtime.
-pub struct TestStore {
+/// A [`SqliteStore`] with the real migrations, run on its own runtime.
+pub struct RealTimeStore {
     inner: SqliteStore,
     runtime: Option<Runtime>,
-    _dir: tempfile::TempDir,
+    path: PathBuf,
+    _dir: Option<tempfile::TempDir>,
 }
 
-impl Drop for TestStore {
+impl std::fmt::Debug for RealTimeStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RealTimeStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for RealTimeStore {
     fn drop(&mut self) {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
@@ -32,26 +46,48 @@ impl Drop for TestStore {
     }
 }
 
-impl TestStore {
-    /// A fresh store with the real migrations.
+impl RealTimeStore {
+    /// A fresh store in a temp dir of its own.
     pub async fn open() -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("no temp dir: {e}"));
+        let mut store = Self::open_at(&dir.path().join("sessions.db")).await;
+        store._dir = Some(dir);
+        store
+    }
+
+    /// The store in `path` (created if needed): open it again to simulate
+    /// a restart.
+    pub async fn open_at(path: &Path) -> Self {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
-            .unwrap();
-        let path = dir.path().join("sessions.db");
-        let inner = runtime
-            .spawn(async move { SqliteStore::open(&path).await })
-            .await
-            .unwrap()
-            .unwrap();
-        TestStore {
+            .unwrap_or_else(|e| panic!("cannot build the store's runtime: {e}"));
+        let file = path.to_path_buf();
+        let handle = runtime.handle().clone();
+        let inner = tokio::task::spawn_blocking(move || {
+            handle.block_on(async move { SqliteStore::open(&file).await })
+        })
+        .await
+        .unwrap_or_else(|e| panic!("opening the store panicked: {e}"))
+        .unwrap_or_else(|e| panic!("cannot open the store: {e}"));
+        RealTimeStore {
             inner,
             runtime: Some(runtime),
-            _dir: dir,
+            path: path.to_path_buf(),
+            _dir: None,
         }
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Closes the store's connections (checkpointing the WAL), so the
+    /// file can be opened again.
+    pub async fn close(&self) {
+        self.run(|s| async move { s.close().await }).await;
     }
 
     async fn run<T, F>(&self, call: impl FnOnce(SqliteStore) -> F) -> T
@@ -59,13 +95,20 @@ impl TestStore {
         T: Send + 'static,
         F: Future<Output = T> + Send + 'static,
     {
-        let runtime = self.runtime.as_ref().unwrap();
-        runtime.spawn(call(self.inner.clone())).await.unwrap()
+        let Some(runtime) = self.runtime.as_ref() else {
+            unreachable!("the runtime lives as long as the store");
+        };
+        let handle = runtime.handle().clone();
+        let future = call(self.inner.clone());
+        // A blocking task holds a paused clock still while it runs.
+        tokio::task::spawn_blocking(move || handle.block_on(future))
+            .await
+            .unwrap_or_else(|e| panic!("a store call panicked: {e}"))
     }
 }
 
 #[async_trait]
-impl SessionStore for TestStore {
+impl SessionStore for RealTimeStore {
     async fn append(&self, key: &SessionKey, messages: &[Message]) -> Result<Vec<u64>> {
         let (key, messages) = (key.clone(), messages.to_vec());
         self.run(|s| async move { s.append(&key, &messages).await })
@@ -220,6 +263,38 @@ impl SessionStore for TestStore {
     async fn revoke_peer(&self, channel: &str, sender: &str) -> Result<bool> {
         let (channel, sender) = (channel.to_owned(), sender.to_owned());
         self.run(|s| async move { s.revoke_peer(&channel, &sender).await })
+            .await
+    }
+
+    async fn cron_jobs(&self) -> Result<Vec<StoredCronJob>> {
+        self.run(|s| async move { s.cron_jobs().await }).await
+    }
+
+    async fn add_cron_job(&self, job: &StoredCronJob) -> Result<bool> {
+        let job = job.clone();
+        self.run(|s| async move { s.add_cron_job(&job).await })
+            .await
+    }
+
+    async fn remove_cron_job(&self, name: &str) -> Result<bool> {
+        let name = name.to_owned();
+        self.run(|s| async move { s.remove_cron_job(&name).await })
+            .await
+    }
+
+    async fn job_runs(&self) -> Result<Vec<JobRuns>> {
+        self.run(|s| async move { s.job_runs().await }).await
+    }
+
+    async fn track_job(&self, kind: JobKind, name: &str, since: i64) -> Result<JobRuns> {
+        let name = name.to_owned();
+        self.run(|s| async move { s.track_job(kind, &name, since).await })
+            .await
+    }
+
+    async fn record_run(&self, kind: JobKind, name: &str, run: &LastRun) -> Result<()> {
+        let (name, run) = (name.to_owned(), run.clone());
+        self.run(|s| async move { s.record_run(kind, &name, &run).await })
             .await
     }
 
