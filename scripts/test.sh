@@ -4,4 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-test-deps.sh
+# The MCP reference server (npm); its tests skip, saying so, without it.
+if reference="$(scripts/mcp-reference.sh)"; then
+    export FLYNN_MCP_REFERENCE="$reference"
+fi
 exec cargo test --workspace --locked "$@"
