@@ -4,8 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-test-deps.sh
-# The MCP reference server (npm); its tests skip, saying so, without it.
-if reference="$(scripts/mcp-reference.sh)"; then
-    export FLYNN_MCP_REFERENCE="$reference"
-fi
+# The MCP reference server (npm), for the MCP client's tests.
+FLYNN_MCP_REFERENCE="$(scripts/install-mcp-reference.sh)"
+export FLYNN_MCP_REFERENCE
 exec cargo test --workspace --locked "$@"

@@ -37,8 +37,12 @@ pub enum Command {
     Sandbox(SandboxArgs),
     /// Memory files and their search index.
     Memory(MemoryArgs),
+    /// MCP: the servers whose tools Flynn uses (list, tools, test), and
+    /// Flynn as an MCP server for other agents (serve).
+    Mcp(McpArgs),
     /// Check the set-up: config, keys, providers, database, sandbox,
-    /// daemon; each line OK, WARN or FAIL with the fix.
+    /// daemon, chat channels, MCP servers; each line OK, WARN or FAIL with
+    /// the fix.
     Doctor(DoctorArgs),
     /// Guided set-up: asks a few questions and writes a valid config file
     /// (--non-interactive: from flags and the environment).
@@ -91,6 +95,62 @@ pub enum MemoryCommand {
         /// The conversation `session` stands for.
         #[arg(long)]
         session: Option<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    #[command(subcommand)]
+    pub command: McpCommand,
+    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// The servers of mcp.servers: transport, command line or URL, whether
+    /// enabled, when started; with a daemon (--gateway, FLYNN_GATEWAY_URL),
+    /// how each is doing there.
+    List {
+        /// Ask the daemon at this address how its servers are doing;
+        /// default FLYNN_GATEWAY_URL.
+        #[arg(long, value_name = "URL")]
+        gateway: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start one server here, print its tools (name, effect, description),
+    /// and stop it.
+    Tools {
+        /// Its name under mcp.servers.
+        server: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start one server here and report the handshake; with --call, call
+    /// one of its tools (directly: no policy or confirmation) and print
+    /// the result.
+    Test {
+        /// Its name under mcp.servers.
+        server: String,
+        /// A tool to call, with or without the `<server>.` prefix.
+        #[arg(long, value_name = "TOOL")]
+        call: Option<String>,
+        /// The call's arguments as a JSON object.
+        #[arg(long, value_name = "JSON", requires = "call")]
+        args: Option<String>,
+    },
+    /// Serve Flynn to another agent (Claude Desktop, an IDE, another
+    /// Flynn) as an MCP server on stdin and stdout: tools send_message,
+    /// list_sessions, read_history, search_memory, list_agents. Runs a
+    /// Flynn of its own from the config, unless --gateway (or
+    /// FLYNN_GATEWAY_URL) names a daemon whose sessions it then serves.
+    Serve {
+        /// Pass everything on to the daemon at this address (its /mcp);
+        /// default FLYNN_GATEWAY_URL.
+        #[arg(long, value_name = "URL")]
+        gateway: Option<String>,
     },
 }
 

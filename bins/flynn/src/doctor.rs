@@ -1,6 +1,6 @@
 //! `flynn doctor`: checks the set-up piece by piece (config, keys,
-//! providers, database, sandbox, gateway), one line each with OK, WARN or
-//! FAIL and, when not OK, the fix.
+//! providers, database, sandbox, gateway, chat channels, MCP servers),
+//! one line each with OK, WARN or FAIL and, when not OK, the fix.
 
 use std::path::Path;
 use std::time::Duration;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use flynn_core::Tier;
 use flynn_core::config::{self, Loaded, Source};
 use flynn_core::gateway::api::{ChannelInfo, Health};
-use flynn_core::protocol::config::{FlynnConfig, ProviderKind};
+use flynn_core::protocol::config::{FlynnConfig, McpTransport, ProviderKind};
 use serde::Serialize;
 use serde_json::json;
 
@@ -121,7 +121,71 @@ async fn checks(args: &DoctorArgs) -> Vec<Check> {
     let mut live = None;
     out.extend(gateway_lines(args, &loaded, &mut live).await);
     out.extend(channel_lines(&loaded.config, live));
+    out.extend(mcp_lines(&loaded.config).await);
     out
+}
+
+/// One line per MCP server of `mcp.servers`: each enabled one is started
+/// here (all at once, each within its `startup_timeout_secs`), its tools
+/// listed, and stopped again.
+async fn mcp_lines(config: &FlynnConfig) -> Vec<Check> {
+    let workspace = crate::mcp::workspace(config);
+    let mut starts = tokio::task::JoinSet::new();
+    let mut lines: Vec<(usize, Check)> = Vec::new();
+    for (index, (name, server)) in config.mcp.servers.iter().enumerate() {
+        if !server.enabled {
+            lines.push((
+                index,
+                Check::ok(
+                    "mcp",
+                    format!("{name}: turned off (mcp.servers.{name}.enabled), not checked"),
+                ),
+            ));
+            continue;
+        }
+        let name = name.clone();
+        let server = server.clone();
+        let workspace = workspace.clone();
+        starts.spawn(async move {
+            let started = crate::mcp::start_one(&name, server.clone(), &workspace).await;
+            let check = if started.is_up() {
+                Check::ok(
+                    "mcp",
+                    format!(
+                        "{name}: {} tool(s) from {} in {} ms",
+                        started.status.tools,
+                        started
+                            .status
+                            .server
+                            .as_deref()
+                            .unwrap_or("a server with no name"),
+                        started.elapsed.as_millis()
+                    ),
+                )
+            } else {
+                let fix = match server.transport() {
+                    McpTransport::Stdio => format!(
+                        "check that `{}` runs here (`flynn mcp test {name}` shows what it wrote to stderr) and correct mcp.servers.{name}",
+                        crate::mcp::target(&server)
+                    ),
+                    _ => format!(
+                        "check that {} answers and that mcp.servers.{name} has the right credentials (`flynn mcp test {name}`)",
+                        crate::mcp::target(&server)
+                    ),
+                };
+                Check::fail("mcp", format!("{name}: {}", started.reason()), fix)
+            };
+            started.server.stop().await;
+            (index, check)
+        });
+    }
+    while let Some(joined) = starts.join_next().await {
+        if let Ok(line) = joined {
+            lines.push(line);
+        }
+    }
+    lines.sort_by_key(|(index, _)| *index);
+    lines.into_iter().map(|(_, check)| check).collect()
 }
 
 /// One line per configured chat channel: its live state when a daemon

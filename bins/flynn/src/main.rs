@@ -29,6 +29,7 @@ mod config_cmd;
 mod doctor;
 mod env;
 mod exit;
+mod mcp;
 mod memory;
 mod onboard;
 mod pairing;
@@ -43,7 +44,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, McpArgs, McpCommand};
 use crate::exit::Failure;
 
 fn main() -> ExitCode {
@@ -74,7 +75,20 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    let serves_stdio = matches!(
+        &cli.command,
+        Command::Mcp(McpArgs {
+            command: McpCommand::Serve { .. },
+            ..
+        })
+    );
+    let result = runtime.block_on(run(cli));
+    if serves_stdio {
+        // A read of a terminal's stdin cannot be cancelled (pipes, as MCP
+        // clients give, can): do not wait for it after Ctrl-C.
+        runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => failure.report(),
     }
@@ -91,6 +105,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Usage(args) => sessions::usage(args).await,
         Command::Sandbox(args) => sandbox::run(args).await,
         Command::Memory(args) => memory::run(args).await,
+        Command::Mcp(args) => mcp::run(args).await,
         Command::Doctor(args) => doctor::run(args).await,
         Command::Onboard(args) => onboard::run(args).await,
         Command::Completion { shell } => {
@@ -109,8 +124,11 @@ fn init_logging() {
     let filter = std::env::var("FLYNN_LOG").unwrap_or_else(|_| "error".to_owned());
     let filter = tracing_subscriber::EnvFilter::try_new(&filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+    // No colour codes where stderr is a file or a pipe (`flynn mcp serve`
+    // writes its log to the MCP client's).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flynn_channels::{Backoff, Registry};
-use flynn_gateway::{Control, Gateway, GatewayParts, RemoteApprover, TokenSource};
+use flynn_gateway::{Control, Gateway, GatewayExtras, GatewayParts, RemoteApprover, TokenSource};
 use flynn_orchestrator::ChannelRouter;
 use flynn_protocol::config::FlynnConfig;
 
@@ -210,14 +210,22 @@ impl Daemon {
             ))
         })?;
         let grace = Duration::from_secs(config.gateway.shutdown_grace_secs);
-        let gateway = Gateway::new(GatewayParts {
-            manager: flynn.manager().clone(),
-            config,
-            config_file: options.config_file,
-            token,
-            approver,
-            channels,
-        });
+        // `/mcp` serves the runtime's sessions and memory to other
+        // agents; `mcp.status` reports the MCP servers it uses.
+        let gateway = Gateway::with_extras(
+            GatewayParts {
+                manager: flynn.manager().clone(),
+                config,
+                config_file: options.config_file,
+                token,
+                approver,
+                channels,
+            },
+            GatewayExtras {
+                mcp: flynn.mcp().clone(),
+                memory: flynn.memory().cloned(),
+            },
+        );
         let control = gateway.control();
         let serving = gateway
             .serve(listener)

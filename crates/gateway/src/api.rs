@@ -2,7 +2,7 @@
 //! describes and `cargo xtask codegen` turns into
 //! `docs/protocol.schema.json`.
 
-use flynn_protocol::config::ModelRef;
+use flynn_protocol::config::{McpStart, ModelRef};
 use flynn_protocol::{
     EventEnvelope, Purpose, Resolution, SessionKey, Tier, ToolEffect, TurnId, TurnOutcome, Usage,
 };
@@ -511,6 +511,37 @@ pub struct ChannelInfo {
     /// Milliseconds until the next attempt, while retrying.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_in_ms: Option<u64>,
+}
+
+/// One MCP server Flynn uses as a client (`mcp.status`): an enabled
+/// server of `mcp.servers`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct McpServerStatus {
+    pub name: String,
+    /// `stdio` or `http`.
+    pub transport: String,
+    /// The command line (stdio) or the URL (HTTP); never a header.
+    pub target: String,
+    /// `boot` (started with the daemon) or `lazy` (before the first turn
+    /// that may use it).
+    pub start: McpStart,
+    /// `idle` (lazy, not needed yet), `starting`, `running`, `restarting`
+    /// (it died or could not start; see `error`), or `stopped`.
+    pub phase: String,
+    /// The server's own name and version, once it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// How many tools it offers (as `<name>.<tool>`).
+    pub tools: usize,
+    /// Why it last stopped or failed, with the last line it wrote to
+    /// stderr.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Seconds until the next start attempt, while restarting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_in_secs: Option<u64>,
+    /// Times it was started again after dying or failing.
+    pub restarts: u32,
 }
 
 /// Result of `pairing.list`.

@@ -1,5 +1,6 @@
 //! What a client of the gateway (the CLI, the TUI) needs to reach it: the
-//! `/rpc` WebSocket URL from an address a person typed, and the token.
+//! `/rpc` WebSocket URL (or the `/mcp` URL) from an address a person
+//! typed, and the token.
 
 use std::path::Path;
 
@@ -23,6 +24,20 @@ pub fn rpc_url(given: &str) -> Result<String, String> {
     }
     let rest = rest.strip_suffix("/rpc").unwrap_or(rest);
     Ok(format!("{scheme}://{rest}/rpc"))
+}
+
+/// `http://h:p`, `h:p`, `ws://h:p/rpc`... → `http://h:p/mcp` (`https`,
+/// `wss` → `https`): the gateway's MCP endpoint.
+pub fn mcp_url(given: &str) -> Result<String, String> {
+    let rpc = rpc_url(given)?;
+    let (scheme, rest) = match rpc.split_once("://") {
+        Some(("wss", rest)) => ("https", rest),
+        Some((_, rest)) => ("http", rest),
+        None => ("http", rpc.as_str()),
+    };
+    let rest = rest.strip_suffix("/rpc").unwrap_or(rest);
+    let rest = rest.strip_suffix("/mcp").unwrap_or(rest);
+    Ok(format!("{scheme}://{rest}/mcp"))
 }
 
 /// The token to present: `environment` (`FLYNN_GATEWAY_TOKEN`) when set,
@@ -50,5 +65,18 @@ mod tests {
         }
         assert!(rpc_url("ftp://x").is_err_and(|e| e.contains("scheme 'ftp'")));
         assert!(rpc_url("http://").is_err_and(|e| e.contains("empty")));
+    }
+
+    #[test]
+    fn addresses_become_mcp_urls() {
+        for (given, url) in [
+            ("http://127.0.0.1:18800", "http://127.0.0.1:18800/mcp"),
+            ("127.0.0.1:18800/", "http://127.0.0.1:18800/mcp"),
+            ("ws://127.0.0.1:18800/rpc", "http://127.0.0.1:18800/mcp"),
+            ("https://flynn.example/mcp", "https://flynn.example/mcp"),
+        ] {
+            assert_eq!(mcp_url(given).as_deref(), Ok(url), "{given}");
+        }
+        assert!(mcp_url("ftp://x").is_err_and(|e| e.contains("scheme 'ftp'")));
     }
 }

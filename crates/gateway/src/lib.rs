@@ -4,6 +4,7 @@
 //! - `/rpc`: JSON-RPC 2.0 (jsonrpsee) over WebSocket and HTTP POST; the
 //!   methods and their types are in [`api`] and `docs/protocol.md`;
 //! - `/healthz` (no token), `/metrics` (Prometheus text);
+//! - `/mcp`: Flynn as an MCP server (streamable HTTP) for other agents;
 //! - `/v1/models` and `/v1/chat/completions` for OpenAI clients;
 //! - `/webhooks/<name>`, signed with HMAC-SHA256 instead of the token.
 //!
@@ -20,6 +21,7 @@ pub mod client;
 mod error;
 mod http;
 mod logs;
+mod mcp;
 mod metrics;
 mod openai;
 mod rpc;
@@ -33,9 +35,10 @@ pub use approver::{RemoteApprover, ResolveError};
 pub use auth::Client;
 pub use error::codes;
 pub use logs::{LogLayer, log_layer};
+pub use mcp::McpHost;
 pub use metrics::rss_bytes;
 pub use rpc::PROTOCOL_VERSION;
-pub use server::{Control, Gateway, GatewayParts, Serving};
+pub use server::{Control, Gateway, GatewayExtras, GatewayParts, Serving};
 pub use token::{TOKEN_FILE, TokenSource, generate_token, read_token_file, resolve_token};
 pub use webhooks::{sign, verify_signature};
 

@@ -110,6 +110,7 @@ fn register(module: &mut RpcModule<State>) {
     method!("system.logs", system_logs);
     method!("providers.status", providers_status);
     method!("channels.status", channels_status);
+    method!("mcp.status", mcp_status);
     method!("pairing.list", pairing_list);
     method!("pairing.approve", pairing_approve);
     method!("pairing.revoke", pairing_revoke);
@@ -738,6 +739,11 @@ async fn channels_status(
     state: Arc<State>,
 ) -> RpcResult<Vec<ChannelInfo>> {
     Ok(crate::channels::status(&state))
+}
+
+async fn mcp_status(params: Params<'static>, state: Arc<State>) -> RpcResult<Vec<McpServerStatus>> {
+    let _: EmptyParams = parse(&params)?;
+    Ok(crate::mcp::status(&state.mcp))
 }
 
 async fn pairing_list(_params: Params<'static>, state: Arc<State>) -> RpcResult<PairingList> {

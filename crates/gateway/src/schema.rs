@@ -61,6 +61,8 @@ pub fn protocol_schema() -> Value {
          "params": schema::<ProvidersParams>(&mut g), "result": schema::<Vec<ProviderStatus>>(&mut g)},
         {"name": "channels.status", "kind": "method", "summary": "Each chat channel's health: connected, retrying (with the last error), unavailable; the web chat included.",
          "params": none, "result": schema::<Vec<ChannelInfo>>(&mut g)},
+        {"name": "mcp.status", "kind": "method", "summary": "Each enabled MCP server Flynn uses as a client: its phase, tool count, last error and next retry.",
+         "params": none, "result": schema::<Vec<McpServerStatus>>(&mut g)},
         {"name": "pairing.list", "kind": "method", "summary": "Pairing codes waiting for approval, and the senders approved by pairing.",
          "params": none, "result": schema::<PairingList>(&mut g)},
         {"name": "pairing.approve", "kind": "method", "summary": "Approves a pairing code: its sender may talk to Flynn on that channel from now on.",

@@ -1,6 +1,6 @@
 //! The gateway: one axum router on one port, with the JSON-RPC service
 //! (jsonrpsee, WebSocket and HTTP POST at `/rpc`) built per request inside
-//! it.
+//! it, and the MCP service (rmcp's streamable HTTP at `/mcp`) beside it.
 
 use flynn_channels::Registry;
 use std::net::SocketAddr;
@@ -15,6 +15,8 @@ use axum::http::StatusCode;
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
+use flynn_mcp::McpServers;
+use flynn_memory::Memory;
 use flynn_orchestrator::SessionManager;
 use flynn_protocol::config::{FlynnConfig, GatewayConfig};
 use jsonrpsee::server::{
@@ -46,6 +48,16 @@ pub struct GatewayParts {
     /// The chat channels the daemon runs: their webhooks are served under
     /// `/channels/<name>/…`, their health in `channels.status`.
     pub channels: Option<Registry>,
+}
+
+/// What a gateway serves besides the sessions; the default is none of it.
+#[derive(Debug, Clone, Default)]
+pub struct GatewayExtras {
+    /// The MCP servers the runtime uses as a client, reported by
+    /// `mcp.status`.
+    pub mcp: McpServers,
+    /// Memory, for the `search_memory` tool of `/mcp`.
+    pub memory: Option<Memory>,
 }
 
 impl std::fmt::Debug for GatewayParts {
@@ -95,6 +107,12 @@ pub(crate) struct State {
     /// The last `providers.status` answer and when it was made.
     pub provider_checks: std::sync::Mutex<Option<(Instant, Vec<crate::api::ProviderStatus>)>>,
     pub channels: Option<Registry>,
+    /// The MCP servers the runtime uses (`mcp.status`).
+    pub mcp: McpServers,
+    pub memory: Option<Memory>,
+    /// Ends the MCP sessions of `/mcp` (their event streams would hold
+    /// the graceful shutdown open).
+    pub mcp_stop: CancellationToken,
 }
 
 /// A gateway ready to serve.
@@ -122,6 +140,12 @@ const MESSAGE_BUFFER: u32 = 1024;
 
 impl Gateway {
     pub fn new(parts: GatewayParts) -> Gateway {
+        Gateway::with_extras(parts, GatewayExtras::default())
+    }
+
+    /// A gateway that also reports the runtime's MCP servers
+    /// (`mcp.status`) and searches its memory for `/mcp` callers.
+    pub fn with_extras(parts: GatewayParts, extras: GatewayExtras) -> Gateway {
         let settings = parts.config.gateway.clone();
         let state = Arc::new(State {
             manager: parts.manager,
@@ -136,6 +160,9 @@ impl Gateway {
             control: Arc::new(Control::default()),
             provider_checks: std::sync::Mutex::new(None),
             channels: parts.channels,
+            mcp: extras.mcp,
+            memory: extras.memory,
+            mcp_stop: CancellationToken::new(),
         });
         let methods = crate::rpc::methods(state.clone());
         let limit = state.settings.max_request_bytes;
@@ -189,8 +216,13 @@ impl Gateway {
                 }
             }
         });
+        let limit = usize::try_from(self.state.settings.max_request_bytes).unwrap_or(usize::MAX);
+        let host = crate::mcp::McpHost::new(state.manager.clone(), state.memory.clone());
+        let mut mcp = flynn_mcp::serve::http_service(Arc::new(host), state.mcp_stop.clone());
+        mcp.config.max_request_body_bytes = limit;
         let protected = Router::new()
             .route("/rpc", rpc_route)
+            .route_service("/mcp", mcp)
             .route("/metrics", get(crate::http::metrics))
             .route("/v1/models", get(crate::openai::models))
             .route(
@@ -201,7 +233,6 @@ impl Gateway {
                 state.clone(),
                 auth::authorize,
             ));
-        let limit = usize::try_from(self.state.settings.max_request_bytes).unwrap_or(usize::MAX);
         let mut router = Router::new();
         for path in crate::ui::paths() {
             router = router.route(path, get(crate::ui::serve));
@@ -264,6 +295,7 @@ impl Gateway {
             task,
             counter,
             control: self.state.control.clone(),
+            mcp_stop: self.state.mcp_stop.clone(),
         })
     }
 }
@@ -287,6 +319,7 @@ pub struct Serving {
     task: tokio::task::JoinHandle<std::io::Result<()>>,
     counter: tokio::task::JoinHandle<()>,
     control: Arc<Control>,
+    mcp_stop: CancellationToken,
 }
 
 impl Serving {
@@ -302,6 +335,7 @@ impl Serving {
     /// waits up to `grace` for requests in flight to finish.
     pub async fn shutdown(self, grace: Duration) {
         self.closing.cancel();
+        self.mcp_stop.cancel();
         let _ = self.server_handle.stop();
         match tokio::time::timeout(grace, self.task).await {
             Ok(Ok(Ok(()))) => {}

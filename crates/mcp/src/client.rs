@@ -34,6 +34,9 @@ const STABLE_AFTER: Duration = Duration::from_secs(60);
 const STDERR_LINES: usize = 20;
 /// How long a stopping server gets to exit before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long the end of a dead server's stderr is waited for, to explain
+/// why it stopped.
+const STDERR_DRAIN: Duration = Duration::from_millis(500);
 
 /// Environment variables a stdio server inherits from Flynn; everything
 /// else (API keys, tokens) stays out unless the server's `env` sets it.
@@ -154,6 +157,8 @@ pub struct McpServer {
     stop: CancellationToken,
     supervisor: Mutex<Option<JoinHandle<()>>>,
     stderr: Arc<Mutex<VecDeque<String>>>,
+    /// The task reading the current process's stderr into `stderr`.
+    stderr_reader: Mutex<Option<JoinHandle<()>>>,
     me: Weak<McpServer>,
 }
 
@@ -179,6 +184,7 @@ impl McpServer {
             stop: CancellationToken::new(),
             supervisor: Mutex::new(None),
             stderr: Arc::new(Mutex::new(VecDeque::new())),
+            stderr_reader: Mutex::new(None),
             me: me.clone(),
         })
     }
@@ -270,7 +276,7 @@ impl McpServer {
             retry_in_secs: state
                 .retry_at
                 .filter(|_| state.phase == Some(Phase::Restarting))
-                .map(|at| at.saturating_duration_since(Instant::now()).as_secs()),
+                .map(secs_until),
             restarts: state.restarts,
         })
     }
@@ -283,10 +289,7 @@ impl McpServer {
                 (Phase::Restarting, _) => Err(Unreachable::Restarting {
                     server: self.name.clone(),
                     error: state.error.clone().unwrap_or_else(|| "unknown".to_owned()),
-                    retry_in: state
-                        .retry_at
-                        .map(|at| at.saturating_duration_since(Instant::now()).as_secs())
-                        .unwrap_or(0),
+                    retry_in: state.retry_at.map(secs_until).unwrap_or(0),
                 }),
                 (Phase::Stopped, _) => Err(Unreachable::Stopped {
                     server: self.name.clone(),
@@ -354,6 +357,7 @@ impl McpServer {
                 }
                 Err(error) => error,
             };
+            self.finish_stderr().await;
             let error = self.with_stderr(error);
             tracing::warn!(server = %self.name, %error, retry_in = ?backoff, "MCP server stopped; restarting");
             self.update(|state| {
@@ -369,6 +373,20 @@ impl McpServer {
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
             self.update(|state| state.restarts += 1);
+        }
+    }
+
+    /// Waits (briefly) until the stderr of the process that just ended is
+    /// read to its end: its last line may say why it ended, and the
+    /// reading task may not have caught up with the exit yet.
+    async fn finish_stderr(&self) {
+        let reader = self
+            .stderr_reader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(reader) = reader {
+            let _ = tokio::time::timeout(STDERR_DRAIN, reader).await;
         }
     }
 
@@ -528,8 +546,14 @@ impl McpServer {
             })?;
         if let Some(stderr) = stderr {
             let lines = self.stderr.clone();
+            // A new process: an earlier one's lines would explain the wrong
+            // failure.
+            lines
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clear();
             let name = self.name.clone();
-            tokio::spawn(async move {
+            let reader = tokio::spawn(async move {
                 let mut reader = tokio::io::BufReader::new(stderr).lines();
                 while let Ok(Some(line)) = reader.next_line().await {
                     tracing::debug!(server = %name, "{line}");
@@ -541,6 +565,10 @@ impl McpServer {
                     }
                 }
             });
+            *self
+                .stderr_reader
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(reader);
         }
         Ok(transport)
     }
@@ -617,6 +645,13 @@ impl ClientHandler for Handler {
             Implementation::new("flynn", env!("CARGO_PKG_VERSION")),
         )
     }
+}
+
+/// Whole seconds until `at`, rounded up: a restart due in 0.4 s is "in
+/// 1s", not "in 0s".
+fn secs_until(at: Instant) -> u64 {
+    let left = at.saturating_duration_since(Instant::now());
+    left.as_secs() + u64::from(left.subsec_nanos() > 0)
 }
 
 /// Every configured server that is enabled, by name.

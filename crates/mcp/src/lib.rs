@@ -21,5 +21,7 @@
 
 mod bridge;
 mod client;
+pub mod serve;
 
 pub use client::{McpServer, McpServers, Phase, ServerStatus, Unreachable};
+pub use serve::{FlynnHost, FlynnServer, HostError};

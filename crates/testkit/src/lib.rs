@@ -33,6 +33,7 @@ pub mod discord;
 pub mod embeddings;
 pub mod fixtures;
 mod llamacpp;
+pub mod mcp;
 mod ollama;
 mod openai;
 mod search;

@@ -10,6 +10,7 @@ mod crash;
 mod daemon;
 mod doctor;
 mod live;
+mod mcp;
 mod memory;
 mod onboard;
 mod pairing;

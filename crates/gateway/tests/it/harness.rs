@@ -6,7 +6,7 @@ use flynn_core::protocol::config::{
     FlynnConfig, HookAction, HookRule, ProviderConfig, ProviderKind, TiersConfig,
 };
 use flynn_core::{Flynn, Tool};
-use flynn_gateway::{Gateway, GatewayParts, RemoteApprover, Serving};
+use flynn_gateway::{Gateway, GatewayExtras, GatewayParts, RemoteApprover, Serving};
 use flynn_testkit::FakeOpenAi;
 use jsonrpsee::core::client::{ClientT, Subscription, SubscriptionClientT};
 use jsonrpsee::http_client::{HttpClient, HttpClientBuilder};
@@ -58,6 +58,13 @@ impl Harness {
     }
 
     pub async fn with(options: Options) -> Harness {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Harness::on(listener, options).await
+    }
+
+    /// A harness serving on `listener` (bound before the config is
+    /// written, when the config must name the gateway's own address).
+    pub async fn on(listener: tokio::net::TcpListener, options: Options) -> Harness {
         install_crypto();
         let home = tempfile::tempdir().unwrap();
         let mut builder = Flynn::builder()
@@ -68,15 +75,21 @@ impl Harness {
             builder = builder.tool_dyn(tool);
         }
         let flynn = builder.build().await.unwrap();
-        let gateway = Gateway::new(GatewayParts {
-            manager: flynn.manager().clone(),
-            config: options.config,
-            config_file: options.config_file,
-            token: TOKEN.to_owned(),
-            approver: RemoteApprover::new(),
-            channels: None,
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        // Composed as the daemon composes it.
+        let gateway = Gateway::with_extras(
+            GatewayParts {
+                manager: flynn.manager().clone(),
+                config: options.config,
+                config_file: options.config_file,
+                token: TOKEN.to_owned(),
+                approver: RemoteApprover::new(),
+                channels: None,
+            },
+            GatewayExtras {
+                mcp: flynn.mcp().clone(),
+                memory: flynn.memory().cloned(),
+            },
+        );
         let serving = gateway.serve(listener).unwrap();
         let addr = serving.local_addr();
         Harness {

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod harness;
+mod mcp;
 mod openai;
 mod protocol;
 mod security;
