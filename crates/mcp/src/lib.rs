@@ -1,5 +1,10 @@
 //! Flynn and the Model Context Protocol.
 //!
+//! **As a server**, [`serve::FlynnServer`] offers `send_message`,
+//! `list_sessions`, `read_history`, `search_memory` and `list_agents` over
+//! any [`FlynnHost`]; the gateway serves it at `/mcp` and `flynn mcp serve`
+//! on stdio.
+//!
 //! **As a client**, every server under `mcp.servers` becomes a
 //! [`ToolSource`](flynn_tools::ToolSource) of the tool registry: started
 //! with Flynn (`start: boot`) or before the first turn of an agent that may

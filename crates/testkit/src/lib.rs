@@ -23,6 +23,8 @@
 //! The documented examples the fakes reproduce are kept in `fixtures/` and
 //! exported as [`fixtures`]. With the `sessions` feature, `store` holds
 //! `RealTimeStore`: the real session store, usable on a paused clock.
+//! [`mcp`] is a real MCP server built on rmcp, over stdio (the
+//! `flynn-mcp-fixture` binary) or streamable HTTP behind a token.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
