@@ -535,11 +535,13 @@ impl McpServer {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .map_err(|error| {
-                if error.kind() == std::io::ErrorKind::NotFound {
+                if !cwd.is_dir() {
                     format!(
-                        "cannot start '{program}': not found (is it installed and on PATH, or is {} missing?)",
+                        "cannot start '{program}': its working directory {} does not exist",
                         cwd.display()
                     )
+                } else if error.kind() == std::io::ErrorKind::NotFound {
+                    format!("cannot start '{program}': not found (is it installed and on PATH?)")
                 } else {
                     format!("cannot start '{program}': {error}")
                 }

@@ -201,3 +201,64 @@ async fn a_global_subscriber_sees_the_turns_of_every_session() {
     flynn.shutdown().await;
     assert_eq!(flynn.manager().active_lanes(), 0);
 }
+
+#[tokio::test]
+async fn an_mcp_servers_tool_runs_through_the_agent_loop() {
+    let server = flynn_testkit::mcp::HttpFixture::start(Some("mcp-token"));
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::ToolCalls(vec![(
+        "calc_add".into(),
+        json!({"a": 2, "b": 40}),
+    )]));
+    fake.push(Reply::Text("It is 42.".into()));
+    let home = tempfile::tempdir().unwrap();
+    let mut config = config(&fake, None);
+    config.mcp.servers.insert(
+        "calc".into(),
+        serde_json::from_value(json!({"url": server.url(), "bearer_token": "mcp-token"})).unwrap(),
+    );
+    let flynn = Flynn::builder()
+        .config(config)
+        .home(home.path())
+        .workspace(home.path())
+        .build()
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    let outcome = flynn
+        .send(
+            TurnRequest::text("app:user".parse().unwrap(), "what is 2 + 40?"),
+            CancellationToken::new(),
+            &mut |event| events.push(event),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome.reply, "It is 42.");
+    // Offered with the built-in tools, under its wire name; run by the
+    // executor; its answer went back to the model.
+    let offered = offered(&fake.requests()[0].body);
+    assert!(offered.contains(&"calc_add".to_owned()), "{offered:?}");
+    assert!(events.contains(&AgentEvent::ToolEnd {
+        id: "call_1".into(),
+        name: "calc.add".into(),
+        ok: true,
+        output: "42".into(),
+    }));
+    assert!(
+        server.events().iter().any(|e| e.starts_with("call add ")),
+        "{:?}",
+        server.events()
+    );
+    let status = flynn.mcp().status();
+    assert_eq!(status[0].tools, server_tool_count(&offered));
+    flynn.shutdown().await;
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+/// How many of the offered tools are the fixture server's.
+fn server_tool_count(offered: &[String]) -> usize {
+    offered
+        .iter()
+        .filter(|name| name.starts_with("calc_"))
+        .count()
+}
