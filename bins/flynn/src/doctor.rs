@@ -166,11 +166,11 @@ async fn mcp_lines(config: &FlynnConfig) -> Vec<Check> {
                 let fix = match server.transport() {
                     McpTransport::Stdio => format!(
                         "check that `{}` runs here (`flynn mcp test {name}` shows what it wrote to stderr) and correct mcp.servers.{name}",
-                        crate::mcp::target(&server)
+                        server.target()
                     ),
                     _ => format!(
                         "check that {} answers and that mcp.servers.{name} has the right credentials (`flynn mcp test {name}`)",
-                        crate::mcp::target(&server)
+                        server.target()
                     ),
                 };
                 Check::fail("mcp", format!("{name}: {}", started.reason()), fix)

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use flynn_core::config::{self, Loaded, Source};
 use flynn_core::gateway::api::McpServerStatus;
 use flynn_core::mcp::{McpServer, Phase, ServerStatus};
-use flynn_core::protocol::config::{McpConfig, McpServerConfig, McpStart, McpTransport};
+use flynn_core::protocol::config::{McpConfig, McpServerConfig};
 use flynn_core::protocol::{ToolEffect, config::FlynnConfig};
 use flynn_core::tools::ToolSource;
 use flynn_core::{CancellationToken, Flynn, Tool, ToolContext};
@@ -42,39 +42,6 @@ pub(crate) fn workspace(config: &FlynnConfig) -> PathBuf {
         .clone()
         .or_else(|| std::env::current_dir().ok())
         .unwrap_or_else(|| PathBuf::from("."))
-}
-
-/// `command args...` (stdio) or the URL (HTTP); never env or headers.
-pub(crate) fn target(server: &McpServerConfig) -> String {
-    match server.transport() {
-        McpTransport::Stdio => {
-            let mut words = vec![server.command.clone().unwrap_or_default()];
-            words.extend(server.args.iter().map(|arg| {
-                if arg.is_empty() || arg.contains(char::is_whitespace) {
-                    format!("'{arg}'")
-                } else {
-                    arg.clone()
-                }
-            }));
-            words.join(" ")
-        }
-        McpTransport::Http | McpTransport::Sse => server.url.clone().unwrap_or_default(),
-    }
-}
-
-fn transport(server: &McpServerConfig) -> &'static str {
-    match server.transport() {
-        McpTransport::Stdio => "stdio",
-        McpTransport::Http => "http",
-        McpTransport::Sse => "sse",
-    }
-}
-
-fn start(start: McpStart) -> &'static str {
-    match start {
-        McpStart::Boot => "boot",
-        McpStart::Lazy => "lazy",
-    }
 }
 
 /// How a tool's effect reads in a listing.
@@ -170,8 +137,8 @@ async fn start_configured(loaded: &Loaded, name: &str) -> Result<Started, Failur
     }
     message.push_str(&format!(
         "\ncheck mcp.servers.{name} ({}: {})",
-        transport(server),
-        target(server)
+        server.transport().as_str(),
+        server.target()
     ));
     started.server.stop().await;
     Err(Failure::other(message))
@@ -328,10 +295,10 @@ fn rows(config: &McpConfig, live: Option<&[McpServerStatus]>) -> Vec<Row> {
             let status = live.and_then(|all| all.iter().find(|s| &s.name == name).cloned());
             let row = Row {
                 name: name.clone(),
-                transport: transport(server).to_owned(),
-                target: target(server),
+                transport: server.transport().as_str().to_owned(),
+                target: server.target(),
                 enabled: server.enabled,
-                start: start(server.start),
+                start: server.start.as_str(),
                 configured: true,
                 live: status,
                 asked: live.is_some(),
@@ -345,7 +312,7 @@ fn rows(config: &McpConfig, live: Option<&[McpServerStatus]>) -> Vec<Row> {
             transport: status.transport.clone(),
             target: status.target.clone(),
             enabled: true,
-            start: start(status.start),
+            start: status.start.as_str(),
             configured: false,
             live: Some(status.clone()),
             asked: true,
@@ -423,8 +390,8 @@ async fn test(
     let server_config = configured(&loaded, name)?;
     outln!(
         "server:    {name} ({}: {})",
-        transport(server_config),
-        target(server_config)
+        server_config.transport().as_str(),
+        server_config.target()
     );
     let started = start_configured(&loaded, name).await?;
     outln!("handshake: {} ms", started.elapsed.as_millis());
@@ -658,12 +625,12 @@ mod tests {
     #[test]
     fn targets_quote_arguments_with_spaces_and_never_show_headers() {
         let server = stdio("npx", &["-y", "server", "/home/me/My Notes"]);
-        assert_eq!(target(&server), "npx -y server '/home/me/My Notes'");
+        assert_eq!(server.target(), "npx -y server '/home/me/My Notes'");
         let http: McpServerConfig = serde_json::from_value(json!({
             "url": "https://mcp.example/mcp",
             "headers": {"Authorization": "Bearer secret"}
         }))
         .unwrap();
-        assert_eq!(target(&http), "https://mcp.example/mcp");
+        assert_eq!(http.target(), "https://mcp.example/mcp");
     }
 }

@@ -252,19 +252,7 @@ impl McpServer {
 
     /// The current state, for people.
     pub fn status(&self) -> ServerStatus {
-        let (transport, target) = match self.config.transport() {
-            McpTransport::Http | McpTransport::Sse => {
-                ("http", self.config.url.clone().unwrap_or_default())
-            }
-            McpTransport::Stdio => {
-                let mut line = self.config.command.clone().unwrap_or_default();
-                for arg in &self.config.args {
-                    line.push(' ');
-                    line.push_str(arg);
-                }
-                ("stdio", line)
-            }
-        };
+        let (transport, target) = (self.config.transport().as_str(), self.config.target());
         self.with_state(|state| ServerStatus {
             name: self.name.clone(),
             transport,

@@ -2175,6 +2175,49 @@ impl McpServerConfig {
     }
 }
 
+impl McpServerConfig {
+    /// What it runs or reaches, for people: `command args...` (arguments
+    /// with spaces quoted) or the URL; never `env` or headers, which may
+    /// hold secrets.
+    pub fn target(&self) -> String {
+        match self.transport() {
+            McpTransport::Stdio => {
+                let mut words = vec![self.command.clone().unwrap_or_default()];
+                words.extend(self.args.iter().map(|arg| {
+                    if arg.is_empty() || arg.contains(char::is_whitespace) {
+                        format!("'{arg}'")
+                    } else {
+                        arg.clone()
+                    }
+                }));
+                words.join(" ")
+            }
+            McpTransport::Http | McpTransport::Sse => self.url.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl McpTransport {
+    /// As the config spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpTransport::Stdio => "stdio",
+            McpTransport::Http => "http",
+            McpTransport::Sse => "sse",
+        }
+    }
+}
+
+impl McpStart {
+    /// As the config spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpStart::Boot => "boot",
+            McpStart::Lazy => "lazy",
+        }
+    }
+}
+
 /// How Flynn talks to an MCP server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]

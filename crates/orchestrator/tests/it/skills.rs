@@ -24,14 +24,7 @@ fn write_skill(workspace: &std::path::Path, name: &str, description: &str, body:
 }
 
 fn read_skill(id: &str, name: &str) -> Message {
-    Message {
-        role: Role::Assistant,
-        content: vec![ContentBlock::ToolUse {
-            id: id.into(),
-            name: "skills.read".into(),
-            input: json!({"name": name}),
-        }],
-    }
+    call(id, "skills.read", json!({"name": name}))
 }
 
 fn tool_result(message: &Message) -> (String, bool) {
