@@ -1046,6 +1046,10 @@ pub struct ToolPolicyConfig {
     /// autonomy when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autonomy: Option<Autonomy>,
+    /// What this agent does once untrusted content is in its session; the
+    /// `tools` block's `taint` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taint: Option<TaintPolicy>,
 }
 
 fn default_max_iterations() -> u32 {
@@ -1069,6 +1073,17 @@ pub struct ToolsConfig {
     /// `hooks` override it tool by tool.
     #[serde(default)]
     pub autonomy: Autonomy,
+    /// What happens once untrusted content (a web page, an MCP tool's
+    /// output, a webhook body) is in a session: `ask` (reading what the
+    /// turn did not bring in, and sending data out, need a person's
+    /// answer; `--yes` does not give it) or `allow` (no extra asking).
+    #[serde(default)]
+    pub taint: TaintPolicy,
+    /// Names of variables of Flynn's own environment that commands
+    /// (`shell.exec`, `process.*`) also get, beside the basic ones (`PATH`,
+    /// `HOME`, `LANG`...). Nothing else of Flynn's environment reaches them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
     /// Tools never offered nor run (names or globs); wins over every other
     /// setting, agents' included.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -1128,6 +1143,8 @@ impl Default for ToolsConfig {
             deny: Vec::new(),
             hooks: Vec::new(),
             autonomy: Autonomy::default(),
+            taint: TaintPolicy::default(),
+            env: Vec::new(),
             confirm_timeout_secs: default_confirm_timeout(),
             output_limit_bytes: default_output_limit(),
             summarise_over_bytes: None,
@@ -1230,6 +1247,18 @@ pub enum Autonomy {
     Full,
 }
 
+/// What an agent does once untrusted content is in its session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TaintPolicy {
+    /// Reading what the turn did not bring in and sending data out ask a
+    /// person (approve-all does not answer for one).
+    #[default]
+    Ask,
+    /// Nothing more asks than the autonomy says.
+    Allow,
+}
+
 /// `tools.audit`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -1283,6 +1312,11 @@ pub struct SandboxConfig {
     /// More directories (besides the workspace) a sandboxed command may write.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub writable: Vec<PathBuf>,
+    /// Host paths (directories, files or Unix sockets such as an
+    /// ssh-agent's) a sandboxed command may read, beside the system
+    /// directories; nothing of `$HOME`, `FLYNN_HOME` or `/run` otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readable: Vec<PathBuf>,
     /// Image the Docker sandbox runs commands in.
     #[serde(default = "default_docker_image")]
     pub docker_image: String,
@@ -1294,6 +1328,7 @@ impl Default for SandboxConfig {
             mode: SandboxMode::default(),
             network: false,
             writable: Vec::new(),
+            readable: Vec::new(),
             docker_image: default_docker_image(),
         }
     }
@@ -2160,6 +2195,12 @@ pub struct McpServerConfig {
     /// How long one tool call may run.
     #[serde(default = "default_mcp_timeout_secs")]
     pub timeout_secs: u64,
+    /// Trust what this server says: its tools' `readOnlyHint` and
+    /// `openWorldHint` are honoured and its output does not taint the
+    /// session. Off by default: every tool counts as acting on the world
+    /// and its output as untrusted content.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trusted: bool,
 }
 
 impl McpServerConfig {

@@ -340,6 +340,7 @@ mod tests {
             enabled: Some(strings(&["file.*", "shell.*", "web.*"])),
             deny: strings(&["web.fetch"]),
             autonomy: Some(Autonomy::Full),
+            taint: None,
         };
         let policy = ToolPolicy::new(&global, Some(&agent));
         assert_eq!(policy.profile(), ToolProfile::Coding);

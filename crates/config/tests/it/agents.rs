@@ -75,6 +75,7 @@ sessions:
                         enabled: None,
                         deny: vec!["web.fetch".to_owned()],
                         autonomy: None,
+                        taint: None,
                     }),
                     ..AgentConfig::new("chat")
                 },
@@ -87,6 +88,7 @@ sessions:
                         enabled: Some(vec!["file.*".to_owned(), "shell.exec".to_owned()]),
                         deny: Vec::new(),
                         autonomy: None,
+                        taint: None,
                     }),
                     system_prompt: Some("You write code.".to_owned()),
                     prompt_files: vec!["CODING.md".to_owned()],

@@ -371,6 +371,7 @@ fn two_agents() -> AgentsConfig {
         enabled: Some(vec!["file.*".into()]),
         deny: vec![],
         autonomy: None,
+        taint: None,
     });
     let mut coder = AgentConfig::new("coder");
     coder.system_prompt = Some("You code.".into());
