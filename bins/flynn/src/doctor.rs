@@ -121,15 +121,16 @@ async fn checks(args: &DoctorArgs) -> Vec<Check> {
     let mut live = None;
     out.extend(gateway_lines(args, &loaded, &mut live).await);
     out.extend(channel_lines(&loaded.config, live));
-    out.extend(mcp_lines(&loaded.config).await);
+    let workspace = crate::workspace::resolve(&loaded);
+    out.extend(mcp_lines(&loaded.config, &workspace.path).await);
+    out.extend(security_lines(&loaded, &workspace));
     out
 }
 
 /// One line per MCP server of `mcp.servers`: each enabled one is started
 /// here (all at once, each within its `startup_timeout_secs`), its tools
 /// listed, and stopped again.
-async fn mcp_lines(config: &FlynnConfig) -> Vec<Check> {
-    let workspace = crate::mcp::workspace(config);
+async fn mcp_lines(config: &FlynnConfig, workspace: &Path) -> Vec<Check> {
     let mut starts = tokio::task::JoinSet::new();
     let mut lines: Vec<(usize, Check)> = Vec::new();
     for (index, (name, server)) in config.mcp.servers.iter().enumerate() {
@@ -145,7 +146,7 @@ async fn mcp_lines(config: &FlynnConfig) -> Vec<Check> {
         }
         let name = name.clone();
         let server = server.clone();
-        let workspace = workspace.clone();
+        let workspace = workspace.to_path_buf();
         starts.spawn(async move {
             let started = crate::mcp::start_one(&name, server.clone(), &workspace).await;
             let check = if started.is_up() {
@@ -641,4 +642,131 @@ fn token_file_line(home: &Path) -> Option<Check> {
     #[cfg(not(unix))]
     let _ = home;
     None
+}
+
+/// The settings the security promises rest on (docs/security.md): where
+/// tools work, who can read Flynn's files, who can reach the gateway.
+fn security_lines(loaded: &Loaded, workspace: &config::Workspace) -> Vec<Check> {
+    let mut lines = vec![workspace_line(loaded, workspace)];
+    lines.extend(file_mode_line(&loaded.paths.home));
+    lines.push(listener_line(&loaded.config));
+    lines
+}
+
+fn workspace_line(loaded: &Loaded, workspace: &config::Workspace) -> Check {
+    let path = &workspace.path;
+    let shown = path.display();
+    let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let home_dir = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let broad = real(path).parent().is_none()
+        || home_dir
+            .as_deref()
+            .is_some_and(|home| real(home) == real(path));
+    if broad {
+        return Check::warn(
+            "security",
+            format!(
+                "the workspace is {shown} (tools.workspace): file tools and commands reach everything in it"
+            ),
+            "set tools.workspace to a project directory, or remove it to use FLYNN_HOME/workspace",
+        );
+    }
+    if real(&loaded.paths.home).starts_with(real(path)) {
+        return Check::warn(
+            "security",
+            format!(
+                "the workspace {shown} holds FLYNN_HOME ({}): file tools refuse it and bubblewrap hides it, but Landlock cannot run commands",
+                loaded.paths.home.display()
+            ),
+            "set tools.workspace to a directory outside FLYNN_HOME",
+        );
+    }
+    let how = match workspace.origin {
+        config::WorkspaceOrigin::Configured => "tools.workspace",
+        config::WorkspaceOrigin::CurrentDir => {
+            "the current directory, for `flynn send` without a daemon; the daemon uses FLYNN_HOME/workspace"
+        }
+        config::WorkspaceOrigin::Default => "FLYNN_HOME/workspace, the default",
+    };
+    Check::ok("security", format!("workspace {shown} ({how})"))
+}
+
+/// FLYNN_HOME and what holds conversations in it must be private.
+fn file_mode_line(home: &Path) -> Option<Check> {
+    if !home.exists() {
+        return None;
+    }
+    let open = open_to_others(home);
+    Some(if open.is_empty() {
+        Check::ok(
+            "security",
+            format!("{} and its data are private to this user", home.display()),
+        )
+    } else {
+        Check::warn(
+            "security",
+            format!("readable by other users: {}", open.join(", ")),
+            format!("chmod -R go-rwx {}", home.display()),
+        )
+    })
+}
+
+/// FLYNN_HOME and the data in it that others may read, with their modes.
+#[cfg(unix)]
+fn open_to_others(home: &Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let names = [
+        "",
+        "sessions.db",
+        "sessions.db-wal",
+        "memory",
+        "audit",
+        "inbox",
+        "skills",
+        "workspace",
+    ];
+    names
+        .iter()
+        .map(|name| {
+            if name.is_empty() {
+                home.to_path_buf()
+            } else {
+                home.join(name)
+            }
+        })
+        .filter_map(|path| {
+            let mode = std::fs::metadata(&path).ok()?.permissions().mode() & 0o777;
+            (mode & 0o077 != 0).then(|| format!("{} ({mode:o})", path.display()))
+        })
+        .collect()
+}
+
+#[cfg(not(unix))]
+fn open_to_others(_home: &Path) -> Vec<String> {
+    Vec::new()
+}
+
+fn listener_line(config: &FlynnConfig) -> Check {
+    let bind = &config.gateway.bind;
+    if !config.gateway.tailscale_users.is_empty() {
+        return Check::warn(
+            "security",
+            format!(
+                "gateway.tailscale_users is set: any process on this machine that sends a Tailscale-User-Login header to {bind} is taken for that user"
+            ),
+            "use the gateway token instead until Tailscale identities are verified (docs/security.md)",
+        );
+    }
+    if flynn_core::gateway::binds_beyond_loopback(bind) {
+        Check::warn(
+            "security",
+            format!("the gateway listens on {bind}, beyond this machine"),
+            "keep the token long and secret, and put TLS in front (a reverse proxy or tailscale serve), or bind to 127.0.0.1",
+        )
+    } else {
+        Check::ok(
+            "security",
+            format!("the gateway listens on {bind}, this machine only"),
+        )
+    }
 }

@@ -39,6 +39,7 @@ mod send;
 mod sessions;
 mod skills;
 mod start;
+mod workspace;
 
 use std::process::ExitCode;
 

@@ -3,15 +3,15 @@
 //! other agents (`serve`, on stdin and stdout).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flynn_core::config::{self, Loaded, Source};
 use flynn_core::gateway::api::McpServerStatus;
 use flynn_core::mcp::{McpServer, Phase, ServerStatus};
+use flynn_core::protocol::ToolEffect;
 use flynn_core::protocol::config::{McpConfig, McpServerConfig};
-use flynn_core::protocol::{ToolEffect, config::FlynnConfig};
 use flynn_core::tools::ToolSource;
 use flynn_core::{CancellationToken, Flynn, Tool, ToolContext};
 use serde_json::{Value, json};
@@ -31,17 +31,6 @@ pub async fn run(args: McpArgs) -> Result<(), Failure> {
         }
         McpCommand::Serve { gateway } => serve(config, gateway.as_deref()).await,
     }
-}
-
-/// The directory tools start in, as the runtime picks it: the
-/// configured workspace, else the current directory.
-pub(crate) fn workspace(config: &FlynnConfig) -> PathBuf {
-    config
-        .tools
-        .workspace
-        .clone()
-        .or_else(|| std::env::current_dir().ok())
-        .unwrap_or_else(|| PathBuf::from("."))
 }
 
 /// How a tool's effect reads in a listing.
@@ -122,7 +111,12 @@ async fn start_configured(loaded: &Loaded, name: &str) -> Result<Started, Failur
     if !server.enabled {
         eprintln!("note: mcp.servers.{name}.enabled is false; starting it here anyway");
     }
-    let started = start_one(name, server.clone(), &workspace(&loaded.config)).await;
+    let started = start_one(
+        name,
+        server.clone(),
+        &crate::workspace::resolve(loaded).path,
+    )
+    .await;
     if started.is_up() {
         return Ok(started);
     }
@@ -433,7 +427,7 @@ async fn call_tool(
         )));
     };
     outln!("call:      {full} {arguments}");
-    let ctx = ToolContext::new(workspace(&loaded.config));
+    let ctx = ToolContext::new(crate::workspace::resolve(loaded).path);
     let begun = Instant::now();
     let result = tokio::time::timeout(tool.timeout(), tool.call(arguments, &ctx)).await;
     let millis = begun.elapsed().as_millis();
@@ -515,12 +509,12 @@ async fn serve(config: Option<&Path>, gateway: Option<&str>) -> Result<(), Failu
     }
 
     let loaded = config::load(config, &CliEnv)?;
+    let here = crate::workspace::resolve(&loaded).path;
     let mut settings = loaded.config;
     let config_file = match &loaded.source {
         Source::File(path) => Some(path.clone()),
         Source::Environment => None,
     };
-    let here = workspace(&settings);
     settings.mcp.servers.retain(|name, server| {
         let itself = serves_itself(server, config_file.as_deref(), &here);
         if itself {
@@ -533,6 +527,7 @@ async fn serve(config: Option<&Path>, gateway: Option<&str>) -> Result<(), Failu
     let flynn = Flynn::builder()
         .config(settings)
         .home(loaded.paths.home)
+        .workspace(here)
         .build()
         .await?;
     let host = Arc::new(flynn_core::gateway::McpHost::new(

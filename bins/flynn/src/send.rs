@@ -31,9 +31,14 @@ pub async fn run(args: SendArgs) -> Result<(), Failure> {
         return crate::remote::send(&target, params, args.yes, &mut printer, args.json).await;
     }
     let loaded = config::load(args.config.as_deref(), &CliEnv)?;
+    let workspace = crate::workspace::resolve(&loaded);
+    if let Some(note) = &workspace.note {
+        eprintln!("note: {note}");
+    }
     let flynn = Flynn::builder()
         .config(loaded.config)
         .home(loaded.paths.home)
+        .workspace(workspace.path)
         .build()
         .await?;
 

@@ -43,6 +43,16 @@ pub enum Error {
         "cannot find a home directory for {needed_for}: HOME is not set, expected HOME or {needed_for} to be set"
     )]
     NoHome { needed_for: &'static str },
+    /// The default workspace (`FLYNN_HOME/workspace`) cannot be created.
+    #[error(
+        "cannot create the workspace {}: {source}; set tools.workspace to a directory Flynn may use",
+        path.display()
+    )]
+    Workspace {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// A change to the file could not be made (a path that crosses a
     /// single value, a list item that does not exist).
     #[error("cannot change the config: {0}")]

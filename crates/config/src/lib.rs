@@ -61,6 +61,7 @@ mod load;
 pub mod migrate;
 mod paths;
 mod validate;
+mod workspace;
 mod zero_config;
 
 pub use edit::{lookup, masked};
@@ -68,6 +69,7 @@ pub use env::{Env, MapEnv, ProcessEnv};
 pub use error::{Diagnostic, Error, Problem, Result};
 pub use load::{Loaded, Overlay, PROFILE_VAR, Source, load, parse_layers, parse_str};
 pub use paths::Paths;
+pub use workspace::{Workspace, WorkspaceOrigin};
 pub use zero_config::{apply_model_override, from_env};
 
 /// The JSON Schema of the configuration file, pretty-printed with a

@@ -31,6 +31,7 @@ pub struct FlynnBuilder {
     memory_flush: Option<Arc<dyn MemoryFlush>>,
     memory: Option<Memory>,
     clock: Option<Arc<dyn Clock>>,
+    secrets: Vec<String>,
 }
 
 impl std::fmt::Debug for FlynnBuilder {
@@ -60,10 +61,19 @@ impl FlynnBuilder {
         self
     }
 
-    /// Directory tools run in for agents that name none; `tools.workspace`,
-    /// else the current directory.
+    /// Directory tools run in for agents that name none, over
+    /// `tools.workspace`. Without either, `FLYNN_HOME/workspace` (created
+    /// 0700) when a home is given, else the current directory.
     pub fn workspace(mut self, workspace: impl Into<PathBuf>) -> Self {
         self.workspace = Some(workspace.into());
+        self
+    }
+
+    /// Keeps these values (the resolved gateway token, say) out of tool
+    /// output, errors and logs, beside the config's own secrets and the
+    /// secret-looking variables of the process environment.
+    pub fn secrets<S: Into<String>>(mut self, secrets: impl IntoIterator<Item = S>) -> Self {
+        self.secrets.extend(secrets.into_iter().map(Into::into));
         self
     }
 
@@ -116,7 +126,7 @@ impl FlynnBuilder {
     /// providers or agents, a tools policy naming no tool) before anything
     /// is opened or stored.
     pub async fn build(self) -> Result<Flynn> {
-        let config = self.config;
+        let mut config = self.config;
         let router = ModelRouter::from_config(&config.providers, &config.models)?;
 
         let memory = match self.memory {
@@ -132,12 +142,26 @@ impl FlynnBuilder {
             context_hits: usize::try_from(config.memory.context_hits).unwrap_or(usize::MAX),
         });
 
-        let workspace = match self.workspace.or_else(|| config.tools.workspace.clone()) {
-            Some(dir) => dir,
-            None => std::env::current_dir().map_err(|e| {
+        let workspace = match (
+            self.workspace.or_else(|| config.tools.workspace.clone()),
+            &self.home,
+        ) {
+            (Some(dir), _) => dir,
+            (None, Some(home)) => {
+                flynn_config::Workspace::resolve(None, home, None, &flynn_config::ProcessEnv)
+                    .map_err(|e| Error::Config(e.to_string()))?
+                    .path
+            }
+            (None, None) => std::env::current_dir().map_err(|e| {
                 Error::Config(format!("cannot read the current directory for tools: {e}"))
             })?,
         };
+        // Everything that reports on the tools (the sandbox, MCP servers)
+        // sees the workspace they run in.
+        config.tools.workspace = Some(workspace.clone());
+        // FLYNN_HOME stays out of reach of the file tools even when the
+        // owner names a workspace around it.
+        let hidden: Vec<PathBuf> = self.home.iter().cloned().collect();
         // Skills: bundled, FLYNN_HOME/skills and <workspace>/skills.
         let skills = SkillsRuntime::new(self.home.clone(), workspace.clone());
         // Cron jobs and the heartbeat: run by the daemon (`Flynn::automation`),
@@ -200,8 +224,14 @@ impl FlynnBuilder {
                     Error::Config(format!("tools.providers.{provider}: {unknown}"))
                 })?;
         }
+        let secrets = config
+            .secrets()
+            .into_iter()
+            .chain(self.secrets)
+            .chain(flynn_tools::env_secrets(std::env::vars_os()));
         let mut executor = ToolExecutor::from_config(Arc::new(registry), &config.tools)
-            .with_redactor(Redactor::new(config.secrets()));
+            .with_redactor(Redactor::new(secrets))
+            .with_hidden(hidden);
         let audit = &config.tools.audit;
         if audit.enabled {
             let dir = audit

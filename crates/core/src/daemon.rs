@@ -1,10 +1,11 @@
 //! The daemon: Flynn's runtime behind the gateway, started in order and
 //! stopped in reverse (`flynn-daemon`, `flynn start`).
 //!
-//! Start-up: check the bind address and the token policy, build the
+//! Start-up: check the bind address and the token policy, resolve the
+//! token (the runtime keeps it out of tool output) and the workspace
+//! (`FLYNN_HOME/workspace` unless `tools.workspace` names one), build the
 //! runtime (opens the session store, memory lazily), report or rerun
-//! turns a previous process left unfinished, resolve the token, bind,
-//! serve; cron jobs and the heartbeat start once the runtime and the chat
+//! turns a previous process left unfinished, bind, serve; cron jobs and the heartbeat start once the runtime and the chat
 //! channels run. Shutdown runs the steps registered during start-up
 //! last-first: automation stops scheduling and gives the runs going on
 //! the grace period (`gateway.shutdown_grace_secs`); the gateway stops
@@ -130,11 +131,36 @@ impl Daemon {
         }
         let mut stack = Stack::default();
 
+        // The token first: tools must never show it, wherever it came from.
+        let (token, token_source) = flynn_gateway::resolve_token(
+            config.gateway.token.as_deref(),
+            options.env_token.as_deref(),
+            &options.home,
+        )
+        .map_err(|e| {
+            Error::Serve(format!(
+                "cannot create the gateway token in {}: {e}",
+                options.home.display()
+            ))
+        })?;
+        // The daemon never works in the directory it was started from:
+        // without tools.workspace, FLYNN_HOME/workspace.
+        let workspace = flynn_config::Workspace::resolve(
+            config.tools.workspace.as_deref(),
+            &options.home,
+            None,
+            &flynn_config::ProcessEnv,
+        )
+        .map_err(|e| Error::Config(e.to_string()))?;
+        tracing::info!(workspace = %workspace.path.display(), "tools work in the workspace");
+        config.tools.workspace = Some(workspace.path);
+
         // The runtime: session store, tools, agents, memory.
         let approver = RemoteApprover::new();
         let flynn = Flynn::builder()
             .config(config.clone())
             .home(&options.home)
+            .secrets([token.clone()])
             .build()
             .await?;
         if let Some(memory) = flynn.memory().cloned() {
@@ -151,18 +177,6 @@ impl Daemon {
                 "found turns a previous run left unfinished"
             );
         }
-
-        let (token, token_source) = flynn_gateway::resolve_token(
-            config.gateway.token.as_deref(),
-            options.env_token.as_deref(),
-            &options.home,
-        )
-        .map_err(|e| {
-            Error::Serve(format!(
-                "cannot create the gateway token in {}: {e}",
-                options.home.display()
-            ))
-        })?;
 
         // Chat channels: adapters under supervision, their deliveries
         // routed into sessions. Stopped after the gateway drained the

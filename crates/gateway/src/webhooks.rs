@@ -88,11 +88,16 @@ pub(crate) async fn receive(
             "the body is not UTF-8 text",
         );
     };
+    // Whoever can post here (a CI system, a form, anyone who can comment on
+    // a GitHub issue) writes this text: it is untrusted content, never a
+    // command or instructions.
+    let source = format!("webhook {name}");
+    let body = flynn_tools::wrap_untrusted(&source, text);
     let message = match &hook.template {
         Some(template) => template
-            .replace("{{body}}", text)
+            .replace("{{body}}", &body)
             .replace("{{name}}", &name),
-        None => text.to_owned(),
+        None => body,
     };
     let session = match &hook.session {
         Some(session) => session.parse::<SessionKey>(),
@@ -108,6 +113,7 @@ pub(crate) async fn receive(
     let mut request = TurnRequest::text(session.clone(), message);
     request.agent = hook.agent.clone();
     request.approver = Some(Arc::new(gateway.approver.clone()));
+    request.untrusted = Some(source);
     match gateway.manager.submit(request).await {
         Ok(Submitted::Turn(handle)) => (
             StatusCode::ACCEPTED,

@@ -1,6 +1,7 @@
 //! One MCP tool as a Flynn [`Tool`]: named `<server>.<tool>`, its schema
 //! passed on as the server gave it, its effect read from the server's
-//! hints (read-only only when it says so), its result turned into text.
+//! hints when the owner marked the server trusted (else acting on the
+//! world, its output untrusted content), its result turned into text.
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -36,6 +37,7 @@ impl McpTool {
         server_name: &str,
         tool: rmcp::model::Tool,
         timeout: Duration,
+        trusted: bool,
     ) -> Result<Self, String> {
         let remote = tool.name.to_string();
         if remote.trim().is_empty() || remote.chars().any(char::is_control) {
@@ -68,7 +70,10 @@ impl McpTool {
                 .entry("type")
                 .or_insert_with(|| Value::String("object".to_owned()));
         }
-        let hints = tool.annotations.as_ref();
+        // A server says what its tools do, but only a server the owner
+        // marked trusted is believed: any other could lie to skip the
+        // confirmation (`readOnlyHint`) or the taint (`openWorldHint`).
+        let hints = tool.annotations.as_ref().filter(|_| trusted);
         let read_only = hints.and_then(|h| h.read_only_hint) == Some(true);
         // MCP's default is an open world: output from outside.
         let open_world = hints.and_then(|h| h.open_world_hint) != Some(false);

@@ -468,7 +468,13 @@ impl McpServer {
         let timeout = Duration::from_secs(self.config.timeout_secs.max(1));
         let mut seen = BTreeMap::new();
         for tool in listed {
-            let bridged = McpTool::new(self.me.clone(), &self.name, tool, timeout);
+            let bridged = McpTool::new(
+                self.me.clone(),
+                &self.name,
+                tool,
+                timeout,
+                self.config.trusted,
+            );
             match bridged {
                 Ok(bridged) => {
                     seen.insert(

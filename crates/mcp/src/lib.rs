@@ -15,10 +15,12 @@
 //! tools are offered as `<server>.<tool>` and run through the same
 //! executor as the built-in ones: the agent's policy, confirmation, the
 //! audit log, the per-server `timeout_secs`, cancellation (the server is
-//! sent `notifications/cancelled`). A tool counts as read-only only when
-//! the server marks it so (`readOnlyHint`); its output counts as untrusted
-//! unless the server says it stays in a closed world (`openWorldHint:
-//! false`).
+//! sent `notifications/cancelled`). Unless the owner marks the server
+//! `trusted`, every tool counts as acting on the world and its output as
+//! untrusted content, whatever the server's hints say; a trusted server's
+//! tool counts as read-only when it says so (`readOnlyHint`), and its
+//! output as trusted when it says it stays in a closed world
+//! (`openWorldHint: false`).
 //!
 //! A stdio server gets a clean environment: only the basic variables
 //! (`PATH`, `HOME`, `LANG`...) and its own `env`, never Flynn's API keys.

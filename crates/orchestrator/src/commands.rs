@@ -17,6 +17,9 @@ pub enum Command {
     Agent(Option<String>),
     /// Summarise older messages now.
     Compact,
+    /// The owner vouches for the untrusted content in the session: tools
+    /// stop asking because of it.
+    Trust,
 }
 
 /// What `/model` may set: a tier, or one model.
@@ -41,6 +44,7 @@ impl Command {
             Command::Model(_) => "model",
             Command::Agent(_) => "agent",
             Command::Compact => "compact",
+            Command::Trust => "trust",
         }
     }
 
@@ -65,6 +69,7 @@ impl Command {
             ("reset", _) => Command::Reset,
             ("cancel" | "stop", _) => Command::Cancel,
             ("compact", _) => Command::Compact,
+            ("trust", _) => Command::Trust,
             ("model", None) => Command::Model(None),
             ("model", Some(argument)) => match parse_model(argument) {
                 Ok(choice) => Command::Model(Some(choice)),
@@ -96,7 +101,8 @@ pub const HELP: &str = "Commands:
 /cancel — stop the running turn
 /model [tier | provider/model] — show or set the model for this session
 /agent [name] — show the agents or switch to one
-/compact — summarise older messages now (the last turns are kept)";
+/compact — summarise older messages now (the last turns are kept)
+/trust — vouch for the web pages and other outside content read in this session, so tools stop asking because of it";
 
 #[cfg(test)]
 mod tests {

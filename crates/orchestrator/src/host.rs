@@ -55,6 +55,7 @@ impl TurnHost {
         Lineage {
             parents,
             autonomy_cap: Some(ctx.policy.autonomy()),
+            provenance: Some(ctx.provenance.clone()),
         }
     }
 

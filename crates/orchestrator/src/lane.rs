@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use flynn_protocol::config::{InterruptedTurns, ModelRef};
 use flynn_protocol::{
@@ -66,6 +66,9 @@ pub(crate) struct Lane {
     queue: VecDeque<Queued>,
     running: Option<JoinHandle<()>>,
     meta: SessionMeta,
+    /// What tainted the session (`SessionMeta::taint`), shared with its
+    /// running turn, which records new taint here and in the store.
+    taint: Arc<Mutex<Option<String>>>,
 }
 
 impl Lane {
@@ -83,6 +86,7 @@ impl Lane {
             queue: VecDeque::new(),
             running: None,
             meta: SessionMeta::default(),
+            taint: Arc::default(),
         }
     }
 
@@ -149,6 +153,7 @@ impl Lane {
 
     async fn load(&mut self) -> Result<()> {
         self.meta = self.shared.store.metadata(&self.key).await?;
+        *lock(&self.taint) = self.meta.taint.clone();
         self.recover().await
     }
 
@@ -328,6 +333,12 @@ impl Lane {
             .await?;
         // `accept` recorded the channel in the store too.
         self.meta.last_channel = Some(self.key.channel().to_owned());
+        if let Some(source) = &request.untrusted {
+            // A webhook's body: untrusted content from the first word.
+            let taint = format!("{source} in turn {}", record.id);
+            self.shared.store.set_taint(&self.key, Some(&taint)).await?;
+            *lock(&self.taint) = Some(taint);
+        }
         let (tx, rx) = oneshot::channel();
         let turn = record.id;
         self.queue.push_back(Queued {
@@ -384,6 +395,7 @@ impl Lane {
             model,
             approver,
             lineage: queued.lineage.clone(),
+            taint: self.taint.clone(),
             events: TurnEvents {
                 channel: self.handle.events.clone(),
                 turn,
@@ -460,7 +472,17 @@ impl Lane {
                 self.cancel_queued(|_| true).await;
                 store.clear(&self.key).await?;
                 self.meta = SessionMeta::default();
+                *lock(&self.taint) = None;
                 Ok("Conversation reset: this session starts afresh.".to_owned())
+            }
+            Command::Trust => {
+                let Some(source) = lock(&self.taint).take() else {
+                    return Ok("Nothing in this session is marked untrusted.".to_owned());
+                };
+                store.set_taint(&self.key, None).await?;
+                Ok(format!(
+                    "The untrusted content in this session ({source}) is now trusted: tools no longer ask because of it. Send /trust again after the agent reads anything else from outside."
+                ))
             }
             // `SessionManager::submit` answers /cancel without the queue.
             Command::Cancel => Ok("Nothing is running.".to_owned()),

@@ -93,6 +93,10 @@ impl TypedTool for MemoryRead {
         ToolEffect::ReadOnly
     }
 
+    fn reads_private_data(&self) -> bool {
+        true
+    }
+
     async fn run(&self, args: MemoryReadArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let namespace = Namespace::resolve(&args.namespace, &scope(ctx)).map_err(failed)?;
         match self.0.store().read(&namespace).await.map_err(failed)? {
@@ -222,6 +226,10 @@ impl TypedTool for MemorySearch {
         ToolEffect::ReadOnly
     }
 
+    fn reads_private_data(&self) -> bool {
+        true
+    }
+
     async fn run(&self, args: MemorySearchArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
         let options = SearchOptions {
             limit: 8,
@@ -323,6 +331,25 @@ impl MemoryFlush for Extractor {
         messages: &[Message],
         summary: &str,
     ) -> Result<(), String> {
+        // What a web page (or any outside content) says must not become a
+        // remembered fact: the transcript stops where untrusted content
+        // starts, and the summary, written from all of it, is left out.
+        let trusted = messages
+            .iter()
+            .position(flynn_protocol::message_is_untrusted)
+            .unwrap_or(messages.len());
+        let (messages, summary) = if trusted < messages.len() {
+            (
+                &messages[..trusted],
+                "(left out: it covers untrusted content)",
+            )
+        } else {
+            (messages, summary)
+        };
+        if messages.is_empty() {
+            tracing::info!(%session, "no memory extraction: the compacted messages start with untrusted content");
+            return Ok(());
+        }
         let user = self.existing(&Namespace::user()).await;
         let global = self.existing(&Namespace::global()).await;
         let mut transcript = String::new();

@@ -13,7 +13,7 @@ use flynn_protocol::config::CompactionConfig;
 use flynn_protocol::config::{Autonomy, InterruptedTurns, ModelRef, SessionsConfig};
 use flynn_protocol::{AgentEvent, ContentBlock, RunState, SessionKey, Tier, TurnId, TurnOutcome};
 use flynn_sessions::SessionStore;
-use flynn_tools::{Approver, ToolExecutor};
+use flynn_tools::{Approver, Provenance, ToolExecutor};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -42,6 +42,10 @@ pub struct TurnRequest {
     /// The chat platform's id of the message: the session refuses a second
     /// message with the same id ([`Error::Duplicate`]).
     pub external_id: Option<String>,
+    /// What makes this message untrusted content (a webhook's body from
+    /// `webhook <name>`): the session is tainted from this turn on, as if
+    /// a tool had fetched it.
+    pub untrusted: Option<String>,
     /// Set when another turn (a sub-agent's parent, a `sessions.send`)
     /// waits on this one.
     pub(crate) lineage: Lineage,
@@ -54,6 +58,9 @@ pub(crate) struct Lineage {
     pub(crate) parents: Vec<SessionKey>,
     /// A sub-agent may not do more than the agent that started it.
     pub(crate) autonomy_cap: Option<Autonomy>,
+    /// The starting turn's provenance: what it read taints the turns it
+    /// starts, and what they read taints it.
+    pub(crate) provenance: Option<Arc<Provenance>>,
 }
 
 impl Lineage {
@@ -73,6 +80,7 @@ impl std::fmt::Debug for TurnRequest {
             .field("agent", &self.agent)
             .field("approver", &self.approver.is_some())
             .field("external_id", &self.external_id)
+            .field("untrusted", &self.untrusted)
             .field("lineage", &self.lineage)
             .finish()
     }
@@ -88,6 +96,7 @@ impl TurnRequest {
             agent: None,
             approver: None,
             external_id: None,
+            untrusted: None,
             lineage: Lineage::default(),
         }
     }

@@ -1,6 +1,6 @@
 //! One turn: model → tools → model until a text answer.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use flynn_context::{Budget, CompactionError};
@@ -21,8 +21,8 @@ use crate::delegate::SubAgentRequest;
 use crate::events::TurnEvents;
 use crate::host::TurnHost;
 use crate::prompt::PromptContext;
-use crate::runtime::Lineage;
 use crate::runtime::Shared;
+use crate::runtime::{Lineage, lock};
 use crate::{Error, Result};
 
 /// Everything one turn needs, resolved when it starts.
@@ -37,6 +37,9 @@ pub(crate) struct TurnJob {
     pub(crate) model: Option<ModelRef>,
     pub(crate) approver: Arc<dyn Approver>,
     pub(crate) lineage: Lineage,
+    /// What tainted the session before this turn; the turn records here
+    /// what taints it now.
+    pub(crate) taint: Arc<Mutex<Option<String>>>,
     pub(crate) events: TurnEvents,
     pub(crate) cancel: CancellationToken,
 }
@@ -53,7 +56,17 @@ pub(crate) async fn run(job: TurnJob) -> Result<TurnOutcome> {
     job.events.publish(AgentEvent::RunState {
         state: RunState::Start,
     });
-    let result = body(&job).await;
+    // A sub-agent's turn shares its parent's provenance: each taints the
+    // other.
+    let provenance = match &job.lineage.provenance {
+        Some(parent) => parent.clone(),
+        None => Arc::new(Provenance::for_turn(
+            owner_text(&job.content),
+            lock(&job.taint).clone(),
+        )),
+    };
+    let result = body(&job, &provenance).await;
+    record_taint(&job, &provenance).await;
     let status = match &result {
         Ok(_) => TurnStatus::Completed,
         Err(Error::Cancelled) => TurnStatus::Cancelled,
@@ -88,7 +101,39 @@ pub(crate) async fn run(job: TurnJob) -> Result<TurnOutcome> {
     result
 }
 
-async fn body(job: &TurnJob) -> Result<TurnOutcome> {
+/// The text of the message a turn answers.
+fn owner_text(content: &[ContentBlock]) -> String {
+    content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Keeps the session tainted once untrusted content entered it in this
+/// turn (or in a turn it started), until the owner clears it.
+async fn record_taint(job: &TurnJob, provenance: &Provenance) {
+    let Some(source) = provenance.untrusted_source() else {
+        return;
+    };
+    let taint = {
+        let mut known = lock(&job.taint);
+        if known.is_some() {
+            return;
+        }
+        let taint = format!("{source} in turn {}", job.turn);
+        *known = Some(taint.clone());
+        taint
+    };
+    if let Err(error) = job.shared.store.set_taint(&job.session, Some(&taint)).await {
+        tracing::error!(session = %job.session, %error, "cannot record that the session holds untrusted content");
+    }
+}
+
+async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome> {
     let shared = &job.shared;
     let store = &shared.store;
     let key = &job.session;
@@ -129,6 +174,7 @@ async fn body(job: &TurnJob) -> Result<TurnOutcome> {
     let catalog = Arc::new(shared.executor.catalog(policy.clone()));
     let ctx = ToolContext {
         workspace: agent.workspace().to_path_buf(),
+        hidden: shared.executor.hidden(),
         cancel: job.cancel.child_token(),
         session: key.clone(),
         agent: agent.name.clone(),
@@ -136,7 +182,7 @@ async fn body(job: &TurnJob) -> Result<TurnOutcome> {
         policy,
         approver: job.approver.clone(),
         observer: Some(Arc::new(GateEvents(job.events.clone()))),
-        provenance: Arc::new(Provenance::new()),
+        provenance: provenance.clone(),
         catalog: Some(catalog.clone()),
         host: Some(Arc::new(TurnHost {
             shared: shared.clone(),

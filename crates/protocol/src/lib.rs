@@ -12,6 +12,7 @@ mod session;
 mod tier;
 mod tool;
 mod tool_names;
+mod untrusted;
 mod usage;
 
 pub use event::{
@@ -23,4 +24,5 @@ pub use session::{SessionKey, SessionKeyError};
 pub use tier::{Tier, UnknownTier};
 pub use tool::{ToolCall, ToolResult, ToolSpec};
 pub use tool_names::{BUILTIN_TOOL_FAMILIES, ToolNameMap, is_builtin_tool};
+pub use untrusted::{is_untrusted, message_is_untrusted, wrap_untrusted};
 pub use usage::{Purpose, Usage};

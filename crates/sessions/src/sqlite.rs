@@ -219,6 +219,7 @@ fn meta_from_row(row: &SqliteRow) -> Result<SessionMeta> {
         model: model.and_then(|m| m.parse::<ModelRef>().ok()),
         title: row.try_get("title")?,
         last_channel: row.try_get("last_channel")?,
+        taint: row.try_get("taint")?,
     })
 }
 
@@ -282,7 +283,7 @@ macro_rules! info_select {
     ($tail:literal) => {
         concat!(
             "SELECT s.key, s.created_at, s.updated_at, s.agent, s.tier, s.model, s.title,
-                s.last_channel,
+                s.last_channel, s.taint,
                 (SELECT COUNT(*) FROM messages m WHERE m.session_key = s.key) AS message_count
              FROM sessions s ",
             $tail
@@ -519,7 +520,7 @@ impl SessionStore for SqliteStore {
 
     async fn metadata(&self, key: &SessionKey) -> Result<SessionMeta> {
         let row = sqlx::query(
-            "SELECT agent, tier, model, title, last_channel FROM sessions WHERE key = ?1",
+            "SELECT agent, tier, model, title, last_channel, taint FROM sessions WHERE key = ?1",
         )
         .bind(key.as_str())
         .fetch_optional(&self.pool)
@@ -546,6 +547,19 @@ impl SessionStore for SqliteStore {
         .bind(meta.last_channel.as_deref())
         .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn set_taint(&self, key: &SessionKey, taint: Option<&str>) -> Result<()> {
+        let now = now_millis();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        Self::touch(&mut tx, key, now).await?;
+        sqlx::query("UPDATE sessions SET taint = ?2 WHERE key = ?1")
+            .bind(key.as_str())
+            .bind(taint)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(())
     }

@@ -34,6 +34,12 @@ pub struct SessionMeta {
     pub title: Option<String>,
     /// The channel the last message came from (`telegram`, `cli`...).
     pub last_channel: Option<String>,
+    /// What brought untrusted content (a web page, an MCP tool's output, a
+    /// webhook body) into the session, e.g. `web.fetch in turn 12`; kept
+    /// until the owner clears it (`/trust`) or the session is reset.
+    /// Written with [`SessionStore::set_taint`], never by
+    /// [`SessionStore::set_metadata`].
+    pub taint: Option<String>,
 }
 
 /// One stored message and where it sits.
@@ -257,8 +263,13 @@ pub trait SessionStore: Send + Sync {
     /// The session's metadata; the default when the session is unknown.
     async fn metadata(&self, key: &SessionKey) -> Result<SessionMeta>;
 
-    /// Replaces the session's metadata, creating the session if needed.
+    /// Replaces the session's metadata, creating the session if needed;
+    /// leaves its taint alone.
     async fn set_metadata(&self, key: &SessionKey, meta: &SessionMeta) -> Result<()>;
+
+    /// Records what brought untrusted content into the session, or (with
+    /// `None`) that it holds none any more; creates the session if needed.
+    async fn set_taint(&self, key: &SessionKey, taint: Option<&str>) -> Result<()>;
 
     /// Records one model call's usage.
     async fn record_usage(&self, record: &UsageRecord) -> Result<()>;

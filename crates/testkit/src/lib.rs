@@ -40,6 +40,7 @@ mod ollama;
 mod openai;
 mod search;
 mod server;
+mod site;
 pub mod slack;
 #[cfg(feature = "sessions")]
 pub mod store;
@@ -55,3 +56,4 @@ pub use ollama::FakeOllama;
 pub use openai::FakeOpenAi;
 pub use search::{FakeBrave, FakeDuckDuckGo, FakeSearxng, FakeTavily, SearchHit, SearchRequest};
 pub use server::{CapturedRequest, INPUT_TOKENS, OUTPUT_TOKENS, Reply};
+pub use site::FakeSite;

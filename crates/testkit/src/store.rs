@@ -196,6 +196,12 @@ impl SessionStore for RealTimeStore {
             .await
     }
 
+    async fn set_taint(&self, key: &SessionKey, taint: Option<&str>) -> Result<()> {
+        let (key, taint) = (key.clone(), taint.map(str::to_owned));
+        self.run(|s| async move { s.set_taint(&key, taint.as_deref()).await })
+            .await
+    }
+
     async fn record_usage(&self, record: &UsageRecord) -> Result<()> {
         let record = record.clone();
         self.run(|s| async move { s.record_usage(&record).await })

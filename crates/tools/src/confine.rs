@@ -17,9 +17,41 @@ impl ToolContext {
     /// `path` (relative to the workspace, or absolute inside it) as an
     /// absolute path inside the workspace, or an error the model can act
     /// on.
+    /// Paths under [`ToolContext::hidden`] (FLYNN_HOME) are refused even
+    /// when the workspace holds them.
     pub fn confine(&self, path: &str) -> Result<PathBuf, ToolError> {
-        confine(&self.workspace, path)
+        let resolved = confine(&self.workspace, path)?;
+        refuse_hidden(&self.hidden, path, &resolved)?;
+        Ok(resolved)
     }
+
+    /// Whether `path` (canonical, as [`confine`](Self::confine) returns
+    /// them) is hidden from tools.
+    pub fn is_hidden(&self, path: &Path) -> bool {
+        self.private_dirs().iter().any(|dir| path.starts_with(dir))
+    }
+
+    /// The hidden directories, canonical: what walks skip.
+    pub fn private_dirs(&self) -> Vec<PathBuf> {
+        self.hidden
+            .iter()
+            .map(|dir| dir.canonicalize().unwrap_or_else(|_| dir.clone()))
+            .collect()
+    }
+}
+
+/// Refuses `resolved` when it lies in one of the `hidden` directories.
+fn refuse_hidden(hidden: &[PathBuf], path: &str, resolved: &Path) -> Result<(), ToolError> {
+    for dir in hidden {
+        let dir = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+        if resolved.starts_with(&dir) {
+            return Err(ToolError::failed(format!(
+                "{path} is inside {}, where Flynn keeps its own data (keys, conversations); tools may not touch it",
+                dir.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// See [`ToolContext::confine`].
@@ -140,6 +172,35 @@ mod tests {
             error.starts_with("../secret is outside the workspace"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn flynn_home_inside_the_workspace_is_out_of_reach() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("me");
+        let home = ws.join(".local/share/flynn");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::write(home.join("gateway.token"), "t").unwrap();
+        let mut ctx = ToolContext::new(&ws);
+        ctx.hidden = vec![home.clone()].into();
+        for path in [
+            ".local/share/flynn/gateway.token",
+            ".local/share/flynn",
+            "./.local/share/flynn/new.md",
+            home.join("sessions.db").to_str().unwrap(),
+        ] {
+            let error = ctx.confine(path).unwrap_err().to_string();
+            assert_eq!(
+                error,
+                format!(
+                    "{path} is inside {}, where Flynn keeps its own data (keys, conversations); tools may not touch it",
+                    home.canonicalize().unwrap().display()
+                )
+            );
+        }
+        assert!(ctx.confine(".local/share/other.txt").is_ok());
+        assert!(ctx.is_hidden(&home.canonicalize().unwrap().join("memory")));
+        assert!(!ctx.is_hidden(&ws.canonicalize().unwrap().join("notes.md")));
     }
 
     #[cfg(unix)]

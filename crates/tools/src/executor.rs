@@ -1,10 +1,12 @@
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flynn_protocol::config::{HookAction, ToolsConfig};
-use flynn_protocol::{ToolCall, ToolResult};
+use flynn_protocol::{ToolCall, ToolEffect, ToolResult};
 
 use crate::gate::{ApprovalRequest, confirm};
+use crate::taint::{self, Hold};
 use crate::{
     AuditLog, AuditRecord, GuardedCall, Hooks, Redactor, Tool, ToolCatalog, ToolContext, ToolError,
     ToolPolicy, ToolRegistry, wrap_untrusted,
@@ -30,6 +32,8 @@ pub struct ToolExecutor {
     audit: Option<Arc<AuditLog>>,
     /// `tools.deferred`; `None` for the built-in list.
     deferred: Option<Vec<String>>,
+    /// Directories no tool may touch (FLYNN_HOME), for turns' contexts.
+    hidden: Arc<[PathBuf]>,
 }
 
 /// What the gate did with a call, for the audit record.
@@ -52,6 +56,7 @@ impl ToolExecutor {
             redactor: Redactor::default(),
             audit: None,
             deferred: None,
+            hidden: Arc::from(Vec::new()),
         }
     }
 
@@ -79,6 +84,19 @@ impl ToolExecutor {
     pub fn with_redactor(mut self, redactor: Redactor) -> Self {
         self.redactor = redactor;
         self
+    }
+
+    /// Keeps file tools out of these directories even inside a workspace
+    /// (FLYNN_HOME when the owner names a workspace around it).
+    pub fn with_hidden(mut self, hidden: Vec<PathBuf>) -> Self {
+        self.hidden = hidden.into();
+        self
+    }
+
+    /// What [`with_hidden`](Self::with_hidden) set: a turn puts it in its
+    /// [`ToolContext`].
+    pub fn hidden(&self) -> Arc<[PathBuf]> {
+        self.hidden.clone()
     }
 
     pub fn registry(&self) -> &ToolRegistry {
@@ -123,7 +141,7 @@ impl ToolExecutor {
         let mut content = truncate_output(&content, self.output_limit);
         let untrusted = !is_error && tool.as_ref().is_some_and(|tool| tool.untrusted_output());
         if untrusted {
-            ctx.provenance.mark_untrusted(&call.name);
+            ctx.provenance.mark_untrusted(&call.name, &content);
             content = wrap_untrusted(&call.name, &content);
         }
         if let Some(audit) = &self.audit {
@@ -211,16 +229,43 @@ impl ToolExecutor {
         }
         let effect = tool.effect();
         let mut action = self.hooks.decide(&call.name, effect, ctx.policy.autonomy());
-        if effect.changes_state()
-            && action != HookAction::Confirm
-            && let Some(source) = ctx.provenance.untrusted_source()
-        {
-            // Text from a web page must not be able to drive the agent's
-            // hands: once it is in the turn, risky calls ask.
-            action = HookAction::Confirm;
-            gate.reason = Some(format!("untrusted content from {source} is in this turn"));
+        // Text from a web page must not be able to drive the agent's
+        // hands, read the owner's data or send it out (see `taint`).
+        let mut person_only = false;
+        match taint::hold(tool.as_ref(), call, ctx) {
+            Hold::Free => {}
+            Hold::Refuse(reason) => {
+                gate.reason = Some(reason.clone());
+                return Err(ToolError::Denied {
+                    tool: call.name.clone(),
+                    reason,
+                });
+            }
+            Hold::Ask(reason) => {
+                if action != HookAction::Confirm {
+                    action = HookAction::Confirm;
+                    gate.reason = Some(reason);
+                }
+            }
+            Hold::Person(reason) => {
+                action = HookAction::Confirm;
+                person_only = true;
+                gate.reason = Some(reason);
+            }
         }
         gate.action = Some(action);
+        if person_only && ctx.approver.is_automatic() {
+            return Err(ToolError::Denied {
+                tool: call.name.clone(),
+                reason: format!(
+                    "only a person may approve this call, because {}; approve-all (--yes) does not answer for it. \
+                     Ask the owner to run it, to send /trust once the content is known to be safe, \
+                     or to set tools.taint: allow for agent '{}'",
+                    gate.reason.as_deref().unwrap_or_default(),
+                    ctx.agent
+                ),
+            });
+        }
         match action {
             HookAction::Silent => {}
             HookAction::Log => {
@@ -262,13 +307,25 @@ impl ToolExecutor {
         }
         // The tool's own time starts only now, after any confirmation.
         let timeout = tool.timeout();
-        tokio::select! {
+        let result = tokio::select! {
             biased;
             () = ctx.cancel.cancelled() => Err(ToolError::Cancelled { tool: call.name.clone() }),
             result = tokio::time::timeout(timeout, tool.call(call.arguments.clone(), ctx)) => {
                 result.unwrap_or_else(|_| Err(ToolError::Timeout { tool: call.name.clone(), after: timeout }))
             }
+        };
+        // A file the turn wrote is its own data: reading it back is free.
+        if result.is_ok()
+            && effect == ToolEffect::WritesFiles
+            && let Some(path) = call
+                .arguments
+                .get("path")
+                .and_then(serde_json::Value::as_str)
+            && let Ok(resolved) = ctx.confine(path)
+        {
+            ctx.provenance.record_written(&resolved);
         }
+        result
     }
 }
 

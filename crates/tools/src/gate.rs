@@ -50,6 +50,13 @@ pub enum Decision {
 #[async_trait]
 pub trait Approver: Send + Sync {
     async fn approve(&self, request: &ApprovalRequest) -> Decision;
+
+    /// Whether it answers without asking anyone (`--yes`): such an
+    /// answer does not count for calls only a person may approve (see
+    /// [`crate::taint`]).
+    fn is_automatic(&self) -> bool {
+        false
+    }
 }
 
 /// Approves every request (`flynn send --yes`).
@@ -60,6 +67,10 @@ pub struct ApproveAll;
 impl Approver for ApproveAll {
     async fn approve(&self, _request: &ApprovalRequest) -> Decision {
         Decision::Approve
+    }
+
+    fn is_automatic(&self) -> bool {
+        true
     }
 }
 
@@ -84,6 +95,10 @@ impl Approver for DenyAll {
         Decision::Deny {
             reason: self.reason.clone(),
         }
+    }
+
+    fn is_automatic(&self) -> bool {
+        true
     }
 }
 

@@ -2,7 +2,7 @@
 //! minus `deny` globs, and the autonomy that says which of them ask first.
 
 use flynn_protocol::ToolEffect;
-use flynn_protocol::config::{Autonomy, ToolPolicyConfig, ToolProfile, ToolsConfig};
+use flynn_protocol::config::{Autonomy, TaintPolicy, ToolPolicyConfig, ToolProfile, ToolsConfig};
 
 use crate::glob::{Glob, any_matches};
 use crate::{Tool, ToolRegistry};
@@ -15,6 +15,8 @@ use crate::{Tool, ToolRegistry};
 pub struct ToolPolicy {
     profile: ToolProfile,
     autonomy: Autonomy,
+    /// `tools.taint`, or the agent's.
+    taint: TaintPolicy,
     profile_globs: Vec<Glob>,
     /// `None`: every tool of the profile.
     enabled: Option<Vec<Glob>>,
@@ -52,6 +54,7 @@ impl ToolPolicy {
     ) -> Self {
         let mut profile = tools.profile;
         let mut autonomy = tools.autonomy;
+        let mut taint = tools.taint;
         let mut enabled = tools.enabled.as_ref();
         let mut deny: Vec<Glob> = tools.deny.iter().map(|p| Glob::new(p)).collect();
         let mut declared: Vec<Glob> = Vec::new();
@@ -66,6 +69,7 @@ impl ToolPolicy {
         for layer in overrides {
             profile = layer.profile.unwrap_or(profile);
             autonomy = layer.autonomy.unwrap_or(autonomy);
+            taint = layer.taint.unwrap_or(taint);
             enabled = layer.enabled.as_ref().or(enabled);
             deny.extend(layer.deny.iter().map(|p| Glob::new(p)));
             declare(layer.enabled.as_ref());
@@ -73,6 +77,7 @@ impl ToolPolicy {
         ToolPolicy {
             profile,
             autonomy,
+            taint,
             profile_globs: compile(profile_patterns(profile)),
             enabled: enabled.map(|patterns| compile(patterns)),
             deny,
@@ -144,6 +149,11 @@ impl ToolPolicy {
 
     pub fn autonomy(&self) -> Autonomy {
         self.autonomy
+    }
+
+    /// What the agent does once untrusted content is in its session.
+    pub fn taint(&self) -> TaintPolicy {
+        self.taint
     }
 
     /// This policy with its autonomy lowered to `cap` when `cap` allows

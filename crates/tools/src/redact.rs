@@ -121,6 +121,41 @@ impl Redactor {
     }
 }
 
+/// Words in a variable's name that make its value a secret.
+const SECRET_NAME_WORDS: [&str; 7] = [
+    "KEY",
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "CREDENTIAL",
+    "AUTH",
+];
+
+/// Variables whose names look secret but which hold paths or addresses.
+const NOT_SECRET: [&str; 3] = ["SSH_AUTH_SOCK", "XAUTHORITY", "GPG_AGENT_INFO"];
+
+/// The values of the secret-looking variables among `vars` (a process
+/// environment): names with `KEY`, `TOKEN`, `SECRET`, `PASSWORD`,
+/// `CREDENTIAL` or `AUTH` in them, whose value is at least 8 characters
+/// and not a path. `FLYNN_GATEWAY_TOKEN`, `TELEGRAM_BOT_TOKEN` and
+/// `ANTHROPIC_API_KEY` are caught whether or not the config names them.
+pub fn env_secrets(
+    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Vec<String> {
+    vars.into_iter()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+        .filter(|(name, value)| {
+            let upper = name.to_ascii_uppercase();
+            SECRET_NAME_WORDS.iter().any(|word| upper.contains(word))
+                && !NOT_SECRET.contains(&upper.as_str())
+                && value.trim().len() >= 8
+                && !value.starts_with('/')
+        })
+        .map(|(_, value)| value)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +171,31 @@ mod tests {
         // Too short to redact by value.
         assert_eq!(redactor.known("abc"), "abc");
         assert!(matches!(redactor.known("nothing here"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn secret_looking_variables_of_the_environment_are_secrets() {
+        let vars = [
+            ("FLYNN_GATEWAY_TOKEN", "0123456789abcdef"),
+            ("TELEGRAM_BOT_TOKEN", "123456:ABCdefGHIjkl"),
+            ("ANTHROPIC_API_KEY", "sk-ant-0123456789"),
+            ("db_password", "hunter2hunter2"),
+            ("SHORT_TOKEN", "abc"),
+            ("SSH_AUTH_SOCK", "agent-socket-name"),
+            ("AWS_SHARED_CREDENTIALS_FILE", "/home/me/.aws/credentials"),
+            ("PATH", "/usr/bin:/bin"),
+            ("LANG", "en_US.UTF-8"),
+        ]
+        .map(|(name, value)| (name.into(), value.into()));
+        assert_eq!(
+            env_secrets(vars),
+            [
+                "0123456789abcdef",
+                "123456:ABCdefGHIjkl",
+                "sk-ant-0123456789",
+                "hunter2hunter2"
+            ]
+        );
     }
 
     #[test]

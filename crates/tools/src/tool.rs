@@ -21,6 +21,9 @@ use crate::{
 pub struct ToolContext {
     /// Directory that relative paths and commands start in.
     pub workspace: PathBuf,
+    /// Directories no tool may touch even inside the workspace
+    /// (FLYNN_HOME, when the owner names a workspace around it).
+    pub hidden: Arc<[PathBuf]>,
     /// Fires when the turn is cancelled; long-running tools must stop, and
     /// a confirmation wait ends.
     pub cancel: CancellationToken,
@@ -56,6 +59,7 @@ impl ToolContext {
     pub fn new(workspace: impl Into<PathBuf>) -> Self {
         ToolContext {
             workspace: workspace.into(),
+            hidden: Arc::from(Vec::new()),
             cancel: CancellationToken::new(),
             session: SessionKey::new("local", "default")
                 .unwrap_or_else(|_| unreachable!("`local:default` is a valid session key")),
@@ -120,6 +124,13 @@ pub trait TypedTool: Send + Sync + 'static {
         false
     }
 
+    /// Whether it reads the owner's data (files, memory, conversations):
+    /// in a session tainted by untrusted content, such reads need a
+    /// person unless the turn brought the data in itself.
+    fn reads_private_data(&self) -> bool {
+        false
+    }
+
     async fn run(&self, args: Self::Args, ctx: &ToolContext) -> Result<String, ToolError>;
 
     /// Stops whatever the tool keeps running between calls (background
@@ -139,6 +150,9 @@ pub trait Tool: Send + Sync {
         self.effect() == ToolEffect::ReadOnly
     }
     fn untrusted_output(&self) -> bool {
+        false
+    }
+    fn reads_private_data(&self) -> bool {
         false
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError>;
@@ -193,6 +207,10 @@ impl<T: TypedTool> Tool for Typed<T> {
 
     fn untrusted_output(&self) -> bool {
         self.tool.untrusted_output()
+    }
+
+    fn reads_private_data(&self) -> bool {
+        self.tool.reads_private_data()
     }
 
     async fn shutdown(&self) {

@@ -17,6 +17,7 @@ mod pairing;
 mod send;
 mod sessions;
 mod skills;
+mod taint;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

@@ -52,7 +52,7 @@ const KEPT_SUBTYPES: &[&str] = &["file_share", "thread_broadcast"];
 /// The chat commands a slash command may name (see the guide): the
 /// daemon's own commands.
 const COMMANDS: &[&str] = &[
-    "help", "status", "reset", "cancel", "stop", "model", "agent", "compact",
+    "help", "status", "reset", "cancel", "stop", "model", "agent", "compact", "trust",
 ];
 
 #[derive(Debug, Default, Deserialize)]

@@ -293,6 +293,14 @@ impl Compactor {
             .unwrap_or(fresh)
             + (cut - fresh);
         let body = clean(&summary.text);
+        // A summary of untrusted content is untrusted content: the marker
+        // survives compaction, so the model, memory extraction and the next
+        // compaction still treat it as data.
+        let body = if compacted.iter().any(flynn_protocol::message_is_untrusted) {
+            flynn_protocol::wrap_untrusted("summary of earlier messages", &body)
+        } else {
+            body
+        };
         let message = summary_message(represented, &body);
 
         if let Some(flush) = &self.flush {

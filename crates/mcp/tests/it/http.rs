@@ -13,7 +13,7 @@ use crate::support::{Harness, error, ok, untrusted};
 const TOKEN: &str = "s3cret-fixture-token";
 
 async fn connected(fixture: &HttpFixture, auth: Value) -> Harness {
-    let mut config = json!({ "url": fixture.url(), "startup_timeout_secs": 10 });
+    let mut config = json!({ "url": fixture.url(), "startup_timeout_secs": 10, "trusted": true });
     if let (Some(config), Value::Object(auth)) = (config.as_object_mut(), auth) {
         config.extend(auth);
     }

@@ -54,7 +54,8 @@ async fn check_reference_tools(harness: &Harness, name: &str) {
         );
     }
 
-    // `echo` says it is read-only and stays in a closed world.
+    // `echo` says it is read-only and stays in a closed world (believed:
+    // the server is marked trusted).
     let echo = harness.registry.get(&format!("{name}.echo")).unwrap();
     assert_eq!(echo.effect(), ToolEffect::ReadOnly);
     assert!(!echo.untrusted_output());
@@ -94,7 +95,7 @@ async fn the_reference_server_over_stdio_lists_its_tools_and_answers_calls() {
     };
     let harness = Harness::new(|_| {
         json!({
-            "everything": { "command": command, "args": ["stdio"], "startup_timeout_secs": 30 }
+            "everything": { "command": command, "args": ["stdio"], "startup_timeout_secs": 30, "trusted": true }
         })
     });
     harness.server("everything").ready().await;
@@ -137,7 +138,7 @@ async fn the_reference_server_over_streamable_http_lists_its_tools_and_answers_c
 
     let harness = Harness::new(|_| {
         json!({
-            "everything": { "url": format!("http://127.0.0.1:{port}/mcp"), "startup_timeout_secs": 30 }
+            "everything": { "url": format!("http://127.0.0.1:{port}/mcp"), "startup_timeout_secs": 30, "trusted": true }
         })
     });
     harness.server("everything").ready().await;

@@ -111,6 +111,9 @@ pub fn fixture(workspace: &Path, extra: Value) -> Value {
         "env": { LOG_ENV: workspace.join(FIXTURE_LOG) },
         "startup_timeout_secs": 20,
         "timeout_secs": 20,
+        // The project's own server: its hints are believed unless a test
+        // says otherwise.
+        "trusted": true,
     });
     if let (Some(config), Value::Object(extra)) = (config.as_object_mut(), extra) {
         for (key, value) in extra {

@@ -11,6 +11,7 @@ mod lanes;
 mod memory;
 mod recovery;
 mod skills;
+mod taint;
 mod turns;
 
 use std::collections::{HashMap, VecDeque};

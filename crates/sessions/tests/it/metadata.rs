@@ -20,6 +20,7 @@ async fn metadata_round_trips_through_the_file_and_shows_in_list_and_info() {
         model: Some(ModelRef::new("openrouter", "meta-llama/llama-3.3-70b")),
         title: Some("Deploy plans".into()),
         last_channel: Some("telegram".into()),
+        taint: None,
     };
     // Setting metadata creates the session.
     store.set_metadata(&k, &meta).await.unwrap();
@@ -43,6 +44,44 @@ async fn metadata_round_trips_through_the_file_and_shows_in_list_and_info() {
     };
     store.set_metadata(&k, &cleared).await.unwrap();
     assert_eq!(store.metadata(&k).await.unwrap(), cleared);
+}
+
+#[tokio::test]
+async fn a_taint_is_kept_apart_from_the_rest_of_the_metadata_until_cleared() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let k = key("telegram:42");
+    store
+        .set_taint(&k, Some("web.fetch in turn 3"))
+        .await
+        .unwrap();
+    // Other metadata written later does not wipe it.
+    store
+        .set_metadata(
+            &k,
+            &SessionMeta {
+                tier: Some(Tier::Fast),
+                ..SessionMeta::default()
+            },
+        )
+        .await
+        .unwrap();
+    store.close().await;
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(
+        store.metadata(&k).await.unwrap(),
+        SessionMeta {
+            tier: Some(Tier::Fast),
+            taint: Some("web.fetch in turn 3".into()),
+            ..SessionMeta::default()
+        }
+    );
+    store.set_taint(&k, None).await.unwrap();
+    assert_eq!(store.metadata(&k).await.unwrap().taint, None);
+    store.set_taint(&k, Some("webhook ci")).await.unwrap();
+    assert!(store.clear(&k).await.unwrap());
+    assert_eq!(store.metadata(&k).await.unwrap(), SessionMeta::default());
 }
 
 #[tokio::test]

@@ -175,6 +175,10 @@ impl TypedTool for SessionsList {
         ToolEffect::ReadOnly
     }
 
+    fn reads_private_data(&self) -> bool {
+        true
+    }
+
     async fn run(&self, args: SessionsListArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         host(ctx)?
             .list_sessions(args.limit.unwrap_or(20).clamp(1, 200), ctx)
@@ -215,6 +219,15 @@ impl TypedTool for SessionsHistory {
 
     fn effect(&self) -> ToolEffect {
         ToolEffect::ReadOnly
+    }
+
+    fn reads_private_data(&self) -> bool {
+        true
+    }
+
+    /// Other sessions hold what strangers and web pages said.
+    fn untrusted_output(&self) -> bool {
+        true
     }
 
     async fn run(&self, args: SessionsHistoryArgs, ctx: &ToolContext) -> Result<String, ToolError> {

@@ -4,11 +4,13 @@
 
 mod files;
 mod gate;
+mod hidden;
 mod logs;
 mod policy;
 mod process;
 mod safety;
 mod sandbox;
+mod taint;
 mod web;
 
 use std::path::Path;

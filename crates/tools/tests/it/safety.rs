@@ -231,7 +231,7 @@ async fn untrusted_content_is_wrapped_and_then_risky_tools_ask_even_under_full_a
     assert_eq!(
         after,
         err(
-            "shell.exec was denied: the user said no (it asked because untrusted content from web.page is in this turn)"
+            "shell.exec was denied: the user said no (it asked because it could carry data out or persist it, and untrusted content from web.page is in this session)"
         )
     );
     assert!(!dir.path().join("ran").exists());
@@ -239,13 +239,17 @@ async fn untrusted_content_is_wrapped_and_then_risky_tools_ask_even_under_full_a
         asked.tools(),
         [(
             "shell.exec".to_owned(),
-            Some("untrusted content from web.page is in this turn".to_owned())
+            Some(
+                "it could carry data out or persist it, and untrusted content from web.page is in this session"
+                    .to_owned()
+            )
         )]
     );
-    // Reading and fetching stay silent.
+    // A network call that names no URL anyone gave could carry data out:
+    // it asks too (tests/it/taint.rs has the rest).
     let again = executor.execute(&call("web.page", json!({})), &ctx).await;
-    assert!(!again.is_error, "{again:?}");
-    assert_eq!(asked.tools().len(), 1);
+    assert!(again.is_error, "{again:?}");
+    assert_eq!(asked.tools().len(), 2);
 }
 
 #[tokio::test]

@@ -54,6 +54,10 @@ impl TypedTool for FileList {
         ToolEffect::ReadOnly
     }
 
+    fn reads_private_data(&self) -> bool {
+        true
+    }
+
     async fn run(&self, args: FileListArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let root = ctx.confine(args.path.as_deref().unwrap_or("."))?;
         let shown = display(&ctx.workspace, &root);
@@ -67,12 +71,13 @@ impl TypedTool for FileList {
             Err(e) => return Err(ToolError::failed(format!("cannot list {shown}: {e}"))),
         }
         let glob = args.pattern.as_deref().map(NameGlob::new).transpose()?;
+        let private = ctx.private_dirs();
         let stop = Stop::default();
         let _stop = StopOnDrop(stop.clone());
         let listing = tokio::task::spawn_blocking(move || {
             let mut lines = Vec::new();
             let mut more = 0usize;
-            walk(&root, &stop, |entry| {
+            walk(&root, private, &stop, |entry| {
                 if let Some(glob) = &glob
                     && (entry.is_dir || !glob.matches(&entry.relative))
                 {

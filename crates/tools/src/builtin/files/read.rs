@@ -60,6 +60,10 @@ impl TypedTool for FileRead {
         ToolEffect::ReadOnly
     }
 
+    fn reads_private_data(&self) -> bool {
+        true
+    }
+
     async fn run(&self, args: FileReadArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let path = ctx.confine(&args.path)?;
         let shown = display(&ctx.workspace, &path);

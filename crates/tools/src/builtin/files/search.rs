@@ -66,6 +66,10 @@ impl TypedTool for FileSearch {
         ToolEffect::ReadOnly
     }
 
+    fn reads_private_data(&self) -> bool {
+        true
+    }
+
     async fn run(&self, args: FileSearchArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let root = ctx.confine(args.path.as_deref().unwrap_or("."))?;
         let shown = display(&ctx.workspace, &root);
@@ -79,6 +83,7 @@ impl TypedTool for FileSearch {
             return Err(ToolError::failed(format!("{shown} does not exist")));
         }
         let workspace = ctx.workspace.clone();
+        let private = ctx.private_dirs();
         let stop = Stop::default();
         let _stop = StopOnDrop(stop.clone());
         let found = tokio::task::spawn_blocking(move || {
@@ -131,7 +136,7 @@ impl TypedTool for FileSearch {
             if root.is_file() {
                 search_file(&root);
             } else {
-                walk(&root, &stop, |entry| {
+                walk(&root, private, &stop, |entry| {
                     if !entry.is_dir && glob.as_ref().is_none_or(|g| g.matches(&entry.relative)) {
                         search_file(&entry.path);
                     }

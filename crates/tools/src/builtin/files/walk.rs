@@ -66,13 +66,20 @@ pub(super) struct Entry {
 }
 
 /// Visits the entries under `root` (not `root` itself), sorted by path,
-/// skipping ignored and hidden ones, until `visit` returns false or
-/// `stop` is set.
-pub(super) fn walk(root: &Path, stop: &Stop, mut visit: impl FnMut(Entry) -> bool) {
+/// skipping ignored and hidden ones and everything under `private`
+/// (canonical paths: FLYNN_HOME), until `visit` returns false or `stop`
+/// is set.
+pub(super) fn walk(
+    root: &Path,
+    private: Vec<PathBuf>,
+    stop: &Stop,
+    mut visit: impl FnMut(Entry) -> bool,
+) {
     let walker = ignore::WalkBuilder::new(root)
         .require_git(false)
         .follow_links(false)
         .sort_by_file_path(|a, b| a.cmp(b))
+        .filter_entry(move |entry| !private.iter().any(|dir| entry.path().starts_with(dir)))
         .build();
     for entry in walker {
         if stop.is_set() {
