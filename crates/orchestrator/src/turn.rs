@@ -101,12 +101,13 @@ pub(crate) async fn run(job: TurnJob) -> Result<TurnOutcome> {
     result
 }
 
-/// The text of the message a turn answers.
+/// What the sender of the message a turn answers wrote: its text without
+/// the untrusted content it carries (a webhook's body).
 fn owner_text(content: &[ContentBlock]) -> String {
     content
         .iter()
         .filter_map(|block| match block {
-            ContentBlock::Text { text } => Some(text.as_str()),
+            ContentBlock::Text { text } => Some(flynn_protocol::strip_untrusted(text)),
             _ => None,
         })
         .collect::<Vec<_>>()

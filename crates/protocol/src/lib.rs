@@ -24,5 +24,5 @@ pub use session::{SessionKey, SessionKeyError};
 pub use tier::{Tier, UnknownTier};
 pub use tool::{ToolCall, ToolResult, ToolSpec};
 pub use tool_names::{BUILTIN_TOOL_FAMILIES, ToolNameMap, is_builtin_tool};
-pub use untrusted::{is_untrusted, message_is_untrusted, wrap_untrusted};
+pub use untrusted::{is_untrusted, message_is_untrusted, strip_untrusted, wrap_untrusted};
 pub use usage::{Purpose, Usage};

@@ -94,7 +94,7 @@ pub(crate) fn hold(tool: &dyn Tool, call: &ToolCall, ctx: &ToolContext) -> Hold 
         };
     }
     if tool.reads_private_data() {
-        return match path_argument(&call.arguments) {
+        return match read_target(&call.arguments) {
             Some(path) => {
                 let own = ctx
                     .confine(path)
@@ -207,6 +207,13 @@ fn looks_encoded(run: &str) -> bool {
 
 fn path_argument(arguments: &Value) -> Option<&str> {
     arguments.get("path").and_then(Value::as_str)
+}
+
+/// What a private read names: a file, a session or a memory file.
+fn read_target(arguments: &Value) -> Option<&str> {
+    ["path", "session", "namespace"]
+        .iter()
+        .find_map(|key| arguments.get(*key).and_then(Value::as_str))
 }
 
 fn is_prompt_file(path: &str) -> bool {

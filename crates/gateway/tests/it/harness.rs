@@ -69,7 +69,8 @@ impl Harness {
         let home = tempfile::tempdir().unwrap();
         let mut builder = Flynn::builder()
             .config(options.config.clone())
-            .home(home.path())
+            // FLYNN_HOME inside the workspace, where file tools cannot reach.
+            .home(home.path().join("data"))
             .workspace(home.path());
         for tool in options.tools {
             builder = builder.tool_dyn(tool);

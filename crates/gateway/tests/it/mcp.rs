@@ -20,7 +20,8 @@ async fn mcp_status_reports_each_server_and_mcp_serves_the_runtime_behind_the_to
     let mut settings = config(&fake);
     settings.mcp.servers.insert(
         "loop".into(),
-        server(json!({"url": url, "bearer_token": TOKEN, "start": "lazy"})),
+        // Flynn itself: its hints are believed.
+        server(json!({"url": url, "bearer_token": TOKEN, "start": "lazy", "trusted": true})),
     );
     settings.mcp.servers.insert(
         "broken".into(),

@@ -263,7 +263,11 @@ async fn a_signed_webhook_becomes_a_message_and_a_forged_one_is_refused() {
     let last = sent["messages"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(
         last["content"],
-        json!(format!("CI event from ci: {body}")),
+        // The body is untrusted content, wrapped as such.
+        json!(format!(
+            "CI event from ci: {}",
+            flynn_core::protocol::wrap_untrusted("webhook ci", body)
+        )),
         "{last}"
     );
     harness.stop().await;

@@ -1,9 +1,12 @@
 //! Delegation to cheap tiers, sub-agents, agent-to-agent tools, tier
 //! escalation and tool-output summaries.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use flynn_orchestrator::{AgentEvent, SUBAGENT_PROMPT, SubAgentRequest, TOOL_SUMMARY_PROMPT};
+use flynn_orchestrator::{
+    AgentEvent, SUBAGENT_PROMPT, SubAgentRequest, TOOL_SUMMARY_PROMPT, TurnRequest,
+};
 use flynn_protocol::config::{AgentsConfig, DelegationConfig, TiersConfig};
 use flynn_protocol::{ContentBlock, Message, Purpose, Role, Tier};
 use flynn_sessions::SessionStore;
@@ -338,7 +341,11 @@ async fn sessions_tools_read_and_message_other_sessions_of_the_same_agent() {
     let h = Harness::new(vec![main.clone()], Setup::default()).await;
     let (a, b) = (key("cli:a"), key("cli:b"));
     h.send(&b, "the deploy is on Friday").await.0.unwrap();
-    let (outcome, _) = h.send(&a, "ask b about the deploy").await;
+    // Another session's history is untrusted content: from then on the
+    // sends and reads ask a person (tests/it/taint.rs), who says yes here.
+    let mut request = TurnRequest::text(a.clone(), "ask b about the deploy");
+    request.approver = Some(Arc::new(Person));
+    let (outcome, _) = h.send_request(request).await;
     assert_eq!(outcome.unwrap().reply, "done");
 
     let requests = main.requests();
@@ -363,7 +370,10 @@ async fn sessions_tools_read_and_message_other_sessions_of_the_same_agent() {
     let (history, _) = result("h1");
     assert_eq!(
         history,
-        "user: the deploy is on Friday\nassistant: Noted: Friday.\n"
+        flynn_protocol::wrap_untrusted(
+            "sessions.history",
+            "user: the deploy is on Friday\nassistant: Noted: Friday.\n"
+        )
     );
     let (answer, is_error) = result("s1");
     assert!(!is_error, "{answer}");
@@ -531,4 +541,15 @@ async fn long_tool_output_is_condensed_on_the_fast_tier_and_readable_whole() {
             (Tier::Default, Purpose::Conversation, 3)
         ]
     );
+}
+
+/// A person who approves every call (unlike `--yes`, a person's answer
+/// counts for calls in a session holding untrusted content).
+struct Person;
+
+#[async_trait::async_trait]
+impl flynn_tools::Approver for Person {
+    async fn approve(&self, _: &flynn_tools::ApprovalRequest) -> flynn_tools::Decision {
+        flynn_tools::Decision::Approve
+    }
 }
