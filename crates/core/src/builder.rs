@@ -149,7 +149,12 @@ impl FlynnBuilder {
         )
         .map_err(|e| Error::Config(e.to_string()))?;
 
-        let mut registry = flynn_tools::builtin::registry(&config.tools);
+        let mut registry = flynn_tools::builtin::registry_with(
+            &config.tools,
+            &flynn_tools::sandbox::SandboxPaths {
+                hidden: self.home.iter().cloned().collect(),
+            },
+        );
         if let Some(memory) = &memory {
             for tool in memory.tools() {
                 registry.register_dyn(tool);

@@ -137,6 +137,11 @@ impl Daemon {
             .home(&options.home)
             .build()
             .await?;
+        let hidden = flynn_tools::sandbox::SandboxPaths::flynn(
+            &options.home,
+            options.config_file.as_deref(),
+        );
+        flynn_tools::sandbox::warn_if_unsandboxed(&config.tools, &hidden).await;
         if let Some(memory) = flynn.memory().cloned() {
             stack.push("memory", move || async move { memory.close().await });
         }
