@@ -6,6 +6,8 @@
 #   chromium and chromium-driver: the web chat and dashboard tests drive
 #   a headless Chromium through WebDriver.
 #   tmux: flynn-tui's end-to-end test runs it in a real terminal.
+#   python3 and git: the sandbox tests connect to Unix sockets with
+#   python3 and check that common commands (git, python3) still run.
 #
 # Idempotent and quick when everything is there. Debian/Ubuntu (apt-get),
 # as root or through sudo.
@@ -16,6 +18,8 @@ command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+[ -x /usr/bin/python3 ] || missing+=(python3)
+command -v git >/dev/null 2>&1 || missing+=(git)
 
 if [ "${#missing[@]}" -eq 0 ]; then
   exit 0

@@ -9,6 +9,7 @@ use flynn_core::Tier;
 use flynn_core::config::{self, Loaded, Source};
 use flynn_core::gateway::api::{ChannelInfo, Health};
 use flynn_core::protocol::config::{FlynnConfig, McpTransport, ProviderKind};
+use flynn_core::tools::sandbox::{SandboxReport, Strength};
 use serde::Serialize;
 use serde_json::json;
 
@@ -117,7 +118,7 @@ async fn checks(args: &DoctorArgs) -> Vec<Check> {
     out.extend(tier_lines(&loaded.config));
     out.extend(provider_lines(&loaded.config).await);
     out.push(database_line(&loaded).await);
-    out.push(sandbox_line(&loaded.config).await);
+    out.push(sandbox_line(&loaded).await);
     let mut live = None;
     out.extend(gateway_lines(args, &loaded, &mut live).await);
     out.extend(channel_lines(&loaded.config, live));
@@ -501,24 +502,73 @@ async fn database_line(loaded: &Loaded) -> Check {
     }
 }
 
-async fn sandbox_line(config: &FlynnConfig) -> Check {
-    let report = flynn_core::tools::sandbox::Sandbox::from_tools_config(&config.tools)
+/// The sandbox of shell and process tools, as `flynn sandbox` sees it.
+async fn sandbox_line(loaded: &Loaded) -> Check {
+    use flynn_core::tools::sandbox::{Sandbox, SandboxPaths};
+
+    let config = &loaded.config;
+    let paths = SandboxPaths::flynn(&loaded.paths.home, Some(&loaded.paths.config_file));
+    let mut tools = config.tools.clone();
+    tools.workspace = Some(crate::workspace::resolve(loaded).path);
+    let report = Sandbox::from_tools_config(&tools)
+        .with_paths(&paths)
         .report()
         .await;
-    match &report.active {
-        Ok(backend) if backend.name() == "none" => Check::warn(
+    let chats: Vec<&str> = config
+        .channels
+        .access()
+        .into_iter()
+        .filter(|(_, access)| access.enabled)
+        .map(|(name, _)| name)
+        .collect();
+    sandbox_check(&report, &chats)
+}
+
+/// OK when a sandbox isolates commands (or `none` was chosen), WARN when
+/// `auto` found none, FAIL when it found none and enabled chat channels
+/// (`chats`) let other people drive the tools, or when the configured
+/// sandbox cannot run.
+fn sandbox_check(report: &SandboxReport, chats: &[&str]) -> Check {
+    let install = "install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`, Fedora: `dnf install bubblewrap`), or set tools.sandbox.mode: none to accept it; `flynn sandbox` shows every backend";
+    match (report.strength(), &report.active) {
+        (Strength::NoneFound, _) if !chats.is_empty() => Check::fail(
             "sandbox",
-            "shell and process tools run without a sandbox",
-            "install bubblewrap (`apt install bubblewrap`); `flynn sandbox` shows every backend",
+            format!(
+                "no sandbox (tools.sandbox.mode: auto found none) while chat channels are enabled ({}): whoever may message the bot can run commands as Flynn's user, reading FLYNN_HOME, ~/.ssh and the config",
+                chats.join(", ")
+            ),
+            install,
         ),
-        Ok(backend) => Check::ok(
+        (Strength::NoneFound, _) => Check::warn(
             "sandbox",
-            format!("{} (network: {})", backend.name(), report.network),
+            "no sandbox (tools.sandbox.mode: auto found none): shell and process tools run as Flynn's user",
+            install,
         ),
-        Err(error) => Check::fail(
+        (Strength::NoneChosen, _) => Check::ok(
+            "sandbox",
+            "none, as chosen (tools.sandbox.mode: none): shell and process tools run as Flynn's user, with a cleared environment",
+        ),
+        (_, Err(error)) if error.is_exposed() => Check::fail(
+            "sandbox",
+            error.to_string(),
+            "change the setting the message names (`flynn sandbox` shows what commands see)",
+        ),
+        (_, Err(error)) => Check::fail(
             "sandbox",
             error.to_string(),
             "install the sandbox tools.sandbox.mode names, or set it to auto (`flynn sandbox` explains)",
+        ),
+        (Strength::Partial, Ok(backend)) => Check::ok(
+            "sandbox",
+            format!(
+                "{} (network: {}; Unix sockets by path stay reachable)",
+                backend.name(),
+                report.network
+            ),
+        ),
+        (_, Ok(backend)) => Check::ok(
+            "sandbox",
+            format!("{} (network: {})", backend.name(), report.network),
         ),
     }
 }
@@ -768,5 +818,80 @@ fn listener_line(config: &FlynnConfig) -> Check {
             "security",
             format!("the gateway listens on {bind}, this machine only"),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use flynn_core::protocol::config::SandboxMode;
+    use flynn_core::tools::sandbox::{Availability, Backend};
+
+    use super::*;
+
+    fn report(requested: SandboxMode, active: Backend) -> SandboxReport {
+        SandboxReport {
+            requested,
+            active: Ok(active),
+            backends: vec![(
+                Backend::Bubblewrap,
+                Availability::Unavailable {
+                    reason: "bwrap is not on PATH".to_owned(),
+                },
+            )],
+            network: "not restricted (no sandbox)".to_owned(),
+            network_isolated: false,
+            writable: vec![],
+            readable: vec![],
+            hidden: vec![],
+            environment: String::new(),
+        }
+    }
+
+    fn verdict(check: &Check) -> (Status, &str, Option<&str>) {
+        (check.status, check.message.as_str(), check.fix.as_deref())
+    }
+
+    const INSTALL: &str = "install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`, Fedora: `dnf install bubblewrap`), or set tools.sandbox.mode: none to accept it; `flynn sandbox` shows every backend";
+
+    #[test]
+    fn auto_finding_no_sandbox_warns_and_fails_with_chat_channels() {
+        let found_none = report(SandboxMode::Auto, Backend::None);
+        assert_eq!(
+            verdict(&sandbox_check(&found_none, &[])),
+            (
+                Status::Warn,
+                "no sandbox (tools.sandbox.mode: auto found none): shell and process tools run as Flynn's user",
+                Some(INSTALL)
+            )
+        );
+        assert_eq!(
+            verdict(&sandbox_check(&found_none, &["telegram", "slack"])),
+            (
+                Status::Fail,
+                "no sandbox (tools.sandbox.mode: auto found none) while chat channels are enabled (telegram, slack): whoever may message the bot can run commands as Flynn's user, reading FLYNN_HOME, ~/.ssh and the config",
+                Some(INSTALL)
+            )
+        );
+        let chosen = report(SandboxMode::None, Backend::None);
+        assert_eq!(
+            verdict(&sandbox_check(&chosen, &["telegram"])),
+            (
+                Status::Ok,
+                "none, as chosen (tools.sandbox.mode: none): shell and process tools run as Flynn's user, with a cleared environment",
+                None
+            )
+        );
+        let isolated = SandboxReport {
+            network: "isolated (a network namespace of its own, loopback only)".to_owned(),
+            ..report(SandboxMode::Auto, Backend::Bubblewrap)
+        };
+        assert_eq!(
+            verdict(&sandbox_check(&isolated, &["telegram"])),
+            (
+                Status::Ok,
+                "bubblewrap (network: isolated (a network namespace of its own, loopback only))",
+                None
+            )
+        );
     }
 }

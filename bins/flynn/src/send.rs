@@ -38,6 +38,7 @@ pub async fn run(args: SendArgs) -> Result<(), Failure> {
     let flynn = Flynn::builder()
         .config(loaded.config)
         .home(loaded.paths.home)
+        .private_path(loaded.paths.config_file)
         .workspace(workspace.path)
         .build()
         .await?;

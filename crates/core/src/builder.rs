@@ -32,6 +32,7 @@ pub struct FlynnBuilder {
     memory: Option<Memory>,
     clock: Option<Arc<dyn Clock>>,
     secrets: Vec<String>,
+    private: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for FlynnBuilder {
@@ -74,6 +75,20 @@ impl FlynnBuilder {
     /// secret-looking variables of the process environment.
     pub fn secrets<S: Into<String>>(mut self, secrets: impl IntoIterator<Item = S>) -> Self {
         self.secrets.extend(secrets.into_iter().map(Into::into));
+        self
+    }
+
+    /// Keeps this file or directory (the config file) out of reach of the
+    /// tools and of sandboxed commands, as FLYNN_HOME is, even inside the
+    /// workspace.
+    pub fn private_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.private.push(path.into());
+        self
+    }
+
+    /// [`private_path`](Self::private_path) for each of `paths`.
+    pub fn private_paths<P: Into<PathBuf>>(mut self, paths: impl IntoIterator<Item = P>) -> Self {
+        self.private.extend(paths.into_iter().map(Into::into));
         self
     }
 
@@ -161,7 +176,7 @@ impl FlynnBuilder {
         config.tools.workspace = Some(workspace.clone());
         // FLYNN_HOME stays out of reach of the file tools even when the
         // owner names a workspace around it.
-        let hidden: Vec<PathBuf> = self.home.iter().cloned().collect();
+        let hidden: Vec<PathBuf> = self.home.iter().chain(&self.private).cloned().collect();
         // Skills: bundled, FLYNN_HOME/skills and <workspace>/skills.
         let skills = SkillsRuntime::new(self.home.clone(), workspace.clone());
         // Cron jobs and the heartbeat: run by the daemon (`Flynn::automation`),
@@ -173,7 +188,12 @@ impl FlynnBuilder {
         )
         .map_err(|e| Error::Config(e.to_string()))?;
 
-        let mut registry = flynn_tools::builtin::registry(&config.tools);
+        let mut registry = flynn_tools::builtin::registry_with(
+            &config.tools,
+            &flynn_tools::sandbox::SandboxPaths {
+                hidden: hidden.clone(),
+            },
+        );
         if let Some(memory) = &memory {
             for tool in memory.tools() {
                 registry.register_dyn(tool);

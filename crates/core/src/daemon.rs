@@ -161,8 +161,14 @@ impl Daemon {
             .config(config.clone())
             .home(&options.home)
             .secrets([token.clone()])
+            .private_paths(options.config_file.clone())
             .build()
             .await?;
+        let hidden = flynn_tools::sandbox::SandboxPaths::flynn(
+            &options.home,
+            options.config_file.as_deref(),
+        );
+        flynn_tools::sandbox::warn_if_unsandboxed(&config.tools, &hidden).await;
         if let Some(memory) = flynn.memory().cloned() {
             stack.push("memory", move || async move { memory.close().await });
         }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use flynn_protocol::config::{McpConfig, McpServerConfig, McpStart, McpTransport};
+use flynn_tools::sandbox::inherited_env;
 use flynn_tools::{Tool, ToolSource};
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService, ServiceExt};
@@ -37,33 +38,6 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// How long the end of a dead server's stderr is waited for, to explain
 /// why it stopped.
 const STDERR_DRAIN: Duration = Duration::from_millis(500);
-
-/// Environment variables a stdio server inherits from Flynn; everything
-/// else (API keys, tokens) stays out unless the server's `env` sets it.
-const INHERITED_ENV: &[&str] = &[
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "SHELL",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TERM",
-    "TMPDIR",
-    "TZ",
-    "XDG_CACHE_HOME",
-    "XDG_CONFIG_HOME",
-    "XDG_DATA_HOME",
-    "XDG_RUNTIME_DIR",
-    "NODE_PATH",
-    "NVM_DIR",
-    "npm_config_cache",
-    "npm_config_prefix",
-    "UV_CACHE_DIR",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-];
 
 /// Where a server is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -514,13 +488,12 @@ impl McpServer {
         command
             .args(&self.config.args)
             .current_dir(&cwd)
-            .env_clear();
-        for (key, value) in std::env::vars_os() {
-            if key.to_str().is_some_and(|key| INHERITED_ENV.contains(&key)) {
-                command.env(key, value);
-            }
-        }
-        command.envs(&self.config.env);
+            .env_clear()
+            // The same basic variables as sandboxed commands get
+            // (`flynn_tools::sandbox::INHERITED_ENV`): API keys, tokens and
+            // socket addresses stay out unless the server's `env` sets them.
+            .envs(inherited_env(std::env::vars_os(), &[]))
+            .envs(&self.config.env);
         let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
         #[cfg(unix)]
         wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
@@ -593,8 +566,11 @@ impl McpServer {
         if let Some(token) = bearer {
             config = config.auth_header(token);
         }
+        // No redirects at all: the custom headers and the bearer token
+        // would follow one to whatever host it names.
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|error| format!("cannot build the HTTP client: {error}"))?;
         Ok(StreamableHttpClientTransport::with_client(client, config))

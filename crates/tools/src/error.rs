@@ -59,6 +59,22 @@ pub enum SandboxError {
     },
     #[error("cannot apply the Landlock rules: {message}")]
     Landlock { message: String },
+    /// A path Flynn keeps from commands (`FLYNN_HOME`, its config) would
+    /// be open to them, so no command runs until `setting` changes.
+    #[error(
+        "{setting} is {}, which {relation} {}, Flynn's own files (the gateway token, sessions, credentials), so commands do not run: {fix}",
+        dir.display(),
+        hidden.display()
+    )]
+    Exposed {
+        /// The setting to change: `tools.workspace`, `tools.sandbox.writable`.
+        setting: &'static str,
+        dir: PathBuf,
+        /// "is" or "contains".
+        relation: &'static str,
+        hidden: PathBuf,
+        fix: String,
+    },
 }
 
 impl SandboxError {
@@ -66,6 +82,12 @@ impl SandboxError {
     /// until it is installed or the config changes.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, SandboxError::Unavailable { .. })
+    }
+
+    /// Flynn's own files would be open to commands under this config, so
+    /// nothing runs until the named setting changes.
+    pub fn is_exposed(&self) -> bool {
+        matches!(self, SandboxError::Exposed { .. })
     }
 }
 

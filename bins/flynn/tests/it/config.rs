@@ -101,22 +101,32 @@ fn sandbox_prints_which_sandbox_runs_commands() {
     let report = stdout(&output);
     let lines: Vec<&str> = report.lines().collect();
     assert_eq!(
-        lines[..4],
+        lines[..6],
         [
             "sandbox: none (tools.sandbox.mode: none)",
             "network: not restricted (no sandbox)",
+            "readable: everything Flynn's user may read",
             "writable: everything Flynn's user may write",
+            "environment: cleared: only basic variables (PATH, HOME, LANG, TERM, TZ...) pass; \
+             tools.env adds none",
             "backends:",
         ]
     );
-    let backends: Vec<&str> = lines[4..]
+    let backends: Vec<&str> = lines[6..10]
         .iter()
         .map(|line| line.split_whitespace().next().unwrap())
         .collect();
     assert_eq!(backends, ["bubblewrap", "docker", "landlock", "none"]);
     assert_eq!(
-        lines[7],
+        lines[9],
         "  none        active: commands run unrestricted, as Flynn's user"
+    );
+    assert_eq!(
+        lines[10..],
+        [format!(
+            "workspace: {} (tools.workspace)",
+            workspace.display()
+        )]
     );
 
     // A sandbox the host lacks: the report says why, and the exit code is 2.
@@ -144,6 +154,13 @@ fn sandbox_prints_which_sandbox_runs_commands() {
     );
     assert!(
         rest.starts_with("network: no command can run\nbackends:\n"),
+        "{report}"
+    );
+    assert!(
+        report.ends_with(
+            "\nworkspace: the current directory: embedded runs (`flynn send` without a daemon) \
+             use the directory they start in, the daemon its own, unless tools.workspace is set\n"
+        ),
         "{report}"
     );
 }

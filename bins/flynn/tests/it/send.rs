@@ -489,16 +489,19 @@ async fn when_every_model_fails_the_error_names_each_attempt_and_exits_3() {
 async fn the_configured_api_key_reaches_no_output_log_audit_record_or_history() {
     const KEY: &str = "sk-test-secret-0123456789abcdef";
     let fake = FakeOpenAi::start_with_key(KEY).await;
-    // The command prints the key on stdout and in an error message.
+    // The key is not in the command's environment (that starts empty);
+    // it finds it in a file of the workspace, and prints it on stdout and
+    // in an error message.
     fake.push(Reply::ToolCalls(vec![(
         "shell_exec".into(),
-        json!({"command": "echo key=$OPENAI_API_KEY; cat /nowhere/$OPENAI_API_KEY"}),
+        json!({"command": "echo key=$OPENAI_API_KEY; cat leak.txt; cat /nowhere/$(cat leak.txt)"}),
     )]));
     fake.push(Reply::Text("Done.".into()));
     let env = Env::new()
         .var("OPENAI_BASE_URL", fake.base_url())
         .var("OPENAI_API_KEY", KEY)
         .var("FLYNN_LOG", "debug");
+    std::fs::write(env.path().join("leak.txt"), KEY).unwrap();
     let output = env.run(&[
         "send",
         "--yes",
@@ -523,7 +526,7 @@ async fn the_configured_api_key_reaches_no_output_log_audit_record_or_history() 
     ] {
         assert!(!text.contains(KEY), "the key reached {what}:\n{text}");
     }
-    assert!(sent_back.contains("key=[REDACTED]"), "{sent_back}");
+    assert!(sent_back.contains(r"key=\n[REDACTED]"), "{sent_back}");
     assert!(sent_back.contains("/nowhere/[REDACTED]"), "{sent_back}");
     let record: Value = serde_json::from_str(audit.lines().next().unwrap()).unwrap();
     assert_eq!(record["tool"], "shell.exec");

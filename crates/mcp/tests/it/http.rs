@@ -1,6 +1,7 @@
 //! The fixture over streamable HTTP behind a bearer token: the token
 //! given as `bearer_token` or as an `Authorization` header reaches the
-//! server; a wrong or missing one is refused and reported.
+//! server; a wrong or missing one is refused and reported; configured
+//! headers never follow a redirect elsewhere.
 
 use std::time::{Duration, Instant};
 
@@ -159,5 +160,86 @@ async fn cancelling_an_http_call_cancels_it_on_the_server() {
         "{:?}",
         fixture.events()
     );
+    harness.stop().await;
+}
+
+/// A bare HTTP/1.1 server on 127.0.0.1 that records the head of every
+/// request (lower-cased) and answers each with `answer`.
+struct Recorder {
+    port: u16,
+    heads: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Recorder {
+    fn start(answer: impl Fn() -> String + Send + 'static) -> Recorder {
+        use std::io::{BufRead, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = heads.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let mut reader = std::io::BufReader::new(stream);
+                let mut head = String::new();
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(value) = lower.strip_prefix("content-length:") {
+                        length = value.trim().parse().unwrap_or(0);
+                    }
+                    head.push_str(&lower);
+                }
+                let mut body = vec![0; length];
+                let _ = reader.read_exact(&mut body);
+                seen.lock().unwrap().push(head);
+                let _ = reader.get_mut().write_all(answer().as_bytes());
+            }
+        });
+        Recorder { port, heads }
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_headers_never_follow_a_redirect_to_another_host() {
+    let elsewhere = Recorder::start(|| {
+        "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned()
+    });
+    let target = format!("http://127.0.0.1:{}/mcp", elsewhere.port);
+    let configured = Recorder::start(move || {
+        format!(
+            "HTTP/1.1 307 Temporary Redirect\r\nlocation: {target}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        )
+    });
+    let harness = Harness::new(|_| {
+        json!({ "remote": {
+            "url": format!("http://127.0.0.1:{}/mcp", configured.port),
+            "headers": { "X-Api-Key": "key-that-must-stay-home" },
+            "startup_timeout_secs": 10,
+        }})
+    });
+    harness.server("remote").ready().await;
+
+    let status = harness.server("remote").status();
+    assert_eq!(status.phase, Phase::Restarting, "{status:?}");
+    // The configured server got the header; the one it redirected to got
+    // nothing at all.
+    let heads = configured.heads();
+    assert!(!heads.is_empty());
+    assert!(
+        heads
+            .iter()
+            .all(|head| head.contains("x-api-key: key-that-must-stay-home")),
+        "{heads:?}"
+    );
+    assert_eq!(elsewhere.heads(), Vec::<String>::new());
     harness.stop().await;
 }

@@ -153,7 +153,10 @@ async fn trust_clears_the_taint_and_reads_run_again() {
         "Nothing in this session is marked untrusted."
     );
     send_yes(&harness, &k, "what do my notes say?").await;
-    assert_eq!(results(&model.requests()).last().unwrap(), "     1\tbuy milk\n");
+    assert_eq!(
+        results(&model.requests()).last().unwrap(),
+        "     1\tbuy milk\n"
+    );
 }
 
 #[tokio::test]

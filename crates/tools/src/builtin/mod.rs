@@ -25,15 +25,24 @@ use std::time::Duration;
 use flynn_protocol::config::ToolsConfig;
 
 use crate::ToolRegistry;
-use crate::sandbox::Sandbox;
+use crate::sandbox::{Sandbox, SandboxPaths};
 
 /// A registry with every built-in tool, configured by `config`. Which of
 /// them an agent may use is its [`ToolPolicy`](crate::ToolPolicy)'s job.
 /// `shell.exec` and the `process.*` tools share one [`Sandbox`]
 /// (`tools.sandbox`) and the `process.*` tools one [`ProcessManager`]
 /// (`tools.process`), whose processes [`ToolRegistry::shutdown`] kills.
+/// Nothing of Flynn's own is hidden from commands beyond
+/// [`SYSTEM_CONFIG`](crate::sandbox::SYSTEM_CONFIG); a runtime with a
+/// `FLYNN_HOME` uses [`registry_with`].
 pub fn registry(config: &ToolsConfig) -> ToolRegistry {
-    let sandbox = Arc::new(Sandbox::from_tools_config(config));
+    registry_with(config, &SandboxPaths::default())
+}
+
+/// [`registry`], with `paths` (`FLYNN_HOME`, the config) kept from the
+/// commands of `shell.exec` and `process.*`.
+pub fn registry_with(config: &ToolsConfig, paths: &SandboxPaths) -> ToolRegistry {
+    let sandbox = Arc::new(Sandbox::from_tools_config(config).with_paths(paths));
     let processes = Arc::new(ProcessManager::new(&config.process, sandbox.clone()));
     let files = Duration::from_secs(config.files.timeout_secs);
     let mut registry = ToolRegistry::new();

@@ -1,7 +1,10 @@
 //! Docker: one container per command, removed when it ends, with the
-//! image's file system read-only, the workspace mounted at its own path,
-//! no network unless `tools.sandbox.network` is true, no capabilities, and
-//! Flynn's user and group.
+//! image's file system read-only, the workspace (and `writable`) mounted
+//! at its own path, `readable` mounted read-only, hidden paths inside
+//! those covered, no network unless `tools.sandbox.network` is true, no
+//! capabilities, Flynn's user and group, and no variable of the host but
+//! the `tools.env` names that are set (`-e NAME`: the value travels from
+//! the `docker` client's environment, not on its command line).
 //!
 //! Killing the `docker` client does not stop the container, so the
 //! container gets a name and is `docker kill`ed when the command is
@@ -11,6 +14,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::view::Hidden;
 use super::{Availability, SandboxError, find_program, first_line, not_found, run_probe};
 
 /// One `docker run`.
@@ -22,6 +26,13 @@ pub(super) struct Run<'a> {
     pub user: Option<(u32, u32)>,
     /// Bind-mounted writable at the same path.
     pub mounts: &'a [PathBuf],
+    /// Bind-mounted read-only at the same path.
+    pub readable: &'a [PathBuf],
+    /// Covered: an empty tmpfs over a directory, `/dev/null` over a file.
+    pub hidden: &'a [Hidden],
+    /// Names of variables the container gets from the client's
+    /// environment.
+    pub env: &'a [String],
     pub cwd: &'a Path,
     pub command: &'a str,
 }
@@ -49,16 +60,28 @@ pub(super) fn args(run: &Run<'_>) -> Result<Vec<OsString>, SandboxError> {
         .map(OsString::from),
     );
     for dir in run.mounts {
-        let text =
-            dir.to_str()
-                .filter(|t| !t.contains(':'))
-                .ok_or_else(|| SandboxError::BadPath {
-                    path: dir.clone(),
-                    reason: "Docker's -v cannot mount a path that contains ':' or is not UTF-8"
-                        .to_owned(),
-                })?;
+        let text = mountable(dir)?;
         args.push("-v".into());
         args.push(format!("{text}:{text}").into());
+    }
+    for path in run.readable {
+        let text = mountable(path)?;
+        args.push("-v".into());
+        args.push(format!("{text}:{text}:ro").into());
+    }
+    for hidden in run.hidden {
+        let text = mountable(&hidden.path)?;
+        if hidden.dir {
+            args.push("--tmpfs".into());
+            args.push(text.into());
+        } else {
+            args.push("-v".into());
+            args.push(format!("/dev/null:{text}:ro").into());
+        }
+    }
+    for name in run.env {
+        args.push("-e".into());
+        args.push(name.into());
     }
     args.push("-w".into());
     args.push(run.cwd.into());
@@ -66,6 +89,16 @@ pub(super) fn args(run: &Run<'_>) -> Result<Vec<OsString>, SandboxError> {
     args.extend(["sh", "-c"].map(OsString::from));
     args.push(run.command.into());
     Ok(args)
+}
+
+/// `path` as Docker's `-v` takes it.
+fn mountable(path: &Path) -> Result<&str, SandboxError> {
+    path.to_str()
+        .filter(|t| !t.contains(':'))
+        .ok_or_else(|| SandboxError::BadPath {
+            path: path.to_path_buf(),
+            reason: "Docker's -v cannot mount a path that contains ':' or is not UTF-8".to_owned(),
+        })
 }
 
 /// Whether the client exists and the engine answers `docker info` in
@@ -113,6 +146,9 @@ mod tests {
             network: false,
             user: Some((1000, 1000)),
             mounts: &mounts,
+            readable: &[],
+            hidden: &[],
+            env: &[],
             cwd: Path::new("/home/me/ws/src"),
             command: "cargo test",
         };
@@ -157,6 +193,59 @@ mod tests {
     }
 
     #[test]
+    fn readable_paths_hidden_paths_and_named_variables_are_passed() {
+        let mounts = [PathBuf::from("/home/me")];
+        let readable = [PathBuf::from("/run/agent.sock")];
+        let hidden = [
+            Hidden {
+                path: "/home/me/.local/share/flynn".into(),
+                dir: true,
+            },
+            Hidden {
+                path: "/home/me/flynn.yaml".into(),
+                dir: false,
+            },
+        ];
+        let env = ["GOPATH".to_owned()];
+        let run = Run {
+            name: "n",
+            image: "i",
+            network: false,
+            user: None,
+            mounts: &mounts,
+            readable: &readable,
+            hidden: &hidden,
+            env: &env,
+            cwd: Path::new("/home/me"),
+            command: "true",
+        };
+        let args = args(&run).unwrap();
+        let args = strings(&args);
+        let first = args.iter().position(|a| *a == "-v").unwrap();
+        assert_eq!(
+            args[first..],
+            [
+                "-v",
+                "/home/me:/home/me",
+                "-v",
+                "/run/agent.sock:/run/agent.sock:ro",
+                "--tmpfs",
+                "/home/me/.local/share/flynn",
+                "-v",
+                "/dev/null:/home/me/flynn.yaml:ro",
+                "-e",
+                "GOPATH",
+                "-w",
+                "/home/me",
+                "i",
+                "sh",
+                "-c",
+                "true",
+            ]
+        );
+    }
+
+    #[test]
     fn a_path_docker_cannot_mount_is_refused() {
         let mounts = [PathBuf::from("/odd:dir")];
         let run = Run {
@@ -165,6 +254,9 @@ mod tests {
             network: false,
             user: None,
             mounts: &mounts,
+            readable: &[],
+            hidden: &[],
+            env: &[],
             cwd: Path::new("/odd:dir"),
             command: "true",
         };

@@ -1,10 +1,21 @@
 //! Landlock: kernel rules that a process applies to itself and passes on
-//! to everything it starts. Commands may read and run anything, but write
-//! only the workspace, `tools.sandbox.writable` and a few devices such as
-//! `/dev/null`; unless `tools.sandbox.network` is true, TCP connect and
-//! bind are denied when the kernel has network rules (ABI 4), and on
-//! kernels with scopes (ABI 6) abstract Unix sockets outside the sandbox
-//! are out of reach. Signals to processes outside are always out of reach.
+//! to everything it starts. Commands may read and run what is in the
+//! system directories (`/usr`, `/etc`...) and `tools.sandbox.readable`,
+//! read and write the workspace and `tools.sandbox.writable`, and use a
+//! few devices such as `/dev/null`; nothing else (not `$HOME`, not
+//! `FLYNN_HOME`, not `/proc`, not `/tmp`). A hidden path inside a
+//! read-only directory is cut out of it: that directory is only listable,
+//! and its other entries are granted one by one. Unless
+//! `tools.sandbox.network` is true, TCP connect and bind are denied when
+//! the kernel has network rules (ABI 4), and on kernels with scopes (ABI 6)
+//! abstract Unix sockets outside the sandbox are out of reach. Signals to
+//! processes outside are always out of reach.
+//!
+//! What Landlock cannot do: take a right back inside a directory it
+//! granted, so a hidden path inside the workspace makes the sandbox refuse
+//! to run commands (see `View::landlock_conflict`); and govern connecting
+//! to a Unix socket by its path (ssh-agent, D-Bus, Docker): those stay
+//! reachable for a command that knows the path.
 //!
 //! Landlock restricts the calling *thread* and what it forks afterwards,
 //! and Flynn forbids `unsafe` (so no `pre_exec` hook): each command is
@@ -16,6 +27,7 @@ use std::path::PathBuf;
 
 use tokio::process::Command;
 
+use super::view::ReadGrant;
 use super::{SandboxError, SandboxedChild};
 
 /// What this kernel's Landlock supports.
@@ -49,6 +61,8 @@ impl fmt::Display for Support {
 
 /// What one command may do.
 pub(super) struct Rules {
+    /// Read rights, beside the devices.
+    pub read: Vec<ReadGrant>,
     pub writable: Vec<PathBuf>,
     pub network: bool,
     pub support: Support,
@@ -65,6 +79,7 @@ mod imp {
     use tokio::process::Command;
 
     use super::{Rules, Support};
+    use crate::sandbox::view::ReadGrant;
     use crate::sandbox::{SandboxError, SandboxedChild};
 
     /// The file-system rights handled: those of ABI 5 (the newest this was
@@ -159,14 +174,21 @@ mod imp {
                 .scope(Scope::AbstractUnixSocket)
                 .map_err(|e| fail(&e))?;
         }
-        let mut created = ruleset
-            .create()
-            .map_err(|e| fail(&e))?
-            .add_rule(PathBeneath::new(
-                open(Path::new("/"))?,
-                AccessFs::from_read(FS_ABI),
-            ))
-            .map_err(|e| fail(&e))?;
+        let mut created = ruleset.create().map_err(|e| fail(&e))?;
+        for grant in &rules.read {
+            let (path, access) = match grant {
+                ReadGrant::Whole(path) => (path, AccessFs::from_read(FS_ABI)),
+                ReadGrant::List(path) => (path, landlock::BitFlags::from(AccessFs::ReadDir)),
+            };
+            // A path that went away since the view was taken grants
+            // nothing.
+            let Ok(fd) = PathFd::new(path) else {
+                continue;
+            };
+            created = created
+                .add_rule(PathBeneath::new(fd, access))
+                .map_err(|e| fail(&e))?;
+        }
         for dir in &rules.writable {
             created = created
                 .add_rule(PathBeneath::new(open(dir)?, AccessFs::from_all(FS_ABI)))

@@ -5,19 +5,44 @@
 //! [`SandboxedChild`]: stdout and stderr piped, stdin empty, a process group
 //! of its own, and the whole group killed when the child is dropped.
 //!
-//! Which sandbox runs is `tools.sandbox.mode`: `bubblewrap` (`bwrap`: a
-//! read-only view of the file system with the workspace writable, own
-//! namespaces), `docker` (a container per command), `landlock` (kernel
-//! rules applied in-process: read everywhere, write only the workspace),
-//! `none`, or `auto`, the first available of those in that order. What
-//! this host has is probed once per [`Sandbox`] and cached; naming a mode
-//! the host lacks is an error when a command runs, which says what to
-//! install. [`Sandbox::report`] tells which one is active and why.
+//! Which sandbox runs is `tools.sandbox.mode`: `bubblewrap` (`bwrap`: own
+//! namespaces, and a file system made of the system directories
+//! read-only, the workspace writable, and nothing else of the host),
+//! `docker` (a container per command), `landlock` (kernel rules applied
+//! in-process: read the system directories, write the workspace), `none`,
+//! or `auto`, the first available of those in that order. `auto` that
+//! finds nothing runs commands unsandboxed, but never quietly: the report,
+//! `flynn doctor` and the daemon's start-up say so loudly
+//! ([`SandboxReport::warning`]). What this host has is probed once per
+//! [`Sandbox`] and cached; naming a mode the host lacks is an error when a
+//! command runs, which says what to install. [`Sandbox::report`] tells
+//! which one is active and why.
+//!
+//! What a command sees is the same for every backend that has a view of
+//! the file system (see `view.rs`): the [`SYSTEM_DIRS`] read-only,
+//! the workspace and `tools.sandbox.writable` read-write,
+//! `tools.sandbox.readable` read-only, and nothing else: not `$HOME`, not
+//! `FLYNN_HOME`, not `/run` (so no D-Bus, Docker or ssh-agent socket).
+//! Paths Flynn keeps to itself ([`SandboxPaths`]: `FLYNN_HOME`, the config
+//! file's directory, always [`SYSTEM_CONFIG`]) look empty when they lie
+//! inside something shown, say a workspace set to `$HOME`. Landlock can
+//! only grant rights, never take them back inside a directory it opened
+//! for writing: when such a path lies inside the workspace (or a
+//! `writable` directory) it refuses to run commands, with an error naming
+//! `tools.workspace`. Landlock does not govern connecting to Unix sockets
+//! by path either.
+//!
+//! The environment of every command, whatever the backend, starts empty:
+//! only the basic variables of [`INHERITED_ENV`] and the names of
+//! `tools.env` pass (see `env.rs`). Inside bubblewrap `HOME` is the private
+//! `/tmp`; under Landlock it is the workspace.
 
 mod bwrap;
 mod docker;
+mod env;
 mod landlock;
 mod report;
+mod view;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -32,11 +57,20 @@ use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 use tokio::sync::OnceCell;
 
 pub use crate::error::SandboxError;
-pub use report::SandboxReport;
+pub use env::{INHERITED_ENV, inherited_env};
+pub use report::{SandboxReport, Strength};
+pub use view::{SYSTEM_CONFIG, SYSTEM_DIRS};
+
+use env::Environment;
+use view::{SystemPath, View};
 
 /// How long a probe (`bwrap`, `docker info`) may take before the sandbox
 /// it checks counts as unavailable.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// `HOME` and `TMPDIR` inside bubblewrap: the private tmpfs, which exists,
+/// is writable and holds nothing of the host.
+const BWRAP_HOME: &str = "/tmp";
 
 /// The sandboxes `auto` tries, strongest first.
 pub const AUTO_ORDER: [Backend; 4] = [
@@ -134,12 +168,46 @@ impl Default for Programs {
     }
 }
 
+/// Paths of Flynn's own that commands must not read, even when they lie
+/// inside the workspace or a `readable` directory: they look empty there
+/// (bubblewrap, Docker) or make Landlock refuse to run.
+/// [`SYSTEM_CONFIG`] is always hidden besides these.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxPaths {
+    pub hidden: Vec<PathBuf>,
+}
+
+impl SandboxPaths {
+    /// `home` (`FLYNN_HOME`: the gateway token, sessions, memory) and the
+    /// config file: its whole directory when that is Flynn's own (named
+    /// `flynn`, as `~/.config/flynn`), else the file alone.
+    pub fn flynn(home: &Path, config_file: Option<&Path>) -> Self {
+        let mut hidden = vec![home.to_path_buf()];
+        if let Some(file) = config_file {
+            match file.parent() {
+                Some(dir) if dir.file_name().is_some_and(|name| name == "flynn") => {
+                    hidden.push(dir.to_path_buf());
+                }
+                _ => hidden.push(file.to_path_buf()),
+            }
+        }
+        SandboxPaths { hidden }
+    }
+}
+
 /// Runs commands in the configured OS sandbox; see the module docs.
 pub struct Sandbox {
     config: SandboxConfig,
     /// The workspace the report describes; each command names its own.
     workspace: PathBuf,
     programs: Programs,
+    /// `tools.env`: names of Flynn's variables commands also get.
+    env_names: Vec<String>,
+    /// See [`SandboxPaths`].
+    hidden: Vec<PathBuf>,
+    /// The environment commands' variables come from; Flynn's own when
+    /// `None`.
+    host_env: Option<Vec<(OsString, OsString)>>,
     bwrap: OnceCell<Availability>,
     docker: OnceCell<Availability>,
     landlock: OnceLock<Result<landlock::Support, String>>,
@@ -155,6 +223,8 @@ impl fmt::Debug for Sandbox {
             .field("config", &self.config)
             .field("workspace", &self.workspace)
             .field("programs", &self.programs)
+            .field("env_names", &self.env_names)
+            .field("hidden", &self.hidden)
             .finish_non_exhaustive()
     }
 }
@@ -167,26 +237,50 @@ impl Sandbox {
             config,
             workspace: workspace.into(),
             programs: Programs::default(),
+            env_names: Vec::new(),
+            hidden: Vec::new(),
+            host_env: None,
             bwrap: OnceCell::new(),
             docker: OnceCell::new(),
             landlock: OnceLock::new(),
         }
     }
 
-    /// `tools.sandbox`, with `tools.workspace` (or the current directory)
-    /// as the workspace.
+    /// `tools.sandbox` and `tools.env`, with `tools.workspace` (or the
+    /// current directory) as the workspace.
     pub fn from_tools_config(config: &ToolsConfig) -> Self {
         let workspace = config
             .workspace
             .clone()
             .or_else(|| std::env::current_dir().ok())
             .unwrap_or_else(|| PathBuf::from("."));
-        Sandbox::new(config.sandbox.clone(), workspace)
+        Sandbox::new(config.sandbox.clone(), workspace).with_env(config.env.clone())
     }
 
     /// Uses these programs instead of `bwrap` and `docker` from `PATH`.
     pub fn with_programs(mut self, programs: Programs) -> Self {
         self.programs = programs;
+        self
+    }
+
+    /// Lets commands have these variables of Flynn's environment
+    /// (`tools.env`) besides the basic ones.
+    pub fn with_env(mut self, names: Vec<String>) -> Self {
+        self.env_names = names;
+        self
+    }
+
+    /// Keeps these paths from commands; see [`SandboxPaths`].
+    pub fn with_paths(mut self, paths: &SandboxPaths) -> Self {
+        self.hidden = paths.hidden.clone();
+        self
+    }
+
+    /// Takes commands' variables from `vars` instead of Flynn's own
+    /// environment (tests give secrets this way without touching the
+    /// process's environment).
+    pub fn with_host_env(mut self, vars: impl IntoIterator<Item = (OsString, OsString)>) -> Self {
+        self.host_env = Some(vars.into_iter().collect());
         self
     }
 
@@ -247,21 +341,65 @@ impl Sandbox {
         choose(self.config.mode, &known)
     }
 
+    /// What the daemon logs at start-up: a loud warning when `auto` found
+    /// no sandbox, or why commands cannot run (the configured sandbox is
+    /// missing, or the workspace would show Flynn's own files). Probes
+    /// only as far as [`Sandbox::active`].
+    pub async fn startup_warning(&self) -> Option<String> {
+        let cannot = |error: SandboxError| {
+            Some(format!(
+                "shell.exec and process.* cannot run commands: {error}"
+            ))
+        };
+        match self.active().await {
+            Ok(Backend::None) if self.config.mode == SandboxMode::Auto => {
+                Some(report::NO_SANDBOX_WARNING.to_owned())
+            }
+            Ok(Backend::None) => None,
+            Ok(backend) => match View::new(&self.config, &self.workspace, &self.hidden) {
+                Ok(view) if backend == Backend::Landlock => {
+                    view.landlock_conflict().and_then(cannot)
+                }
+                Ok(_) => None,
+                Err(error) => cannot(error),
+            },
+            Err(error) => cannot(error),
+        }
+    }
+
     /// Which sandbox is active, what each one's state is and why it was
-    /// not picked, and what commands may reach. Probes every backend.
+    /// not picked, and what commands may read, write and reach. Probes
+    /// every backend.
     pub async fn report(&self) -> SandboxReport {
         let mut backends = Vec::new();
         for backend in AUTO_ORDER {
             backends.push((backend, self.availability(backend).await));
         }
-        let active = choose(self.config.mode, &backends);
+        let mut active = choose(self.config.mode, &backends);
+        let mut view = None;
+        if let Ok(backend) = active
+            && backend != Backend::None
+        {
+            match View::new(&self.config, &self.workspace, &self.hidden) {
+                Ok(seen) => match seen.landlock_conflict() {
+                    Some(error) if backend == Backend::Landlock => active = Err(error),
+                    _ => view = Some(seen),
+                },
+                Err(error) => active = Err(error),
+            }
+        }
         let (network, network_isolated) = match &active {
             Ok(backend) => self.network(*backend),
             Err(_) => ("no command can run".to_owned(), false),
         };
-        let writable = match &active {
-            Ok(backend) => self.writable_description(*backend),
-            Err(_) => Vec::new(),
+        let (writable, readable, hidden, environment) = match (&active, &view) {
+            (Ok(backend), view) => (
+                writable_description(*backend, view.as_ref()),
+                readable_description(*backend, view.as_ref()),
+                hidden_description(*backend, view.as_ref()),
+                self.environment_description(*backend),
+            ),
+            (Err(_), _) => (Vec::new(), Vec::new(), Vec::new(), String::new()),
         };
         SandboxReport {
             requested: self.config.mode,
@@ -270,6 +408,9 @@ impl Sandbox {
             network,
             network_isolated,
             writable,
+            readable,
+            hidden,
+            environment,
         }
     }
 
@@ -316,22 +457,77 @@ impl Sandbox {
         }
     }
 
-    fn writable_description(&self, backend: Backend) -> Vec<String> {
-        if backend == Backend::None {
-            return vec!["everything Flynn's user may write".to_owned()];
-        }
-        let mut out: Vec<String> = match writable_dirs(&self.config, &self.workspace) {
-            Ok(dirs) => dirs.iter().map(|d| d.display().to_string()).collect(),
-            Err(error) => vec![error.to_string()],
+    fn environment_description(&self, backend: Backend) -> String {
+        let extra = if self.env_names.is_empty() {
+            "tools.env adds none".to_owned()
+        } else {
+            format!("tools.env adds {}", self.env_names.join(", "))
         };
         match backend {
-            Backend::Bubblewrap | Backend::Docker => {
-                out.push("/tmp (private to each command)".to_owned());
+            Backend::Bubblewrap => format!(
+                "cleared: only basic variables (PATH, LANG, TERM, TZ...) pass, HOME and TMPDIR are {BWRAP_HOME}; {extra}"
+            ),
+            Backend::Landlock => format!(
+                "cleared: only basic variables (PATH, LANG, TERM, TZ...) pass, HOME is the workspace; {extra}"
+            ),
+            Backend::Docker => format!("the image's own; {extra} (docker run -e)"),
+            Backend::None => {
+                format!(
+                    "cleared: only basic variables (PATH, HOME, LANG, TERM, TZ...) pass; {extra}"
+                )
             }
-            Backend::Landlock => out.push("/dev/null and similar devices".to_owned()),
+        }
+    }
+
+    /// The variables of a command under `backend` whose `HOME` (Landlock)
+    /// is `workspace`.
+    fn command_env(&self, backend: Backend, workspace: &Path) -> Vec<(OsString, OsString)> {
+        let host: Vec<(OsString, OsString)> = match &self.host_env {
+            Some(vars) => vars.clone(),
+            None => std::env::vars_os().collect(),
+        };
+        let mut env = Environment::default();
+        for name in INHERITED_ENV {
+            env.copy(&host, name);
+        }
+        match backend {
+            Backend::Bubblewrap => {
+                env.set("HOME", BWRAP_HOME);
+                env.set("TMPDIR", BWRAP_HOME);
+                for name in env::HOME_BOUND {
+                    env.remove(name);
+                }
+            }
+            Backend::Landlock => {
+                env.set("HOME", workspace);
+                for name in env::HOME_BOUND {
+                    env.remove(name);
+                }
+            }
+            Backend::Docker => {
+                for name in env::DOCKER_CLIENT {
+                    env.copy(&host, name);
+                }
+            }
             Backend::None => {}
         }
-        out
+        for name in &self.env_names {
+            env.copy(&host, name);
+        }
+        env.into_vars()
+    }
+
+    /// The `tools.env` names that are set, for `docker run -e NAME`.
+    fn passed_names(&self) -> Vec<String> {
+        let host: Vec<(OsString, OsString)> = match &self.host_env {
+            Some(vars) => vars.clone(),
+            None => std::env::vars_os().collect(),
+        };
+        self.env_names
+            .iter()
+            .filter(|name| env::lookup(&host, name).is_some())
+            .cloned()
+            .collect()
     }
 
     /// Starts `sh -c <command>` in `cwd` under the active sandbox, with
@@ -351,34 +547,43 @@ impl Sandbox {
             })?;
         match backend {
             Backend::None => {
-                let mut sh = base_command(Path::new("sh"), &["-c".into(), command.into()]);
+                let env = self.command_env(backend, workspace);
+                let mut sh = base_command(Path::new("sh"), &["-c".into(), command.into()], &env);
                 sh.current_dir(&cwd);
                 start_child(sh, "sh", &cwd, None)
             }
             Backend::Bubblewrap => {
-                let writable = writable_dirs(&self.config, workspace)?;
-                let args = bwrap::args(&writable, self.config.network, &cwd, command);
-                let bwrap = base_command(&self.programs.bwrap, &args);
+                let view = View::new(&self.config, workspace, &self.hidden)?;
+                let env = self.command_env(backend, &view.writable[0]);
+                let args = bwrap::args(&view, self.config.network, &cwd, command);
+                let bwrap = base_command(&self.programs.bwrap, &args, &env);
                 start_child(bwrap, "bwrap", &cwd, None)
             }
             Backend::Docker => {
-                let writable = writable_dirs(&self.config, workspace)?;
+                let view = View::new(&self.config, workspace, &self.hidden)?;
+                let env = self.command_env(backend, &view.writable[0]);
                 let name = format!(
                     "flynn-{}-{}",
                     std::process::id(),
                     CONTAINERS.fetch_add(1, Ordering::Relaxed) + 1
                 );
                 let user = current_user();
+                let passed = self.passed_names();
+                let readable: Vec<PathBuf> = view.readable.iter().map(|r| r.path.clone()).collect();
+                let hidden = docker_hidden(&view);
                 let args = docker::args(&docker::Run {
                     name: &name,
                     image: &self.config.docker_image,
                     network: self.config.network,
                     user,
-                    mounts: &writable,
+                    mounts: &view.writable,
+                    readable: &readable,
+                    hidden: &hidden,
+                    env: &passed,
                     cwd: &cwd,
                     command,
                 })?;
-                let docker = base_command(&self.programs.docker, &args);
+                let docker = base_command(&self.programs.docker, &args, &env);
                 let container = Container {
                     docker: self.programs.docker.clone(),
                     name,
@@ -393,11 +598,16 @@ impl Sandbox {
                         fix: Backend::Landlock.fix().to_owned(),
                     }
                 })?;
-                let writable = writable_dirs(&self.config, workspace)?;
-                let mut sh = base_command(Path::new("sh"), &["-c".into(), command.into()]);
+                let view = View::new(&self.config, workspace, &self.hidden)?;
+                if let Some(error) = view.landlock_conflict() {
+                    return Err(error);
+                }
+                let env = self.command_env(backend, &view.writable[0]);
+                let mut sh = base_command(Path::new("sh"), &["-c".into(), command.into()], &env);
                 sh.current_dir(&cwd);
                 let rules = landlock::Rules {
-                    writable,
+                    read: view.read_grants(),
+                    writable: view.writable,
                     network: self.config.network,
                     support: *support,
                 };
@@ -407,10 +617,119 @@ impl Sandbox {
     }
 }
 
+/// Logs [`Sandbox::startup_warning`] for `config` at WARN level: what the
+/// daemon calls once when it starts.
+pub async fn warn_if_unsandboxed(config: &ToolsConfig, paths: &SandboxPaths) {
+    let sandbox = Sandbox::from_tools_config(config).with_paths(paths);
+    if let Some(warning) = sandbox.startup_warning().await {
+        tracing::warn!("{warning}");
+    }
+}
+
+/// The hidden paths Docker must cover: those inside its mounts (the
+/// container's system directories are the image's).
+fn docker_hidden(view: &View) -> Vec<view::Hidden> {
+    view.hidden
+        .iter()
+        .filter(|hidden| {
+            view.writable
+                .iter()
+                .chain(view.readable.iter().map(|r| &r.path))
+                .any(|dir| hidden.path.starts_with(dir))
+        })
+        .cloned()
+        .collect()
+}
+
+fn writable_description(backend: Backend, view: Option<&View>) -> Vec<String> {
+    let Some(view) = view.filter(|_| backend != Backend::None) else {
+        return vec!["everything Flynn's user may write".to_owned()];
+    };
+    let mut out: Vec<String> = view
+        .writable
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect();
+    match backend {
+        Backend::Bubblewrap | Backend::Docker => {
+            out.push("/tmp (private to each command)".to_owned());
+        }
+        Backend::Landlock => out.push("/dev/null and similar devices".to_owned()),
+        Backend::None => {}
+    }
+    out
+}
+
+fn readable_description(backend: Backend, view: Option<&View>) -> Vec<String> {
+    let Some(view) = view.filter(|_| backend != Backend::None) else {
+        return vec!["everything Flynn's user may read".to_owned()];
+    };
+    let mut out = Vec::new();
+    match backend {
+        Backend::Docker => out.push("the image's file system".to_owned()),
+        _ => {
+            let dirs: Vec<String> = view
+                .system
+                .iter()
+                .filter_map(|s| match s {
+                    SystemPath::Dir(path) => Some(path.display().to_string()),
+                    SystemPath::Link { .. } => None,
+                })
+                .collect();
+            let links: Vec<String> = view
+                .system
+                .iter()
+                .filter_map(|s| match s {
+                    SystemPath::Link { path, target } => {
+                        Some(format!("{} -> {}", path.display(), target.display()))
+                    }
+                    SystemPath::Dir(_) => None,
+                })
+                .collect();
+            out.push(format!("{} (system, read-only)", dirs.join(", ")));
+            if !links.is_empty() {
+                out.push(format!("{} (symlinks as on the host)", links.join(", ")));
+            }
+        }
+    }
+    out.push("the writable directories".to_owned());
+    for readable in &view.readable {
+        out.push(match &readable.alias {
+            Some(alias) => format!("{} (also as {})", readable.path.display(), alias.display()),
+            None => readable.path.display().to_string(),
+        });
+    }
+    match backend {
+        Backend::Bubblewrap => out.push(
+            "nothing else of the host ($HOME, FLYNN_HOME, /run, /var are not there)".to_owned(),
+        ),
+        Backend::Landlock => out.push(
+            "nothing else of the host ($HOME, FLYNN_HOME, /proc, /tmp are refused)".to_owned(),
+        ),
+        Backend::Docker | Backend::None => {}
+    }
+    out
+}
+
+fn hidden_description(backend: Backend, view: Option<&View>) -> Vec<String> {
+    let Some(view) = view else {
+        return Vec::new();
+    };
+    let hidden = match backend {
+        Backend::Docker => docker_hidden(view),
+        Backend::None => Vec::new(),
+        Backend::Bubblewrap | Backend::Landlock => view.hidden.clone(),
+    };
+    hidden
+        .iter()
+        .map(|h| h.path.display().to_string())
+        .collect()
+}
+
 /// Picks the backend for `requested` from what is known about each (in
 /// the order they were probed): a named mode must be available, `auto`
 /// takes the first available in [`AUTO_ORDER`], and nothing at all
-/// means none.
+/// means none (which the report and the daemon's log shout about).
 pub(crate) fn choose(
     requested: SandboxMode,
     known: &[(Backend, Availability)],
@@ -448,35 +767,6 @@ pub(crate) fn choose(
     }
 }
 
-/// The workspace and the `writable` directories that exist (relative ones
-/// are in the workspace), canonical and without repeats.
-fn writable_dirs(config: &SandboxConfig, workspace: &Path) -> Result<Vec<PathBuf>, SandboxError> {
-    let workspace_dir = std::fs::canonicalize(workspace).map_err(|e| SandboxError::BadPath {
-        path: workspace.to_path_buf(),
-        reason: format!("the workspace cannot be opened: {e}"),
-    })?;
-    let mut dirs = vec![workspace_dir];
-    for dir in &config.writable {
-        let dir = if dir.is_absolute() {
-            dir.clone()
-        } else {
-            workspace.join(dir)
-        };
-        match std::fs::canonicalize(&dir) {
-            Ok(dir) if dir.is_dir() => {
-                if !dirs.contains(&dir) {
-                    dirs.push(dir);
-                }
-            }
-            _ => tracing::warn!(
-                dir = %dir.display(),
-                "tools.sandbox.writable names a directory that does not exist; skipped"
-            ),
-        }
-    }
-    Ok(dirs)
-}
-
 #[cfg(unix)]
 fn current_user() -> Option<(u32, u32)> {
     Some((
@@ -490,12 +780,15 @@ fn current_user() -> Option<(u32, u32)> {
     None
 }
 
-/// A command with the sandbox's plumbing: no stdin, piped output, killed
+/// A command with the sandbox's plumbing: exactly the variables of `env`
+/// (nothing of Flynn's own environment), no stdin, piped output, killed
 /// on drop, and (on Unix) a process group of its own.
-fn base_command(program: &Path, args: &[OsString]) -> Command {
+fn base_command(program: &Path, args: &[OsString], env: &[(OsString, OsString)]) -> Command {
     let mut command = Command::new(program);
     command
         .args(args)
+        .env_clear()
+        .envs(env.iter().map(|(name, value)| (name, value)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
