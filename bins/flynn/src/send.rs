@@ -32,7 +32,11 @@ pub async fn run(args: SendArgs) -> Result<(), Failure> {
     }
     let loaded = config::load(args.config.as_deref(), &CliEnv)?;
     let workspace = crate::workspace::resolve(&loaded);
-    if let Some(note) = &workspace.note {
+    // Said to a person at a terminal; scripts keep a clean stderr (and
+    // `flynn sandbox` says it too).
+    if let Some(note) = &workspace.note
+        && std::io::stderr().is_terminal()
+    {
         eprintln!("note: {note}");
     }
     let flynn = Flynn::builder()

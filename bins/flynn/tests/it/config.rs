@@ -156,11 +156,17 @@ fn sandbox_prints_which_sandbox_runs_commands() {
         rest.starts_with("network: no command can run\nbackends:\n"),
         "{report}"
     );
+    // Run from the home directory, `flynn send` would not work there.
+    let workspace = env.path().join("home/workspace");
     assert!(
-        report.ends_with(
-            "\nworkspace: the current directory: embedded runs (`flynn send` without a daemon) \
-             use the directory they start in, the daemon its own, unless tools.workspace is set\n"
-        ),
+        report.ends_with(&format!(
+            "\nworkspace: {ws} (FLYNN_HOME/workspace, the default)\n  \
+             for `flynn send` without a daemon: the current directory {cwd} is your home \
+             directory, so tools work in {ws} instead (set tools.workspace to choose)\n  \
+             set tools.workspace to choose another directory\n",
+            ws = workspace.display(),
+            cwd = env.path().display()
+        )),
         "{report}"
     );
 }

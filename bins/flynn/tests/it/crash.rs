@@ -28,8 +28,9 @@ const NOTE_START: &str = "⚠ Interrupted: Flynn stopped before it finished answ
 async fn killed_mid_tool_the_session_is_repaired_and_continues() {
     let fake = FakeOpenAi::start().await;
     let env = openai_env(&fake);
-    let pid_file = env.path().join("tool.pid");
-    let command = format!("echo $$ > {}; exec sleep 30", pid_file.display());
+    // Run from the home directory, tools work in FLYNN_HOME/workspace.
+    let pid_file = env.path().join("home/workspace/tool.pid");
+    let command = "echo $$ > tool.pid; exec sleep 30".to_owned();
     fake.push(Reply::ToolCalls(vec![(
         "shell_exec".into(),
         json!({ "command": command }),

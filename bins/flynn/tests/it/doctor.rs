@@ -63,6 +63,9 @@ async fn each_provider_is_probed_and_a_refused_key_or_dead_server_fails_with_its
             ("database", "ok"),
             ("sandbox", statuses[6].1),
             ("gateway", "warn"),
+            ("security", "ok"),
+            ("security", "ok"),
+            ("security", "ok"),
         ]
     );
     // Providers in name order: down, good, stale.
@@ -162,7 +165,7 @@ async fn a_healthy_set_up_with_a_running_daemon_passes() {
             )
         )
     );
-    let gateway = verdicts.last().unwrap();
+    let gateway = verdicts.iter().rev().find(|v| v.0 == "gateway").unwrap();
     assert_eq!((gateway.0.as_str(), gateway.1.as_str()), ("gateway", "ok"));
     assert!(
         gateway.2.starts_with(&format!(

@@ -54,7 +54,7 @@ fn client_config(env: &Env, fake: &FakeOpenAi, file: &Path) -> PathBuf {
              models:\n  tiers:\n    default: [fake/gpt-4o-mini]\n\
              gateway:\n  bind: 127.0.0.1:{port}\n\
              mcp:\n  servers:\n\
-             \x20   self:\n      command: {FLYNN}\n      args: [mcp, serve, --config, {served}]\n\
+             \x20   self:\n      command: {FLYNN}\n      args: [mcp, serve, --config, {served}]\n      trusted: true\n\
              \x20     env: {{ FLYNN_HOME: {home} }}\n\
              \x20   broken:\n      command: {BROKEN}\n      args: [--port, \"1\"]\n\
              \x20   remote:\n      url: http://127.0.0.1:9/mcp\n      start: lazy\n      enabled: false\n",
@@ -73,7 +73,9 @@ fn flynn_server(args: &[&str], env: &[(&str, &str)]) -> McpServerConfig {
         .iter()
         .map(|(key, value)| ((*key).to_owned(), json!(value)))
         .collect();
-    serde_json::from_value(json!({"command": FLYNN, "args": args, "env": env})).unwrap()
+    // Flynn itself: its hints are believed.
+    serde_json::from_value(json!({"command": FLYNN, "args": args, "env": env, "trusted": true}))
+        .unwrap()
 }
 
 async fn started(server: &Arc<McpServer>) {

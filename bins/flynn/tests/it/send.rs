@@ -501,7 +501,10 @@ async fn the_configured_api_key_reaches_no_output_log_audit_record_or_history() 
         .var("OPENAI_BASE_URL", fake.base_url())
         .var("OPENAI_API_KEY", KEY)
         .var("FLYNN_LOG", "debug");
-    std::fs::write(env.path().join("leak.txt"), KEY).unwrap();
+    // Run from the home directory, tools work in FLYNN_HOME/workspace.
+    let workspace = env.path().join("home/workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(workspace.join("leak.txt"), KEY).unwrap();
     let output = env.run(&[
         "send",
         "--yes",

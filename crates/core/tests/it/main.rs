@@ -215,7 +215,12 @@ async fn an_mcp_servers_tool_runs_through_the_agent_loop() {
     let mut config = config(&fake, None);
     config.mcp.servers.insert(
         "calc".into(),
-        serde_json::from_value(json!({"url": server.url(), "bearer_token": "mcp-token"})).unwrap(),
+        // The project's own fixture: its hints (read-only, closed world)
+        // are believed.
+        serde_json::from_value(
+            json!({"url": server.url(), "bearer_token": "mcp-token", "trusted": true}),
+        )
+        .unwrap(),
     );
     let flynn = Flynn::builder()
         .config(config)
