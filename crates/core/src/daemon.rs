@@ -129,6 +129,13 @@ impl Daemon {
             )));
         }
         let mut stack = Stack::default();
+        // Private before anything is written into it.
+        flynn_config::create_home(&options.home).map_err(|e| {
+            Error::Serve(format!(
+                "cannot create FLYNN_HOME {}: {e} (create it, or set FLYNN_HOME to a directory Flynn may write)",
+                options.home.display()
+            ))
+        })?;
 
         // The runtime: session store, tools, agents, memory.
         let approver = RemoteApprover::new();

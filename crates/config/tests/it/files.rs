@@ -97,6 +97,7 @@ fn default_yaml_agent_route_and_hook_examples_parse_when_uncommented() {
                         enabled: None,
                         deny: vec!["process.*".to_owned()],
                         autonomy: None,
+                        taint: None,
                     }),
                     workspace: Some(PathBuf::from("/home/me/projects")),
                     max_iterations: Some(30),
