@@ -428,7 +428,8 @@ async fn an_unanswered_press_is_deferred_in_time_and_a_late_note_follows_up() {
     assert_eq!(followups.len(), 1);
     assert_eq!(
         (followups[0].content.as_str(), followups[0].flags),
-        ("Approved", 64)
+        // Ephemeral, no link previews.
+        ("Approved", 64 | 4)
     );
     h.finish().await;
 }
@@ -613,6 +614,77 @@ async fn a_slash_command_is_deferred_after_settling_and_answered_in_place() {
     h.finish().await;
 }
 
+/// A link in an answer (an injected model can write one with a secret in
+/// it) must not make Discord's crawler fetch it: every message Flynn
+/// creates or edits, streaming partial edits and interaction answers
+/// included, carries SUPPRESS_EMBEDS.
+#[tokio::test]
+async fn links_in_answers_are_never_unfurled() {
+    let mut h = Harness::start().await;
+    let dm = h.fake.dm_channel(&alice());
+    let to = target(dm, ChatKind::Direct);
+    let id = h
+        .adapter
+        .send(&to, "See https://attacker.example/?d=", &[])
+        .await
+        .unwrap();
+    h.adapter
+        .edit(&to, &id, "See https://attacker.example/?d=secret", &[])
+        .await
+        .unwrap();
+    let buttons = [Button {
+        label: "Approve".into(),
+        data: "y:1".into(),
+        style: ButtonStyle::Primary,
+    }];
+    h.adapter
+        .edit(&to, &id, "See https://attacker.example/?d=secret", &buttons)
+        .await
+        .unwrap();
+
+    let pushed = h.fake.slash_command(dm, &alice(), "status");
+    let (message, delivery) = h.next_message().await;
+    delivery.settle(Disposition::Accepted);
+    h.fake
+        .wait_until("the deferred response", |f| f.callbacks().first().cloned())
+        .await;
+    let to = Target {
+        conversation: message.conversation.clone(),
+        reply: message.reply.clone(),
+    };
+    let first = h
+        .adapter
+        .send(&to, "https://attacker.example/a", &[])
+        .await
+        .unwrap();
+    h.adapter
+        .send(&to, "https://attacker.example/b", &[])
+        .await
+        .unwrap();
+    h.adapter
+        .edit(&to, &first, "https://attacker.example/c", &[])
+        .await
+        .unwrap();
+
+    let channel = format!("/api/v10/channels/{dm}/messages");
+    let webhook = format!("/api/v10/webhooks/{}/{}", BOT_ID, pushed.token);
+    let sent: Vec<(String, Value)> = h
+        .fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.starts_with(&channel) || r.path.starts_with(&webhook))
+        .map(|r| (r.method, r.body["flags"].clone()))
+        .collect();
+    let expected: Vec<(String, Value)> = ["POST", "PATCH", "PATCH", "PATCH", "POST", "PATCH"]
+        .into_iter()
+        .map(|method| (method.to_owned(), json!(4)))
+        .collect();
+    assert_eq!(sent, expected);
+    let flags: Vec<u64> = h.fake.messages_in(dm).iter().map(|m| m.flags).collect();
+    assert_eq!(flags, [4, 4, 4]);
+    h.finish().await;
+}
+
 #[tokio::test]
 async fn a_dropped_connection_is_resumed_and_missed_events_arrive_once() {
     let mut h = Harness::start().await;
@@ -688,7 +760,7 @@ async fn an_ignored_slash_command_is_answered_privately() {
         .await;
     assert_eq!(callback.interaction, pushed.id);
     assert_eq!((callback.kind, callback.accepted), (4, true));
-    assert_eq!(callback.data["flags"], 64);
+    assert_eq!(callback.data["flags"], 64 | 4);
     assert_eq!(
         callback.data["content"],
         "Flynn did not take this command: sender not allowed"

@@ -811,6 +811,31 @@ async fn a_failed_download_is_redelivered_and_a_huge_file_is_named() {
     no_violations(&h.fake);
 }
 
+/// The bearer token goes with a media download only to Meta's media
+/// hosts or the configured Graph API host, not to whatever URL the media
+/// object names.
+#[tokio::test]
+async fn a_media_url_on_another_host_gets_no_token() {
+    let mut h = Harness::start().await;
+    let elsewhere = FakeWhatsApp::start().await;
+    h.fake.serve_media_from(&elsewhere.base_url());
+    let id = h.fake.add_media("image/png", vec![1, 2, 3]);
+    let image = h.fake.image_message(ALICE, "Alice", &id, Some("look"));
+    let (event, status) = h.deliver(&image).await;
+    assert_eq!(status, 200);
+    let inbound = message(event);
+    assert_eq!(inbound.attachments, vec![]);
+    assert_eq!(
+        inbound.text,
+        format!(
+            "look\n[image not downloaded: the media URL is on 127.0.0.1:{}, not on Meta's servers; not sending the access token there]",
+            elsewhere.addr().port()
+        )
+    );
+    assert_eq!(elsewhere.requests(), vec![]);
+    no_violations(&h.fake);
+}
+
 #[tokio::test]
 async fn answers_stop_twenty_four_hours_after_the_last_message() {
     let mut h = Harness::start().await;

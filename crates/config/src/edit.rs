@@ -138,8 +138,15 @@ pub fn set_in_file(file: &Path, changes: &[(String, Value)], env: &dyn Env) -> R
 }
 
 /// Writes `text` to `file` through a temporary file in the same
-/// directory, keeping the file's permissions.
+/// directory, keeping the file's permissions (0600 for a new file: a
+/// config may hold keys).
+///
+/// The temporary file is created exclusively and without following a
+/// symbolic link, with the final mode from the start (set exactly through
+/// the open file, whatever the umask), so neither a link planted at its
+/// name nor a moment of wider permissions exposes the text.
 pub fn write_atomically(file: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
     let dir = file
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -148,12 +155,65 @@ pub fn write_atomically(file: &Path, text: &str) -> std::io::Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "config.yaml".to_owned());
-    let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::write(&temp, text)?;
-    if let Ok(meta) = std::fs::metadata(file) {
-        let _ = std::fs::set_permissions(&temp, meta.permissions());
+    let permissions = std::fs::metadata(file).ok().map(|m| m.permissions());
+    let (temp, mut out) = create_temp(dir, &name, permissions.as_ref())?;
+    let written = out.write_all(text.as_bytes()).and_then(|()| out.sync_all());
+    drop(out);
+    if let Err(e) = written.and_then(|()| std::fs::rename(&temp, file)) {
+        let _ = std::fs::remove_file(&temp);
+        return Err(e);
     }
-    std::fs::rename(&temp, file)
+    Ok(())
+}
+
+/// Creates `.<name>.<pid>.<n>.tmp` in `dir` exclusively, never through a
+/// symbolic link, with `permissions` (else 0600) set on the open file.
+fn create_temp(
+    dir: &Path,
+    name: &str,
+    permissions: Option<&std::fs::Permissions>,
+) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    let mode = {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let mode = permissions.map_or(0o600, |p| p.mode() & 0o7777);
+        options
+            .mode(mode & 0o777)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+        mode
+    };
+    let mut tries = 0;
+    loop {
+        let temp = dir.join(format!(
+            ".{name}.{}.{}.tmp",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        match options.open(&temp) {
+            Ok(out) => {
+                #[cfg(unix)]
+                {
+                    use std::os::unix::fs::PermissionsExt;
+                    if let Err(e) = out.set_permissions(std::fs::Permissions::from_mode(mode)) {
+                        drop(out);
+                        let _ = std::fs::remove_file(&temp);
+                        return Err(e);
+                    }
+                }
+                #[cfg(not(unix))]
+                if let Some(permissions) = permissions {
+                    out.set_permissions(permissions.clone())?;
+                }
+                return Ok((temp, out));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// A value as YAML text on one line: scalars plain or double-quoted,

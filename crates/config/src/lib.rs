@@ -68,7 +68,7 @@ pub use edit::{lookup, masked};
 pub use env::{Env, MapEnv, ProcessEnv};
 pub use error::{Diagnostic, Error, Problem, Result};
 pub use load::{Loaded, Overlay, PROFILE_VAR, Source, load, parse_layers, parse_str};
-pub use paths::Paths;
+pub use paths::{Paths, create_home};
 pub use workspace::{Workspace, WorkspaceOrigin};
 pub use zero_config::{apply_model_override, from_env};
 

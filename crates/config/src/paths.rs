@@ -26,6 +26,26 @@ impl Paths {
     }
 }
 
+/// Creates `home` (`FLYNN_HOME`) when it does not exist, as a directory
+/// only its owner may enter (0700 on unix): it holds every conversation,
+/// memory and the gateway token. Its missing parents are created as
+/// usual; an existing home is left as it is.
+pub fn create_home(home: &Path) -> std::io::Result<()> {
+    if home.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = home.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    match builder.create(home) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && home.is_dir() => Ok(()),
+        other => other,
+    }
+}
+
 /// The paths, and whether the config file was named (by `--config` or
 /// `FLYNN_CONFIG`) rather than defaulted: a named file must exist.
 pub(crate) fn resolve(explicit_config: Option<&Path>, env: &dyn Env) -> Result<(Paths, bool)> {

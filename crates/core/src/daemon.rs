@@ -130,6 +130,13 @@ impl Daemon {
             )));
         }
         let mut stack = Stack::default();
+        // Private before anything is written into it.
+        flynn_config::create_home(&options.home).map_err(|e| {
+            Error::Serve(format!(
+                "cannot create FLYNN_HOME {}: {e} (create it, or set FLYNN_HOME to a directory Flynn may write)",
+                options.home.display()
+            ))
+        })?;
 
         // The token first: tools must never show it, wherever it came from.
         let (token, token_source) = flynn_gateway::resolve_token(

@@ -1,5 +1,6 @@
-//! The HTTP plumbing the embedders share: a client with a timeout, and
-//! one request turned into a typed answer or a typed error.
+//! The HTTP plumbing the embedders share: a client with a timeout that
+//! follows no redirect (API keys stay with the configured host), and one
+//! request turned into a typed answer or a typed error.
 
 use std::time::Duration;
 
@@ -12,6 +13,9 @@ pub(crate) fn client(
     timeout: Duration,
 ) -> Result<reqwest::Client, EmbedError> {
     reqwest::Client::builder()
+        // reqwest drops `Authorization` on a redirect to another host, but
+        // not `x-goog-api-key`: a redirect is an error instead.
+        .redirect(reqwest::redirect::Policy::none())
         .timeout(timeout)
         .connect_timeout(timeout.min(Duration::from_secs(10)))
         .build()
@@ -32,6 +36,13 @@ pub(crate) async fn send<T: DeserializeOwned>(
         message: describe(&e),
     })?;
     let status = response.status();
+    if status.is_redirection() {
+        return Err(EmbedError::Redirect {
+            service,
+            status: status.as_u16(),
+            to: redirect_target(&response),
+        });
+    }
     let body = response.bytes().await.map_err(|e| EmbedError::Transport {
         service,
         message: describe(&e),
@@ -47,6 +58,25 @@ pub(crate) async fn send<T: DeserializeOwned>(
         service,
         message: e.to_string(),
     })
+}
+
+/// Where a redirect pointed: `host[:port]`, else the `Location` as sent.
+fn redirect_target(response: &reqwest::Response) -> String {
+    let Some(location) = response
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .and_then(|value| value.to_str().ok())
+    else {
+        return "nowhere (no Location header)".to_owned();
+    };
+    match response.url().join(location) {
+        Ok(url) => match (url.host_str(), url.port()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (Some(host), None) => host.to_owned(),
+            (None, _) => location.chars().take(300).collect(),
+        },
+        Err(_) => location.chars().take(300).collect(),
+    }
 }
 
 fn describe(error: &reqwest::Error) -> String {

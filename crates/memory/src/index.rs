@@ -184,8 +184,9 @@ impl MemoryIndex {
             source,
         };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
+            crate::store::create_private_dirs(dir).map_err(Error::io(dir))?;
         }
+        make_private(path).map_err(Error::io(path))?;
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -1064,4 +1065,46 @@ fn snippet(text: &str, words: &[String]) -> String {
         out.push('…');
     }
     out
+}
+
+/// Creates the index file and its WAL companions (`-wal`, `-shm`) 0600
+/// where missing, and takes group and other permissions off existing ones:
+/// the index holds the text of every memory file.
+#[cfg(unix)]
+fn make_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    // Something that is not a file (a directory, say) is left for SQLite
+    // to refuse, with nothing created beside it.
+    if std::fs::metadata(path).is_ok_and(|meta| !meta.is_file()) {
+        return Ok(());
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        let name = PathBuf::from(name);
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&name)
+        {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let mode = std::fs::metadata(&name)?.permissions().mode();
+                if mode & 0o077 != 0 {
+                    std::fs::set_permissions(
+                        &name,
+                        std::fs::Permissions::from_mode(mode & 0o7700),
+                    )?;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn make_private(_path: &Path) -> std::io::Result<()> {
+    Ok(())
 }

@@ -207,7 +207,7 @@ fn write_file(
         });
     }
     let parent = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(parent).map_err(Error::io(parent))?;
+    create_private_dirs(parent).map_err(Error::io(parent))?;
     // Write beside the file, then rename over it: a reader (or a crash)
     // sees the old file or the new one, never half of one.
     let mut temp = tempfile_in(parent, &path)?;
@@ -229,8 +229,9 @@ fn write_file(
     })
 }
 
-/// Creates `.<name>.<pid>.<n>.tmp` next to `path`; hidden, so the index
-/// never picks it up.
+/// Creates `.<name>.<pid>.<n>.tmp` next to `path`, exclusively (never
+/// through a symbolic link) and readable by its owner only; hidden, so the
+/// index never picks it up.
 fn tempfile_in(dir: &Path, path: &Path) -> Result<(PathBuf, fs::File)> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -243,12 +244,32 @@ fn tempfile_in(dir: &Path, path: &Path) -> Result<(PathBuf, fs::File)> {
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
-    let file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&temp)
-        .map_err(Error::io(&temp))?;
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let file = options.open(&temp).map_err(Error::io(&temp))?;
+    // The umask may only narrow the mode; this makes it exactly 0600
+    // whatever the umask, through the open file.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Err(e) = file.set_permissions(fs::Permissions::from_mode(0o600)) {
+            let _ = fs::remove_file(&temp);
+            return Err(Error::io(&temp)(e));
+        }
+    }
     Ok((temp, file))
+}
+
+/// Creates `dir` and its missing parents as directories only their owner
+/// may enter (memory is personal); existing ones are left as they are.
+pub(crate) fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
 }
 
 fn list_files(dir: &Path) -> Result<Vec<FileEntry>> {

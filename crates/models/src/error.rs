@@ -52,6 +52,18 @@ pub enum Error {
         status: u16,
         message: String,
     },
+    /// The server answered with a redirect, which is not followed: API
+    /// keys travel in headers (`x-api-key`, configured `headers`) that a
+    /// redirect would carry to another host.
+    #[error(
+        "{provider}: the provider answered with a redirect (HTTP {status}) to {to}; API keys are not sent across redirects: check base_url"
+    )]
+    Redirect {
+        provider: String,
+        status: u16,
+        /// Where it pointed: `host[:port]`, or what the `Location` said.
+        to: String,
+    },
     /// No connection could be made.
     #[error("{provider}: cannot connect to {url}: {message}")]
     Connect {
@@ -146,6 +158,7 @@ impl Error {
             | Error::Auth { .. }
             | Error::ContextOverflow { .. }
             | Error::InvalidRequest { .. }
+            | Error::Redirect { .. }
             | Error::Protocol { .. }
             | Error::Config { .. } => false,
         }
@@ -156,7 +169,7 @@ impl Error {
     /// provider's. CLI exit code 2.
     pub fn is_config(&self) -> bool {
         match self {
-            Error::Config { .. } | Error::MissingApiKey { .. } => true,
+            Error::Config { .. } | Error::MissingApiKey { .. } | Error::Redirect { .. } => true,
             Error::AllFailed { attempts } => every(attempts, Error::is_config),
             _ => false,
         }

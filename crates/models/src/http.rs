@@ -172,6 +172,10 @@ impl Transport {
                 // streamed tokens must arrive as they are sent, not when a
                 // compression block fills.
                 let mut builder = reqwest::Client::builder()
+                    // reqwest drops `Authorization` on a redirect to
+                    // another host, but not `x-api-key` or configured
+                    // headers: a redirect is an error (`Error::Redirect`).
+                    .redirect(reqwest::redirect::Policy::none())
                     .no_gzip()
                     .connect_timeout(self.connect_timeout)
                     .read_timeout(self.read_timeout)
@@ -215,6 +219,9 @@ impl Transport {
         let status = response.status().as_u16();
         if response.status().is_success() {
             return Ok(response);
+        }
+        if response.status().is_redirection() {
+            return Err(redirect_error(&self.provider, &response));
         }
         let headers = response.headers().clone();
         // The body is only read for its message; a body that cannot be read
@@ -274,6 +281,9 @@ impl Transport {
             .send()
             .await
             .map_err(|error| self.request_error(url, &error))?;
+        if response.status().is_redirection() {
+            return Err(redirect_error(&self.provider, &response));
+        }
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let text = response
@@ -328,6 +338,31 @@ impl Transport {
             });
         }
         sse_stream(provider, read_timeout, response.bytes_stream(), assembler)
+    }
+}
+
+/// The error for a redirect (never followed, see [`Transport`]'s client):
+/// where it pointed, as `host[:port]`.
+fn redirect_error(provider: &str, response: &reqwest::Response) -> Error {
+    let location = response
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .and_then(|value| value.to_str().ok());
+    let to = match location {
+        None => "nowhere (no Location header)".to_owned(),
+        Some(location) => match response.url().join(location) {
+            Ok(url) => match (url.host_str(), url.port()) {
+                (Some(host), Some(port)) => format!("{host}:{port}"),
+                (Some(host), None) => host.to_owned(),
+                (None, _) => quote(location),
+            },
+            Err(_) => quote(location),
+        },
+    };
+    Error::Redirect {
+        provider: provider.to_owned(),
+        status: response.status().as_u16(),
+        to,
     }
 }
 

@@ -369,7 +369,9 @@ impl ChannelRouter {
                     )),
                     Err(e) => {
                         tracing::warn!(error = %e, "could not save a file from a chat");
-                        text.push_str("\n[a file came with this message but could not be saved]");
+                        text.push_str(&format!(
+                            "\n[a file came with this message but could not be saved: {e}]"
+                        ));
                     }
                 },
             }
@@ -382,18 +384,15 @@ impl ChannelRouter {
     }
 
     /// Saves a file under `<workspace>/inbox/<channel>/`; returns its path
-    /// relative to the workspace.
+    /// relative to the workspace. See [`save_in_inbox`].
     async fn save(&self, channel: &str, attachment: &Attachment) -> std::io::Result<PathBuf> {
         let name = safe_file_name(attachment.name.as_deref().unwrap_or("file"));
-        let relative = Path::new("inbox")
-            .join(channel)
-            .join(format!("{}-{name}", now_millis()));
-        let path = self.inner.workspace.join(&relative);
-        if let Some(dir) = path.parent() {
-            tokio::fs::create_dir_all(dir).await?;
-        }
-        tokio::fs::write(&path, &attachment.data).await?;
-        Ok(relative)
+        let workspace = self.inner.workspace.clone();
+        let channel = channel.to_owned();
+        let data = attachment.data.clone();
+        tokio::task::spawn_blocking(move || save_in_inbox(&workspace, &channel, &name, &data))
+            .await
+            .map_err(std::io::Error::other)?
     }
 
     async fn action(
@@ -715,6 +714,156 @@ fn safe_file_name(name: &str) -> String {
     } else {
         clean
     }
+}
+
+/// Names tried for one file before giving up (`<millis>-<name>`, then
+/// `<millis>-<n>-<name>`).
+const SAVE_TRIES: u32 = 16;
+
+/// Saves `data` as `inbox/<channel>/<millis>-<name>` in `workspace` and
+/// returns that relative path. Private to the daemon's user: directories
+/// it creates are 0700, the file 0600. Refuses a symbolic link (or
+/// anything but a directory) at `inbox` or `inbox/<channel>`: each
+/// directory is opened without following links and the next one is
+/// created and opened inside it, and the file is created exclusively
+/// there, so a link planted in the workspace (by a sandboxed command, say)
+/// cannot send a chat's file elsewhere.
+fn save_in_inbox(
+    workspace: &Path,
+    channel: &str,
+    name: &str,
+    data: &[u8],
+) -> std::io::Result<PathBuf> {
+    let mut relative = PathBuf::from("inbox");
+    for part in channel.split(['/', '\\']) {
+        if !part.is_empty() && part != "." && part != ".." {
+            relative.push(part);
+        }
+    }
+    let dirs: Vec<String> = relative
+        .iter()
+        .map(|part| part.to_string_lossy().into_owned())
+        .collect();
+    let millis = now_millis();
+    let mut last = None;
+    for n in 0..SAVE_TRIES {
+        let file = if n == 0 {
+            format!("{millis}-{name}")
+        } else {
+            format!("{millis}-{n}-{name}")
+        };
+        match create_private_file(workspace, &dirs, &file, data) {
+            Ok(()) => return Ok(relative.join(file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free file name in the inbox")))
+}
+
+/// The error for `dirs[..=at]`, which is not a real directory.
+fn not_a_directory(dirs: &[String], at: usize, what: &str) -> std::io::Error {
+    std::io::Error::other(format!(
+        "{} is {what}, not a directory; chat files are saved only into real directories in the workspace (remove it, and Flynn creates the directory)",
+        dirs[..=at].join("/")
+    ))
+}
+
+#[cfg(unix)]
+fn create_private_file(
+    workspace: &Path,
+    dirs: &[String],
+    file: &str,
+    data: &[u8],
+) -> std::io::Result<()> {
+    use std::io::Write;
+
+    use rustix::fs::{Mode, OFlags};
+    use rustix::io::Errno;
+    let mut dir = rustix::fs::open(
+        workspace,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    for (at, part) in dirs.iter().enumerate() {
+        match rustix::fs::mkdirat(&dir, part.as_str(), Mode::RWXU) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(e.into()),
+        }
+        dir = match rustix::fs::openat(
+            &dir,
+            part.as_str(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(next) => next,
+            Err(Errno::LOOP) => return Err(not_a_directory(dirs, at, "a symbolic link")),
+            Err(Errno::NOTDIR) => {
+                let what = match rustix::fs::statat(
+                    &dir,
+                    part.as_str(),
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                ) {
+                    Ok(stat)
+                        if rustix::fs::FileType::from_raw_mode(stat.st_mode)
+                            == rustix::fs::FileType::Symlink =>
+                    {
+                        "a symbolic link"
+                    }
+                    _ => "a file",
+                };
+                return Err(not_a_directory(dirs, at, what));
+            }
+            Err(e) => return Err(e.into()),
+        };
+    }
+    let fd = rustix::fs::openat(
+        &dir,
+        file,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::RUSR | Mode::WUSR,
+    )?;
+    let mut out = std::fs::File::from(fd);
+    if let Err(e) = out.write_all(data) {
+        drop(out);
+        let _ = rustix::fs::unlinkat(&dir, file, rustix::fs::AtFlags::empty());
+        return Err(e);
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn create_private_file(
+    workspace: &Path,
+    dirs: &[String],
+    file: &str,
+    data: &[u8],
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut dir = workspace.to_path_buf();
+    for (at, part) in dirs.iter().enumerate() {
+        dir.push(part);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(not_a_directory(dirs, at, "a symbolic link"));
+            }
+            Ok(_) => return Err(not_a_directory(dirs, at, "a file")),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir(&dir)?,
+            Err(e) => return Err(e),
+        }
+    }
+    let path = dir.join(file);
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    if let Err(e) = out.write_all(data) {
+        drop(out);
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
+    }
+    Ok(())
 }
 
 fn now_millis() -> i64 {

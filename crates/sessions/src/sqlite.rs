@@ -24,6 +24,65 @@ use crate::{
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
+/// Creates `dir` (its missing parents as usual) as a directory only its
+/// owner may enter, unless it exists.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    match builder.create(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        other => other,
+    }
+}
+
+/// Creates the database file and its WAL companions 0600 where missing,
+/// and takes group and other permissions off existing ones.
+#[cfg(unix)]
+fn make_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    // Something that is not a file (a directory, say) is left for SQLite
+    // to refuse, with nothing created beside it.
+    if std::fs::metadata(path).is_ok_and(|meta| !meta.is_file()) {
+        return Ok(());
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        let name = PathBuf::from(name);
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&name)
+        {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let mode = std::fs::metadata(&name)?.permissions().mode();
+                if mode & 0o077 != 0 {
+                    std::fs::set_permissions(
+                        &name,
+                        std::fs::Permissions::from_mode(mode & 0o7700),
+                    )?;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn make_private(_path: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
 /// Sessions in a SQLite file (WAL mode, foreign keys on).
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
@@ -34,14 +93,24 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and brings its
     /// schema up to date; a current database is left as it is.
+    ///
+    /// The database holds every conversation, so it is private to the
+    /// user running Flynn: a directory it creates for it is 0700, and the
+    /// file and its WAL companions (`-wal`, `-shm`) are created 0600 before
+    /// SQLite opens them (SQLite gives the companions the database's mode)
+    /// or narrowed to the owner when they exist.
     pub async fn open(path: &Path) -> Result<Self> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| Error::CreateDir {
+            create_private_dir(dir).map_err(|source| Error::CreateDir {
                 path: dir.to_path_buf(),
                 source,
             })?;
         }
         let location = path.display().to_string();
+        make_private(path).map_err(|e| Error::Open {
+            location: location.clone(),
+            message: format!("cannot make it readable by this user only: {e}"),
+        })?;
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)

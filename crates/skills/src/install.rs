@@ -41,8 +41,11 @@ pub struct Installed {
 /// `force`; archive entries that are not plain files or directories, or
 /// whose paths leave the skill's directory, refuse the whole install, as do
 /// symbolic links in a directory.
+///
+/// Directories are made private to the user (0700): the managed tier
+/// lives in `FLYNN_HOME`.
 pub fn install(from: &Path, managed: &Path, options: InstallOptions) -> Result<Installed> {
-    std::fs::create_dir_all(managed).map_err(Error::io(managed))?;
+    create_private_dirs(managed).map_err(Error::io(managed))?;
     let staging = tempfile::Builder::new()
         .prefix(".install-")
         .tempdir_in(managed)
@@ -146,7 +149,7 @@ fn skill_root(dir: &Path) -> Result<PathBuf> {
 }
 
 fn copy_dir(from: &Path, dir: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to).map_err(Error::io(to))?;
+    create_private_dirs(to).map_err(Error::io(to))?;
     for entry in std::fs::read_dir(dir).map_err(Error::io(dir))? {
         let entry = entry.map_err(Error::io(dir))?;
         let path = entry.path();
@@ -176,7 +179,7 @@ fn unpack(archive: &Path, to: &Path) -> Result<()> {
         entry,
         problem: problem.to_owned(),
     };
-    std::fs::create_dir_all(to).map_err(Error::io(to))?;
+    create_private_dirs(to).map_err(Error::io(to))?;
     let mut total = 0u64;
     for (count, entry) in tar.entries().map_err(io)?.enumerate() {
         let mut entry = entry.map_err(io)?;
@@ -215,7 +218,7 @@ fn unpack(archive: &Path, to: &Path) -> Result<()> {
         let target = to.join(&relative);
         match kind {
             tar::EntryType::Directory => {
-                std::fs::create_dir_all(&target).map_err(Error::io(&target))?;
+                create_private_dirs(&target).map_err(Error::io(&target))?;
             }
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 total = total.saturating_add(entry.size());
@@ -226,7 +229,7 @@ fn unpack(archive: &Path, to: &Path) -> Result<()> {
                     ));
                 }
                 if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent).map_err(Error::io(parent))?;
+                    create_private_dirs(parent).map_err(Error::io(parent))?;
                 }
                 let executable = entry.header().mode().is_ok_and(|m| m & 0o111 != 0);
                 let mut out = File::create(&target).map_err(Error::io(&target))?;
@@ -243,6 +246,15 @@ fn unpack(archive: &Path, to: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Creates `dir` and its missing parents 0700.
+fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
 }
 
 #[cfg(unix)]

@@ -156,7 +156,7 @@ pub struct SentMessage {
     pub allowed_mentions: Value,
     /// The interaction it answers (`@original` or a followup).
     pub interaction: Option<u64>,
-    /// Flags (64: ephemeral).
+    /// Flags as they stand (4: no link previews, 64: ephemeral).
     pub flags: u64,
     /// Times it was edited.
     pub edits: u32,
@@ -1668,6 +1668,22 @@ fn message_problems(body: &Value, interaction: bool) -> Vec<Problem> {
             "Only interaction responses can be ephemeral.".to_owned(),
         ));
     }
+    // What a bot may set: SUPPRESS_EMBEDS (4), SUPPRESS_NOTIFICATIONS
+    // (4096), and EPHEMERAL (64, checked above).
+    match &body["flags"] {
+        Value::Null => {}
+        Value::Number(n) if n.as_u64().is_some_and(|f| (f & !(4 | 64 | 4096)) == 0) => {}
+        Value::Number(_) => problems.push((
+            path(&["flags"]),
+            "MESSAGE_FLAGS_INVALID",
+            "Invalid flags: only SUPPRESS_EMBEDS, SUPPRESS_NOTIFICATIONS and (for interaction responses) EPHEMERAL can be set.".to_owned(),
+        )),
+        _ => problems.push((
+            path(&["flags"]),
+            "NUMBER_TYPE_COERCE",
+            "Value is not int.".to_owned(),
+        )),
+    }
     match &body["components"] {
         Value::Null => {}
         Value::Array(rows) => {
@@ -2159,5 +2175,15 @@ mod tests {
             1
         );
         assert!(message_problems(&json!({"content": "x", "flags": 64}), true).is_empty());
+        assert!(message_problems(&json!({"content": "x", "flags": 68}), true).is_empty());
+        assert!(message_problems(&json!({"content": "x", "flags": 4}), false).is_empty());
+        assert_eq!(
+            message_problems(&json!({"content": "x", "flags": 2}), false).len(),
+            1
+        );
+        assert_eq!(
+            message_problems(&json!({"content": "x", "flags": "4"}), false).len(),
+            1
+        );
     }
 }

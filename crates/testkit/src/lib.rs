@@ -7,6 +7,7 @@
 //! Replies are scripted: push one [`Reply`] per expected request. The
 //! search engine fakes ([`FakeBrave`], [`FakeSearxng`], [`FakeTavily`],
 //! [`FakeDuckDuckGo`]) serve the hits they are given instead.
+//! [`FakeRedirect`] answers everything with a redirect to another server.
 //!
 //! ```no_run
 //! # async fn example() {
@@ -38,6 +39,7 @@ mod llamacpp;
 pub mod mcp;
 mod ollama;
 mod openai;
+mod redirect;
 mod search;
 mod server;
 mod site;
@@ -54,6 +56,7 @@ pub use embeddings::{FakeEmbeddings, Vendor, fake_embedding};
 pub use llamacpp::FakeLlamaCpp;
 pub use ollama::FakeOllama;
 pub use openai::FakeOpenAi;
+pub use redirect::FakeRedirect;
 pub use search::{FakeBrave, FakeDuckDuckGo, FakeSearxng, FakeTavily, SearchHit, SearchRequest};
 pub use server::{CapturedRequest, INPUT_TOKENS, OUTPUT_TOKENS, Reply};
 pub use site::FakeSite;

@@ -205,7 +205,8 @@ struct State {
     read: Vec<String>,
     media: HashMap<String, MediaFile>,
     counter: u64,
-    /// `http://127.0.0.1:PORT`, for the media URLs.
+    /// `http://127.0.0.1:PORT`, for the media URLs (the fake's own
+    /// unless [`FakeWhatsApp::serve_media_from`] says otherwise).
     base: String,
 }
 
@@ -337,6 +338,13 @@ impl FakeWhatsApp {
         let mut state = self.shared.lock();
         let now = state.now();
         state.windows.insert(number.to_owned(), now);
+    }
+
+    /// Makes the media URLs the fake hands out point at `base` (an
+    /// origin such as `http://127.0.0.1:4000`) instead of the fake itself:
+    /// a Graph API answer naming a host that is not Meta's.
+    pub fn serve_media_from(&self, base: &str) {
+        self.shared.lock().base = base.trim_end_matches('/').to_owned();
     }
 
     /// Stores a media object people can send; returns its id.

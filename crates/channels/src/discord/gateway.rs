@@ -528,7 +528,7 @@ impl DiscordAdapter {
                     let body = match &disposition {
                         Disposition::Ignored(reason) => json!({"type": 4, "data": {
                             "content": format!("Flynn did not take this command: {reason}").chars().take(2000).collect::<String>(),
-                            "flags": 64,
+                            "flags": super::EPHEMERAL | super::SUPPRESS_EMBEDS,
                             "allowed_mentions": {"parse": []},
                         }}),
                         _ => json!({"type": 5}),

@@ -235,12 +235,21 @@ fn components(buttons: &[Button]) -> Value {
     Value::Array(rows)
 }
 
-/// A message body: the text, mentions that ping nobody, the buttons
-/// (always present on edits, where an empty list removes them).
+/// `SUPPRESS_EMBEDS`: no link previews. Discord's crawler would otherwise
+/// fetch every URL in an answer, so a link an injected model writes
+/// (with a secret in its query) would leak with nobody clicking it.
+const SUPPRESS_EMBEDS: u64 = 1 << 2;
+/// `EPHEMERAL`: only the person who pressed or typed sees it.
+const EPHEMERAL: u64 = 1 << 6;
+
+/// A message body: the text, mentions that ping nobody, no link
+/// previews (on edits too, streaming ones included), the buttons (always
+/// present on edits, where an empty list removes them).
 fn message_body(text: &str, buttons: &[Button], edit: bool) -> Value {
     let mut body = json!({
         "content": text,
         "allowed_mentions": {"parse": []},
+        "flags": SUPPRESS_EMBEDS,
     });
     if edit || !buttons.is_empty() {
         body["components"] = components(buttons);
@@ -371,7 +380,7 @@ impl ChannelAdapter for DiscordAdapter {
             } else {
                 json!({"type": 4, "data": {
                     "content": note.chars().take(2000).collect::<String>(),
-                    "flags": 64,
+                    "flags": EPHEMERAL | SUPPRESS_EMBEDS,
                     "allowed_mentions": {"parse": []},
                 }})
             };
@@ -384,7 +393,7 @@ impl ChannelAdapter for DiscordAdapter {
         }
         let body = json!({
             "content": note.chars().take(2000).collect::<String>(),
-            "flags": 64,
+            "flags": EPHEMERAL | SUPPRESS_EMBEDS,
             "allowed_mentions": {"parse": []},
         });
         self.rest
@@ -447,7 +456,7 @@ mod tests {
         );
         assert_eq!(
             message_body("hi", &[], false),
-            json!({"content": "hi", "allowed_mentions": {"parse": []}})
+            json!({"content": "hi", "allowed_mentions": {"parse": []}, "flags": 4})
         );
         assert_eq!(message_body("hi", &[], true)["components"], json!([]));
     }

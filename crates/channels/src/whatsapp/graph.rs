@@ -178,9 +178,22 @@ impl Graph {
         if let Some(size) = media.size().filter(|size| *size > MAX_MEDIA) {
             return Err(too_big(size));
         }
+        let url = reqwest::Url::parse(&media.url).map_err(|e| MediaError {
+            transient: false,
+            detail: format!("the Graph API gave a media URL that is not a URL ({e})"),
+        })?;
+        if !self.may_send_token_to(&url) {
+            return Err(MediaError {
+                transient: false,
+                detail: format!(
+                    "the media URL is on {}, not on Meta's servers; not sending the access token there",
+                    host_and_port(&url)
+                ),
+            });
+        }
         let mut response = self
             .http
-            .get(&media.url)
+            .get(url)
             .bearer_auth(&self.token)
             .send()
             .await
@@ -204,6 +217,29 @@ impl Graph {
         Ok((media.mime_type, data.freeze()))
     }
 
+    /// Whether the access token may go to `url`: Meta's media hosts over
+    /// https (`lookaside.fbsbx.com` serves Cloud API media; `*.fbcdn.net`,
+    /// `*.whatsapp.net`), or the configured Graph API host and port.
+    fn may_send_token_to(&self, url: &reqwest::Url) -> bool {
+        let Some(host) = url.host_str() else {
+            return false;
+        };
+        let under = |domain: &str| {
+            host == domain
+                || host
+                    .strip_suffix(domain)
+                    .is_some_and(|rest| rest.ends_with('.'))
+        };
+        let meta = url.scheme() == "https"
+            && (under("fbsbx.com") || under("fbcdn.net") || under("whatsapp.net"));
+        let configured = reqwest::Url::parse(&self.base).ok().is_some_and(|base| {
+            base.scheme() == url.scheme()
+                && base.host_str() == Some(host)
+                && base.port_or_known_default() == url.port_or_known_default()
+        });
+        meta || configured
+    }
+
     /// Sends a Graph request with the token; the body of a 2xx answer, or
     /// the error its status and body describe.
     async fn call(&self, request: reqwest::RequestBuilder) -> Result<Bytes, ChannelError> {
@@ -219,6 +255,15 @@ impl Graph {
         } else {
             Err(classify(status, &body))
         }
+    }
+}
+
+/// `host[:port]` of a URL, for messages.
+fn host_and_port(url: &reqwest::Url) -> String {
+    match (url.host_str(), url.port()) {
+        (Some(host), Some(port)) => format!("{host}:{port}"),
+        (Some(host), None) => host.to_owned(),
+        (None, _) => "an unnamed host".to_owned(),
     }
 }
 
@@ -369,6 +414,38 @@ mod tests {
         ChannelError::RateLimited {
             channel: CHANNEL.to_owned(),
             retry_after: None,
+        }
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn the_token_goes_only_to_meta_and_the_configured_host() {
+        let graph = Graph::new("http://127.0.0.1:4000", "v23.0", "token", "123").unwrap();
+        let yes = [
+            "https://lookaside.fbsbx.com/whatsapp_business/attachments/?mid=1",
+            "https://scontent.xx.fbcdn.net/v/t1/x.jpg",
+            "https://mmg.whatsapp.net/d/f/x.enc",
+            "http://127.0.0.1:4000/whatsapp_business/attachments/?mid=1",
+        ];
+        let no = [
+            "http://lookaside.fbsbx.com/whatsapp_business/attachments/?mid=1",
+            "https://evil.example/lookaside.fbsbx.com/x",
+            "https://fbsbx.com.evil.example/x",
+            "https://evilfbsbx.com/x",
+            "http://127.0.0.1:4001/x",
+            "https://127.0.0.1:4000/x",
+        ];
+        for url in yes {
+            assert!(
+                graph.may_send_token_to(&reqwest::Url::parse(url).unwrap()),
+                "{url}"
+            );
+        }
+        for url in no {
+            assert!(
+                !graph.may_send_token_to(&reqwest::Url::parse(url).unwrap()),
+                "{url}"
+            );
         }
     }
 

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agents;
+mod edit;
 mod errors;
 mod expansion;
 mod files;

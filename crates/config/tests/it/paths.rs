@@ -182,3 +182,37 @@ fn errors_in_a_loaded_file_name_it() {
         ))
     );
 }
+
+/// FLYNN_HOME holds every conversation and the gateway token: made for
+/// its owner only; its parents as usual; an existing one left alone.
+#[cfg(unix)]
+#[test]
+fn a_created_home_is_private_and_an_existing_one_untouched() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("share/flynn");
+    flynn_config::create_home(&home).unwrap();
+    flynn_config::create_home(&home).unwrap();
+    assert_eq!(mode(&home), 0o700);
+    assert_eq!(mode(&dir.path().join("share")), 0o777 & !umask());
+
+    let existing = dir.path().join("mine");
+    std::fs::create_dir(&existing).unwrap();
+    std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o750)).unwrap();
+    flynn_config::create_home(&existing).unwrap();
+    assert_eq!(mode(&existing), 0o750);
+}
+
+/// The process umask, read from a directory made with 0777.
+#[cfg(unix)]
+fn umask() -> u32 {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let probe = dir.path().join("probe");
+    std::fs::DirBuilder::new()
+        .mode(0o777)
+        .create(&probe)
+        .unwrap();
+    !std::fs::metadata(&probe).unwrap().permissions().mode() & 0o777
+}

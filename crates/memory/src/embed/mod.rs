@@ -64,6 +64,18 @@ pub enum EmbedError {
         status: u16,
         message: String,
     },
+    /// The service answered with a redirect, which is not followed: the
+    /// key travels in headers (`x-goog-api-key`) a redirect would carry
+    /// to another host.
+    #[error(
+        "{service} embeddings: the service answered with a redirect (HTTP {status}) to {to}; API keys are not sent across redirects: check memory.embeddings.base_url"
+    )]
+    Redirect {
+        service: &'static str,
+        status: u16,
+        /// Where it pointed: `host[:port]`, or what the `Location` said.
+        to: String,
+    },
     /// The service could not be reached or did not answer in time.
     #[error("{service} embeddings: {message}")]
     Transport {
@@ -88,7 +100,10 @@ impl EmbedError {
         match self {
             EmbedError::Transport { .. } => true,
             EmbedError::Status { status, .. } => *status == 429 || *status >= 500,
-            EmbedError::Config(_) | EmbedError::Decode { .. } | EmbedError::Local(_) => false,
+            EmbedError::Config(_)
+            | EmbedError::Redirect { .. }
+            | EmbedError::Decode { .. }
+            | EmbedError::Local(_) => false,
         }
     }
 }

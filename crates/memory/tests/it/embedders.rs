@@ -242,3 +242,39 @@ fn missing_keys_and_providers_are_config_errors() {
         "{error}"
     );
 }
+
+/// reqwest drops `Authorization` on a redirect to another host, not
+/// `x-goog-api-key`: the embedders follow no redirect and say why.
+#[tokio::test]
+async fn a_redirect_does_not_take_the_gemini_key_elsewhere() {
+    let elsewhere = FakeEmbeddings::start(Vendor::Gemini);
+    let origin = elsewhere.base_url().trim_end_matches("/v1beta").to_owned();
+    let redirect = flynn_testkit::FakeRedirect::start(307, &origin);
+    let embedder = from_config(
+        &config(
+            EmbedderKind::Gemini,
+            &format!("{}/v1beta", redirect.base_url()),
+            Some("g-secret"),
+        ),
+        &BTreeMap::new(),
+    )
+    .unwrap();
+    let error = embedder
+        .embed(&texts(1), EmbedInput::Document)
+        .await
+        .unwrap_err();
+    let to = origin.trim_start_matches("http://").to_owned();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "gemini embeddings: the service answered with a redirect (HTTP 307) to {to}; API keys are not sent across redirects: check memory.embeddings.base_url"
+        )
+    );
+    assert!(matches!(error, EmbedError::Redirect { status: 307, .. }));
+    assert!(!error.is_transient());
+    assert_eq!(
+        redirect.requests()[0].header("x-goog-api-key"),
+        Some("g-secret")
+    );
+    assert_eq!(elsewhere.requests().len(), 0);
+}

@@ -408,3 +408,55 @@ async fn context_is_empty_for_empty_memory_and_capped_otherwise() {
     assert!(!context.contains("fact 0 "), "{context}");
     assert!(context.contains("[older lines left out: memory.read user shows them]"));
 }
+
+/// Memory is personal: the files, the directories made for them and the
+/// index (which holds their text) are private to the user running Flynn,
+/// whatever the umask.
+#[cfg(unix)]
+#[tokio::test]
+async fn memory_files_directories_and_index_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let memory = memory(&home, None).await;
+    memory
+        .write(&ns("user"), "- likes tea", WriteMode::Append)
+        .await
+        .unwrap();
+    memory
+        .write(
+            &ns("projects/garden"),
+            "Tomatoes in May.",
+            WriteMode::Append,
+        )
+        .await
+        .unwrap();
+    let hits = memory
+        .search("tomatoes", &SearchOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(files(&hits), ["projects/garden.md:1"]);
+    let root = home.join("memory");
+    assert_eq!(
+        [&home, &root, &root.join("projects")].map(|d| mode(d)),
+        [0o700; 3]
+    );
+    let files_modes = [
+        root.join("user.md"),
+        root.join("projects/garden.md"),
+        home.join("index.db"),
+        home.join("index.db-wal"),
+        home.join("index.db-shm"),
+    ]
+    .map(|f| mode(&f));
+    assert_eq!(files_modes, [0o600; 5]);
+
+    // A file someone made readable by all is private again once rewritten.
+    std::fs::set_permissions(root.join("user.md"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    memory
+        .write(&ns("user"), "- and coffee", WriteMode::Append)
+        .await
+        .unwrap();
+    assert_eq!(mode(&root.join("user.md")), 0o600);
+}

@@ -40,9 +40,10 @@ impl Health {
             | Error::Connect { .. }
             | Error::Timeout { .. }
             | Error::Stream { .. } => Health::Down,
-            Error::Auth { .. } | Error::InvalidRequest { .. } | Error::ContextOverflow { .. } => {
-                Health::Up
-            }
+            Error::Auth { .. }
+            | Error::InvalidRequest { .. }
+            | Error::ContextOverflow { .. }
+            | Error::Redirect { .. } => Health::Up,
             Error::MissingApiKey { .. }
             | Error::Protocol { .. }
             | Error::Config { .. }

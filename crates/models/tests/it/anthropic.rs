@@ -5,7 +5,7 @@ use std::time::Duration;
 use flynn_models::{Error, ModelRequest, ModelResponse, StopReason, StreamEvent};
 use flynn_protocol::config::ProviderKind;
 use flynn_protocol::{ContentBlock, Message, Role, Usage};
-use flynn_testkit::{FakeAnthropic, INPUT_TOKENS, OUTPUT_TOKENS, Reply};
+use flynn_testkit::{FakeAnthropic, FakeRedirect, INPUT_TOKENS, OUTPUT_TOKENS, Reply};
 use serde_json::json;
 
 use crate::{client, config, failure, run, shell_tool};
@@ -615,4 +615,41 @@ async fn images_go_inline_and_by_url() {
         ]}])
     );
     assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+/// reqwest drops `Authorization` on a redirect to another host but keeps
+/// `x-api-key` and configured headers: a redirect is not followed, and
+/// the error names where it pointed.
+#[tokio::test]
+async fn a_redirect_is_refused_and_the_key_stays_home() {
+    let elsewhere = fake().await;
+    for status in [302, 307] {
+        elsewhere.push(Reply::Text("thanks for the key".into()));
+        let redirect = FakeRedirect::start(status, &elsewhere.base_url());
+        let mut config = config(ProviderKind::Anthropic, &redirect.base_url(), Some(KEY));
+        config
+            .headers
+            .insert("x-custom-secret".into(), "hush".into());
+        let client = client("anthropic", &config);
+        let error = failure(&client, ModelRequest::new(MODEL, vec![Message::user("Hi")])).await;
+        let to = format!("127.0.0.1:{}", elsewhere.addr().port());
+        assert_eq!(
+            error,
+            Error::Redirect {
+                provider: "anthropic".into(),
+                status,
+                to: to.clone(),
+            }
+        );
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "anthropic: the provider answered with a redirect (HTTP {status}) to {to}; API keys are not sent across redirects: check base_url"
+            )
+        );
+        assert!(error.is_config() && !error.is_retryable());
+        assert_eq!(redirect.requests().len(), 1);
+        assert_eq!(redirect.requests()[0].header("x-api-key"), Some(KEY));
+    }
+    assert_eq!(elsewhere.requests(), Vec::new());
 }

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use flynn_channels::{
-    Action, Backoff, Button, Capabilities, ChannelAdapter, ChannelError, Conversation, Disposition,
-    Inbound, InboundEvent, InboundMessage, Measure, MessageId, Registry, Sender, Target,
+    Action, Attachment, AttachmentKind, Backoff, Button, Capabilities, ChannelAdapter,
+    ChannelError, Conversation, Disposition, Inbound, InboundEvent, InboundMessage, Measure,
+    MessageId, Registry, Sender, Target,
 };
 use flynn_orchestrator::ChannelRouter;
 use flynn_protocol::Message;
@@ -204,6 +205,20 @@ fn dm(id: &str, from: &str, text: &str) -> InboundEvent {
         attachments: vec![],
         reply: None,
     })
+}
+
+/// A direct message from `from` with a file.
+fn dm_with_file(id: &str, from: &str, text: &str, file: &str, data: &'static str) -> InboundEvent {
+    let InboundEvent::Message(mut message) = dm(id, from, text) else {
+        unreachable!("dm makes a message");
+    };
+    message.attachments = vec![Attachment {
+        kind: AttachmentKind::File,
+        name: Some(file.into()),
+        media_type: "text/plain".into(),
+        data: data.into(),
+    }];
+    InboundEvent::Message(message)
 }
 
 fn in_group(id: &str, from: &str, text: &str, mentioned: bool) -> InboundEvent {
@@ -541,4 +556,122 @@ async fn a_delivery_during_shutdown_is_left_for_the_platform_to_redeliver() {
         Disposition::Retry(_)
     ));
     assert!(h.store.list().await.unwrap().is_empty(), "nothing stored");
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_file_from_a_chat_is_saved_privately_in_the_inbox() {
+    use std::os::unix::fs::PermissionsExt;
+    let model = Scripted::echo("m");
+    let h = Harness::new(vec![model.clone()], Setup::default()).await;
+    let adapter = Memory::new(4096);
+    let config = telegram(|c| c.allow_from = vec!["42".into()]);
+    let _router = router(&h, adapter.clone(), &config).await;
+
+    assert_eq!(
+        adapter
+            .deliver(dm_with_file("u1", "42", "see this", "notes.txt", "hello"))
+            .await,
+        Disposition::Accepted
+    );
+    adapter
+        .until(|out| final_text(out, "m0").is_some_and(|t| t.starts_with("re: ")))
+        .await;
+    let inbox = h.dir.path().join("inbox");
+    let saved: Vec<String> = std::fs::read_dir(inbox.join("telegram"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(saved.len(), 1, "{saved:?}");
+    assert!(saved[0].ends_with("-notes.txt"), "{saved:?}");
+    let file = inbox.join("telegram").join(&saved[0]);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "hello");
+    let mode =
+        |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(
+        (mode(&inbox), mode(&inbox.join("telegram")), mode(&file)),
+        (0o700, 0o700, 0o600)
+    );
+    let history = h.history(&key("telegram:42")).await;
+    assert_eq!(
+        history[0],
+        Message::user(format!(
+            "see this\n[file notes.txt (text/plain, 5 bytes) saved at inbox/telegram/{}]",
+            saved[0]
+        ))
+    );
+}
+
+/// A symbolic link at `inbox/<channel>` (a sandboxed command can make one
+/// in the workspace) would send a stranger's file anywhere the daemon can
+/// write; the file is refused and the message still arrives, saying why.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_symlinked_inbox_is_refused_and_the_message_still_arrives() {
+    let model = Scripted::echo("m");
+    let h = Harness::new(vec![model.clone()], Setup::default()).await;
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir(h.dir.path().join("inbox")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), h.dir.path().join("inbox/telegram")).unwrap();
+    let adapter = Memory::new(4096);
+    let config = telegram(|c| c.allow_from = vec!["42".into()]);
+    let _router = router(&h, adapter.clone(), &config).await;
+
+    assert_eq!(
+        adapter
+            .deliver(dm_with_file(
+                "u1",
+                "42",
+                "open this",
+                "x.desktop",
+                "[Desktop Entry]"
+            ))
+            .await,
+        Disposition::Accepted
+    );
+    adapter
+        .until(|out| final_text(out, "m0").is_some_and(|t| t.starts_with("re: ")))
+        .await;
+    let written: Vec<_> = std::fs::read_dir(outside.path()).unwrap().collect();
+    assert!(written.is_empty(), "{written:?}");
+    let history = h.history(&key("telegram:42")).await;
+    assert_eq!(
+        history[0],
+        Message::user(
+            "open this\n[a file came with this message but could not be saved: inbox/telegram \
+             is a symbolic link, not a directory; chat files are saved only into real \
+             directories in the workspace (remove it, and Flynn creates the directory)]"
+        )
+    );
+
+    // The same with the link one level up.
+    std::fs::remove_file(h.dir.path().join("inbox/telegram")).unwrap();
+    std::fs::remove_dir(h.dir.path().join("inbox")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), h.dir.path().join("inbox")).unwrap();
+    assert_eq!(
+        adapter
+            .deliver(dm_with_file(
+                "u2",
+                "42",
+                "and this",
+                "y.desktop",
+                "[Desktop Entry]"
+            ))
+            .await,
+        Disposition::Accepted
+    );
+    adapter
+        .until(|out| final_text(out, "m1").is_some_and(|t| t.starts_with("re: ")))
+        .await;
+    let written: Vec<_> = std::fs::read_dir(outside.path()).unwrap().collect();
+    assert!(written.is_empty(), "{written:?}");
+    let history = h.history(&key("telegram:42")).await;
+    assert_eq!(
+        history[2],
+        Message::user(
+            "and this\n[a file came with this message but could not be saved: inbox is a \
+             symbolic link, not a directory; chat files are saved only into real directories \
+             in the workspace (remove it, and Flynn creates the directory)]"
+        )
+    );
 }

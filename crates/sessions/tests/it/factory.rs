@@ -174,4 +174,50 @@ async fn a_directory_in_place_of_the_file_is_named_in_the_error() {
         ),
         "{message}"
     );
+    // Nothing is made beside it.
+    for suffix in ["-wal", "-shm"] {
+        let companion = PathBuf::from(format!("{}{suffix}", dir.path().display()));
+        assert!(!companion.exists(), "{}", companion.display());
+    }
+}
+
+/// Every conversation is in the database: other users of the machine
+/// must not read it, its WAL or the directory it is created in.
+#[cfg(unix)]
+#[tokio::test]
+async fn the_database_its_wal_and_a_home_it_creates_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let store = flynn_sessions::open(&SessionsConfig::default(), &home)
+        .await
+        .unwrap();
+    store
+        .append(&key("cli:default"), &[Message::user("secret")])
+        .await
+        .unwrap();
+    let db = home.join("sessions.db");
+    let files = ["sessions.db", "sessions.db-wal", "sessions.db-shm"].map(|f| mode(&home.join(f)));
+    assert_eq!((mode(&home), files), (0o700, [0o600; 3]));
+
+    // A database an older version left readable by everyone is narrowed
+    // to its owner when opened.
+    drop(store);
+    let old = dir.path().join("old.db");
+    SqliteStore::open(&old).await.unwrap().close().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let file = PathBuf::from(format!("{}{suffix}", old.display()));
+        if file.exists() {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+    }
+    let reopened = SqliteStore::open(&old).await.unwrap();
+    reopened
+        .append(&key("cli:default"), &[Message::user("secret")])
+        .await
+        .unwrap();
+    let files = ["old.db", "old.db-wal", "old.db-shm"].map(|f| mode(&dir.path().join(f)));
+    assert_eq!(files, [0o600; 3]);
+    assert!(db.exists());
 }

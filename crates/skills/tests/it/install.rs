@@ -212,3 +212,46 @@ fn only_managed_skills_can_be_removed() {
     assert!(remove("notes", &dirs.sources).unwrap_err().is_not_found());
     assert!(remove("../home", &dirs.sources).unwrap_err().is_not_found());
 }
+
+/// Managed skills live in FLYNN_HOME: every directory an install makes
+/// (the tier, the skill, its subdirectories) is private to the user.
+#[cfg(unix)]
+#[test]
+fn installed_skills_are_in_private_directories() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let dirs = Dirs::new();
+    let source = write_skill(
+        &dirs.tmp.path().join("src"),
+        "anything",
+        &manifest("notes", "Notes."),
+        Some("take notes"),
+    );
+    std::fs::create_dir_all(source.join("scripts")).unwrap();
+    std::fs::write(source.join("scripts/run.sh"), "echo hi").unwrap();
+    let copied = install(&source, dirs.managed(), InstallOptions::default()).unwrap();
+
+    let nested = dirs.tmp.path().join("todo-1.0.tgz");
+    let m = manifest("todo", "Todo.");
+    tar_gz(
+        &nested,
+        &[
+            ("todo-1.0/manifest.json", m.as_bytes()),
+            ("todo-1.0/SKILL.md", b"todo"),
+            ("todo-1.0/lib/util.txt", b"x"),
+        ],
+    );
+    let unpacked = install(&nested, dirs.managed(), InstallOptions::default()).unwrap();
+
+    let home = dirs.managed().parent().unwrap();
+    let modes = [
+        home,
+        dirs.managed(),
+        &copied.dir,
+        &copied.dir.join("scripts"),
+        &unpacked.dir,
+        &unpacked.dir.join("lib"),
+    ]
+    .map(mode);
+    assert_eq!(modes, [0o700; 6]);
+}

@@ -341,3 +341,132 @@ async fn reading_a_range_of_a_large_file_is_quick_and_the_output_capped() {
         err(". is a directory; use file.list to see what it holds")
     );
 }
+
+/// A sandboxed command can plant a symbolic link in the workspace where a
+/// write's temporary file would go (the old name was
+/// `.NAME.flynn-<daemon pid>.tmp`, and `$PPID` tells a command the pid);
+/// the daemon's write must neither follow it nor turn the file into it.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_symlink_planted_at_a_temporary_name_does_not_redirect_a_write() {
+    let (dir, ws, executor, ctx) = setup();
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let victim = outside.join("bashrc");
+    std::fs::write(&victim, "# the user's own\n").unwrap();
+    std::fs::write(ws.join("notes.md"), "old\n").unwrap();
+    let pid = std::process::id();
+    for name in [
+        format!(".notes.md.flynn-{pid}.tmp"),
+        format!(".notes.md.{pid}.tmp"),
+        ".notes.md.flynn.tmp".to_owned(),
+    ] {
+        std::os::unix::fs::symlink(&victim, ws.join(name)).unwrap();
+    }
+
+    let written = run(
+        &executor,
+        &ctx,
+        "file.write",
+        json!({"path": "notes.md", "content": "echo PWNED\n"}),
+    )
+    .await;
+    assert_eq!(written, ok("replaced notes.md (11 bytes, was 4)"));
+    let edited = run(
+        &executor,
+        &ctx,
+        "file.edit",
+        json!({"path": "notes.md", "old": "PWNED", "new": "fine"}),
+    )
+    .await;
+    assert_eq!(edited, ok("replaced 1 occurrence in notes.md (line 1)"));
+
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "# the user's own\n"
+    );
+    let notes = ws.join("notes.md");
+    assert!(
+        std::fs::symlink_metadata(&notes).unwrap().is_file(),
+        "notes.md is no longer a regular file"
+    );
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "echo fine\n");
+}
+
+/// Makes a named pipe (nothing ever writes to it).
+#[cfg(target_os = "linux")]
+fn fifo(path: &Path) {
+    use rustix::fs::{CWD, FileType, Mode};
+    rustix::fs::mknodat(CWD, path, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
+}
+
+/// Runs a tool, failing the test (rather than hanging it) when the call
+/// waits on the pipe. Afterwards an `open` still waiting on the pipe (a
+/// call the executor gave up on) is woken by opening the other end, so
+/// the runtime can shut down whatever the assertions say.
+#[cfg(target_os = "linux")]
+async fn run_beside_fifo(
+    executor: &ToolExecutor,
+    ctx: &ToolContext,
+    pipe: &Path,
+    name: &str,
+    args: Value,
+) -> ToolResult {
+    use std::os::unix::fs::OpenOptionsExt;
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(20),
+        run(executor, ctx, name, args.clone()),
+    )
+    .await;
+    // Opening the writing end wakes a reader waiting in `open`; closing
+    // it gives a waiting `read` the end of the file. With no reader the
+    // open fails, which is fine.
+    drop(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(pipe),
+    );
+    outcome.unwrap_or_else(|_| panic!("{name} {args} waited on a named pipe"))
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread")]
+async fn named_pipes_are_refused_without_waiting_for_a_writer() {
+    let (_dir, ws, executor, ctx) = setup();
+    let pipe = ws.join("pipe");
+    fifo(&pipe);
+    std::fs::write(ws.join("a.txt"), "needle\n").unwrap();
+    let refused = err("pipe is a named pipe, not a regular file");
+
+    let read = run_beside_fifo(&executor, &ctx, &pipe, "file.read", json!({"path": "pipe"})).await;
+    assert_eq!(read, refused);
+    let edit = run_beside_fifo(
+        &executor,
+        &ctx,
+        &pipe,
+        "file.edit",
+        json!({"path": "pipe", "old": "a", "new": "b"}),
+    )
+    .await;
+    assert_eq!(edit, refused);
+    let named = run_beside_fifo(
+        &executor,
+        &ctx,
+        &pipe,
+        "file.search",
+        json!({"pattern": "needle", "path": "pipe"}),
+    )
+    .await;
+    assert_eq!(named, refused);
+    // Walking the workspace passes the pipe by.
+    let walked = run_beside_fifo(
+        &executor,
+        &ctx,
+        &pipe,
+        "file.search",
+        json!({"pattern": "needle"}),
+    )
+    .await;
+    assert_eq!(walked, ok("a.txt:1: needle"));
+}

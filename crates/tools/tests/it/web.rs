@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use flynn_protocol::ToolEffect;
 use flynn_protocol::config::{SearchProvider, WebFetchConfig, WebSearchConfig};
-use flynn_testkit::{FakeBrave, FakeDuckDuckGo, FakeSearxng, FakeTavily, SearchHit};
+use flynn_testkit::{FakeBrave, FakeDuckDuckGo, FakeRedirect, FakeSearxng, FakeTavily, SearchHit};
 use flynn_tools::builtin::{WebFetch, WebSearch};
 use flynn_tools::{Tool, ToolError, into_dyn};
 use futures::StreamExt;
@@ -640,6 +640,31 @@ async fn brave_results_are_listed_with_the_key_sent() {
         ]
     );
     assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+/// reqwest drops `Authorization` on a redirect to another host, not
+/// `X-Subscription-Token`: a redirecting endpoint gets an error, and the
+/// host it points at never sees the key.
+#[tokio::test]
+async fn a_redirect_does_not_take_the_brave_key_elsewhere() {
+    let elsewhere = FakeBrave::start("brave-key-123").await;
+    elsewhere.set_hits(hits());
+    let redirect = FakeRedirect::start(302, &elsewhere.base_url());
+    let tool = searcher(
+        SearchProvider::Brave,
+        Some(redirect.base_url()),
+        Some("brave-key-123"),
+    );
+    assert_eq!(
+        search(&tool, json!({"query": "rust"})).await,
+        failed(format!(
+            "Brave search answered with a redirect (HTTP 302) to 127.0.0.1:{}; API keys are not \
+             sent across redirects: check tools.web_search.endpoint",
+            elsewhere.addr().port()
+        ))
+    );
+    assert_eq!(redirect.requests().len(), 1);
+    assert_eq!(elsewhere.requests().len(), 0);
 }
 
 #[tokio::test]

@@ -1,3 +1,4 @@
+use std::io::Read;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -5,7 +6,7 @@ use flynn_protocol::ToolEffect;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::write_atomically;
+use super::{open_regular, write_atomically};
 use crate::confine::display;
 use crate::{ToolContext, ToolError, TypedTool};
 
@@ -69,9 +70,18 @@ impl TypedTool for FileEdit {
                 "old and new are the same; nothing to change",
             ));
         }
-        let bytes = tokio::fs::read(&path)
+        let bytes = {
+            let (path, name) = (path.clone(), shown.clone());
+            tokio::task::spawn_blocking(move || {
+                let mut bytes = Vec::new();
+                open_regular(&path, &name)?
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| ToolError::failed(format!("cannot read {name}: {e}")))?;
+                Ok::<_, ToolError>(bytes)
+            })
             .await
-            .map_err(|e| ToolError::failed(format!("cannot read {shown}: {e}")))?;
+            .map_err(|e| ToolError::failed(format!("cannot read {shown}: {e}")))??
+        };
         let text = String::from_utf8(bytes).map_err(|_| {
             ToolError::failed(format!(
                 "{shown} is not UTF-8 text; file.edit changes text files only"

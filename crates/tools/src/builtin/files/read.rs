@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
-use super::is_binary;
+use super::{is_binary, open_regular};
 use crate::confine::display;
 use crate::{ToolContext, ToolError, TypedTool};
 
@@ -75,9 +75,13 @@ impl TypedTool for FileRead {
                 "{shown} is a directory; use file.list to see what it holds"
             )));
         }
-        let mut file = tokio::fs::File::open(&path)
-            .await
-            .map_err(|e| fail("open", e))?;
+        let opened = {
+            let (path, name) = (path.clone(), shown.clone());
+            tokio::task::spawn_blocking(move || open_regular(&path, &name))
+                .await
+                .map_err(|e| ToolError::failed(format!("cannot open {shown}: {e}")))?
+        };
+        let mut file = tokio::fs::File::from_std(opened?);
         let mut start = vec![0u8; super::SNIFF];
         let n = read_up_to(&mut file, &mut start)
             .await

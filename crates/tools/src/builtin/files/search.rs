@@ -7,8 +7,8 @@ use regex::RegexBuilder;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::is_binary;
 use super::walk::{NameGlob, Stop, StopOnDrop, walk};
+use super::{is_binary, not_regular, open_regular};
 use crate::confine::display;
 use crate::{ToolContext, ToolError, TypedTool};
 
@@ -79,8 +79,16 @@ impl TypedTool for FileSearch {
             .build()
             .map_err(|e| ToolError::failed(format!("invalid regex: {e}")))?;
         let glob = args.glob.as_deref().map(NameGlob::new).transpose()?;
-        if tokio::fs::metadata(&root).await.is_err() {
-            return Err(ToolError::failed(format!("{shown} does not exist")));
+        match tokio::fs::metadata(&root).await {
+            Err(_) => return Err(ToolError::failed(format!("{shown} does not exist"))),
+            Ok(meta) if !meta.is_dir() => {
+                if let Some(kind) = not_regular(&meta.file_type()) {
+                    return Err(ToolError::failed(format!(
+                        "{shown} is {kind}, not a regular file"
+                    )));
+                }
+            }
+            Ok(_) => {}
         }
         let workspace = ctx.workspace.clone();
         let private = ctx.private_dirs();
@@ -95,13 +103,15 @@ impl TypedTool for FileSearch {
             let mut search_file = |path: &std::path::Path| {
                 // A symlink may point out of the workspace; its target
                 // must be inside, like any path a file tool opens.
-                if !path
+                let Some(real) = path
                     .canonicalize()
-                    .is_ok_and(|real| real.starts_with(&real_root))
-                {
+                    .ok()
+                    .filter(|real| real.starts_with(&real_root))
+                else {
                     return;
-                }
-                let Ok(file) = std::fs::File::open(path) else {
+                };
+                // Regular files only: a named pipe would block the search.
+                let Ok(file) = open_regular(&real, "") else {
                     return;
                 };
                 if file.metadata().map_or(true, |m| m.len() > MAX_FILE) {

@@ -122,9 +122,16 @@ impl TypedTool for WebSearch {
         let client = self
             .client
             .get_or_init(|| {
-                Client::builder()
+                let mut builder = Client::builder()
                     .user_agent(concat!("Flynn/", env!("CARGO_PKG_VERSION")))
-                    .timeout(self.timeout)
+                    .timeout(self.timeout);
+                if self.sends_key() {
+                    // reqwest drops `Authorization` on a redirect to
+                    // another host, but not `X-Subscription-Token`: an
+                    // engine with a key follows no redirect (see `send`).
+                    builder = builder.redirect(reqwest::redirect::Policy::none());
+                }
+                builder
                     .build()
                     .map_err(|error| format!("cannot set up the HTTP client: {}", chain(&error)))
             })
@@ -154,6 +161,14 @@ impl WebSearch {
             SearchProvider::Tavily => "Tavily",
             SearchProvider::Duckduckgo => "DuckDuckGo",
         }
+    }
+
+    /// Whether requests carry the API key (Brave, Tavily).
+    fn sends_key(&self) -> bool {
+        matches!(
+            self.provider,
+            SearchProvider::Brave | SearchProvider::Tavily
+        )
     }
 
     fn key(&self) -> Result<&str, ToolError> {
@@ -250,6 +265,27 @@ impl WebSearch {
         let status = response.status();
         if status.is_success() {
             return Ok(response);
+        }
+        // Only an engine with a key stops at redirects (see the client).
+        if status.is_redirection() && self.sends_key() {
+            let to = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|location| response.url().join(location).ok())
+                .and_then(|url| {
+                    url.host_str().map(|host| match url.port() {
+                        Some(port) => format!("{host}:{port}"),
+                        None => host.to_owned(),
+                    })
+                })
+                .unwrap_or_else(|| "an unnamed place".to_owned());
+            return Err(ToolError::failed(format!(
+                "{} search answered with a redirect (HTTP {}) to {to}; API keys are not sent \
+                 across redirects: check tools.web_search.endpoint",
+                self.backend(),
+                status.as_u16()
+            )));
         }
         let body = response.text().await.unwrap_or_default();
         let detail: String = self.redact(body.trim()).chars().take(300).collect();
