@@ -360,6 +360,10 @@ pub enum PairingCommand {
         channel: String,
         /// The code the sender was given.
         code: String,
+        /// Make the sender an owner (the owner's rights, memory and
+        /// sessions), not a guest.
+        #[arg(long)]
+        owner: bool,
         #[arg(long)]
         json: bool,
     },

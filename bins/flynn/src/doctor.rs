@@ -700,7 +700,40 @@ fn security_lines(loaded: &Loaded, workspace: &config::Workspace) -> Vec<Check> 
     let mut lines = vec![workspace_line(loaded, workspace)];
     lines.extend(file_mode_line(&loaded.paths.home));
     lines.push(listener_line(&loaded.config));
+    lines.extend(owner_lines(&loaded.config));
     lines
+}
+
+/// Each chat channel either names its owners or treats every sender as
+/// a guest: say which, and how to name them.
+fn owner_lines(config: &FlynnConfig) -> Vec<Check> {
+    config
+        .channels
+        .access()
+        .into_iter()
+        .filter(|(_, access)| access.enabled)
+        .map(|(name, access)| {
+            if access.owners.is_empty() {
+                Check::warn(
+                    "security",
+                    format!(
+                        "{name}: no owners named, so every sender is a guest (own session and memory, the messaging tools, no approvals)"
+                    ),
+                    format!(
+                        "add your own {name} id to channels.{name}.owners, or approve yourself with `flynn pairing approve {name} <code> --owner`"
+                    ),
+                )
+            } else {
+                Check::ok(
+                    "security",
+                    format!(
+                        "{name}: owners {}; everyone else let in is a guest",
+                        access.owners.join(", ")
+                    ),
+                )
+            }
+        })
+        .collect()
 }
 
 fn workspace_line(loaded: &Loaded, workspace: &config::Workspace) -> Check {

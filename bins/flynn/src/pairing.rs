@@ -77,6 +77,7 @@ pub async fn run(args: PairingArgs) -> Result<(), Failure> {
         PairingCommand::Approve {
             channel,
             code,
+            owner,
             json,
         } => {
             let peer = match (&remote, &store) {
@@ -85,25 +86,38 @@ pub async fn run(args: PairingArgs) -> Result<(), Failure> {
                         target,
                         client,
                         "pairing.approve",
-                        json!({"channel": channel, "code": code}),
+                        json!({"channel": channel, "code": code, "owner": owner}),
                     )
                     .await?
                 }
                 (None, Some(store)) => {
-                    let peer = store
+                    let mut peer = store
                         .pairing_approve(&channel, &code, now_millis())
                         .await
                         .map_err(storage)?
                         .map_err(|refusal| Failure::other(refusal.to_string()))?;
+                    if owner {
+                        store
+                            .set_peer_owner(&peer.channel, &peer.sender, true)
+                            .await
+                            .map_err(storage)?;
+                        peer.owner = true;
+                    }
                     PairedSender::from(peer)
                 }
                 (None, None) => unreachable_source(),
             };
             if json {
                 println!("{}", json!(peer));
+            } else if peer.owner {
+                println!(
+                    "Approved {} on {} as an owner: their messages have your rights.",
+                    who(&peer.sender, peer.name.as_deref()),
+                    peer.channel
+                );
             } else {
                 println!(
-                    "Approved {} on {}: they can talk to Flynn now.",
+                    "Approved {} on {} as a guest: they can talk to Flynn now, in their own session and memory. (`--owner` approves an owner.)",
                     who(&peer.sender, peer.name.as_deref()),
                     peer.channel
                 );
@@ -186,9 +200,10 @@ fn print_list(list: &PairingList, json: bool) {
         println!("Approved by pairing:");
         for p in &list.approved {
             println!(
-                "  {:<9} {}  (since {})",
+                "  {:<9} {}  {}  (since {})",
                 p.channel,
                 who(&p.sender, p.name.as_deref()),
+                if p.owner { "owner" } else { "guest" },
                 timestamp(p.approved_at)
             );
         }

@@ -233,6 +233,35 @@ fn check_agents(
     if let Some(problem) = agents.default.as_deref().and_then(unknown_agent) {
         report(KeyPath::keys(&["agents", "default"]), problem);
     }
+    for (index, agent) in agents.list.iter().enumerate() {
+        let path = list.index(index);
+        for (i, name) in agent.can_delegate.iter().enumerate() {
+            if let Some(problem) = unknown_agent(name) {
+                report(path.key("can_delegate").index(i), problem);
+            }
+        }
+        for (i, choice) in agent.models.iter().enumerate() {
+            let choice = choice.trim();
+            if choice.parse::<flynn_protocol::Tier>().is_ok() {
+                continue;
+            }
+            match choice.parse::<ModelRef>() {
+                Ok(model) => {
+                    if let Some(problem) = unknown_provider(model.provider(), providers) {
+                        report(path.key("models").index(i), problem);
+                    }
+                }
+                Err(_) => report(
+                    path.key("models").index(i),
+                    Problem::Other {
+                        message: format!(
+                            "'{choice}' is neither a tier nor a model; expected fast, default, complex, local, or provider/model such as anthropic/claude-haiku-4-5"
+                        ),
+                    },
+                ),
+            }
+        }
+    }
     let routes = KeyPath::keys(&["agents", "routes"]);
     for (index, route) in agents.routes.iter().enumerate() {
         let path = routes.index(index);

@@ -197,6 +197,14 @@ impl Daemon {
         let channels = if config.channels.access().is_empty() {
             None
         } else {
+            for (name, access) in config.channels.access() {
+                if access.enabled && access.owners.is_empty() {
+                    tracing::warn!(
+                        channel = name,
+                        "no owners named: every sender on {name} is a guest (own session and memory, the messaging tools, confirmations go to the dashboard); add your id to channels.{name}.owners or approve yourself with `flynn pairing approve {name} <code> --owner`"
+                    );
+                }
+            }
             let (registry, deliveries) = Registry::new(Backoff::default());
             let router =
                 ChannelRouter::new(flynn.manager().clone(), registry.clone(), &config.channels);

@@ -576,6 +576,9 @@ pub struct PairedSender {
     pub name: Option<String>,
     /// Unix milliseconds.
     pub approved_at: i64,
+    /// Promoted to owner: the sender's messages have the owner's rights.
+    #[serde(default)]
+    pub owner: bool,
 }
 
 /// Parameters of `pairing.approve`.
@@ -586,6 +589,9 @@ pub struct PairingApproveParams {
     pub channel: String,
     /// The code the sender was given (case and spaces do not matter).
     pub code: String,
+    /// Make the sender an owner, not a guest.
+    #[serde(default)]
+    pub owner: bool,
 }
 
 /// Parameters of `pairing.revoke`.
@@ -624,6 +630,7 @@ impl From<flynn_sessions::ApprovedPeer> for PairedSender {
             sender: p.sender,
             name: p.name,
             approved_at: p.approved_at,
+            owner: p.owner,
         }
     }
 }

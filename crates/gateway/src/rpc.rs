@@ -772,8 +772,17 @@ async fn pairing_approve(params: Params<'static>, state: Arc<State>) -> RpcResul
         .await
         .map_err(|e| error::storage(&e))?;
     match approved {
-        Ok(peer) => {
-            tracing::info!(channel = %peer.channel, sender = %peer.sender, "pairing approved");
+        Ok(mut peer) => {
+            if params.owner {
+                state
+                    .manager
+                    .store()
+                    .set_peer_owner(&peer.channel, &peer.sender, true)
+                    .await
+                    .map_err(|e| error::storage(&e))?;
+                peer.owner = true;
+            }
+            tracing::info!(channel = %peer.channel, sender = %peer.sender, owner = peer.owner, "pairing approved");
             Ok(PairedSender::from(peer))
         }
         Err(refusal) => Err(error::not_found(refusal.to_string())),

@@ -147,6 +147,11 @@ impl Gateway {
     /// (`mcp.status`) and searches its memory for `/mcp` callers.
     pub fn with_extras(parts: GatewayParts, extras: GatewayExtras) -> Gateway {
         let settings = parts.config.gateway.clone();
+        // A guest's confirmations reach the owner here when the owner is
+        // not in a chat to ask.
+        parts
+            .manager
+            .set_owner_approver(Arc::new(parts.approver.clone()));
         let state = Arc::new(State {
             manager: parts.manager,
             approver: parts.approver,

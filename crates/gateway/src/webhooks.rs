@@ -114,6 +114,7 @@ pub(crate) async fn receive(
     request.agent = hook.agent.clone();
     request.approver = Some(Arc::new(gateway.approver.clone()));
     request.untrusted = Some(source);
+    request.principal = flynn_protocol::Principal::automation(format!("webhook:{name}"));
     match gateway.manager.submit(request).await {
         Ok(Submitted::Turn(handle)) => (
             StatusCode::ACCEPTED,

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use flynn_protocol::config::{AgentConfig, AgentsConfig, MAIN_AGENT, ModelRef, ToolsConfig};
+use flynn_protocol::config::{
+    AgentConfig, AgentsConfig, MAIN_AGENT, ModelRef, ToolPolicyConfig, ToolProfile, ToolsConfig,
+};
 use flynn_protocol::{SessionKey, Tier};
 use flynn_tools::ToolPolicy;
 use wildmatch::WildMatch;
@@ -28,6 +30,13 @@ pub struct AgentProfile {
     pub prompt: PromptBuilder,
     /// Model calls per turn before stopping with a partial answer.
     pub max_iterations: u32,
+    /// What a guest may pick with `/model` (tiers and `provider/model`).
+    pub models: Vec<String>,
+    /// Other agents this one may start or message.
+    pub can_delegate: Vec<String>,
+    /// The tools a guest's turn may use (`guest_tools`, the agent's else
+    /// `agents.guest_tools`); the `messaging` profile when `None`.
+    pub guest_tools: Option<ToolPolicyConfig>,
 }
 
 impl AgentProfile {
@@ -66,7 +75,33 @@ impl AgentProfile {
                 .collect(),
             prompt: PromptBuilder::new(base, agent.prompt_files.clone(), workspace),
             max_iterations: agent.max_iterations.unwrap_or(defaults.max_iterations),
+            models: agent.models.clone(),
+            can_delegate: agent.can_delegate.clone(),
+            guest_tools: agent
+                .guest_tools
+                .clone()
+                .or_else(|| defaults.guest_tools.clone()),
         }
+    }
+
+    /// Whether this agent may start or message `other` (itself always).
+    pub fn may_delegate_to(&self, other: &str) -> bool {
+        other == self.name || self.can_delegate.iter().any(|name| name == other)
+    }
+
+    /// The policy a guest's turn gets: the agent's (for `provider`),
+    /// within the guest restriction (`guest_tools` of the channel, else
+    /// the agent's, else the `messaging` profile).
+    pub fn guest_policy(
+        &self,
+        provider: Option<&str>,
+        channel_tools: Option<&ToolPolicyConfig>,
+    ) -> ToolPolicy {
+        let restriction = ToolPolicy::restriction(
+            channel_tools.or(self.guest_tools.as_ref()),
+            ToolProfile::Messaging,
+        );
+        self.policy_for(provider).within(&restriction)
     }
 
     /// The policy for a turn whose model comes from `provider`.
@@ -215,6 +250,23 @@ impl Agents {
                     && route.sender.matches(sender)
             })
             .map(|route| route.agent.as_str())
+    }
+
+    /// The agents a guest `sender` on `channel` may switch to in session
+    /// `key` with `/agent`: the one the routes pick for the session, and
+    /// every agent a route sends this sender (or this chat) to.
+    pub fn reachable_by(&self, channel: &str, sender: &str, key: &SessionKey) -> Vec<&str> {
+        let mut names = vec![self.route(key).name.as_str()];
+        for route in &self.routes {
+            if route.channel.matches(channel)
+                && (route.sender.matches(sender) || route.sender.matches(key.peer()))
+                && !names.contains(&route.agent.as_str())
+                && self.by_name.contains_key(&route.agent)
+            {
+                names.push(route.agent.as_str());
+            }
+        }
+        names
     }
 
     /// The agent for a message on `key`: the first route whose channel and

@@ -32,7 +32,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use flynn_automation::{Clock, Heartbeat, LineProblem, Schedule, ScheduleError, Scheduler, due};
 use flynn_channels::{ChatKind, Conversation, Registry, Target, outbound};
 use flynn_protocol::config::{AutomationConfig, ChannelsConfig, CronJobConfig, Missed};
-use flynn_protocol::{SessionKey, ToolEffect, TurnId};
+use flynn_protocol::{Principal, SessionKey, ToolEffect, TurnId};
 use flynn_sessions::{JobKind, JobRuns, LastRun, RunOutcome, StoredCronJob};
 use flynn_tools::{DenyAll, Tool, ToolContext, ToolError, TypedTool};
 use schemars::JsonSchema;
@@ -110,6 +110,16 @@ pub enum JobError {
         "cron job '{name}' comes from the config file (automation.jobs); only jobs added with cron.add can be removed here: remove it from the file instead"
     )]
     FromConfig { name: String },
+    /// A guest's turn asked to schedule or remove a job.
+    #[error(
+        "scheduling is the owner's: this conversation is with a guest, whose turns cannot add or remove cron jobs"
+    )]
+    Guest,
+    /// A turn asked for a job of another agent.
+    #[error(
+        "agent: a job added here runs as this agent ('{caller}'), not '{asked}'; leave agent out, or ask the owner to add it to the config"
+    )]
+    OtherAgent { caller: String, asked: String },
     /// The runtime is not composed yet, or the loop cannot start.
     #[error("automation is not available: {0}")]
     NotReady(&'static str),
@@ -644,7 +654,18 @@ impl Automation {
                 origin: describe_origin(&existing.origin),
             });
         }
+        if caller.principal.is_guest() {
+            return Err(JobError::Guest);
+        }
+        // A turn schedules work for itself only: a job runs as the agent
+        // that added it, never a more capable one.
         let agent = new.agent.unwrap_or_else(|| caller.agent.clone());
+        if agent != caller.agent {
+            return Err(JobError::OtherAgent {
+                caller: caller.agent.clone(),
+                asked: agent,
+            });
+        }
         if manager.agents().get(&agent).is_none() {
             return Err(JobError::UnknownAgent {
                 name: agent,
@@ -1000,6 +1021,10 @@ impl Inner {
         };
         let mut request = TurnRequest::text(spec.session.clone(), spec.message.clone());
         request.agent = Some(spec.agent.clone());
+        request.principal = Principal::automation(match spec.kind {
+            JobKind::Cron => format!("cron:{}", spec.name),
+            JobKind::Heartbeat => "heartbeat".to_owned(),
+        });
         request.approver = Some(Arc::new(DenyAll::new(format!(
             "{} runs unattended, so nobody can confirm it; do without it, or the owner can allow the tool with a `tools.hooks` rule",
             spec.what
@@ -1329,7 +1354,10 @@ impl TypedTool for CronRemove {
         ToolEffect::SendsMessages
     }
 
-    async fn run(&self, args: RemoveArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn run(&self, args: RemoveArgs, ctx: &ToolContext) -> Result<String, ToolError> {
+        if ctx.principal.is_guest() {
+            return Err(tool_error("cron.remove", JobError::Guest));
+        }
         let name = args.name.trim();
         self.0
             .remove(name)

@@ -9,8 +9,15 @@
 //! once) before the adapter is told to acknowledge it. The answer streams
 //! back to the same place by editing one message (or is sent whole where
 //! the platform cannot edit), with a typing indicator while the turn runs;
-//! a tool call that needs confirmation asks there with Approve / Deny
-//! buttons that only allowed senders may press.
+//! a tool call that needs confirmation asks with Approve / Deny buttons.
+//!
+//! Each message carries its sender as a principal: a sender in the
+//! channel's `owners` (or promoted with `flynn pairing approve --owner`)
+//! is the owner, everyone else let in is a guest. Only owners answer the
+//! owner's confirmations; a guest's go to the owner (the owner's direct
+//! chat, else the dashboard) unless `guest_approvals: requester` lets the
+//! guest answer its own. Confirmation tokens are random and end with the
+//! wait.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -26,8 +33,8 @@ use flynn_channels::{
     Action, Attachment, AttachmentKind, Button, ButtonStyle, ChannelAdapter, ChatKind, Delivery,
     Disposition, InboundEvent, InboundMessage, Registry, Target,
 };
-use flynn_protocol::config::{ChannelAccess, ChannelsConfig, DmPolicy};
-use flynn_protocol::{AgentEvent, ContentBlock, ImageSource, SessionKey, TurnOutcome};
+use flynn_protocol::config::{ChannelAccess, ChannelsConfig, DmPolicy, GuestApprovals};
+use flynn_protocol::{AgentEvent, ContentBlock, ImageSource, Principal, SessionKey, TurnOutcome};
 use flynn_sessions::pairing::CODE_TTL_MS;
 use flynn_tools::{ApprovalRequest, Approver, Decision};
 use tokio::sync::{mpsc, oneshot};
@@ -59,7 +66,9 @@ struct Inner {
     access: HashMap<String, ChannelAccess>,
     limiters: Mutex<HashMap<String, RateLimiter>>,
     confirmations: Mutex<HashMap<String, Waiting>>,
-    next_token: AtomicU64,
+    /// Where each channel's owner last wrote in a direct chat: a guest's
+    /// confirmations are asked there.
+    owner_chats: Mutex<HashMap<String, Target>>,
     recent_actions: Mutex<VecDeque<String>>,
     tasks: TaskTracker,
     /// Where files from chats are saved (`<workspace>/inbox/<channel>/`).
@@ -69,7 +78,18 @@ struct Inner {
 /// A confirmation waiting for a button press.
 struct Waiting {
     channel: String,
+    /// Who may press its buttons.
+    answerer: Answerer,
     answer: oneshot::Sender<(Decision, String)>,
+}
+
+/// Who may answer a confirmation asked in a chat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answerer {
+    /// The channel's owners.
+    Owners,
+    /// One sender: the guest who asked (`guest_approvals: requester`).
+    Sender(String),
 }
 
 impl std::fmt::Debug for ChannelRouter {
@@ -102,6 +122,9 @@ impl ChannelRouter {
             })
             .collect();
         let workspace = manager.agents().default_agent().workspace().to_path_buf();
+        for (name, access) in &access {
+            manager.set_channel_guest_tools(name, access.guest_tools.clone());
+        }
         ChannelRouter {
             inner: Arc::new(Inner {
                 manager,
@@ -109,7 +132,7 @@ impl ChannelRouter {
                 access,
                 limiters: Mutex::new(limiters),
                 confirmations: Mutex::new(HashMap::new()),
-                next_token: AtomicU64::new(1),
+                owner_chats: Mutex::new(HashMap::new()),
                 recent_actions: Mutex::new(VecDeque::new()),
                 tasks: TaskTracker::new(),
                 workspace,
@@ -161,7 +184,21 @@ impl ChannelRouter {
         self.inner.access.get(channel).cloned().unwrap_or_default()
     }
 
-    /// Whether `sender` may talk to (and answer confirmations on) `channel`.
+    /// Whether `sender` is the owner on `channel`: listed in `owners`, or
+    /// promoted when paired.
+    async fn is_owner(&self, channel: &str, access: &ChannelAccess, sender: &str) -> Result<bool> {
+        if access.owners.iter().any(|owner| owner == sender) {
+            return Ok(true);
+        }
+        Ok(self
+            .inner
+            .manager
+            .store()
+            .peer_owner(channel, sender)
+            .await?)
+    }
+
+    /// Whether `sender` may talk to `channel`.
     async fn allowed(&self, channel: &str, access: &ChannelAccess, sender: &str) -> Result<bool> {
         if access.dm_policy == DmPolicy::Open
             || access.allow_from.iter().any(|a| a == "*" || a == sender)
@@ -219,11 +256,25 @@ impl ChannelRouter {
             }
             return Disposition::Ignored("over the sender's rate limit".to_owned());
         }
-        match self.allowed(channel, &access, &message.sender.id).await {
-            Ok(true) => {}
-            Ok(false) => return self.pair(channel, adapter, &target, message, &access).await,
+        let owner = match self.is_owner(channel, &access, &message.sender.id).await {
+            Ok(owner) => owner,
             Err(e) => return Disposition::Retry(e.to_string()),
+        };
+        if !owner {
+            match self.allowed(channel, &access, &message.sender.id).await {
+                Ok(true) => {}
+                Ok(false) => return self.pair(channel, adapter, &target, message, &access).await,
+                Err(e) => return Disposition::Retry(e.to_string()),
+            }
         }
+        let principal = if owner {
+            if !group {
+                lock(&self.inner.owner_chats).insert(channel.to_owned(), target.clone());
+            }
+            Principal::Owner
+        } else {
+            Principal::guest(channel, &message.sender.id)
+        };
 
         let session = match SessionKey::new(channel, &message.conversation.peer()) {
             Ok(key) => key,
@@ -236,6 +287,7 @@ impl ChannelRouter {
         let mut request = TurnRequest::text(session.clone(), "");
         request.content = content;
         request.external_id = Some(message.id.clone());
+        request.principal = principal.clone();
         let routed = self
             .inner
             .manager
@@ -246,12 +298,35 @@ impl ChannelRouter {
         {
             request.agent = Some(agent.to_owned());
         }
-        request.approver = Some(Arc::new(ChannelApprover {
-            router: self.clone(),
-            adapter: adapter.clone(),
-            target: target.clone(),
-            channel: channel.to_owned(),
-        }));
+        request.approver = Some(match (&principal, access.guest_approvals) {
+            (Principal::Guest { id, .. }, GuestApprovals::Requester) => Arc::new(ChannelApprover {
+                router: self.clone(),
+                adapter: adapter.clone(),
+                target: target.clone(),
+                channel: channel.to_owned(),
+                answerer: Answerer::Sender(id.clone()),
+                asked_for: None,
+            })
+                as Arc<dyn Approver>,
+            (Principal::Guest { id, .. }, GuestApprovals::Owner) => Arc::new(OwnerApprover {
+                router: self.clone(),
+                adapter: adapter.clone(),
+                channel: channel.to_owned(),
+                guest: message
+                    .sender
+                    .name
+                    .as_ref()
+                    .map_or_else(|| id.clone(), |name| format!("{name} ({id})")),
+            }),
+            _ => Arc::new(ChannelApprover {
+                router: self.clone(),
+                adapter: adapter.clone(),
+                target: target.clone(),
+                channel: channel.to_owned(),
+                answerer: Answerer::Owners,
+                asked_for: None,
+            }),
+        });
         // Subscribe before submitting: the turn may start at once.
         let events = self.inner.manager.subscribe(&session);
         match self.inner.manager.submit(request).await {
@@ -412,10 +487,12 @@ impl ChannelRouter {
             }
         }
         let access = self.access(channel);
-        let note = match self.allowed(channel, &access, &action.sender.id).await {
+        let owner = match self.is_owner(channel, &access, &action.sender.id).await {
             Err(e) => return Disposition::Retry(e.to_string()),
-            Ok(false) => "You are not allowed to answer this.",
-            Ok(true) => {
+            Ok(owner) => owner,
+        };
+        let note = {
+            {
                 let (approve, token) = match action.data.split_once(':') {
                     Some(("y", token)) => (true, token),
                     Some(("n", token)) => (false, token),
@@ -426,10 +503,22 @@ impl ChannelRouter {
                         ));
                     }
                 };
+                let mut refused = false;
                 let waiting = {
                     let mut confirmations = lock(&self.inner.confirmations);
                     match confirmations.get(token) {
-                        Some(w) if w.channel == channel => confirmations.remove(token),
+                        Some(w) if w.channel == channel => {
+                            let may = match &w.answerer {
+                                Answerer::Owners => owner,
+                                Answerer::Sender(id) => id == &action.sender.id,
+                            };
+                            refused = !may;
+                            if may {
+                                confirmations.remove(token)
+                            } else {
+                                None
+                            }
+                        }
                         _ => None,
                     }
                 };
@@ -439,6 +528,10 @@ impl ChannelRouter {
                     .clone()
                     .unwrap_or_else(|| action.sender.id.clone());
                 match waiting {
+                    None if refused => {
+                        tracing::warn!(channel, sender = %action.sender.id, "refused a confirmation answer from someone who may not give it");
+                        "You are not allowed to answer this."
+                    }
                     None => "This request is no longer waiting.",
                     Some(waiting) => {
                         let decision = if approve {
@@ -563,29 +656,72 @@ impl ChannelRouter {
     }
 }
 
-/// Asks for confirmations in the chat a turn came from.
+/// Largest tool input shown for approval in a chat, in bytes; a longer
+/// one is never shown cut short: it is denied, to be done another way.
+pub const MAX_APPROVAL_INPUT: usize = 32 * 1024;
+
+/// Asks for confirmations in a chat: the one a turn came from, or the
+/// owner's.
 struct ChannelApprover {
     router: ChannelRouter,
     adapter: Arc<dyn ChannelAdapter>,
     target: Target,
     channel: String,
+    /// Who may press the buttons.
+    answerer: Answerer,
+    /// Whose turn asks, when it is not the chat's own (a guest's call
+    /// asked in the owner's chat).
+    asked_for: Option<String>,
+}
+
+/// A token nobody can guess, for one confirmation's buttons.
+fn random_token() -> String {
+    let mut bytes = [0u8; 12];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No OS randomness: fall back to the clock and a counter, still
+        // bound to the chat and the answerer.
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        return format!("{:x}{n:x}", now_millis());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The tool call as a chat shows it for approval: the whole input in a
+/// code block no input can close early.
+fn approval_text(request: &ApprovalRequest, asked_for: Option<&str>) -> Option<String> {
+    let input = serde_json::to_string_pretty(&request.input).unwrap_or_default();
+    if input.len() > MAX_APPROVAL_INPUT {
+        return None;
+    }
+    let mut longest = 0;
+    let mut run = 0;
+    for c in input.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let fence = "`".repeat((longest + 1).max(3));
+    let mut text = format!("**Allow `{}`?**", request.tool);
+    if let Some(who) = asked_for {
+        text.push_str(&format!("\n_Asked in a conversation with {who}._"));
+    }
+    text.push_str(&format!("\n{fence}json\n{input}\n{fence}"));
+    Some(text)
 }
 
 #[async_trait]
 impl Approver for ChannelApprover {
     async fn approve(&self, request: &ApprovalRequest) -> Decision {
         let inner = &self.router.inner;
-        let token = format!("{:x}", inner.next_token.fetch_add(1, Ordering::Relaxed));
-        let mut input = serde_json::to_string_pretty(&request.input).unwrap_or_default();
-        if input.len() > 800 {
-            let mut cut = 800;
-            while !input.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            input.truncate(cut);
-            input.push_str("\n…");
-        }
-        let mut text = format!("**Allow `{}`?**\n```json\n{input}\n```", request.tool);
+        let token = random_token();
+        let Some(mut text) = approval_text(request, self.asked_for.as_deref()) else {
+            return Decision::Deny {
+                reason: format!(
+                    "its input is longer than {} KiB, too long to show for approval in a chat",
+                    MAX_APPROVAL_INPUT / 1024
+                ),
+            };
+        };
         if let Some(reason) = &request.reason {
             text.push_str(&format!("\n_{reason}_"));
         }
@@ -610,6 +746,7 @@ impl Approver for ChannelApprover {
             token.clone(),
             Waiting {
                 channel: self.channel.clone(),
+                answerer: self.answerer.clone(),
                 answer: tx,
             },
         );
@@ -640,6 +777,45 @@ impl Approver for ChannelApprover {
         };
         guard.finish(verdict).await;
         decision
+    }
+}
+
+/// Asks the owner about a guest's tool call: in the owner's direct chat
+/// on the channel when the owner has written there, else through the
+/// runtime's owner approver (the dashboard); never the guest.
+struct OwnerApprover {
+    router: ChannelRouter,
+    adapter: Arc<dyn ChannelAdapter>,
+    channel: String,
+    /// The guest, as the owner is shown it.
+    guest: String,
+}
+
+#[async_trait]
+impl Approver for OwnerApprover {
+    async fn approve(&self, request: &ApprovalRequest) -> Decision {
+        let inner = &self.router.inner;
+        let owner_chat = lock(&inner.owner_chats).get(&self.channel).cloned();
+        if let Some(target) = owner_chat {
+            let asker = ChannelApprover {
+                router: self.router.clone(),
+                adapter: self.adapter.clone(),
+                target,
+                channel: self.channel.clone(),
+                answerer: Answerer::Owners,
+                asked_for: Some(format!("the guest {} on {}", self.guest, self.channel)),
+            };
+            return asker.approve(request).await;
+        }
+        match inner.manager.owner_approver() {
+            Some(approver) => approver.approve(request).await,
+            None => Decision::Deny {
+                reason: format!(
+                    "it needs the owner's approval, and the owner could not be asked: name the owner in channels.{}.owners and write to the bot once, or open the dashboard",
+                    self.channel
+                ),
+            },
+        }
     }
 }
 

@@ -64,6 +64,7 @@ pub(crate) fn compactor(
     depth: u32,
     model: &ModelRef,
     cancel: &CancellationToken,
+    extract: bool,
 ) -> Compactor {
     let config = &shared.compaction;
     let settings = CompactionSettings {
@@ -86,7 +87,7 @@ pub(crate) fn compactor(
     let extractor: Option<Arc<dyn MemoryFlush>> = shared
         .memory
         .as_ref()
-        .filter(|memory| memory.auto_extract)
+        .filter(|memory| extract && memory.auto_extract)
         .map(|memory| {
             Arc::new(Extractor {
                 memory: memory.memory.clone(),
@@ -147,9 +148,10 @@ pub(crate) async fn force(
     session: &SessionKey,
     model: &ModelRef,
     system_tokens: usize,
+    extract: bool,
 ) -> Result<Option<CompactionReport>> {
     let cancel = shared.shutdown.child_token();
-    let compactor = compactor(shared, session, 0, model, &cancel);
+    let compactor = compactor(shared, session, 0, model, &cancel, extract);
     let window = window_of(shared, model).await;
     compactor
         .compact(

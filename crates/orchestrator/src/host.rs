@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use flynn_protocol::config::SessionAccess;
-use flynn_protocol::{ContentBlock, Message, Purpose, Role, SessionKey, Tier, TurnId, TurnOutcome};
+use flynn_protocol::{
+    ContentBlock, Message, Principal, Purpose, Role, SessionKey, Tier, TurnId, TurnOutcome,
+};
 use flynn_tools::builtin::{AgentHost, SpawnRequest, page};
 use flynn_tools::{Approver, ToolContext, ToolError};
 
@@ -34,6 +36,9 @@ pub(crate) struct TurnHost {
     pub(crate) tier: Tier,
     pub(crate) lineage: Lineage,
     pub(crate) approver: Arc<dyn Approver>,
+    /// Who sent the message the turn answers; the turns it starts act
+    /// for the same sender.
+    pub(crate) principal: Principal,
 }
 
 /// Makes child session names unique within a process run.
@@ -56,6 +61,8 @@ impl TurnHost {
             parents,
             autonomy_cap: Some(ctx.policy.autonomy()),
             provenance: Some(ctx.provenance.clone()),
+            policy_cap: Some(ctx.policy.clone()),
+            workspace_cap: Some(ctx.workspace.clone()),
         }
     }
 
@@ -71,17 +78,38 @@ impl TurnHost {
     }
 
     /// Whether this agent may see `key` (`agents.session_access`).
+    /// A guest's turn sees only its own session.
     async fn may_see(&self, key: &SessionKey) -> Result<bool> {
+        if self.principal.is_guest() {
+            return Ok(key == &self.session);
+        }
         if self.settings().session_access == SessionAccess::All {
             return Ok(true);
         }
+        Ok(self.agent_of(key).await?.name == self.agent.name)
+    }
+
+    /// The agent that answers `key`: its `/agent` choice, else the routes'.
+    async fn agent_of(&self, key: &SessionKey) -> Result<Arc<AgentProfile>> {
         let meta = self.shared.store.metadata(key).await?;
-        let agent = meta
+        Ok(meta
             .agent
             .as_deref()
             .and_then(|name| self.shared.agents.get(name))
-            .unwrap_or_else(|| self.shared.agents.route(key));
-        Ok(agent.name == self.agent.name)
+            .unwrap_or_else(|| self.shared.agents.route(key))
+            .clone())
+    }
+
+    /// Refuses reaching `other` unless this agent lists it in
+    /// `can_delegate` (or it is this agent).
+    fn check_delegation(&self, other: &str, what: &str) -> Result<(), ToolError> {
+        if self.agent.may_delegate_to(other) {
+            return Ok(());
+        }
+        Err(ToolError::failed(format!(
+            "the agent '{}' may not {what} the agent '{other}': add it to agents.list[{}].can_delegate to allow it",
+            self.agent.name, self.agent.name
+        )))
     }
 
     async fn visible(&self, session: &str) -> Result<SessionKey, ToolError> {
@@ -217,6 +245,9 @@ impl AgentHost for TurnHost {
             ),
             None => None,
         };
+        if let Some(named) = &named {
+            self.check_delegation(&named.name, "start")?;
+        }
         let agent = named.clone().unwrap_or_else(|| self.agent.clone());
         let tier = request
             .tier
@@ -239,6 +270,7 @@ impl AgentHost for TurnHost {
             turn.tier = Some(tier);
             turn.agent = Some(agent.name.clone());
             turn.approver = Some(self.approver.clone());
+            turn.principal = self.principal.clone();
             turn.lineage = self.child_lineage(ctx);
             let outcome = self.run_turn(turn, "the sub-agent", ctx).await?;
             let mut out = outcome.reply.clone();
@@ -265,6 +297,7 @@ impl AgentHost for TurnHost {
                             agent: &agent.name,
                             workspace: agent.workspace(),
                             message: &content,
+                            principal: &self.principal,
                         })
                         .await
                 }
@@ -384,13 +417,19 @@ impl AgentHost for TurnHost {
             )));
         }
         self.check_depth("this message")?;
+        let target = self.agent_of(&key).await.map_err(storage)?;
+        self.check_delegation(&target.name, "message")?;
         let text = format!(
             "[message from session {} (agent {}), answered automatically]\n{message}",
             self.session, self.agent.name
         );
         let mut turn = TurnRequest::text(key.clone(), text);
         turn.approver = Some(self.approver.clone());
+        turn.principal = self.principal.clone();
         turn.lineage = self.child_lineage(ctx);
+        // That session's agent keeps its own workspace; its tools stay
+        // within this turn's.
+        turn.lineage.workspace_cap = None;
         let outcome = self
             .run_turn(turn, &format!("the turn in {key}"), ctx)
             .await?;

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use flynn_protocol::config::{InterruptedTurns, ModelRef};
 use flynn_protocol::{
-    AgentEvent, ContentBlock, Message, RecoveryAction, Role, RunState, SessionKey, Tier, TurnId,
-    TurnOutcome,
+    AgentEvent, ContentBlock, Message, Principal, RecoveryAction, Role, RunState, SessionKey, Tier,
+    TurnId, TurnOutcome,
 };
 use flynn_sessions::{SessionMeta, TurnOrigin, TurnRecord, TurnStatus};
 use flynn_tools::{Approver, DenyAll};
@@ -36,6 +36,10 @@ pub(crate) enum LaneOp {
     /// Answer a chat command.
     Command {
         command: Command,
+        /// Who sent it: guests may not vouch for content, and pick only
+        /// among the agents routed to them and the models their agent
+        /// lists.
+        principal: Principal,
         reply: oneshot::Sender<Result<Submitted>>,
     },
     /// Drop a turn that is still waiting.
@@ -278,9 +282,13 @@ impl Lane {
                     );
                 }
             }
-            LaneOp::Command { command, reply } => {
+            LaneOp::Command {
+                command,
+                principal,
+                reply,
+            } => {
                 let name = command.name().to_owned();
-                let result = self.command(command).await;
+                let result = self.command(command, &principal).await;
                 if let Ok(text) = &result {
                     self.publish(
                         None,
@@ -325,6 +333,7 @@ impl Lane {
             agent,
             owner_pid: self.shared.pid,
             external_id: request.external_id.clone(),
+            principal: request.principal.clone(),
         };
         let record = self
             .shared
@@ -394,6 +403,7 @@ impl Lane {
             tier,
             model,
             approver,
+            principal: queued.record.origin.principal.clone(),
             lineage: queued.lineage.clone(),
             taint: self.taint.clone(),
             events: TurnEvents {
@@ -462,8 +472,26 @@ impl Lane {
         count
     }
 
-    async fn command(&mut self, command: Command) -> Result<String> {
+    async fn command(&mut self, command: Command, principal: &Principal) -> Result<String> {
         let store = self.shared.store.clone();
+        if let Principal::Guest { channel, id } = principal {
+            if let Some(refusal) = self.guest_refusal(&command, channel, id) {
+                return Ok(refusal);
+            }
+            if let Command::Agent(None) = command {
+                let current = self.session_agent().name.clone();
+                let mut out = String::from("Agents you can talk to here:");
+                for name in self.shared.agents.reachable_by(channel, id, &self.key) {
+                    let mark = if name == current {
+                        " (this session)"
+                    } else {
+                        ""
+                    };
+                    let _ = write!(out, "\n- {name}{mark}");
+                }
+                return Ok(out);
+            }
+        }
         match command {
             Command::Help => Ok(HELP.to_owned()),
             Command::Status => self.status().await,
@@ -486,7 +514,7 @@ impl Lane {
             }
             // `SessionManager::submit` answers /cancel without the queue.
             Command::Cancel => Ok("Nothing is running.".to_owned()),
-            Command::Compact => self.compact_now().await,
+            Command::Compact => self.compact_now(principal.is_owner()).await,
             Command::Model(None) => Ok(self.describe_model()),
             Command::Model(Some(ModelChoice::Tier(tier))) => {
                 self.shared.router.check_tier(tier)?;
@@ -523,8 +551,50 @@ impl Lane {
         }
     }
 
+    /// Why a guest may not run `command`, if it may not: `/trust` is the
+    /// owner's; `/agent` reaches only the agents routed to the guest;
+    /// `/model` only what the agent lists in `models`.
+    fn guest_refusal(&self, command: &Command, channel: &str, sender: &str) -> Option<String> {
+        match command {
+            Command::Trust => {
+                Some("Only the owner can vouch for untrusted content with /trust.".to_owned())
+            }
+            Command::Agent(Some(name)) => {
+                let reachable = self.shared.agents.reachable_by(channel, sender, &self.key);
+                (!reachable.contains(&name.as_str())).then(|| {
+                    format!(
+                        "You can't switch to the agent '{name}' here. Agents you can talk to: {}.",
+                        reachable.join(", ")
+                    )
+                })
+            }
+            Command::Model(Some(choice)) => {
+                let agent = self.session_agent();
+                let wanted = match choice {
+                    ModelChoice::Tier(tier) => tier.as_str().to_owned(),
+                    ModelChoice::Model(model) => model.to_string(),
+                };
+                if agent.models.iter().any(|allowed| allowed == &wanted) {
+                    return None;
+                }
+                Some(if agent.models.is_empty() {
+                    format!(
+                        "The model can't be changed here (the agent '{}' lists no models for guests in agents.list[].models).",
+                        agent.name
+                    )
+                } else {
+                    format!(
+                        "'{wanted}' is not a model you can pick here. You can pick: {}.",
+                        agent.models.join(", ")
+                    )
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// `/compact`: summarises everything older than the kept turns now.
-    async fn compact_now(&mut self) -> Result<String> {
+    async fn compact_now(&mut self, extract: bool) -> Result<String> {
         if self.running.is_some() {
             return Ok(
                 "A turn is running; send /compact again when it has finished. Nothing was changed."
@@ -555,6 +625,7 @@ impl Lane {
                 agent: &agent.name,
                 workspace: agent.workspace(),
                 message: &[],
+                principal: &Principal::Owner,
             })
             .await;
         let tools = self
@@ -565,7 +636,7 @@ impl Lane {
         let counter =
             flynn_models::token_counter(self.shared.router.token_counting(), model.model());
         let overhead = counter.count_request(Some(&system), &[], &tools);
-        match compact::force(&self.shared, &self.key, &model, overhead).await? {
+        match compact::force(&self.shared, &self.key, &model, overhead, extract).await? {
             Some(report) => {
                 self.publish(None, compact::event(&report));
                 Ok(compact::describe(&report))

@@ -61,6 +61,39 @@ fn scope(ctx: &ToolContext) -> Scope {
     Scope::now(Some(ctx.session.clone()))
 }
 
+/// The namespaces a guest's turn may reach: its own notes
+/// (`people/<channel>-<id>`) and its session's; `None` for the owner, who
+/// reaches all.
+fn guest_namespaces(ctx: &ToolContext) -> Option<Vec<Namespace>> {
+    let own = ctx.principal.memory_namespace()?;
+    let mut allowed = vec![Namespace::of_session(&ctx.session)];
+    allowed.extend(Namespace::parse(&own).ok());
+    Some(allowed)
+}
+
+/// A namespace a tool names, as this turn may reach it: for a guest,
+/// `user` is its own notes, and anything but those and `session` is
+/// refused.
+fn resolve(name: &str, ctx: &ToolContext) -> Result<Namespace, ToolError> {
+    let Some(allowed) = guest_namespaces(ctx) else {
+        return Namespace::resolve(name, &scope(ctx)).map_err(failed);
+    };
+    let trimmed = name.trim();
+    let namespace = match trimmed.strip_suffix(".md").unwrap_or(trimmed) {
+        "user" => allowed.last().cloned(),
+        _ => Namespace::resolve(name, &scope(ctx)).ok(),
+    };
+    match namespace {
+        Some(namespace) if allowed.contains(&namespace) => Ok(namespace),
+        _ => Err(ToolError::failed(format!(
+            "memory '{name}' is not reachable in this conversation: it is with a guest, whose memory is {} (or `user` for short) and `session`",
+            allowed
+                .last()
+                .map_or_else(|| "session".to_owned(), ToString::to_string)
+        ))),
+    }
+}
+
 /// `memory.read`.
 struct MemoryRead(Memory);
 
@@ -98,13 +131,14 @@ impl TypedTool for MemoryRead {
     }
 
     async fn run(&self, args: MemoryReadArgs, ctx: &ToolContext) -> Result<String, ToolError> {
-        let namespace = Namespace::resolve(&args.namespace, &scope(ctx)).map_err(failed)?;
+        let namespace = resolve(&args.namespace, ctx)?;
         match self.0.store().read(&namespace).await.map_err(failed)? {
             Some(file) => Ok(format!(
                 "[memory {namespace} version {}]\n{}",
                 file.version, file.content
             )),
             None => {
+                let allowed = guest_namespaces(ctx);
                 let known: Vec<String> = self
                     .0
                     .store()
@@ -112,6 +146,7 @@ impl TypedTool for MemoryRead {
                     .await
                     .map_err(failed)?
                     .into_iter()
+                    .filter(|f| allowed.as_ref().is_none_or(|a| a.contains(&f.namespace)))
                     .map(|f| f.namespace.to_string())
                     .collect();
                 Ok(format!(
@@ -166,7 +201,7 @@ impl TypedTool for MemoryWrite {
     }
 
     async fn run(&self, args: MemoryWriteArgs, ctx: &ToolContext) -> Result<String, ToolError> {
-        let namespace = Namespace::resolve(&args.namespace, &scope(ctx)).map_err(failed)?;
+        let namespace = resolve(&args.namespace, ctx)?;
         if args.content.trim().is_empty() && !args.replace {
             return Err(ToolError::InvalidArguments {
                 tool: MEMORY_WRITE.to_owned(),
@@ -230,13 +265,19 @@ impl TypedTool for MemorySearch {
         true
     }
 
-    async fn run(&self, args: MemorySearchArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn run(&self, args: MemorySearchArgs, ctx: &ToolContext) -> Result<String, ToolError> {
+        let allowed = guest_namespaces(ctx);
         let options = SearchOptions {
-            limit: 8,
+            // A guest's hits are filtered to its own files: look further.
+            limit: if allowed.is_some() { 64 } else { 8 },
             mode: SearchMode::Hybrid,
             ..SearchOptions::default()
         };
-        let hits = self.0.search(&args.query, &options).await.map_err(failed)?;
+        let mut hits = self.0.search(&args.query, &options).await.map_err(failed)?;
+        if let Some(allowed) = &allowed {
+            hits.retain(|hit| allowed.contains(&hit.namespace));
+            hits.truncate(8);
+        }
         Ok(render_hits(&args.query, &hits))
     }
 }
@@ -279,6 +320,10 @@ impl PromptSlot for MemorySlot {
         if self.budget == 0 {
             return None;
         }
+        if let Some(own) = context.principal.memory_namespace() {
+            // A guest: its own notes only, never the owner's memory.
+            return self.guest_context(&own).await;
+        }
         let message: String = context
             .message
             .iter()
@@ -300,6 +345,33 @@ impl PromptSlot for MemorySlot {
                 None
             }
         }
+    }
+}
+
+impl MemorySlot {
+    async fn guest_context(&self, own: &str) -> Option<String> {
+        let namespace = Namespace::parse(own).ok()?;
+        let file = match self.memory.store().read(&namespace).await {
+            Ok(file) => file?,
+            Err(error) => {
+                tracing::warn!(%error, "a guest's memory left out of the prompt");
+                return None;
+            }
+        };
+        let content = file.content.trim();
+        if content.is_empty() {
+            return None;
+        }
+        let count = |text: &str| Estimate.count_text(text);
+        let mut body = content.to_owned();
+        // The newest part that fits the budget.
+        while count(&body) > self.budget {
+            let (_, rest) = body.split_once('\n')?;
+            body = rest.to_owned();
+        }
+        Some(format!(
+            "[Memory Context]\nYou are talking with a guest, not your owner. Your notes about this person ({namespace}; memory.write user adds to them):\n\n{body}"
+        ))
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use flynn_protocol::{ContentBlock, SessionKey};
+use flynn_protocol::{ContentBlock, Principal, SessionKey};
 
 /// The system prompt used when the config sets none.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are Flynn, a personal AI assistant running on your owner's machine. \
@@ -23,6 +23,8 @@ pub struct PromptContext<'a> {
     pub workspace: &'a Path,
     /// The message the turn answers.
     pub message: &'a [ContentBlock],
+    /// Who sent it: a guest's prompt never carries the owner's memory.
+    pub principal: &'a Principal,
 }
 
 /// One section of the system prompt that another subsystem provides, such

@@ -1,8 +1,9 @@
 //! The session manager: many clients drive many sessions at once.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
 use flynn_context::MemoryFlush;
@@ -10,10 +11,14 @@ use flynn_context::MemoryFlush;
 use crate::memory::MemoryRuntime;
 use flynn_models::{ModelRouter, PriceTable};
 use flynn_protocol::config::CompactionConfig;
-use flynn_protocol::config::{Autonomy, InterruptedTurns, ModelRef, SessionsConfig};
-use flynn_protocol::{AgentEvent, ContentBlock, RunState, SessionKey, Tier, TurnId, TurnOutcome};
+use flynn_protocol::config::{
+    Autonomy, InterruptedTurns, ModelRef, SessionsConfig, ToolPolicyConfig,
+};
+use flynn_protocol::{
+    AgentEvent, ContentBlock, Principal, RunState, SessionKey, Tier, TurnId, TurnOutcome,
+};
 use flynn_sessions::SessionStore;
-use flynn_tools::{Approver, Provenance, ToolExecutor};
+use flynn_tools::{Approver, Provenance, ToolExecutor, ToolPolicy};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -46,6 +51,10 @@ pub struct TurnRequest {
     /// `webhook <name>`): the session is tainted from this turn on, as if
     /// a tool had fetched it.
     pub untrusted: Option<String>,
+    /// Who sent it: a guest's turn is contained (its own session and
+    /// memory, the guest tool policy, no owner-only commands). The owner
+    /// unless set.
+    pub principal: Principal,
     /// Set when another turn (a sub-agent's parent, a `sessions.send`)
     /// waits on this one.
     pub(crate) lineage: Lineage,
@@ -61,6 +70,11 @@ pub(crate) struct Lineage {
     /// The starting turn's provenance: what it read taints the turns it
     /// starts, and what they read taints it.
     pub(crate) provenance: Option<Arc<Provenance>>,
+    /// The starting turn's tool policy: a sub-agent (or a turn started by
+    /// `sessions.send`) runs its own policy within it, never more tools.
+    pub(crate) policy_cap: Option<Arc<ToolPolicy>>,
+    /// The starting turn's workspace: a sub-agent's must be inside it.
+    pub(crate) workspace_cap: Option<PathBuf>,
 }
 
 impl Lineage {
@@ -81,6 +95,7 @@ impl std::fmt::Debug for TurnRequest {
             .field("approver", &self.approver.is_some())
             .field("external_id", &self.external_id)
             .field("untrusted", &self.untrusted)
+            .field("principal", &self.principal)
             .field("lineage", &self.lineage)
             .finish()
     }
@@ -97,6 +112,7 @@ impl TurnRequest {
             approver: None,
             external_id: None,
             untrusted: None,
+            principal: Principal::Owner,
             lineage: Lineage::default(),
         }
     }
@@ -176,6 +192,12 @@ pub(crate) struct Shared {
     pub(crate) lane_idle: Duration,
     pub(crate) interrupted_turns: InterruptedTurns,
     pub(crate) bus: EventBus,
+    /// Guest tool policies of chat channels (`channels.<name>.guest_tools`),
+    /// set by the channel router.
+    pub(crate) channel_guest_tools: RwLock<HashMap<String, ToolPolicyConfig>>,
+    /// Asks the owner about a guest's tool calls when the owner is not in
+    /// the guest's chat (the dashboard); set by whoever serves it.
+    pub(crate) owner_approver: RwLock<Option<Arc<dyn Approver>>>,
     /// This process; owner of the turns it runs.
     pub(crate) pid: u32,
     pub(crate) tracker: TaskTracker,
@@ -334,6 +356,8 @@ impl SessionManager {
             lane_idle: Duration::from_secs(parts.sessions.lane_idle_secs.max(1)),
             interrupted_turns: parts.sessions.interrupted_turns,
             bus: EventBus::new(),
+            channel_guest_tools: RwLock::new(HashMap::new()),
+            owner_approver: RwLock::new(None),
             pid: std::process::id(),
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
@@ -372,6 +396,39 @@ impl SessionManager {
         &self.shared.executor
     }
 
+    /// The tools a guest's turn may use on `channel`, over the agent's
+    /// `guest_tools` (`channels.<name>.guest_tools`).
+    pub fn set_channel_guest_tools(&self, channel: &str, tools: Option<ToolPolicyConfig>) {
+        let mut map = self
+            .shared
+            .channel_guest_tools
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        match tools {
+            Some(tools) => map.insert(channel.to_owned(), tools),
+            None => map.remove(channel),
+        };
+    }
+
+    /// Who is asked about a guest's tool calls when the owner cannot be
+    /// asked in a chat: the dashboard's approver, say.
+    pub fn set_owner_approver(&self, approver: Arc<dyn Approver>) {
+        *self
+            .shared
+            .owner_approver
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(approver);
+    }
+
+    /// The approver [`set_owner_approver`](Self::set_owner_approver) set.
+    pub fn owner_approver(&self) -> Option<Arc<dyn Approver>> {
+        self.shared
+            .owner_approver
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Submits one message. A chat command is answered at once. Anything
     /// that can be refused before the turn starts (an unknown agent, no
     /// model for the tier, an empty message, a full queue) is refused
@@ -405,7 +462,14 @@ impl SessionManager {
             }
             let (tx, rx) = oneshot::channel();
             self.shared
-                .send(&request.session, LaneOp::Command { command, reply: tx })
+                .send(
+                    &request.session,
+                    LaneOp::Command {
+                        command,
+                        principal: request.principal,
+                        reply: tx,
+                    },
+                )
                 .await?;
             return rx
                 .await

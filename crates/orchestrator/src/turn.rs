@@ -7,8 +7,8 @@ use flynn_context::{Budget, CompactionError};
 use flynn_models::{ModelRequest, ModelResponse, RoutedStream, StreamEvent};
 use flynn_protocol::config::ModelRef;
 use flynn_protocol::{
-    AgentEvent, ContentBlock, Message, Purpose, Resolution, Role, RunState, SessionKey, Tier,
-    ToolCall, ToolCallSummary, ToolResult, ToolSpec, TurnId, TurnOutcome, TurnTiming, Usage,
+    AgentEvent, ContentBlock, Message, Principal, Purpose, Resolution, Role, RunState, SessionKey,
+    Tier, ToolCall, ToolCallSummary, ToolResult, ToolSpec, TurnId, TurnOutcome, TurnTiming, Usage,
 };
 use flynn_sessions::{TurnStatus, UsageRecord};
 use flynn_tools::builtin::TOOL_OUTPUT;
@@ -36,6 +36,9 @@ pub(crate) struct TurnJob {
     pub(crate) tier: Tier,
     pub(crate) model: Option<ModelRef>,
     pub(crate) approver: Arc<dyn Approver>,
+    /// Who sent the message: a guest's turn gets the guest policy, its
+    /// own session and memory.
+    pub(crate) principal: Principal,
     pub(crate) lineage: Lineage,
     /// What tainted the session before this turn; the turn records here
     /// what taints it now.
@@ -149,6 +152,7 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome
             agent: &agent.name,
             workspace: agent.workspace(),
             message: &job.content,
+            principal: &job.principal,
         })
         .await;
     // The tools offered follow the provider the turn's model comes from
@@ -162,9 +166,32 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome
             .map(|model| model.provider().to_owned()),
     };
     let mut policy = agent.policy_for(provider.as_deref()).clone();
+    if job.principal.is_guest() {
+        let channel_tools = shared
+            .channel_guest_tools
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(key.channel())
+            .cloned();
+        policy = Arc::new(agent.guest_policy(provider.as_deref(), channel_tools.as_ref()));
+    }
     if let Some(cap) = job.lineage.autonomy_cap {
         // A sub-agent never does more than the agent that started it.
         policy = Arc::new(policy.capped(cap));
+    }
+    if let Some(outer) = &job.lineage.policy_cap {
+        // Nor uses a tool the starting turn could not.
+        policy = Arc::new(policy.within(outer));
+    }
+    if let Some(outer) = &job.lineage.workspace_cap
+        && !agent.workspace().starts_with(outer)
+    {
+        return Err(Error::Config(format!(
+            "the agent '{}' works in {}, outside the workspace of the turn that started it ({}); a sub-agent never gets more workspace than its parent",
+            agent.name,
+            agent.workspace().display(),
+            outer.display()
+        )));
     }
     // Servers this agent may use that start on demand (or are still
     // starting) get their chance to list their tools first.
@@ -178,6 +205,7 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome
         hidden: shared.executor.hidden(),
         cancel: job.cancel.child_token(),
         session: key.clone(),
+        principal: job.principal.clone(),
         agent: agent.name.clone(),
         turn: Some(job.turn),
         policy,
@@ -192,6 +220,7 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome
             tier: job.tier,
             lineage: job.lineage.clone(),
             approver: job.approver.clone(),
+            principal: job.principal.clone(),
         })),
         guards: Default::default(),
     };
@@ -384,6 +413,14 @@ async fn load_history(job: &TurnJob) -> Result<Vec<Message>> {
     ))
 }
 
+/// Whether a guest wrote any message kept in the session.
+async fn guests_wrote(job: &TurnJob) -> Result<bool> {
+    let stored = job.shared.store.history(&job.session).await?;
+    Ok(stored
+        .iter()
+        .any(|message| message.principal.as_ref().is_some_and(Principal::is_guest)))
+}
+
 /// Compacts the session when the next request would reach
 /// `compaction.threshold_pct` of the model's window (or, with `force`,
 /// whenever there is anything to compact), and reloads `history`.
@@ -407,21 +444,28 @@ async fn compact_if_needed(
     let Some(model) = model else {
         return Ok(false);
     };
-    let compactor = crate::compact::compactor(
-        shared,
-        &job.session,
-        job.lineage.depth(),
-        &model,
-        &job.cancel,
-    );
+    let compactor = |extract| {
+        crate::compact::compactor(
+            shared,
+            &job.session,
+            job.lineage.depth(),
+            &model,
+            &job.cancel,
+            extract,
+        )
+    };
     let counter = flynn_models::token_counter(shared.router.token_counting(), model.model());
     let overhead = counter.count_request(Some(system), &[], tools);
     let tokens = overhead + counter.count_request(None, history, &[]);
     let window = crate::compact::window_of(shared, &model).await;
-    if !force && !compactor.should_compact(tokens, window) {
+    if !force && !compactor(false).should_compact(tokens, window) {
         return Ok(false);
     }
-    let report = compactor
+    // A guest's words never become the owner's memory: facts are
+    // extracted only in the owner's turns of sessions no guest wrote in
+    // (a group's may hold both).
+    let extract = job.principal.is_owner() && !guests_wrote(job).await?;
+    let report = compactor(extract)
         .compact(
             shared.store.as_ref(),
             &job.session,

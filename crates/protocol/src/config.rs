@@ -641,9 +641,16 @@ pub struct AgentsConfig {
     /// Sub-agents started with the `agents.spawn` tool.
     #[serde(default)]
     pub subagents: SubagentsConfig,
-    /// Which sessions the `sessions.*` tools may see and message.
+    /// Which sessions the `sessions.*` tools may see and message. A
+    /// guest's turn sees only its own session, whatever this says.
     #[serde(default)]
     pub session_access: SessionAccess,
+    /// The tools a guest's turn may use (a paired or allowlisted chat
+    /// sender, anyone in an open DM), within the agent's own; the
+    /// `messaging` profile when absent. A channel's or an agent's
+    /// `guest_tools` wins over this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_tools: Option<ToolPolicyConfig>,
 }
 
 impl Default for AgentsConfig {
@@ -660,6 +667,7 @@ impl Default for AgentsConfig {
             max_delegation_depth: default_max_delegation_depth(),
             subagents: SubagentsConfig::default(),
             session_access: SessionAccess::default(),
+            guest_tools: None,
         }
     }
 }
@@ -973,6 +981,20 @@ pub struct AgentConfig {
     /// Overrides `agents.max_iterations`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_iterations: Option<u32>,
+    /// What a guest may pick with `/model`: tiers (`fast`) and models
+    /// (`provider/model`). Empty: guests keep the agent's choice. The
+    /// owner may pick any tier or model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
+    /// Other agents this one may start (`agents.spawn`) or message
+    /// (`sessions.send`); it may always delegate to itself.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub can_delegate: Vec<String>,
+    /// The tools a guest's turn may use with this agent (within its own
+    /// `tools`); `agents.guest_tools`, else the `messaging` profile, when
+    /// absent. A channel's `guest_tools` wins over this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_tools: Option<ToolPolicyConfig>,
 }
 
 impl AgentConfig {
@@ -986,6 +1008,9 @@ impl AgentConfig {
             prompt_files: default_prompt_files(),
             workspace: None,
             max_iterations: None,
+            models: Vec::new(),
+            can_delegate: Vec::new(),
+            guest_tools: None,
         }
     }
 }
@@ -1746,6 +1771,19 @@ macro_rules! channel_config {
             /// them to slow down.
             #[serde(default)]
             pub rate_limit: SenderRateLimit,
+            /// Sender ids that are the owner: their messages have the
+            /// owner's rights. Every other sender let in is a guest.
+            #[serde(default, skip_serializing_if = "Vec::is_empty")]
+            pub owners: Vec<String>,
+            /// The tools a guest's turn may use on this channel (within
+            /// the agent's own); wins over the agent's `guest_tools`.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub guest_tools: Option<ToolPolicyConfig>,
+            /// Who answers the confirmations a guest's turn raises:
+            /// `owner` (in the owner's direct chat, else the dashboard) or
+            /// `requester` (the guest who asked, in its chat).
+            #[serde(default)]
+            pub guest_approvals: GuestApprovals,
         }
 
         impl $name {
@@ -1758,6 +1796,9 @@ macro_rules! channel_config {
                     require_mention: self.require_mention,
                     allow_groups: self.allow_groups.clone(),
                     rate_limit: self.rate_limit,
+                    owners: self.owners.clone(),
+                    guest_tools: self.guest_tools.clone(),
+                    guest_approvals: self.guest_approvals,
                 }
             }
         }
@@ -1831,7 +1872,7 @@ impl ChannelsConfig {
 
 /// Who may talk to a channel, and how much: the keys every platform's
 /// settings share.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ChannelAccess {
     pub enabled: bool,
     pub allow_from: Vec<String>,
@@ -1839,6 +1880,9 @@ pub struct ChannelAccess {
     pub require_mention: bool,
     pub allow_groups: Vec<String>,
     pub rate_limit: SenderRateLimit,
+    pub owners: Vec<String>,
+    pub guest_tools: Option<ToolPolicyConfig>,
+    pub guest_approvals: GuestApprovals,
 }
 
 impl Default for ChannelAccess {
@@ -1850,8 +1894,24 @@ impl Default for ChannelAccess {
             require_mention: true,
             allow_groups: Vec::new(),
             rate_limit: SenderRateLimit::default(),
+            owners: Vec::new(),
+            guest_tools: None,
+            guest_approvals: GuestApprovals::default(),
         }
     }
+}
+
+/// Who answers the confirmations a guest's turn raises.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GuestApprovals {
+    /// The owner: in the owner's direct chat on the channel (once the
+    /// owner has written there since the daemon started), else on the
+    /// dashboard.
+    #[default]
+    Owner,
+    /// The guest who asked, in the chat it asked from.
+    Requester,
 }
 
 /// What a direct message from an unknown sender gets.

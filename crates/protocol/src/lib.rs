@@ -8,6 +8,7 @@
 pub mod config;
 mod event;
 mod message;
+mod principal;
 mod session;
 mod tier;
 mod tool;
@@ -20,6 +21,7 @@ pub use event::{
     ToolCallSummary, ToolEffect, TurnId, TurnOutcome, TurnTiming,
 };
 pub use message::{ContentBlock, ImageSource, Message, Role};
+pub use principal::{Principal, PrincipalError};
 pub use session::{SessionKey, SessionKeyError};
 pub use tier::{Tier, UnknownTier};
 pub use tool::{ToolCall, ToolResult, ToolSpec};

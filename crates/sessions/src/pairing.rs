@@ -42,6 +42,9 @@ pub struct ApprovedPeer {
     pub name: Option<String>,
     /// Unix milliseconds.
     pub approved_at: i64,
+    /// Promoted to owner (`flynn pairing approve --owner`).
+    #[serde(default)]
+    pub owner: bool,
 }
 
 /// The code a sender should be shown.

@@ -4,7 +4,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use flynn_protocol::config::{CronJobConfig, ModelRef};
-use flynn_protocol::{ContentBlock, Message, Purpose, Role, SessionKey, Tier, TurnId, Usage};
+use flynn_protocol::{
+    ContentBlock, Message, Principal, Purpose, Role, SessionKey, Tier, TurnId, Usage,
+};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
@@ -269,12 +271,25 @@ fn stored_from_row(key: &SessionKey, row: &SqliteRow) -> Result<StoredMessage> {
     };
     let role = serde_json::from_value::<Role>(serde_json::Value::String(role)).map_err(corrupt)?;
     let content = serde_json::from_str(&content).map_err(corrupt)?;
+    // Only a person's message has a sender; a turn's answers and tool
+    // results are the agent's.
+    let principal = match (role, turn) {
+        (Role::User, Some(_)) => Some(principal_from(row.try_get("principal")?)),
+        _ => None,
+    };
     Ok(StoredMessage {
         seq,
         turn: turn.map(|t| TurnId(to_u64(t))),
         created_at: row.try_get("created_at")?,
         message: Message { role, content },
+        principal,
     })
+}
+
+/// A stored principal; NULL (turns from before principals) and anything
+/// unreadable are the owner's, as every turn was then.
+fn principal_from(text: Option<String>) -> Principal {
+    text.and_then(|text| text.parse().ok()).unwrap_or_default()
 }
 
 fn meta_from_row(row: &SqliteRow) -> Result<SessionMeta> {
@@ -341,6 +356,7 @@ fn turn_from_row(row: &SqliteRow) -> Result<Option<TurnRecord>> {
             agent: row.try_get("agent")?,
             owner_pid: u32::try_from(owner).unwrap_or(0),
             external_id: row.try_get("external_id")?,
+            principal: principal_from(row.try_get("principal")?),
         },
         message_seq: message_seq.map(to_u64),
         created_at: row.try_get("created_at")?,
@@ -363,7 +379,9 @@ macro_rules! info_select {
 macro_rules! message_select {
     ($tail:literal) => {
         concat!(
-            "SELECT seq, turn_id, role, content, created_at FROM messages ",
+            "SELECT seq, turn_id, role, content, created_at,
+                (SELECT principal FROM turns WHERE turns.id = messages.turn_id) AS principal
+             FROM messages ",
             $tail
         )
     };
@@ -373,7 +391,7 @@ macro_rules! turn_select {
     ($tail:literal) => {
         concat!(
             "SELECT id, session_key, status, content, agent, owner_pid, message_seq, created_at,
-                updated_at, external_id FROM turns ",
+                updated_at, external_id, principal FROM turns ",
             $tail
         )
     };
@@ -802,8 +820,8 @@ impl SessionStore for SqliteStore {
         .await?;
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO turns (session_key, status, content, agent, owner_pid, created_at, updated_at,
-                 external_id)
-             VALUES (?1, 'pending', ?2, ?3, ?4, ?5, ?5, ?6) RETURNING id",
+                 external_id, principal)
+             VALUES (?1, 'pending', ?2, ?3, ?4, ?5, ?5, ?6, ?7) RETURNING id",
         )
         .bind(key.as_str())
         .bind(encoded)
@@ -811,6 +829,7 @@ impl SessionStore for SqliteStore {
         .bind(i64::from(origin.owner_pid))
         .bind(now)
         .bind(&origin.external_id)
+        .bind(origin.principal.to_string())
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -824,6 +843,28 @@ impl SessionStore for SqliteStore {
             created_at: now,
             updated_at: now,
         })
+    }
+
+    async fn peer_owner(&self, channel: &str, sender: &str) -> Result<bool> {
+        let found: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM channel_peers WHERE channel = ?1 AND sender = ?2 AND owner = 1",
+        )
+        .bind(channel)
+        .bind(sender)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(found.is_some())
+    }
+
+    async fn set_peer_owner(&self, channel: &str, sender: &str, owner: bool) -> Result<bool> {
+        let done =
+            sqlx::query("UPDATE channel_peers SET owner = ?3 WHERE channel = ?1 AND sender = ?2")
+                .bind(channel)
+                .bind(sender)
+                .bind(i64::from(owner))
+                .execute(&self.pool)
+                .await?;
+        Ok(done.rows_affected() > 0)
     }
 
     async fn peer_approved(&self, channel: &str, sender: &str) -> Result<bool> {
@@ -947,6 +988,7 @@ impl SessionStore for SqliteStore {
             sender,
             name,
             approved_at: now,
+            owner: false,
         }))
     }
 
@@ -974,19 +1016,20 @@ impl SessionStore for SqliteStore {
     }
 
     async fn approved_peers(&self) -> Result<Vec<ApprovedPeer>> {
-        let rows: Vec<(String, String, Option<String>, i64)> = sqlx::query_as(
-            "SELECT channel, sender, name, approved_at FROM channel_peers
+        let rows: Vec<(String, String, Option<String>, i64, i64)> = sqlx::query_as(
+            "SELECT channel, sender, name, approved_at, owner FROM channel_peers
              ORDER BY channel, approved_at, sender",
         )
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
             .into_iter()
-            .map(|(channel, sender, name, approved_at)| ApprovedPeer {
+            .map(|(channel, sender, name, approved_at, owner)| ApprovedPeer {
                 channel,
                 sender,
                 name,
                 approved_at,
+                owner: owner != 0,
             })
             .collect())
     }

@@ -1,6 +1,6 @@
 use async_trait::async_trait;
 use flynn_protocol::config::ModelRef;
-use flynn_protocol::{ContentBlock, Message, Purpose, SessionKey, Tier, TurnId, Usage};
+use flynn_protocol::{ContentBlock, Message, Principal, Purpose, SessionKey, Tier, TurnId, Usage};
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
@@ -53,6 +53,11 @@ pub struct StoredMessage {
     /// Unix milliseconds.
     pub created_at: i64,
     pub message: Message,
+    /// Who sent it: set on the message of each turn (a person's message),
+    /// `None` on the agent's messages and on messages stored outside a
+    /// turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<Principal>,
 }
 
 /// One model call's usage, as recorded.
@@ -168,6 +173,10 @@ pub struct TurnOrigin {
     /// is refused with [`Error::Duplicate`](crate::Error::Duplicate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_id: Option<String>,
+    /// Who sent the message; a turn rerun after a restart keeps its
+    /// sender's rights.
+    #[serde(default)]
+    pub principal: Principal,
 }
 
 /// One accepted inbound message and its turn.
@@ -318,6 +327,13 @@ pub trait SessionStore: Send + Sync {
 
     /// Whether `sender` was let in on `channel` by pairing.
     async fn peer_approved(&self, channel: &str, sender: &str) -> Result<bool>;
+
+    /// Whether a paired `sender` on `channel` was promoted to owner.
+    async fn peer_owner(&self, channel: &str, sender: &str) -> Result<bool>;
+
+    /// Promotes a paired sender to owner (or back to guest). Returns
+    /// whether the sender was paired.
+    async fn set_peer_owner(&self, channel: &str, sender: &str, owner: bool) -> Result<bool>;
 
     /// The code to show an unknown sender: their pending one, or a new
     /// one valid for `ttl_ms` (dropping expired codes, and the channel's

@@ -226,6 +226,18 @@ impl SessionStore for RealTimeStore {
             .await
     }
 
+    async fn peer_owner(&self, channel: &str, sender: &str) -> Result<bool> {
+        let (channel, sender) = (channel.to_owned(), sender.to_owned());
+        self.run(|s| async move { s.peer_owner(&channel, &sender).await })
+            .await
+    }
+
+    async fn set_peer_owner(&self, channel: &str, sender: &str, owner: bool) -> Result<bool> {
+        let (channel, sender) = (channel.to_owned(), sender.to_owned());
+        self.run(|s| async move { s.set_peer_owner(&channel, &sender, owner).await })
+            .await
+    }
+
     async fn pairing_request(
         &self,
         channel: &str,

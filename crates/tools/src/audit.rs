@@ -22,6 +22,9 @@ pub struct AuditRecord {
     /// Milliseconds since the Unix epoch, when the call ended.
     pub time_ms: u64,
     pub session: String,
+    /// Who sent the message the turn answers: `owner`,
+    /// `guest:<channel>:<id>` or `automation:<source>`.
+    pub principal: String,
     pub agent: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub turn: Option<u64>,
@@ -199,6 +202,7 @@ mod tests {
         AuditRecord {
             time_ms: 1,
             session: "local:default".into(),
+            principal: "owner".into(),
             agent: "main".into(),
             turn: Some(3),
             call_id: "c1".into(),

@@ -148,6 +148,7 @@ impl ToolExecutor {
             audit.record(&AuditRecord {
                 time_ms: now_ms(),
                 session: ctx.session.to_string(),
+                principal: ctx.principal.to_string(),
                 agent: ctx.agent.clone(),
                 turn: ctx.turn.map(|turn| turn.0),
                 call_id: call.id.clone(),

@@ -23,6 +23,9 @@ pub struct ToolPolicy {
     deny: Vec<Glob>,
     /// Every `enabled` pattern written (global and overrides), for [`check`](Self::check).
     declared: Vec<Glob>,
+    /// Policies this one must also satisfy (a guest's, a parent agent's):
+    /// a tool is allowed only when every one of them allows it too.
+    within: Vec<ToolPolicy>,
 }
 
 impl ToolPolicy {
@@ -82,7 +85,41 @@ impl ToolPolicy {
             enabled: enabled.map(|patterns| compile(patterns)),
             deny,
             declared,
+            within: Vec::new(),
         }
+    }
+
+    /// A restriction built from one `tools`-shaped block alone (a guest's
+    /// `guest_tools`): `profile` (else `default_profile`), `enabled` and
+    /// `deny` as written, autonomy `full` and taint `allow` unless set, so
+    /// that, applied with [`within`](Self::within), it only ever narrows.
+    pub fn restriction(config: Option<&ToolPolicyConfig>, default_profile: ToolProfile) -> Self {
+        let empty = ToolPolicyConfig::default();
+        let config = config.unwrap_or(&empty);
+        ToolPolicy::new(
+            &ToolsConfig {
+                profile: config.profile.unwrap_or(default_profile),
+                enabled: config.enabled.clone(),
+                deny: config.deny.clone(),
+                autonomy: config.autonomy.unwrap_or(Autonomy::Full),
+                taint: config.taint.unwrap_or(TaintPolicy::Allow),
+                ..ToolsConfig::default()
+            },
+            None,
+        )
+    }
+
+    /// This policy, narrowed to what `outer` allows as well: a tool must
+    /// pass both, the lower autonomy and the stricter taint rule apply. A
+    /// guest's turn runs the agent's policy within the guest restriction;
+    /// a sub-agent runs its own within its parent's.
+    pub fn within(&self, outer: &ToolPolicy) -> Self {
+        let mut policy = self.capped(outer.autonomy());
+        if outer.taint == TaintPolicy::Ask {
+            policy.taint = TaintPolicy::Ask;
+        }
+        policy.within.push(outer.clone());
+        policy
     }
 
     /// Whether the tool named `name` may be offered and run, by name alone:
@@ -92,15 +129,17 @@ impl ToolPolicy {
         // `tools.search` only ever offers tools this policy permits, and
         // `tool.output` only reads back this session's own tool output, so
         // `enabled` lists need not name them; `deny` can still remove them.
-        if name == crate::TOOL_SEARCH || name == crate::builtin::TOOL_OUTPUT {
-            return !any_matches(&self.deny, name);
-        }
-        self.in_profile(name)
-            && self
-                .enabled
-                .as_ref()
-                .is_none_or(|enabled| any_matches(enabled, name))
-            && !any_matches(&self.deny, name)
+        let own = if name == crate::TOOL_SEARCH || name == crate::builtin::TOOL_OUTPUT {
+            !any_matches(&self.deny, name)
+        } else {
+            self.in_profile(name)
+                && self
+                    .enabled
+                    .as_ref()
+                    .is_none_or(|enabled| any_matches(enabled, name))
+                && !any_matches(&self.deny, name)
+        };
+        own && self.within.iter().all(|outer| outer.allows(name))
     }
 
     /// Whether the profile has `name`: its families, and under `messaging`,
@@ -133,7 +172,13 @@ impl ToolPolicy {
             .enabled
             .as_ref()
             .is_none_or(|enabled| enabled.iter().any(could_match));
-        !everything_denied && in_profile && enabled
+        !everything_denied
+            && in_profile
+            && enabled
+            && self
+                .within
+                .iter()
+                .all(|outer| outer.may_allow_family(family))
     }
 
     /// Whether `tool` may be offered and run: [`allows`](Self::allows) its
@@ -465,6 +510,36 @@ mod tests {
         assert!(!with(None, &["*"]).may_allow_family("github"));
         // Denying one tool of a server still wants the server.
         assert!(with(None, &["github.delete_repo"]).may_allow_family("github"));
+    }
+
+    #[test]
+    fn a_policy_within_another_gets_only_what_both_allow() {
+        let agent = ToolPolicy::new(&tools(ToolProfile::Full), None);
+        let guest = ToolPolicy::restriction(None, ToolProfile::Messaging);
+        let narrowed = agent.within(&guest);
+        assert!(narrowed.allows("web.fetch"));
+        assert!(narrowed.allows("memory.read"));
+        assert!(!narrowed.allows("shell.exec"), "messaging runs nothing");
+        assert!(!narrowed.allows("file.read"));
+        assert!(!narrowed.may_allow_family("file"));
+        // The restriction never widens: a minimal agent stays minimal.
+        let minimal = ToolPolicy::new(&tools(ToolProfile::Minimal), None);
+        assert!(!minimal.within(&guest).allows("web.fetch"));
+        // Autonomy and taint take the stricter side.
+        let ask = ToolPolicy::restriction(
+            Some(&ToolPolicyConfig {
+                autonomy: Some(Autonomy::ReadOnly),
+                taint: Some(TaintPolicy::Ask),
+                deny: vec!["web.*".to_owned()],
+                ..ToolPolicyConfig::default()
+            }),
+            ToolProfile::Full,
+        );
+        let full = ToolPolicy::allow_all().within(&ask);
+        assert_eq!(full.autonomy(), Autonomy::ReadOnly);
+        assert_eq!(full.taint(), TaintPolicy::Ask);
+        assert!(!full.allows("web.search"));
+        assert!(full.allows("shell.exec"));
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flynn_protocol::{SessionKey, ToolEffect, TurnId};
+use flynn_protocol::{Principal, SessionKey, ToolEffect, TurnId};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -28,6 +28,9 @@ pub struct ToolContext {
     /// a confirmation wait ends.
     pub cancel: CancellationToken,
     pub session: SessionKey,
+    /// Who sent the message the turn answers: a guest's calls reach only
+    /// its own session and memory.
+    pub principal: Principal,
     /// The agent's name, as `agents.list` spells it.
     pub agent: String,
     /// The turn the call belongs to; `None` outside a turn.
@@ -63,6 +66,7 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             session: SessionKey::new("local", "default")
                 .unwrap_or_else(|_| unreachable!("`local:default` is a valid session key")),
+            principal: Principal::Owner,
             agent: "main".to_owned(),
             turn: None,
             policy: Arc::new(ToolPolicy::allow_all()),
@@ -82,6 +86,7 @@ impl fmt::Debug for ToolContext {
             .field("workspace", &self.workspace)
             .field("cancelled", &self.cancel.is_cancelled())
             .field("session", &self.session)
+            .field("principal", &self.principal)
             .field("agent", &self.agent)
             .field("turn", &self.turn)
             .field("policy", &self.policy)

@@ -276,6 +276,27 @@ async fn a_configured_channel_is_checked_against_what_this_build_has() {
             ("ok", "slack: turned off (channels.slack.enabled)")
         ]
     );
+    // Without owners every sender is a guest: the doctor says how to
+    // name them.
+    let owners: Vec<(String, String)> = verdicts(&output)
+        .into_iter()
+        .filter(|(check, _, message)| check == "security" && message.starts_with("telegram:"))
+        .map(|(_, status, message)| (status, message))
+        .collect();
+    assert_eq!(
+        owners,
+        [(
+            "warn".to_owned(),
+            "telegram: no owners named, so every sender is a guest (own session and memory, the messaging tools, no approvals)".to_owned()
+        )]
+    );
+    let text = env.run(&["doctor", "--config", config.to_str().unwrap()]);
+    assert!(
+        stdout(&text).contains("channels.telegram.owners")
+            && stdout(&text).contains("flynn pairing approve telegram <code> --owner"),
+        "{}",
+        stdout(&text)
+    );
     assert_eq!(
         output.status.code(),
         Some(if cfg!(feature = "telegram") { 0 } else { 1 }),

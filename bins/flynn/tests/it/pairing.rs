@@ -65,9 +65,10 @@ async fn the_owner_lists_approves_and_revokes_senders() {
     assert_eq!(approved.status.code(), Some(0), "{}", stderr(&approved));
     assert_eq!(
         stdout(&approved),
-        "Approved @alice (42) on telegram: they can talk to Flynn now.\n"
+        "Approved @alice (42) on telegram as a guest: they can talk to Flynn now, in their own session and memory. (`--owner` approves an owner.)\n"
     );
     assert!(store.peer_approved("telegram", "42").await.unwrap());
+    assert!(!store.peer_owner("telegram", "42").await.unwrap());
 
     let listed = env.run(&["pairing", "list", "--json"]);
     let listed: Value = serde_json::from_str(&stdout(&listed)).unwrap();
@@ -81,4 +82,37 @@ async fn the_owner_lists_approves_and_revokes_senders() {
     let again = env.run(&["pairing", "revoke", "telegram", "42"]);
     assert_eq!(again.status.code(), Some(1));
     assert!(stderr(&again).contains("was not approved by pairing"));
+}
+
+#[tokio::test]
+async fn the_owner_approves_another_owner_with_owner() {
+    let env = env();
+    let db = env.path().join("home/sessions.db");
+    // The CLI creates the database on first use.
+    assert_eq!(env.run(&["pairing", "list"]).status.code(), Some(0));
+    let store = SqliteStore::open(&db).await.unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let ticket = store
+        .pairing_request("telegram", "7", Some("Bob"), now, 3_600_000)
+        .await
+        .unwrap();
+    let approved = env.run(&["pairing", "approve", "telegram", &ticket.code, "--owner"]);
+    assert_eq!(approved.status.code(), Some(0), "{}", stderr(&approved));
+    assert_eq!(
+        stdout(&approved),
+        "Approved Bob (7) on telegram as an owner: their messages have your rights.\n"
+    );
+    assert!(store.peer_owner("telegram", "7").await.unwrap());
+    let listed = env.run(&["pairing", "list"]);
+    assert!(
+        stdout(&listed).contains("Bob (7)  owner"),
+        "{}",
+        stdout(&listed)
+    );
+    let json = env.run(&["pairing", "list", "--json"]);
+    let json: Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(json["approved"][0]["owner"], true);
 }

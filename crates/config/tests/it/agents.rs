@@ -94,6 +94,9 @@ sessions:
                     prompt_files: vec!["CODING.md".to_owned()],
                     workspace: Some(PathBuf::from("/home/me/src")),
                     max_iterations: Some(40),
+                    models: Vec::new(),
+                    can_delegate: Vec::new(),
+                    guest_tools: None,
                 },
             ],
             routes: vec![

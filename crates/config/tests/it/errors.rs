@@ -288,6 +288,24 @@ config.yaml:8:14: agents.routes[0].agent: unknown agent 'codr' (did you mean 'co
 }
 
 #[test]
+fn can_delegate_names_agents_and_models_name_tiers_or_models() {
+    let text = "\
+agents:
+  list:
+    - name: public
+      can_delegate: [helpr]
+      models: [fast, gpt-4o, nowhere/model]
+    - name: helper
+";
+    assert_error(
+        text,
+        "config.yaml:4:22: agents.list[0].can_delegate[0]: unknown agent 'helpr' (did you mean 'helper'?), expected one of the agents in agents.list: public, helper
+config.yaml:5:22: agents.list[0].models[1]: 'gpt-4o' is neither a tier nor a model; expected fast, default, complex, local, or provider/model such as anthropic/claude-haiku-4-5
+config.yaml:5:30: agents.list[0].models[2]: unknown provider 'nowhere', expected a provider configured under 'providers' (none are)",
+    );
+}
+
+#[test]
 fn without_a_list_the_only_agent_is_main() {
     assert_error(
         "agents:\n  default: coder\n",

@@ -177,7 +177,7 @@ fn errors_in_a_loaded_file_name_it() {
     assert_eq!(
         load(Some(&file), &env(&[("FLYNN_HOME", "/srv/flynn")])).map_err(|e| e.to_string()),
         Err(format!(
-            "{}:2:3: agents.max_iteratons: unknown key 'max_iteratons' (did you mean 'max_iterations'?), expected one of: primary_tier, max_iterations, system_prompt, default, list, routes, delegation, auto_escalate, max_delegation_depth, subagents, session_access",
+            "{}:2:3: agents.max_iteratons: unknown key 'max_iteratons' (did you mean 'max_iterations'?), expected one of: primary_tier, max_iterations, system_prompt, default, list, routes, delegation, auto_escalate, max_delegation_depth, subagents, session_access, guest_tools",
             file.display()
         ))
     );

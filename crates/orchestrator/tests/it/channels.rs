@@ -67,7 +67,7 @@ impl Memory {
     }
 
     /// Waits until the record satisfies `done`.
-    async fn until(&self, done: impl Fn(&[Out]) -> bool) -> Vec<Out> {
+    pub(crate) async fn until(&self, done: impl Fn(&[Out]) -> bool) -> Vec<Out> {
         tokio::time::timeout(Duration::from_secs(10), async {
             loop {
                 let notified = self.changed.notified();
@@ -82,7 +82,7 @@ impl Memory {
         .unwrap_or_else(|_| panic!("timed out; sent so far: {:#?}", self.out()))
     }
 
-    async fn deliver(&self, event: InboundEvent) -> Disposition {
+    pub(crate) async fn deliver(&self, event: InboundEvent) -> Disposition {
         let mut sink = self.sink.subscribe();
         let sink = sink
             .wait_for(Option::is_some)
@@ -184,7 +184,11 @@ pub(crate) fn telegram(configure: impl FnOnce(&mut TelegramConfig)) -> ChannelsC
     }
 }
 
-async fn router(h: &Harness, adapter: Arc<Memory>, config: &ChannelsConfig) -> ChannelRouter {
+pub(crate) async fn router(
+    h: &Harness,
+    adapter: Arc<Memory>,
+    config: &ChannelsConfig,
+) -> ChannelRouter {
     let (registry, deliveries) = Registry::new(Backoff::default());
     let router = ChannelRouter::new(h.manager.clone(), registry.clone(), config);
     router.spawn(deliveries);
@@ -192,7 +196,7 @@ async fn router(h: &Harness, adapter: Arc<Memory>, config: &ChannelsConfig) -> C
     router
 }
 
-fn dm(id: &str, from: &str, text: &str) -> InboundEvent {
+pub(crate) fn dm(id: &str, from: &str, text: &str) -> InboundEvent {
     InboundEvent::Message(InboundMessage {
         id: id.into(),
         conversation: Conversation::direct(from),
@@ -236,7 +240,7 @@ fn in_group(id: &str, from: &str, text: &str, mentioned: bool) -> InboundEvent {
     })
 }
 
-fn sent_texts(out: &[Out]) -> Vec<String> {
+pub(crate) fn sent_texts(out: &[Out]) -> Vec<String> {
     out.iter()
         .filter_map(|o| match o {
             Out::Send { text, .. } => Some(text.clone()),
@@ -446,7 +450,7 @@ async fn a_long_answer_is_cut_to_the_platforms_limit() {
 }
 
 #[tokio::test]
-async fn a_confirmation_is_answered_with_a_button_by_an_allowed_sender() {
+async fn a_confirmation_is_answered_with_a_button_by_the_owner() {
     let model = Scripted::replies(
         "m",
         vec![tool_use("t1", "touch ran.txt"), Message::assistant("Done.")],
@@ -460,7 +464,10 @@ async fn a_confirmation_is_answered_with_a_button_by_an_allowed_sender() {
     )
     .await;
     let adapter = Memory::new(4096);
-    let config = telegram(|c| c.allow_from = vec!["42".into()]);
+    let config = telegram(|c| {
+        c.allow_from = vec!["13".into()];
+        c.owners = vec!["42".into()];
+    });
     let _router = router(&h, adapter.clone(), &config).await;
     adapter.deliver(dm("c1", "42", "touch a file")).await;
     let out = adapter
@@ -498,7 +505,8 @@ async fn a_confirmation_is_answered_with_a_button_by_an_allowed_sender() {
             reply: None,
         })
     };
-    // Someone not allowed presses it: nothing happens but a note.
+    // A guest (let in, but not the owner) presses it: nothing happens
+    // but a note.
     adapter.deliver(press("x1", "13", &approve)).await;
     adapter
         .until(|out| out.iter().any(|o| matches!(o, Out::Answer { action, note } if action == "x1" && note.contains("not allowed"))))

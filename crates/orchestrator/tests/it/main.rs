@@ -9,6 +9,7 @@ mod compaction;
 mod delegation;
 mod lanes;
 mod memory;
+mod principals;
 mod recovery;
 mod skills;
 mod taint;

@@ -24,6 +24,7 @@ async fn crashed_session(h: &Harness, k: &flynn_protocol::SessionKey) -> (u64, u
         agent: "main".into(),
         owner_pid: dead_pid(),
         external_id: None,
+        principal: Default::default(),
     };
     let cut = h
         .store
@@ -166,6 +167,7 @@ async fn turns_of_a_live_process_are_left_alone() {
         agent: "main".into(),
         owner_pid: std::os::unix::process::parent_id(),
         external_id: None,
+        principal: Default::default(),
     };
     let other = h
         .store

@@ -12,6 +12,7 @@ fn origin(external_id: &str) -> TurnOrigin {
         agent: "main".into(),
         owner_pid: 100,
         external_id: Some(external_id.to_owned()),
+        principal: Default::default(),
     }
 }
 
@@ -49,6 +50,7 @@ async fn a_message_delivered_twice_is_accepted_once_per_session() {
         .unwrap();
     let plain = TurnOrigin {
         external_id: None,
+        principal: Default::default(),
         ..origin("x")
     };
     store.accept(&telegram, &content, &plain).await.unwrap();

@@ -10,6 +10,7 @@ fn origin(pid: u32) -> TurnOrigin {
         agent: "main".into(),
         owner_pid: pid,
         external_id: None,
+        principal: Default::default(),
     }
 }
 
