@@ -10,7 +10,7 @@ use crate::env::CliEnv;
 use flynn_core::gateway::api::{
     HistoryResult, PurposeUsage, ResetResult, SessionSummary, UsageSummary, UsageTotals,
 };
-use flynn_core::protocol::{ContentBlock, Role};
+use flynn_core::protocol::{ContentBlock, Principal, Role};
 use flynn_core::{Message, SessionKey, SessionStore, Tier};
 use jsonrpsee::ws_client::WsClient;
 use serde_json::json;
@@ -85,14 +85,19 @@ impl Source {
         }
     }
 
-    async fn history(&self, key: &SessionKey) -> Result<Vec<Message>, Failure> {
+    /// The session's messages, each with who sent it (a person's message
+    /// in a turn; `None` for the agent's).
+    async fn history(
+        &self,
+        key: &SessionKey,
+    ) -> Result<Vec<(Message, Option<Principal>)>, Failure> {
         match self {
             Source::Local(store) => Ok(store
                 .history(key)
                 .await
                 .map_err(storage_error)?
                 .into_iter()
-                .map(|stored| stored.message)
+                .map(|stored| (stored.message, stored.principal))
                 .collect()),
             Source::Remote(target, client) => {
                 // Page forward from the start until a page comes back empty.
@@ -117,7 +122,7 @@ impl Source {
                                     entry.seq
                                 ))
                             })?;
-                        messages.push(message);
+                        messages.push((message, entry.principal));
                     }
                     after = cursor;
                 }
@@ -251,16 +256,32 @@ async fn list(source: &Source, json: bool) -> Result<(), Failure> {
 async fn show(source: &Source, key: &SessionKey, json: bool) -> Result<(), Failure> {
     let history = source.history(key).await?;
     if json {
-        outln!("{}", json!({"session": key.as_str(), "messages": history}));
+        let messages: Vec<serde_json::Value> = history
+            .iter()
+            .map(|(message, principal)| {
+                let mut value = json!(message);
+                if let (Some(principal), Some(fields)) = (principal, value.as_object_mut()) {
+                    fields.insert("principal".to_owned(), json!(principal));
+                }
+                value
+            })
+            .collect();
+        outln!("{}", json!({"session": key.as_str(), "messages": messages}));
         return Ok(());
     }
     if history.is_empty() {
         return Err(Failure::other(format!("no session {key}")));
     }
-    for message in &history {
-        let who = match message.role {
-            Role::User => "user",
-            Role::Assistant => "assistant",
+    for (message, principal) in &history {
+        // A message from anyone but the owner says who sent it.
+        let sender = principal
+            .as_ref()
+            .filter(|p| !p.is_owner())
+            .map(ToString::to_string);
+        let who = match (message.role, &sender) {
+            (Role::User, Some(sender)) => sender.as_str(),
+            (Role::User, None) => "user",
+            (Role::Assistant, _) => "assistant",
         };
         for block in &message.content {
             match block {

@@ -205,6 +205,10 @@ pub struct HistoryMessage {
     pub created_at: i64,
     /// The message: `role` and `content` blocks.
     pub message: Value,
+    /// Who sent it (`owner`, `guest:<channel>:<id>`,
+    /// `automation:<source>`): on each turn's user message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<flynn_protocol::Principal>,
 }
 
 /// Result of `sessions.reset`.

@@ -427,6 +427,7 @@ async fn sessions_history(params: Params<'static>, state: Arc<State>) -> RpcResu
                 turn: m.turn,
                 created_at: m.created_at,
                 message: serde_json::to_value(&m.message).unwrap_or_default(),
+                principal: m.principal,
             })
             .collect(),
         cursor,

@@ -26,7 +26,7 @@ async fn sessions_list_show_and_reset_reflect_what_was_said() {
     assert_eq!(
         shown,
         json!({"session": "cli:notes", "messages": [
-            {"role": "user", "content": [{"type": "text", "text": "hello"}]},
+            {"role": "user", "content": [{"type": "text", "text": "hello"}], "principal": "owner"},
             {"role": "assistant", "content": [{"type": "text", "text": "Hi there."}]},
         ]})
     );
@@ -40,6 +40,43 @@ async fn sessions_list_show_and_reset_reflect_what_was_said() {
         (missing.status.code(), stderr(&missing).as_str()),
         (Some(1), "error: no session cli:notes\n")
     );
+}
+
+#[tokio::test]
+async fn a_guests_message_says_who_sent_it() {
+    use flynn_core::protocol::{ContentBlock, Principal};
+    use flynn_core::sessions::TurnOrigin;
+    use flynn_core::{SessionStore, SqliteStore};
+
+    let env = Env::new()
+        .var("OPENAI_BASE_URL", "http://127.0.0.1:9")
+        .var("OPENAI_API_KEY", "sk-x");
+    assert_eq!(env.run(&["sessions", "list"]).status.code(), Some(0));
+    let store = SqliteStore::open(&env.path().join("home/sessions.db"))
+        .await
+        .unwrap();
+    let key = "telegram:7".parse().unwrap();
+    let record = store
+        .accept(
+            &key,
+            &[ContentBlock::text("hello from a guest")],
+            &TurnOrigin {
+                agent: "main".into(),
+                owner_pid: 1,
+                external_id: None,
+                principal: Principal::guest("telegram", "7"),
+            },
+        )
+        .await
+        .unwrap();
+    store.start_turn(record.id, 1).await.unwrap();
+    store.close().await;
+
+    let shown = env.run(&["sessions", "show", "telegram:7"]);
+    assert_eq!(stdout(&shown), "guest:telegram:7: hello from a guest\n");
+    let shown = env.run(&["sessions", "show", "--json", "telegram:7"]);
+    let shown: Value = serde_json::from_str(&stdout(&shown)).unwrap();
+    assert_eq!(shown["messages"][0]["principal"], "guest:telegram:7");
 }
 
 /// `flynn ... | head -1` closes stdout early: Flynn must not panic or abort.
