@@ -219,3 +219,119 @@ pub(crate) fn now_millis() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::time::Duration;
+
+    use flynn_protocol::ToolEffect;
+    use serde_json::json;
+
+    use super::*;
+
+    fn request(call_id: &str, command: &str) -> ApprovalRequest {
+        ApprovalRequest {
+            session: "web:a".parse().unwrap(),
+            agent: "main".into(),
+            turn: None,
+            call_id: call_id.into(),
+            tool: "shell.exec".into(),
+            input: json!({"command": command}),
+            effect: ToolEffect::RunsProcesses,
+            timeout: Duration::from_secs(60),
+            reason: None,
+        }
+    }
+
+    async fn waiting(approver: &RemoteApprover, count: usize) -> Vec<PendingConfirmation> {
+        for _ in 0..100 {
+            let list = approver.list();
+            if list.len() == count {
+                return list;
+            }
+            tokio::task::yield_now().await;
+        }
+        approver.list()
+    }
+
+    #[tokio::test]
+    async fn a_reused_call_id_cannot_swap_what_is_approved() {
+        let approver = RemoteApprover::new();
+        let session: SessionKey = "web:a".parse().unwrap();
+        let first = tokio::spawn({
+            let approver = approver.clone();
+            async move { approver.approve(&request("call_0", "echo hi")).await }
+        });
+        let second = tokio::spawn({
+            let approver = approver.clone();
+            async move { approver.approve(&request("call_0", "rm -rf ~")).await }
+        });
+        let list = waiting(&approver, 2).await;
+        assert_eq!(
+            list.len(),
+            2,
+            "both wait: the second did not replace the first"
+        );
+        assert!(list.iter().all(|c| c.id != "call_0" && c.id.len() == 33));
+        assert_ne!(list[0].id, list[1].id);
+        // The model's id names both: refused.
+        assert_eq!(
+            approver.resolve(&session, "call_0", None, Decision::Approve),
+            Err(ResolveError::Ambiguous)
+        );
+        let harmless = list
+            .iter()
+            .find(|c| c.input["command"] == "echo hi")
+            .unwrap();
+        let harmful = list
+            .iter()
+            .find(|c| c.input["command"] == "rm -rf ~")
+            .unwrap();
+        // Approving by id with the digest of another input: refused.
+        assert_eq!(
+            approver.resolve(
+                &session,
+                &harmful.id,
+                Some(&harmless.input_digest),
+                Decision::Approve
+            ),
+            Err(ResolveError::InputChanged)
+        );
+        approver
+            .resolve(
+                &session,
+                &harmless.id,
+                Some(&harmless.input_digest),
+                Decision::Approve,
+            )
+            .unwrap();
+        approver
+            .resolve(
+                &session,
+                &harmful.id,
+                None,
+                Decision::Deny {
+                    reason: "no".into(),
+                },
+            )
+            .unwrap();
+        assert_eq!(first.await.unwrap(), Decision::Approve);
+        assert_eq!(
+            second.await.unwrap(),
+            Decision::Deny {
+                reason: "no".into()
+            }
+        );
+        // Another session's id does not resolve here.
+        assert_eq!(
+            approver.resolve(
+                &"web:b".parse().unwrap(),
+                &harmless.id,
+                None,
+                Decision::Approve
+            ),
+            Err(ResolveError::Unknown)
+        );
+    }
+}

@@ -80,8 +80,8 @@ fn admit(state: &State, extensions: &Extensions, method: &str) -> RpcResult<Clie
             format!("{method} declares no scope, so no token may call it"),
         ));
     };
-    if !client.has(needed) {
-        return Err(forbidden_scope(&client, method, needed));
+    if !needed.iter().any(|scope| client.has(*scope)) {
+        return Err(forbidden_scope(&client, method, needed[0]));
     }
     state.limiter.check(&client.rate_key()).map_err(|wait| {
         ErrorObjectOwned::owned(

@@ -73,11 +73,14 @@ pub fn protocol_schema() -> Value {
     // Each method's scope, from the one table the gateway enforces.
     if let Some(list) = methods.as_array_mut() {
         for method in list {
-            let scope = method["name"]
+            let scopes: Vec<&str> = method["name"]
                 .as_str()
                 .and_then(crate::scope::of_method)
-                .map(|scope| scope.as_str());
-            method["scope"] = json!(scope);
+                .unwrap_or_default()
+                .iter()
+                .map(|scope| scope.as_str())
+                .collect();
+            method["scopes"] = json!(scopes);
         }
     }
     let errors = json!([

@@ -13,34 +13,35 @@ use flynn_protocol::config::TokenScope;
 use crate::auth::Client;
 
 /// Every JSON-RPC method (subscriptions by their subscribe name) and the
-/// scope it needs. A method missing here is refused to everyone; a test
-/// fails when a registered method is missing.
-pub(crate) const METHODS: &[(&str, TokenScope)] = &[
-    ("agent.send", TokenScope::Chat),
-    ("agent.cancel", TokenScope::Chat),
-    ("agent.status", TokenScope::Chat),
-    ("sessions.list", TokenScope::Chat),
-    ("sessions.history", TokenScope::Chat),
-    ("sessions.send", TokenScope::Chat),
-    ("sessions.reset", TokenScope::Chat),
-    ("sessions.subscribe", TokenScope::Chat),
-    ("system.version", TokenScope::Chat),
-    ("tools.list", TokenScope::Read),
-    ("usage.summary", TokenScope::Read),
-    ("system.health", TokenScope::Read),
-    ("system.logs", TokenScope::Read),
-    ("providers.status", TokenScope::Read),
-    ("channels.status", TokenScope::Read),
-    ("mcp.status", TokenScope::Read),
-    ("confirmations.list", TokenScope::Approve),
-    ("confirmations.resolve", TokenScope::Approve),
-    ("pairing.list", TokenScope::Approve),
-    ("pairing.approve", TokenScope::Approve),
-    ("pairing.revoke", TokenScope::Approve),
-    ("tools.invoke", TokenScope::Admin),
-    ("config.get", TokenScope::Admin),
-    ("config.patch", TokenScope::Admin),
-    ("system.restart", TokenScope::Admin),
+/// scopes that let a client call it (any one of them; `admin` always). A
+/// method missing here is refused to everyone; a test fails when a
+/// registered method is missing.
+pub(crate) const METHODS: &[(&str, &[TokenScope])] = &[
+    ("agent.send", &[TokenScope::Chat]),
+    ("agent.cancel", &[TokenScope::Chat]),
+    ("agent.status", &[TokenScope::Chat, TokenScope::Read]),
+    ("sessions.list", &[TokenScope::Chat, TokenScope::Read]),
+    ("sessions.history", &[TokenScope::Chat, TokenScope::Read]),
+    ("sessions.send", &[TokenScope::Chat]),
+    ("sessions.reset", &[TokenScope::Chat]),
+    ("sessions.subscribe", &[TokenScope::Chat, TokenScope::Read]),
+    ("system.version", &[TokenScope::Chat]),
+    ("tools.list", &[TokenScope::Read]),
+    ("usage.summary", &[TokenScope::Read]),
+    ("system.health", &[TokenScope::Read]),
+    ("system.logs", &[TokenScope::Read]),
+    ("providers.status", &[TokenScope::Read]),
+    ("channels.status", &[TokenScope::Read]),
+    ("mcp.status", &[TokenScope::Read]),
+    ("confirmations.list", &[TokenScope::Approve]),
+    ("confirmations.resolve", &[TokenScope::Approve]),
+    ("pairing.list", &[TokenScope::Approve]),
+    ("pairing.approve", &[TokenScope::Approve]),
+    ("pairing.revoke", &[TokenScope::Approve]),
+    ("tools.invoke", &[TokenScope::Admin]),
+    ("config.get", &[TokenScope::Admin]),
+    ("config.patch", &[TokenScope::Admin]),
+    ("system.restart", &[TokenScope::Admin]),
 ];
 
 /// Every route behind the token and the scope it needs. `/rpc` lets
@@ -53,8 +54,9 @@ pub(crate) const ROUTES: &[(&str, Option<TokenScope>)] = &[
     ("/metrics", Some(TokenScope::Read)),
 ];
 
-/// The scope a method needs; `None` for a method not in the table.
-pub fn of_method(name: &str) -> Option<TokenScope> {
+/// The scopes that allow a method (any one); `None` for a method not in
+/// the table.
+pub fn of_method(name: &str) -> Option<&'static [TokenScope]> {
     METHODS
         .iter()
         .find(|(method, _)| *method == name)
