@@ -113,6 +113,7 @@ impl Daemon {
     /// Starts everything in order; serving when this returns.
     pub async fn start(options: DaemonOptions) -> Result<Daemon> {
         let started = Instant::now();
+        raise_file_limit();
         let mut config = options.config;
         if let Some(bind) = options.bind {
             config.gateway.bind = bind;
@@ -347,3 +348,28 @@ impl Daemon {
         self.stack.run().await;
     }
 }
+
+/// Raises the soft limit on open files to the hard one: the gateway caps
+/// its connections (`gateway.max_connections`), and the rest of the daemon
+/// (SQLite, providers, chat APIs) needs descriptors beyond those. A
+/// systemd service starts at 1024.
+#[cfg(unix)]
+fn raise_file_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current.is_some() && limit.current < limit.maximum.or(Some(u64::MAX)) {
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => {
+                tracing::debug!(from = ?limit.current, to = ?limit.maximum, "raised the open-file limit")
+            }
+            Err(error) => tracing::debug!(%error, "cannot raise the open-file limit"),
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn raise_file_limit() {}

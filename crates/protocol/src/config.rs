@@ -106,6 +106,7 @@ impl FlynnConfig {
             secrets.extend(embeddings.api_key.clone());
         }
         secrets.extend(self.gateway.token.clone());
+        secrets.extend(self.gateway.tokens.iter().filter_map(|t| t.token.clone()));
         secrets.extend(self.channels.secrets());
         secrets.extend(
             self.gateway

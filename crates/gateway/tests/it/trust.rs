@@ -685,3 +685,55 @@ async fn a_thousand_slow_connections_do_not_stop_a_normal_client() {
     assert!(refused >= 950, "{refused}");
     harness.stop().await;
 }
+
+#[tokio::test]
+async fn security_changes_through_config_patch_are_audited() {
+    let fake = FakeOpenAi::start().await;
+    let files = tempfile::tempdir().unwrap();
+    let file = files.path().join("config.yaml");
+    std::fs::write(&file, "gateway:\n  bind: 127.0.0.1:18800\n").unwrap();
+    let mut config = config(&fake);
+    config.gateway.tokens = vec![token("ide", CHAT_TOKEN, &[TokenScope::Chat])];
+    let mut harness = Harness::with(Options {
+        config,
+        tools: Vec::new(),
+        config_file: Some(file.clone()),
+    })
+    .await;
+    let patch = json!({"set": [
+        {"path": "gateway.allowed_hosts", "value": ["flynn.example.com"]},
+        {"path": "gateway.token", "value": "a-new-token-0123456789abcdef012345"},
+    ]});
+    let (_, refused) = rpc(&harness, CHAT_TOKEN, "config.patch", patch.clone()).await;
+    assert_eq!(error_code(&refused), flynn_gateway::codes::FORBIDDEN);
+    assert!(
+        !std::fs::read_to_string(&file)
+            .unwrap()
+            .contains("flynn.example.com")
+    );
+    let (_, done) = rpc(&harness, TOKEN, "config.patch", patch).await;
+    assert_eq!(done["result"]["restart_required"], true, "{done}");
+    let audit = harness._home.path().join("data/audit/tools.jsonl");
+    let lines = std::fs::read_to_string(&audit).unwrap();
+    let record: Value = serde_json::from_str(lines.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (
+            record["tool"].as_str(),
+            record["agent"].as_str(),
+            record["outcome"].as_str()
+        ),
+        (Some("config.patch"), Some("token:default"), Some("ok"))
+    );
+    assert_eq!(
+        record["arguments"]["set"],
+        json!([
+            {"path": "gateway.allowed_hosts", "value": ["flynn.example.com"], "security": true},
+            {"path": "gateway.token", "value": "***", "security": true},
+        ])
+    );
+    assert!(
+        !lines.contains("a-new-token"),
+        "the secret stays out of the log"
+    );
+    harness.stop().await;
+}
