@@ -446,6 +446,22 @@ pub struct VersionInfo {
     pub version: String,
     /// The protocol's version: grows with each incompatible change.
     pub protocol: u32,
+    /// Who the gateway takes the caller for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<ClientInfo>,
+}
+
+/// The calling client as the gateway sees it (`system.version`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ClientInfo {
+    /// The token's name (`default` for the daemon's own), or the
+    /// Tailscale login.
+    pub name: String,
+    pub scopes: Vec<flynn_protocol::config::TokenScope>,
+    /// The channel of its own sessions (`token-<name>`); with `admin`
+    /// every session is its own.
+    pub namespace: String,
+    pub admin: bool,
 }
 
 /// Result of `system.restart`.

@@ -182,7 +182,7 @@ fn register(module: &mut RpcModule<State>) {
     method!("config.patch", config_patch, client);
     method!("usage.summary", usage_summary, client);
     method!("system.health", system_health);
-    method!("system.version", system_version);
+    method!("system.version", system_version, client);
     method!("system.restart", system_restart, client);
     method!("system.logs", system_logs);
     method!("providers.status", providers_status);
@@ -915,11 +915,21 @@ async fn system_health(params: Params<'static>, state: Arc<State>) -> RpcResult<
     Ok(health(&state))
 }
 
-async fn system_version(params: Params<'static>, _state: Arc<State>) -> RpcResult<VersionInfo> {
+async fn system_version(
+    params: Params<'static>,
+    _state: Arc<State>,
+    client: Client,
+) -> RpcResult<VersionInfo> {
     let _: EmptyParams = parse(&params)?;
     Ok(VersionInfo {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         protocol: PROTOCOL_VERSION,
+        client: Some(ClientInfo {
+            admin: client.is_admin(),
+            name: client.name,
+            scopes: client.scopes,
+            namespace: client.namespace,
+        }),
     })
 }
 

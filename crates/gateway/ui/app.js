@@ -210,7 +210,11 @@ async function checkToken(token) {
   });
   if (response.status === 401) throw new Error("The daemon refused this token.");
   if (!response.ok) throw new Error(`The daemon answered ${response.status}.`);
-  return response.json();
+  const answer = await response.json();
+  // A token without admin keeps to the sessions of its own channel.
+  const client = answer.result?.client;
+  state.channel = client && !client.admin ? client.namespace : "web";
+  return answer;
 }
 
 // ---------------------------------------------------------------- the app
@@ -227,6 +231,7 @@ const state = {
   tools: new Map(),
   confirms: new Map(),
   shownConfirms: new Set(),
+  channel: "web",
   cursor: 0,
   subscription: null,
   pendingCommand: false,
@@ -242,7 +247,7 @@ function setStatus(kind) {
 
 function newSessionKey() {
   const random = Array.from(crypto.getRandomValues(new Uint8Array(6)), (b) => b.toString(16).padStart(2, "0")).join("");
-  return `web:${random}`;
+  return `${state.channel}:${random}`;
 }
 
 function scrollDown() {
@@ -773,7 +778,8 @@ async function start(token) {
   await state.rpc.connect();
   await loadSessions();
   const saved = localStorage.getItem(SESSION_KEY);
-  await openSession(saved || state.sessions[0]?.key || newSessionKey());
+  const own = (key) => key && (state.channel === "web" || key.startsWith(`${state.channel}:`));
+  await openSession((own(saved) && saved) || state.sessions[0]?.key || newSessionKey());
   $("input").focus();
 }
 

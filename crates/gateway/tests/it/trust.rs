@@ -130,6 +130,12 @@ async fn a_chat_token_cannot_administer_and_sees_only_its_own_sessions() {
             "{method}: {answer}"
         );
     }
+    // It can ask who it is (the web chat does, to name its sessions).
+    let (_, version) = rpc(&harness, CHAT_TOKEN, "system.version", json!({})).await;
+    assert_eq!(
+        version["result"]["client"],
+        json!({"name": "ide", "scopes": ["chat"], "namespace": "token-ide", "admin": false})
+    );
     // Its own: the default session is its namespace's.
     let (_, sent) = rpc(
         &harness,
