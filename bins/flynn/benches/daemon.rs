@@ -724,7 +724,7 @@ impl Scratch {
         let config = if let Some(extra) = extra {
             let path = dir.path().join("flynn.yaml");
             let text = format!(
-                "providers:\n  openai: {{ kind: openai-compatible, base_url: \"{model_url}\", api_key: \"{API_KEY}\" }}\nmodels:\n  tiers:\n    default: [openai/gpt-4o-mini]\ngateway:\n  rate_limit_per_minute: 1000000\n{extra}"
+                "providers:\n  openai: {{ kind: openai-compatible, base_url: \"{model_url}\", api_key: \"{API_KEY}\" }}\nmodels:\n  tiers:\n    default: [openai/gpt-4o-mini]\ngateway:\n  rate_limit_per_minute: 1000000\n  max_connections: 100000\n  max_connections_per_ip: 100000\n{extra}"
             );
             std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
             Some(path)

@@ -31,6 +31,9 @@ pub enum Command {
     Pairing(PairingArgs),
     /// Check the config file or print its JSON Schema.
     Config(ConfigArgs),
+    /// Gateway tokens with fewer rights than the owner's (for an IDE, a
+    /// script, an OpenAI or MCP client): create, list, revoke.
+    Token(TokenArgs),
     /// Tokens and cost per model tier, over every session or one.
     Usage(UsageArgs),
     /// Which OS sandbox shell and process tools run in, and why.
@@ -52,6 +55,44 @@ pub enum Command {
     Completion {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct TokenArgs {
+    #[command(subcommand)]
+    pub command: TokenCommand,
+    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a random token (replacing the named one's, if any): its secret
+    /// goes to FLYNN_HOME/tokens/<name>.token (0600) and is printed once;
+    /// gateway.tokens names the file and the scopes.
+    Create {
+        /// Letters, digits, `-`, `_`; shown in logs and the audit log.
+        #[arg(long)]
+        name: String,
+        /// chat (send, its own sessions, /v1 and /mcp), read (every
+        /// session, usage, logs), approve (confirmations, pairing), admin
+        /// (everything). Repeat for several.
+        #[arg(long = "scope", value_name = "SCOPE", required = true)]
+        scopes: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every token's name, scopes and where it is kept (never its value).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a token from gateway.tokens and delete its file.
+    Revoke {
+        #[arg(long)]
+        name: String,
     },
 }
 

@@ -831,13 +831,22 @@ fn open_to_others(_home: &Path) -> Vec<String> {
 
 fn listener_line(config: &FlynnConfig) -> Check {
     let bind = &config.gateway.bind;
-    if !config.gateway.tailscale_users.is_empty() {
+    if !config.gateway.tailscale_users.is_empty() && config.gateway.tailscale.listen.is_none() {
+        return Check::warn(
+            "security",
+            "gateway.tailscale_users is no longer honoured: Tailscale users need a token until the Tailscale listener is set".to_owned(),
+            "set gateway.tailscale.listen (unix:/run/flynn/ts.sock), .host and .users, and run `tailscale serve unix:/run/flynn/ts.sock` (docs/security.md)",
+        );
+    }
+    if let Some(listen) = &config.gateway.tailscale.listen
+        && !listen.starts_with("unix:")
+    {
         return Check::warn(
             "security",
             format!(
-                "gateway.tailscale_users is set: any process on this machine that sends a Tailscale-User-Login header to {bind} is taken for that user"
+                "the Tailscale listener {listen} is a TCP port: any process on this machine can send it identity headers for an address tailscaled knows"
             ),
-            "use the gateway token instead until Tailscale identities are verified (docs/security.md)",
+            "use a Unix socket (gateway.tailscale.listen: unix:/run/flynn/ts.sock), which only the daemon's user and tailscaled can open",
         );
     }
     if flynn_core::gateway::binds_beyond_loopback(bind) {

@@ -39,6 +39,7 @@ mod send;
 mod sessions;
 mod skills;
 mod start;
+mod token;
 mod workspace;
 
 use std::process::ExitCode;
@@ -103,6 +104,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Pairing(args) => pairing::run(args).await,
         Command::Skills(args) => skills::run(args),
         Command::Config(args) => config_cmd::run(args),
+        Command::Token(args) => token::run(args),
         Command::Usage(args) => sessions::usage(args).await,
         Command::Sandbox(args) => sandbox::run(args).await,
         Command::Memory(args) => memory::run(args).await,

@@ -38,6 +38,15 @@ fn mask(value: &mut Value, secrets: &[String]) {
     }
 }
 
+/// The file's text as JSON, as written: `${VAR}`s not expanded, no
+/// defaults filled in (for rewriting a list without baking secrets in).
+pub fn unexpanded(text: &str) -> std::result::Result<Value, PathError> {
+    if text.trim().is_empty() {
+        return Ok(Value::Object(serde_json::Map::new()));
+    }
+    serde_saphyr::from_str::<Value>(text).map_err(|e| PathError(e.to_string()))
+}
+
 /// Why a path leads nowhere.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]

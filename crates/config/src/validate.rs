@@ -105,6 +105,7 @@ pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located>
     check_channels(&config.channels, &mut report);
     check_automation(config, &mut report);
     check_mcp(&config.mcp, &mut report);
+    check_gateway(&config.gateway, &mut report);
 
     if config.agents.max_iterations < 1 {
         report(
@@ -1054,6 +1055,169 @@ fn timezone_problem(name: &str) -> Option<String> {
     Some(format!(
         "unknown time zone '{name}'{suggestion}, expected an IANA name such as `UTC`, `Europe/Berlin` or `America/New_York`"
     ))
+}
+
+/// Shortest token or webhook secret accepted: 32 characters (128 bits
+/// of hex), what `openssl rand -hex 16` prints at least.
+pub const MIN_SECRET_LEN: usize = 32;
+
+fn check_gateway(
+    gateway: &flynn_protocol::config::GatewayConfig,
+    report: &mut impl FnMut(KeyPath, Problem),
+) {
+    let at = KeyPath::keys(&["gateway"]);
+    let mut other = |path: KeyPath, message: String| report(path, Problem::Other { message });
+    if let Some(token) = &gateway.token
+        && !token.trim().is_empty()
+        && token.trim().len() < MIN_SECRET_LEN
+    {
+        other(
+            at.key("token"),
+            format!(
+                "the token is {} characters; expected at least {MIN_SECRET_LEN} (make one with `openssl rand -hex 32`)",
+                token.trim().len()
+            ),
+        );
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for (index, entry) in gateway.tokens.iter().enumerate() {
+        let path = at.key("tokens").index(index);
+        let well_formed = !entry.name.is_empty()
+            && entry.name.len() <= 32
+            && entry
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !well_formed {
+            other(
+                path.key("name"),
+                format!(
+                    "token name '{}' is not usable: expected 1 to 32 letters, digits, `-` or `_`",
+                    entry.name
+                ),
+            );
+        } else if names.contains(&entry.name.as_str()) {
+            other(
+                path.key("name"),
+                format!(
+                    "token name '{}' is used twice; names must be unique",
+                    entry.name
+                ),
+            );
+        } else if entry.name == "default" {
+            other(
+                path.key("name"),
+                "token name 'default' is the name of the admin token of gateway.token; choose another".to_owned(),
+            );
+        }
+        names.push(&entry.name);
+        match (&entry.token, &entry.token_file) {
+            (Some(_), Some(_)) => other(
+                path.clone(),
+                "give `token` or `token_file`, not both".to_owned(),
+            ),
+            (None, None) => other(
+                path.clone(),
+                "expected `token` (the secret) or `token_file` (a file holding it)".to_owned(),
+            ),
+            (Some(token), None) if token.trim().len() < MIN_SECRET_LEN => other(
+                path.key("token"),
+                format!(
+                    "the token is {} characters; expected at least {MIN_SECRET_LEN} (`flynn token create` makes one)",
+                    token.trim().len()
+                ),
+            ),
+            _ => {}
+        }
+        if entry.scopes.is_empty() {
+            other(
+                path.key("scopes"),
+                "expected at least one scope: chat, read, approve or admin".to_owned(),
+            );
+        }
+    }
+    let tailscale = &gateway.tailscale;
+    let ts = at.key("tailscale");
+    if !tailscale.users.is_empty() || tailscale.listen.is_some() {
+        if tailscale.listen.is_none() {
+            other(
+                ts.key("listen"),
+                "gateway.tailscale.users needs a listener only `tailscale serve` targets: set listen to `unix:/run/flynn/ts.sock` (or a loopback host:port) and run `tailscale serve unix:/run/flynn/ts.sock`".to_owned(),
+            );
+        }
+        if tailscale
+            .host
+            .as_deref()
+            .is_none_or(|h| h.trim().is_empty())
+        {
+            other(
+                ts.key("host"),
+                "expected the gateway's Tailscale name, e.g. `box.tailnet.ts.net` (`tailscale status --self`)".to_owned(),
+            );
+        }
+        if tailscale.scopes.is_empty() {
+            other(
+                ts.key("scopes"),
+                "expected at least one scope: chat, read, approve or admin".to_owned(),
+            );
+        }
+    }
+    if let Some(listen) = &tailscale.listen {
+        let ok = match listen.strip_prefix("unix:") {
+            Some(path) => path.starts_with('/'),
+            None => listen
+                .parse::<std::net::SocketAddr>()
+                .is_ok_and(|addr| addr.ip().is_loopback()),
+        };
+        if !ok {
+            other(
+                ts.key("listen"),
+                format!(
+                    "'{listen}' is not a Tailscale listener: expected `unix:/absolute/path.sock` or a loopback address such as `127.0.0.1:18801`"
+                ),
+            );
+        } else if listen == &gateway.bind {
+            other(
+                ts.key("listen"),
+                "must differ from gateway.bind: identity headers are honoured only on a listener no one but `tailscale serve` reaches".to_owned(),
+            );
+        }
+    }
+    for (name, hook) in &gateway.webhooks {
+        if hook.secret.len() < MIN_SECRET_LEN {
+            other(
+                at.key("webhooks").key(name).key("secret"),
+                format!(
+                    "the secret is {} bytes; expected at least {MIN_SECRET_LEN} (`openssl rand -hex 32`): anyone can sign with an empty or short one",
+                    hook.secret.len()
+                ),
+            );
+        }
+    }
+    if gateway.max_connections < 16 {
+        report_min(
+            &mut other,
+            at.key("max_connections"),
+            gateway.max_connections.into(),
+            16,
+        );
+    }
+    if gateway.max_connections_per_ip < 1 {
+        report_min(&mut other, at.key("max_connections_per_ip"), 0, 1);
+    }
+    if gateway.header_timeout_secs < 1 {
+        report_min(&mut other, at.key("header_timeout_secs"), 0, 1);
+    }
+    if gateway.body_timeout_secs < 1 {
+        report_min(&mut other, at.key("body_timeout_secs"), 0, 1);
+    }
+}
+
+fn report_min(other: &mut impl FnMut(KeyPath, String), path: KeyPath, value: u64, min: u64) {
+    other(
+        path,
+        format!("{value} is too small; expected at least {min}"),
+    );
 }
 
 #[cfg(test)]

@@ -113,6 +113,7 @@ impl Daemon {
     /// Starts everything in order; serving when this returns.
     pub async fn start(options: DaemonOptions) -> Result<Daemon> {
         let started = Instant::now();
+        raise_file_limit();
         let mut config = options.config;
         if let Some(bind) = options.bind {
             config.gateway.bind = bind;
@@ -124,6 +125,28 @@ impl Daemon {
             .as_deref()
             .or(options.env_token.as_deref())
             .is_some_and(|t| !t.trim().is_empty());
+        if let Some(token) = options.env_token.as_deref().map(str::trim)
+            && config
+                .gateway
+                .token
+                .as_deref()
+                .is_none_or(|t| t.trim().is_empty())
+            && !token.is_empty()
+            && token.len() < flynn_gateway::MIN_TOKEN_LEN
+        {
+            return Err(Error::Config(format!(
+                "FLYNN_GATEWAY_TOKEN is {} characters; expected at least {} (make one with `openssl rand -hex 32`)",
+                token.len(),
+                flynn_gateway::MIN_TOKEN_LEN
+            )));
+        }
+        // Every named token readable, long enough, before anything starts.
+        let named = flynn_gateway::resolve_named(&config.gateway).map_err(Error::Config)?;
+        if !config.gateway.tailscale_users.is_empty() && config.gateway.tailscale.listen.is_none() {
+            tracing::warn!(
+                "gateway.tailscale_users is no longer honoured on gateway.bind (any local process or same-host proxy could send the header): set gateway.tailscale.listen (e.g. unix:/run/flynn/ts.sock), gateway.tailscale.host and gateway.tailscale.users, and point `tailscale serve` at that listener; until then Tailscale users need a token"
+            );
+        }
         if flynn_gateway::binds_beyond_loopback(&bind) && !explicit_token {
             return Err(Error::Config(format!(
                 "gateway.bind is {bind}, beyond this machine, and no token is set: set gateway.token or FLYNN_GATEWAY_TOKEN to a long random secret (`openssl rand -hex 32`), or bind to 127.0.0.1"
@@ -167,7 +190,7 @@ impl Daemon {
         let flynn = Flynn::builder()
             .config(config.clone())
             .home(&options.home)
-            .secrets([token.clone()])
+            .secrets(std::iter::once(token.clone()).chain(named.iter().map(|t| t.token.clone())))
             .private_paths(options.config_file.clone())
             .build()
             .await?;
@@ -333,3 +356,28 @@ impl Daemon {
         self.stack.run().await;
     }
 }
+
+/// Raises the soft limit on open files to the hard one: the gateway caps
+/// its connections (`gateway.max_connections`), and the rest of the daemon
+/// (SQLite, providers, chat APIs) needs descriptors beyond those. A
+/// systemd service starts at 1024.
+#[cfg(unix)]
+fn raise_file_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current.is_some() && limit.current < limit.maximum.or(Some(u64::MAX)) {
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => {
+                tracing::debug!(from = ?limit.current, to = ?limit.maximum, "raised the open-file limit")
+            }
+            Err(error) => tracing::debug!(%error, "cannot raise the open-file limit"),
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn raise_file_limit() {}

@@ -281,14 +281,22 @@ pub struct InvokeResult {
 /// A tool call waiting for a person (`confirmations.list`).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct PendingConfirmation {
-    /// The tool call's id: pass it to `confirmations.resolve`.
+    /// The server's id for this waiting call (random, unguessable): pass
+    /// it to `confirmations.resolve`.
     pub id: String,
+    /// The model's id for the call (`id` of the `confirmation_requested`
+    /// event); a model may reuse one.
+    pub call_id: String,
     pub session: SessionKey,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<TurnId>,
     pub agent: String,
     pub tool: String,
+    /// The call's whole input.
     pub input: Value,
+    /// SHA-256 (hex) of `input` as the server serialises it: pass it back
+    /// to `confirmations.resolve` so that only this input is approved.
+    pub input_digest: String,
     pub effect: ToolEffect,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -301,10 +309,15 @@ pub struct PendingConfirmation {
 #[serde(deny_unknown_fields)]
 pub struct ResolveParams {
     pub session: SessionKey,
-    /// The tool call's id, from `confirmation_requested` or
-    /// `confirmations.list`.
+    /// The id from `confirmations.list` (or, deprecated, the model's call
+    /// id from `confirmation_requested`, accepted while it names one
+    /// waiting call only).
     pub id: String,
     pub approve: bool,
+    /// The `input_digest` of the input the person was shown: refused when
+    /// the waiting call's input is another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_digest: Option<String>,
     /// Shown to the model when denied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -437,6 +450,22 @@ pub struct VersionInfo {
     pub version: String,
     /// The protocol's version: grows with each incompatible change.
     pub protocol: u32,
+    /// Who the gateway takes the caller for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<ClientInfo>,
+}
+
+/// The calling client as the gateway sees it (`system.version`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ClientInfo {
+    /// The token's name (`default` for the daemon's own), or the
+    /// Tailscale login.
+    pub name: String,
+    pub scopes: Vec<flynn_protocol::config::TokenScope>,
+    /// The channel of its own sessions (`token-<name>`); with `admin`
+    /// every session is its own.
+    pub namespace: String,
+    pub admin: bool,
 }
 
 /// Result of `system.restart`.

@@ -11,8 +11,23 @@ use axum::response::{IntoResponse, Response};
 use flynn_channels::{ChannelState, WebhookRequest};
 
 use crate::api::ChannelInfo;
-use crate::auth::refusal;
+use crate::auth::{Conn, refusal};
 use crate::server::State as Gateway;
+
+/// The one answer to an unknown channel and to a request its adapter
+/// refuses (a bad signature, another method), so what runs cannot be found
+/// out.
+fn refused(gateway: &Gateway, ip: Option<std::net::IpAddr>) -> Response {
+    gateway.metrics.auth_failure();
+    if let Some(ip) = ip {
+        let _ = gateway.failures.check(&ip.to_string());
+    }
+    refusal(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "the request was refused",
+    )
+}
 
 /// Hands a request to the named channel's adapter.
 pub(crate) async fn receive(
@@ -20,24 +35,23 @@ pub(crate) async fn receive(
     Path((name, rest)): Path<(String, String)>,
     request: Request,
 ) -> Response {
-    let Some(registry) = &gateway.channels else {
-        return refusal(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "no chat channels run in this daemon",
-        );
-    };
+    let ip = request
+        .extensions()
+        .get::<Conn>()
+        .map(|conn| crate::auth::client_ip(conn, request.headers()));
+    if let Some(ip) = ip
+        && let Err(wait) = gateway.failures.peek(&ip.to_string())
+    {
+        return crate::auth::rate_limited(wait);
+    }
     let (parts, body) = request.into_parts();
-    let limit = usize::try_from(gateway.settings.max_request_bytes).unwrap_or(usize::MAX);
-    let body: Bytes = match axum::body::to_bytes(body, limit).await {
+    // Read the body whatever the name, so that unknown names take as long.
+    let body: Bytes = match crate::http::read_body(&gateway, body).await {
         Ok(body) => body,
-        Err(_) => {
-            return refusal(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "oversized",
-                "the request is larger than gateway.max_request_bytes",
-            );
-        }
+        Err(response) => return *response,
+    };
+    let Some(registry) = &gateway.channels else {
+        return refused(&gateway, ip);
     };
     let webhook = WebhookRequest {
         method: parts.method,
@@ -47,14 +61,10 @@ pub(crate) async fn receive(
         body,
     };
     let Some(answer) = registry.webhook(&name, webhook).await else {
-        return refusal(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            &format!("no channel named '{name}' runs in this daemon"),
-        );
+        return refused(&gateway, ip);
     };
-    if matches!(answer.status, 401 | 403) {
-        gateway.metrics.auth_failure();
+    if matches!(answer.status, 401 | 403 | 404 | 405) {
+        return refused(&gateway, ip);
     }
     let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = (status, answer.body).into_response();

@@ -31,6 +31,9 @@ pub mod codes {
     pub const STORAGE: i32 = -32012;
     /// The turn was cancelled.
     pub const CANCELLED: i32 = -32013;
+    /// This token's scopes do not allow the call, or the session is not
+    /// its own; `data.scope` names the scope needed, when one would do.
+    pub const FORBIDDEN: i32 = -32014;
 }
 
 /// An error for a client: a code, a message and `data.kind`.

@@ -8,13 +8,20 @@
 //! - `/v1/models` and `/v1/chat/completions` for OpenAI clients;
 //! - `/webhooks/<name>`, signed with HMAC-SHA256 instead of the token.
 //!
-//! Every route but `/healthz` and the webhooks needs the bearer token
-//! (`Authorization: Bearer`, or `?token=` from a browser), compared in
-//! constant time; WebSocket upgrades from a page must come from an
-//! allowed origin; requests are limited in size and, per client, in rate.
+//! Every route but `/healthz` and the webhooks needs a bearer token
+//! (`Authorization: Bearer`; `?token=` only on the WebSocket upgrade),
+//! compared in constant time; each token has scopes, and every method and
+//! route declares the scope it needs in one table ([`scope`]). Requests
+//! from another site's page, for a host name the gateway does not answer
+//! to, or over the connection caps are refused; slow clients are closed;
+//! requests are limited in size and, per client, in rate; failed
+//! authentications are throttled per address. A Tailscale identity counts
+//! only on the listener `tailscale serve` targets, confirmed with
+//! tailscaled.
 
 pub mod api;
 mod approver;
+mod audit;
 mod auth;
 mod channels;
 pub mod client;
@@ -26,12 +33,14 @@ mod metrics;
 mod openai;
 mod rpc;
 pub mod schema;
+pub mod scope;
 mod server;
+mod tailscale;
 mod token;
 mod ui;
 mod webhooks;
 
-pub use approver::{RemoteApprover, ResolveError};
+pub use approver::{RemoteApprover, ResolveError, input_digest};
 pub use auth::Client;
 pub use error::codes;
 pub use logs::{LogLayer, log_layer};
@@ -39,8 +48,11 @@ pub use mcp::McpHost;
 pub use metrics::rss_bytes;
 pub use rpc::PROTOCOL_VERSION;
 pub use server::{Control, Gateway, GatewayExtras, GatewayParts, Serving};
-pub use token::{TOKEN_FILE, TokenSource, generate_token, read_token_file, resolve_token};
-pub use webhooks::{sign, verify_signature};
+pub use token::{
+    ADMIN_TOKEN_NAME, MIN_TOKEN_LEN, NamedToken, TOKEN_FILE, TokenSource, generate_token,
+    read_token_file, resolve_named, resolve_token,
+};
+pub use webhooks::{TIMESTAMP_WINDOW, sign, sign_timestamped, verify_signature};
 
 /// Whether `bind` (`host:port`) listens beyond this machine.
 pub fn binds_beyond_loopback(bind: &str) -> bool {

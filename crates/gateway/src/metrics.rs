@@ -66,6 +66,7 @@ pub struct Metrics {
     tool_calls_ok: AtomicU64,
     tool_calls_failed: AtomicU64,
     auth_failures: AtomicU64,
+    connections_refused: AtomicU64,
     rpc_calls: AtomicU64,
     http_requests: AtomicU64,
     turn_seconds: Histogram,
@@ -79,6 +80,10 @@ pub struct Metrics {
 impl Metrics {
     pub(crate) fn auth_failure(&self) {
         self.auth_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn connection_refused(&self) {
+        self.connections_refused.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn rpc_call(&self) {
@@ -355,6 +360,16 @@ impl Metrics {
             out,
             "flynn_gateway_auth_failures_total {}",
             self.auth_failures.load(Ordering::Relaxed)
+        );
+        counter(
+            &mut out,
+            "flynn_gateway_connections_refused_total",
+            "Connections closed at once: over gateway.max_connections or max_connections_per_ip.",
+        );
+        let _ = writeln!(
+            out,
+            "flynn_gateway_connections_refused_total {}",
+            self.connections_refused.load(Ordering::Relaxed)
         );
         out
     }

@@ -4,17 +4,20 @@
 //! server-sent events or not). Tools run inside Flynn; the client sees the
 //! final answer.
 //!
-//! Sessions: with an `X-Flynn-Session` header (or the request's `user`
-//! field, as `openai:<user>`) the conversation continues in that Flynn
-//! session and only the last user message is new. Without either, each
-//! request is its own conversation: the earlier messages it carries are
-//! stored in a fresh session, then the last one is answered.
+//! Sessions: the conversation continues in one Flynn session and only the
+//! last user message is new. The session is `X-Flynn-Session` when sent,
+//! else one per token and `user` field: `openai:<user>` (or
+//! `openai:default`) for the default admin token, `token-<name>:openai-<user>`
+//! for the others. A token without `admin` stays in its own sessions: the
+//! channel of an `X-Flynn-Session` it names becomes `token-<name>`. When
+//! the session is new, the earlier messages a request carries become its
+//! history.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use flynn_orchestrator::{Submitted, TurnRequest};
@@ -22,6 +25,7 @@ use flynn_protocol::{AgentEvent, Message, RunState, SessionKey, Tier, TurnOutcom
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::auth::Client;
 use crate::server::State as Gateway;
 
 /// An OpenAI-shaped error: `{"error": {"message", "type", "param", "code"}}`.
@@ -154,12 +158,71 @@ fn route(gateway: &Gateway, model: &str) -> Result<(Option<String>, Option<Tier>
     )))
 }
 
+/// The session of a request: see the module's documentation.
+fn session_of(
+    client: &Client,
+    named: Option<&str>,
+    user: Option<&str>,
+) -> Result<SessionKey, String> {
+    if let Some(named) = named {
+        let session: SessionKey = named
+            .parse()
+            .map_err(|e| format!("the session '{named}' is not a valid session key: {e}"))?;
+        if client.owns(&session) {
+            return Ok(session);
+        }
+        return SessionKey::new(&client.namespace, session.peer()).map_err(|e| e.to_string());
+    }
+    let user: String = user
+        .unwrap_or("default")
+        .chars()
+        .map(|c| {
+            if c.is_whitespace() || c.is_control() {
+                '-'
+            } else {
+                c
+            }
+        })
+        .take(128)
+        .collect();
+    let user = if user.is_empty() {
+        "default".to_owned()
+    } else {
+        user
+    };
+    if client.is_admin() && client.name == crate::token::ADMIN_TOKEN_NAME {
+        SessionKey::new("openai", &user)
+    } else {
+        SessionKey::new(&client.namespace, &format!("openai-{user}"))
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// Whether the request says its body is JSON (a page's form or
+/// `text/plain` post cannot).
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
+}
+
 /// `POST /v1/chat/completions`.
 pub(crate) async fn chat_completions(
     State(gateway): State<Arc<Gateway>>,
+    Extension(client): Extension<Client>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
+    if !is_json(&headers) {
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            "send the request as JSON: `Content-Type: application/json`",
+            None,
+        );
+    }
     let request: ChatRequest = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(e) => {
@@ -201,37 +264,35 @@ pub(crate) async fn chat_completions(
         );
     }
 
-    let named = headers
-        .get("x-flynn-session")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| request.user.as_ref().map(|user| format!("openai:{user}")));
-    let session = match &named {
-        Some(key) => match key.parse::<SessionKey>() {
-            Ok(session) => session,
-            Err(e) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_request_error",
-                    format!("the session '{key}' is not a valid session key: {e}"),
-                    Some("user"),
-                );
-            }
-        },
-        None => match SessionKey::new("openai", &uuid::Uuid::now_v7().simple().to_string()) {
-            Ok(session) => session,
-            Err(e) => {
-                return error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "server_error",
-                    e.to_string(),
-                    None,
-                );
-            }
-        },
+    let named = headers.get("x-flynn-session").and_then(|v| v.to_str().ok());
+    let session = match session_of(&client, named, request.user.as_deref()) {
+        Ok(session) => session,
+        Err(message) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                message,
+                Some(if named.is_some() {
+                    "x-flynn-session"
+                } else {
+                    "user"
+                }),
+            );
+        }
     };
-    if named.is_none() {
-        // A fresh conversation: what the client sent before the last
+    let fresh = match gateway.manager.store().info(&session).await {
+        Ok(info) => info.is_none_or(|info| info.message_count == 0),
+        Err(e) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                e.to_string(),
+                None,
+            );
+        }
+    };
+    if fresh {
+        // A new conversation: what the client sent before the last
         // message becomes its history.
         let earlier: Vec<Message> = request.messages[..last]
             .iter()
@@ -263,6 +324,7 @@ pub(crate) async fn chat_completions(
     }
 
     let mut turn = TurnRequest::text(session.clone(), message);
+    turn.principal = client.turn_principal();
     turn.agent = agent;
     turn.tier = tier;
     turn.approver = Some(Arc::new(gateway.approver.clone()));

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flynn_orchestrator::{Submitted, TurnRequest};
+use flynn_protocol::config::TokenScope;
 use flynn_protocol::{AgentEvent, EventEnvelope, Lagged, RunState, SessionKey, TurnOutcome};
 use flynn_tools::{ApproveAll, Approver, Decision, DenyAll, ToolContext};
 use futures::FutureExt;
@@ -60,13 +61,29 @@ fn parse_required<T: DeserializeOwned>(params: &Params<'_>) -> RpcResult<T> {
     serde_json::from_value(value).map_err(|e| error::invalid_params(format!("{e}")))
 }
 
-/// Counts the call against the client's rate limit.
-fn admit(state: &State, extensions: &Extensions) -> RpcResult<()> {
+/// Checks the call: the client may use the method (its scope in
+/// [`crate::scope::METHODS`]), and it is within its rate limit. Gives the
+/// client.
+fn admit(state: &State, extensions: &Extensions, method: &str) -> RpcResult<Client> {
     state.metrics.rpc_call();
-    let key = extensions
-        .get::<Client>()
-        .map_or_else(|| "unknown".to_owned(), Client::rate_key);
-    state.limiter.check(&key).map_err(|wait| {
+    let Some(client) = extensions.get::<Client>().cloned() else {
+        return Err(error::rpc_error(
+            codes::FORBIDDEN,
+            "forbidden",
+            "the call carries no authenticated client",
+        ));
+    };
+    let Some(needed) = crate::scope::of_method(method) else {
+        return Err(error::rpc_error(
+            codes::FORBIDDEN,
+            "forbidden",
+            format!("{method} declares no scope, so no token may call it"),
+        ));
+    };
+    if !needed.iter().any(|scope| client.has(*scope)) {
+        return Err(forbidden_scope(&client, method, needed[0]));
+    }
+    state.limiter.check(&client.rate_key()).map_err(|wait| {
         ErrorObjectOwned::owned(
             codes::RATE_LIMITED,
             "too many requests from this client; slow down",
@@ -75,7 +92,60 @@ fn admit(state: &State, extensions: &Extensions) -> RpcResult<()> {
                 "retry_after_secs": wait.as_secs().max(1),
             })),
         )
-    })
+    })?;
+    Ok(client)
+}
+
+fn forbidden_scope(client: &Client, what: &str, needed: TokenScope) -> ErrorObjectOwned {
+    ErrorObjectOwned::owned(
+        codes::FORBIDDEN,
+        format!(
+            "{what} needs a token with the `{needed}` scope; '{}' has {}",
+            client.name,
+            crate::auth::scope_list(&client.scopes)
+        ),
+        Some(serde_json::json!({ "kind": "forbidden", "scope": needed })),
+    )
+}
+
+/// Refuses a session the client does not own (writes need it).
+fn own(client: &Client, session: &SessionKey) -> RpcResult<()> {
+    if client.owns(session) {
+        return Ok(());
+    }
+    Err(error::rpc_error(
+        codes::FORBIDDEN,
+        "forbidden",
+        format!(
+            "'{}' may use only its own sessions, named `{}:<anything>`, not {session} (an `admin` token may use any)",
+            client.name, client.namespace
+        ),
+    ))
+}
+
+/// Refuses a session the client may not read.
+fn readable(client: &Client, session: &SessionKey) -> RpcResult<()> {
+    if client.may_read(session) {
+        return Ok(());
+    }
+    Err(error::rpc_error(
+        codes::FORBIDDEN,
+        "forbidden",
+        format!(
+            "'{}' may read only its own sessions, named `{}:<anything>`, not {session} (a token with the `read` scope may read any)",
+            client.name, client.namespace
+        ),
+    ))
+}
+
+/// `gateway:default` (what a client gets when it names no session)
+/// stands for the client's own default session.
+fn session_for(client: &Client, session: SessionKey) -> SessionKey {
+    if session == crate::api::default_session() {
+        client.default_session()
+    } else {
+        session
+    }
 }
 
 fn register(module: &mut RpcModule<State>) {
@@ -85,46 +155,53 @@ fn register(module: &mut RpcModule<State>) {
         ($name:literal, $handler:expr) => {{
             let _ =
                 module.register_async_method($name, move |params, state, extensions| async move {
-                    admit(&state, &extensions)?;
+                    admit(&state, &extensions, $name)?;
                     $handler(params, state).await
+                });
+        }};
+        ($name:literal, $handler:expr, client) => {{
+            let _ =
+                module.register_async_method($name, move |params, state, extensions| async move {
+                    let client = admit(&state, &extensions, $name)?;
+                    $handler(params, state, client).await
                 });
         }};
     }
 
-    method!("agent.cancel", cancel);
-    method!("agent.status", status);
-    method!("sessions.list", sessions_list);
-    method!("sessions.history", sessions_history);
-    method!("sessions.send", sessions_send);
-    method!("sessions.reset", sessions_reset);
+    method!("agent.cancel", cancel, client);
+    method!("agent.status", status, client);
+    method!("sessions.list", sessions_list, client);
+    method!("sessions.history", sessions_history, client);
+    method!("sessions.send", sessions_send, client);
+    method!("sessions.reset", sessions_reset, client);
     method!("tools.list", tools_list);
-    method!("tools.invoke", tools_invoke);
+    method!("tools.invoke", tools_invoke, client);
     method!("confirmations.list", confirmations_list);
-    method!("confirmations.resolve", confirmations_resolve);
+    method!("confirmations.resolve", confirmations_resolve, client);
     method!("config.get", config_get);
-    method!("config.patch", config_patch);
-    method!("usage.summary", usage_summary);
+    method!("config.patch", config_patch, client);
+    method!("usage.summary", usage_summary, client);
     method!("system.health", system_health);
-    method!("system.version", system_version);
-    method!("system.restart", system_restart);
+    method!("system.version", system_version, client);
+    method!("system.restart", system_restart, client);
     method!("system.logs", system_logs);
     method!("providers.status", providers_status);
     method!("channels.status", channels_status);
     method!("mcp.status", mcp_status);
     method!("pairing.list", pairing_list);
-    method!("pairing.approve", pairing_approve);
-    method!("pairing.revoke", pairing_revoke);
+    method!("pairing.approve", pairing_approve, client);
+    method!("pairing.revoke", pairing_revoke, client);
 
     let _ = module.register_subscription(
         "agent.send",
         "agent.event",
         "agent.unsubscribe",
         |params, pending, state, extensions| async move {
-            if let Err(error) = admit(&state, &extensions) {
-                pending.reject(error).await;
-                return;
-            }
-            agent_send(params, pending, state).await;
+            let client = match admit(&state, &extensions, "agent.send") {
+                Ok(client) => client,
+                Err(error) => return pending.reject(error).await,
+            };
+            agent_send(params, pending, state, client).await;
         },
     );
     let _ = module.register_subscription(
@@ -132,11 +209,11 @@ fn register(module: &mut RpcModule<State>) {
         "sessions.event",
         "sessions.unsubscribe",
         |params, pending, state, extensions| async move {
-            if let Err(error) = admit(&state, &extensions) {
-                pending.reject(error).await;
-                return;
-            }
-            sessions_subscribe(params, pending, state).await;
+            let client = match admit(&state, &extensions, "sessions.subscribe") {
+                Ok(client) => client,
+                Err(error) => return pending.reject(error).await,
+            };
+            sessions_subscribe(params, pending, state, client).await;
         },
     );
 }
@@ -160,7 +237,15 @@ fn notification(
     }
 }
 
-fn turn_request(state: &State, params: SendParams) -> RpcResult<TurnRequest> {
+fn turn_request(state: &State, client: &Client, params: SendParams) -> RpcResult<TurnRequest> {
+    own(client, &params.session)?;
+    if params.approval == Approval::ApproveAll && !client.is_admin() {
+        return Err(forbidden_scope(
+            client,
+            "`approval: approve_all` (approving every tool call unasked)",
+            TokenScope::Admin,
+        ));
+    }
     if params.message.trim().is_empty() {
         return Err(error::rpc_error(
             codes::REFUSED,
@@ -169,6 +254,7 @@ fn turn_request(state: &State, params: SendParams) -> RpcResult<TurnRequest> {
         ));
     }
     let mut request = TurnRequest::text(params.session, params.message);
+    request.principal = client.turn_principal();
     request.tier = params.tier;
     request.model = params.model;
     request.agent = params.agent;
@@ -186,13 +272,19 @@ fn turn_request(state: &State, params: SendParams) -> RpcResult<TurnRequest> {
 /// `agent.send`: accepts the message, then streams the turn's events;
 /// the last is a `run_state` of `complete`, `cancelled` or `error` (or,
 /// for a chat command, the `command` event).
-async fn agent_send(params: Params<'static>, pending: PendingSubscriptionSink, state: Arc<State>) {
-    let params: SendParams = match parse_required(&params) {
+async fn agent_send(
+    params: Params<'static>,
+    pending: PendingSubscriptionSink,
+    state: Arc<State>,
+    client: Client,
+) {
+    let mut params: SendParams = match parse_required(&params) {
         Ok(params) => params,
         Err(error) => return pending.reject(error).await,
     };
+    params.session = session_for(&client, params.session);
     let session = params.session.clone();
-    let request = match turn_request(&state, params) {
+    let request = match turn_request(&state, &client, params) {
         Ok(request) => request,
         Err(error) => return pending.reject(error).await,
     };
@@ -272,11 +364,21 @@ async fn sessions_subscribe(
     params: Params<'static>,
     pending: PendingSubscriptionSink,
     state: Arc<State>,
+    client: Client,
 ) {
     let params: SubscribeParams = match parse(&params) {
         Ok(params) => params,
         Err(error) => return pending.reject(error).await,
     };
+    if let Some(error) = params
+        .sessions
+        .iter()
+        .find_map(|session| readable(&client, session).err())
+    {
+        return pending.reject(error).await;
+    }
+    // Without `read`, "every session" means every session of its own.
+    let all_own = params.sessions.is_empty() && !client.has(TokenScope::Read);
     let mut events = if params.sessions.len() == 1 {
         state.manager.subscribe(&params.sessions[0])
     } else {
@@ -292,11 +394,13 @@ async fn sessions_subscribe(
             event = events.next() => {
                 let Some(event) = event else { return };
                 if let Ok(envelope) = &event
-                    && !wanted.is_empty()
-                    && !wanted.contains(&envelope.session)
+                    && ((!wanted.is_empty() && !wanted.contains(&envelope.session))
+                        || (all_own && !client.owns(&envelope.session)))
                 {
                     continue;
                 }
+                // A lag note without a session could tell of others' events:
+                // fine, it carries only a count.
                 let only = (wanted.len() == 1).then(|| &wanted[0]);
                 if sink.send(json(&notification(event, only))).await.is_err() {
                     return;
@@ -306,8 +410,13 @@ async fn sessions_subscribe(
     }
 }
 
-async fn cancel(params: Params<'static>, state: Arc<State>) -> RpcResult<CancelResult> {
+async fn cancel(
+    params: Params<'static>,
+    state: Arc<State>,
+    client: Client,
+) -> RpcResult<CancelResult> {
     let params: CancelParams = parse_required(&params)?;
+    own(&client, &params.session)?;
     let cancelled = match params.turn {
         Some(turn) => state.manager.cancel_turn(&params.session, turn).await,
         None => state.manager.cancel(&params.session),
@@ -315,12 +424,20 @@ async fn cancel(params: Params<'static>, state: Arc<State>) -> RpcResult<CancelR
     Ok(CancelResult { cancelled })
 }
 
-async fn status(params: Params<'static>, state: Arc<State>) -> RpcResult<StatusResult> {
+async fn status(
+    params: Params<'static>,
+    state: Arc<State>,
+    client: Client,
+) -> RpcResult<StatusResult> {
     let params: StatusParams = parse(&params)?;
+    if let Some(session) = &params.session {
+        readable(&client, session)?;
+    }
     let running = state
         .manager
         .running()
         .into_iter()
+        .filter(|(session, _)| client.may_read(session))
         .filter(|(session, _)| params.session.as_ref().is_none_or(|s| s == session))
         .map(|(session, turn)| RunningTurn { session, turn })
         .collect();
@@ -335,6 +452,7 @@ async fn status(params: Params<'static>, state: Arc<State>) -> RpcResult<StatusR
         running,
         open_turns: open
             .into_iter()
+            .filter(|turn| client.may_read(&turn.session))
             .map(|turn| OpenTurn {
                 session: turn.session,
                 turn: turn.id,
@@ -350,6 +468,7 @@ async fn status(params: Params<'static>, state: Arc<State>) -> RpcResult<StatusR
 async fn sessions_list(
     params: Params<'static>,
     state: Arc<State>,
+    client: Client,
 ) -> RpcResult<Vec<SessionSummary>> {
     let _: EmptyParams = parse(&params)?;
     let sessions = state
@@ -360,6 +479,7 @@ async fn sessions_list(
         .map_err(|e| error::storage(&e))?;
     Ok(sessions
         .into_iter()
+        .filter(|info| client.may_read(&info.key))
         .map(|info| SessionSummary {
             key: info.key,
             message_count: info.message_count,
@@ -382,8 +502,13 @@ struct EmptyParams {}
 const DEFAULT_PAGE: usize = 100;
 const MAX_PAGE: usize = 1000;
 
-async fn sessions_history(params: Params<'static>, state: Arc<State>) -> RpcResult<HistoryResult> {
+async fn sessions_history(
+    params: Params<'static>,
+    state: Arc<State>,
+    client: Client,
+) -> RpcResult<HistoryResult> {
     let params: HistoryParams = parse_required(&params)?;
+    readable(&client, &params.session)?;
     let store = state.manager.store();
     let limit = params.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
     if params.before.is_some() && params.after.is_some() {
@@ -436,10 +561,15 @@ async fn sessions_history(params: Params<'static>, state: Arc<State>) -> RpcResu
 }
 
 /// `sessions.send`: like `agent.send`, answering once the turn is over.
-async fn sessions_send(params: Params<'static>, state: Arc<State>) -> RpcResult<SendResult> {
-    let params: SendParams = parse_required(&params)?;
+async fn sessions_send(
+    params: Params<'static>,
+    state: Arc<State>,
+    client: Client,
+) -> RpcResult<SendResult> {
+    let mut params: SendParams = parse_required(&params)?;
+    params.session = session_for(&client, params.session);
     let session = params.session.clone();
-    let request = turn_request(&state, params)?;
+    let request = turn_request(&state, &client, params)?;
     match state
         .manager
         .submit(request)
@@ -468,8 +598,13 @@ async fn sessions_send(params: Params<'static>, state: Arc<State>) -> RpcResult<
     }
 }
 
-async fn sessions_reset(params: Params<'static>, state: Arc<State>) -> RpcResult<ResetResult> {
+async fn sessions_reset(
+    params: Params<'static>,
+    state: Arc<State>,
+    client: Client,
+) -> RpcResult<ResetResult> {
     let params: SessionParams = parse_required(&params)?;
+    own(&client, &params.session)?;
     let existed = state
         .manager
         .store()
@@ -514,8 +649,24 @@ async fn tools_list(params: Params<'static>, state: Arc<State>) -> RpcResult<Vec
     Ok(tools)
 }
 
-async fn tools_invoke(params: Params<'static>, state: Arc<State>) -> RpcResult<InvokeResult> {
+async fn tools_invoke(
+    params: Params<'static>,
+    state: Arc<State>,
+    client: Client,
+) -> RpcResult<InvokeResult> {
     let params: InvokeParams = parse_required(&params)?;
+    // Approving a call unasked is the owner's alone, whatever the table
+    // says of tools.invoke.
+    if params.confirm && !client.is_admin() {
+        return Err(forbidden_scope(
+            &client,
+            "tools.invoke with `confirm: true`",
+            TokenScope::Admin,
+        ));
+    }
+    if let Some(session) = &params.session {
+        own(&client, session)?;
+    }
     let agent = agent_of(&state, params.agent.as_deref())?;
     if state
         .manager
@@ -567,6 +718,7 @@ async fn confirmations_list(
 async fn confirmations_resolve(
     params: Params<'static>,
     state: Arc<State>,
+    client: Client,
 ) -> RpcResult<ResolveResult> {
     let params: ResolveParams = parse_required(&params)?;
     let decision = if params.approve {
@@ -580,13 +732,38 @@ async fn confirmations_resolve(
     };
     state
         .approver
-        .resolve(&params.session, &params.id, decision)
-        .map_err(|_| {
-            error::not_found(format!(
+        .resolve(
+            &params.session,
+            &params.id,
+            params.input_digest.as_deref(),
+            decision,
+        )
+        .map_err(|e| match e {
+            crate::ResolveError::Unknown => error::not_found(format!(
                 "no tool call '{}' of {} waits for confirmation (it was answered, timed out or cancelled)",
                 params.id, params.session
-            ))
+            )),
+            crate::ResolveError::Ambiguous => error::rpc_error(
+                codes::REFUSED,
+                "refused",
+                format!(
+                    "more than one waiting call of {} has the model's id '{}': answer with the id from confirmations.list",
+                    params.session, params.id
+                ),
+            ),
+            crate::ResolveError::InputChanged => error::rpc_error(
+                codes::REFUSED,
+                "refused",
+                "the waiting call's input is not the one shown (input_digest differs): list the confirmations again",
+            ),
         })?;
+    tracing::info!(
+        session = %params.session,
+        id = %params.id,
+        approve = params.approve,
+        by = %client.principal,
+        "confirmation answered"
+    );
     Ok(ResolveResult {
         resolution: if params.approve {
             flynn_protocol::Resolution::Approved
@@ -604,8 +781,27 @@ async fn config_get(params: Params<'static>, state: Arc<State>) -> RpcResult<ser
         .map_err(|e| error::not_found(e.to_string()))
 }
 
-async fn config_patch(params: Params<'static>, state: Arc<State>) -> RpcResult<ConfigPatchResult> {
+async fn config_patch(
+    params: Params<'static>,
+    state: Arc<State>,
+    client: Client,
+) -> RpcResult<ConfigPatchResult> {
     let params: ConfigPatchParams = parse_required(&params)?;
+    let sensitive: Vec<String> = params
+        .set
+        .iter()
+        .filter(|change| crate::audit::security_sensitive(&change.path))
+        .map(|change| change.path.clone())
+        .collect();
+    // The table says admin already; a security setting stays the
+    // owner's even if that ever changes.
+    if !sensitive.is_empty() && !client.is_admin() {
+        return Err(forbidden_scope(
+            &client,
+            &format!("changing {}", sensitive.join(", ")),
+            TokenScope::Admin,
+        ));
+    }
     let Some(file) = &state.config_file else {
         return Err(error::rpc_error(
             codes::CONFIG,
@@ -616,7 +812,8 @@ async fn config_patch(params: Params<'static>, state: Arc<State>) -> RpcResult<C
     let changes: Vec<(String, serde_json::Value)> =
         params.set.into_iter().map(|s| (s.path, s.value)).collect();
     let file = file.clone();
-    tokio::task::spawn_blocking(move || {
+    let audited = changes.clone();
+    let result = tokio::task::spawn_blocking(move || {
         flynn_config::edit::set_in_file(&file, &changes, &flynn_config::ProcessEnv).map(|()| file)
     })
     .await
@@ -625,10 +822,18 @@ async fn config_patch(params: Params<'static>, state: Arc<State>) -> RpcResult<C
         file: file.display().to_string(),
         restart_required: true,
     })
-    .map_err(|e| error::rpc_error(codes::CONFIG, "config", e.to_string()))
+    .map_err(|e| error::rpc_error(codes::CONFIG, "config", e.to_string()));
+    if !sensitive.is_empty() {
+        crate::audit::config_change(&state, &client, &audited, result.is_ok());
+    }
+    result
 }
 
-async fn usage_summary(params: Params<'static>, state: Arc<State>) -> RpcResult<UsageSummary> {
+async fn usage_summary(
+    params: Params<'static>,
+    state: Arc<State>,
+    _client: Client,
+) -> RpcResult<UsageSummary> {
     let params: UsageParams = parse(&params)?;
     let store = state.manager.store();
     let session = params.session.as_ref();
@@ -712,11 +917,21 @@ async fn system_health(params: Params<'static>, state: Arc<State>) -> RpcResult<
     Ok(health(&state))
 }
 
-async fn system_version(params: Params<'static>, _state: Arc<State>) -> RpcResult<VersionInfo> {
+async fn system_version(
+    params: Params<'static>,
+    _state: Arc<State>,
+    client: Client,
+) -> RpcResult<VersionInfo> {
     let _: EmptyParams = parse(&params)?;
     Ok(VersionInfo {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         protocol: PROTOCOL_VERSION,
+        client: Some(ClientInfo {
+            admin: client.is_admin(),
+            name: client.name,
+            scopes: client.scopes,
+            namespace: client.namespace,
+        }),
     })
 }
 
@@ -764,7 +979,11 @@ async fn pairing_list(_params: Params<'static>, state: Arc<State>) -> RpcResult<
     })
 }
 
-async fn pairing_approve(params: Params<'static>, state: Arc<State>) -> RpcResult<PairedSender> {
+async fn pairing_approve(
+    params: Params<'static>,
+    state: Arc<State>,
+    client: Client,
+) -> RpcResult<PairedSender> {
     let params: PairingApproveParams = parse_required(&params)?;
     let approved = state
         .manager
@@ -783,7 +1002,7 @@ async fn pairing_approve(params: Params<'static>, state: Arc<State>) -> RpcResul
                     .map_err(|e| error::storage(&e))?;
                 peer.owner = true;
             }
-            tracing::info!(channel = %peer.channel, sender = %peer.sender, owner = peer.owner, "pairing approved");
+            tracing::info!(channel = %peer.channel, sender = %peer.sender, owner = peer.owner, by = %client.principal, "pairing approved");
             Ok(PairedSender::from(peer))
         }
         Err(refusal) => Err(error::not_found(refusal.to_string())),
@@ -793,8 +1012,10 @@ async fn pairing_approve(params: Params<'static>, state: Arc<State>) -> RpcResul
 async fn pairing_revoke(
     params: Params<'static>,
     state: Arc<State>,
+    client: Client,
 ) -> RpcResult<PairingRevokeResult> {
     let params: PairingRevokeParams = parse_required(&params)?;
+    tracing::info!(channel = %params.channel, sender = %params.sender, by = %client.principal, "pairing revoked");
     let revoked = state
         .manager
         .store()
@@ -883,9 +1104,13 @@ async fn providers_status(
     Ok(statuses)
 }
 
-async fn system_restart(params: Params<'static>, state: Arc<State>) -> RpcResult<RestartResult> {
+async fn system_restart(
+    params: Params<'static>,
+    state: Arc<State>,
+    client: Client,
+) -> RpcResult<RestartResult> {
     let _: EmptyParams = parse(&params)?;
-    tracing::info!("restart requested over the gateway");
+    tracing::info!(by = %client.principal, "restart requested over the gateway");
     // Answer first; the daemon drains and restarts right after.
     let control = state.control.clone();
     tokio::spawn(async move {

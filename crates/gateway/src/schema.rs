@@ -16,7 +16,7 @@ fn schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Value {
 pub fn protocol_schema() -> Value {
     let mut g = SchemaGenerator::default();
     let none = json!({"type": "null", "description": "no parameters (omit them, or send {})"});
-    let methods = json!([
+    let mut methods = json!([
         {"name": "agent.send", "kind": "subscription", "notification": "agent.event", "unsubscribe": "agent.unsubscribe",
          "summary": "Accepts a message and streams its turn's events; the last is a run_state of complete, cancelled or error (a chat command: one command event).",
          "params": schema::<SendParams>(&mut g), "notification_params": schema::<Notification>(&mut g)},
@@ -70,6 +70,19 @@ pub fn protocol_schema() -> Value {
         {"name": "pairing.revoke", "kind": "method", "summary": "Takes back a sender's approval by pairing.",
          "params": schema::<PairingRevokeParams>(&mut g), "result": schema::<PairingRevokeResult>(&mut g)},
     ]);
+    // Each method's scope, from the one table the gateway enforces.
+    if let Some(list) = methods.as_array_mut() {
+        for method in list {
+            let scopes: Vec<&str> = method["name"]
+                .as_str()
+                .and_then(crate::scope::of_method)
+                .unwrap_or_default()
+                .iter()
+                .map(|scope| scope.as_str())
+                .collect();
+            method["scopes"] = json!(scopes);
+        }
+    }
     let errors = json!([
         {"code": -32700, "kind": "parse_error", "meaning": "the frame is not JSON"},
         {"code": -32600, "kind": "invalid_request", "meaning": "the frame is not a JSON-RPC 2.0 request"},
@@ -86,6 +99,7 @@ pub fn protocol_schema() -> Value {
         {"code": codes::PROVIDER, "kind": "provider", "meaning": "the model provider failed after retries and fallback"},
         {"code": codes::STORAGE, "kind": "storage", "meaning": "the session store failed"},
         {"code": codes::CANCELLED, "kind": "cancelled", "meaning": "the turn was cancelled"},
+        {"code": codes::FORBIDDEN, "kind": "forbidden", "meaning": "the token's scopes do not allow the call, or the session is not its own; data.scope names the scope needed"},
     ]);
     let definitions = serde_json::to_value(g.definitions()).unwrap_or(Value::Null);
     json!({

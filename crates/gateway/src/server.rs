@@ -3,6 +3,7 @@
 //! it, and the MCP service (rmcp's streamable HTTP at `/mcp`) beside it.
 
 use flynn_channels::Registry;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,16 +20,19 @@ use flynn_mcp::McpServers;
 use flynn_memory::Memory;
 use flynn_orchestrator::SessionManager;
 use flynn_protocol::config::{FlynnConfig, GatewayConfig};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use jsonrpsee::server::{
     BatchRequestConfig, Methods, PingConfig, ServerConfig, ServerHandle, StopHandle,
     TowerServiceBuilder, stop_channel,
 };
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tower::Service;
 use tower::layer::util::Identity;
 
 use crate::approver::RemoteApprover;
-use crate::auth::{self, RateLimiter};
+use crate::auth::{self, Accepted, Conn, RateLimiter, Via};
 use crate::metrics::Metrics;
 
 /// What a gateway serves.
@@ -99,8 +103,16 @@ pub(crate) struct State {
     pub config: FlynnConfig,
     pub config_file: Option<PathBuf>,
     pub settings: GatewayConfig,
-    pub token_digest: [u8; 32],
+    /// Every token accepted: the admin token (`default`) first, then
+    /// `gateway.tokens`.
+    pub tokens: Vec<Accepted>,
     pub limiter: RateLimiter,
+    /// Failed authentications per address.
+    pub failures: RateLimiter,
+    /// tailscaled's LocalAPI, with a Tailscale listener.
+    pub localapi: Option<crate::tailscale::LocalApi>,
+    /// Webhook signatures and delivery ids seen (replays are refused).
+    pub deliveries: crate::webhooks::Seen,
     pub metrics: Metrics,
     pub started: Instant,
     pub control: Arc<Control>,
@@ -146,17 +158,45 @@ impl Gateway {
     /// A gateway that also reports the runtime's MCP servers
     /// (`mcp.status`) and searches its memory for `/mcp` callers.
     pub fn with_extras(parts: GatewayParts, extras: GatewayExtras) -> Gateway {
-        let settings = parts.config.gateway.clone();
         // A guest's confirmations reach the owner here when the owner is
         // not in a chat to ask.
         parts
             .manager
             .set_owner_approver(Arc::new(parts.approver.clone()));
+        let mut settings = parts.config.gateway.clone();
+        // The old form's logins join the new one's.
+        let old = std::mem::take(&mut settings.tailscale_users);
+        for login in old {
+            if !settings.tailscale.users.contains(&login) {
+                settings.tailscale.users.push(login);
+            }
+        }
+        let mut tokens = vec![Accepted {
+            name: crate::token::ADMIN_TOKEN_NAME.to_owned(),
+            digest: auth::digest(&parts.token),
+            scopes: vec![flynn_protocol::config::TokenScope::Admin],
+        }];
+        match crate::token::resolve_named(&settings) {
+            Ok(named) => tokens.extend(named.into_iter().map(|t| Accepted {
+                digest: auth::digest(&t.token),
+                name: t.name,
+                scopes: t.scopes,
+            })),
+            Err(error) => tracing::error!(%error, "gateway.tokens: some tokens are not accepted"),
+        }
+        let localapi = settings
+            .tailscale
+            .listen
+            .as_ref()
+            .map(|_| crate::tailscale::LocalApi::new(settings.tailscale.socket.clone()));
         let state = Arc::new(State {
             manager: parts.manager,
             approver: parts.approver,
             limiter: RateLimiter::new(settings.rate_limit_per_minute),
-            token_digest: auth::digest(&parts.token),
+            failures: RateLimiter::new(settings.auth_failures_per_minute),
+            tokens,
+            localapi,
+            deliveries: crate::webhooks::Seen::default(),
             config: parts.config,
             config_file: parts.config_file,
             settings,
@@ -203,7 +243,9 @@ impl Gateway {
     }
 
     /// The routes, for serving on a listener of your own. Needs
-    /// `into_make_service_with_connect_info::<SocketAddr>()`.
+    /// `into_make_service_with_connect_info::<SocketAddr>()`; such a
+    /// listener is the main one (no Tailscale identity), without the
+    /// connection caps and header deadline of [`Gateway::serve`].
     pub fn router(&self, stop: StopHandle) -> Router {
         let state = self.state.clone();
         let methods = self.methods.clone();
@@ -222,12 +264,16 @@ impl Gateway {
             }
         });
         let limit = usize::try_from(self.state.settings.max_request_bytes).unwrap_or(usize::MAX);
-        let host = crate::mcp::McpHost::new(state.manager.clone(), state.memory.clone());
-        let mut mcp = flynn_mcp::serve::http_service(Arc::new(host), state.mcp_stop.clone());
-        mcp.config.max_request_body_bytes = limit;
+        let mcp = crate::mcp::Endpoint::new(state.clone(), limit);
         let protected = Router::new()
             .route("/rpc", rpc_route)
-            .route_service("/mcp", mcp)
+            .route(
+                "/mcp",
+                any(move |request: Request| {
+                    let mcp = mcp.clone();
+                    async move { mcp.serve(request).await }
+                }),
+            )
             .route("/metrics", get(crate::http::metrics))
             .route("/v1/models", get(crate::openai::models))
             .route(
@@ -244,10 +290,15 @@ impl Gateway {
         }
         router
             .route("/healthz", get(crate::http::healthz))
-            .route("/webhooks/{name}", post(crate::webhooks::receive))
+            .route("/webhooks/{name}", any(crate::webhooks::receive))
             .route("/channels/{name}/{*rest}", any(crate::channels::receive))
             .merge(protected)
             .fallback(crate::http::not_found)
+            .layer(middleware::from_fn_with_state(
+                state.clone(),
+                auth::check_host,
+            ))
+            .layer(middleware::from_fn(record_connection))
             .layer(middleware::from_fn_with_state(
                 state.clone(),
                 count_requests,
@@ -256,10 +307,15 @@ impl Gateway {
             .with_state(state)
     }
 
-    /// Serves on `listener` until [`Serving::shutdown`]. Events of the
-    /// runtime are counted for `/metrics` from now on.
+    /// Serves on `listener` (and on `gateway.tailscale.listen` when set)
+    /// until [`Serving::shutdown`]. Events of the runtime are counted for
+    /// `/metrics` from now on.
     pub fn serve(self, listener: tokio::net::TcpListener) -> std::io::Result<Serving> {
         let addr = listener.local_addr()?;
+        let tailscale = match &self.state.settings.tailscale.listen {
+            Some(listen) => Some(bind_tailscale(listen)?),
+            None => None,
+        };
         let (stop, server_handle) = stop_channel();
         let router = self.router(stop);
         let state = self.state.clone();
@@ -276,22 +332,32 @@ impl Gateway {
         });
 
         let closing = CancellationToken::new();
-        let close = closing.clone();
+        let settings = &self.state.settings;
+        let serve = Arc::new(Connections {
+            router,
+            closing: closing.clone(),
+            tracker: TaskTracker::new(),
+            slots: Arc::new(Semaphore::new(
+                usize::try_from(settings.max_connections).unwrap_or(usize::MAX),
+            )),
+            per_ip: Arc::new(PerIp {
+                max: settings.max_connections_per_ip,
+                open: std::sync::Mutex::new(HashMap::new()),
+            }),
+            header_timeout: Duration::from_secs(settings.header_timeout_secs.max(1)),
+            state: state.clone(),
+        });
+        let main = tokio::spawn(serve.clone().accept(Incoming::Tcp(listener), Via::Main));
+        let side =
+            tailscale.map(|listener| tokio::spawn(serve.clone().accept(listener, Via::Tailscale)));
         let task = tokio::spawn(async move {
-            // Events are many small writes: without TCP_NODELAY, Nagle's
-            // algorithm and the client's delayed ACK hold each one back
-            // for up to 40 ms.
-            let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
-                if let Err(error) = stream.set_nodelay(true) {
-                    tracing::debug!(%error, "cannot set TCP_NODELAY on a connection");
-                }
-            });
-            axum::serve(
-                listener,
-                router.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(async move { close.cancelled().await })
-            .await
+            let _ = main.await;
+            if let Some(side) = side {
+                let _ = side.await;
+            }
+            serve.tracker.close();
+            serve.tracker.wait().await;
+            Ok(())
         });
         Ok(Serving {
             addr,
@@ -303,6 +369,236 @@ impl Gateway {
             mcp_stop: self.state.mcp_stop.clone(),
         })
     }
+}
+
+/// A listener of the gateway's.
+enum Incoming {
+    Tcp(tokio::net::TcpListener),
+    #[cfg(unix)]
+    Unix(tokio::net::UnixListener, PathBuf),
+}
+
+/// Binds `gateway.tailscale.listen`: `unix:/path` (mode 0600, a stale
+/// socket replaced) or a loopback `host:port`.
+fn bind_tailscale(listen: &str) -> std::io::Result<Incoming> {
+    if let Some(path) = listen.strip_prefix("unix:") {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+            let path = PathBuf::from(path);
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket()) {
+                std::fs::remove_file(&path)?;
+            }
+            let listener = tokio::net::UnixListener::bind(&path)?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+            return Ok(Incoming::Unix(listener, path));
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = path;
+            return Err(std::io::Error::other("unix: listeners need a Unix system"));
+        }
+    }
+    let listener = std::net::TcpListener::bind(listen)?;
+    listener.set_nonblocking(true)?;
+    Ok(Incoming::Tcp(tokio::net::TcpListener::from_std(listener)?))
+}
+
+/// Open connections per address, capped.
+struct PerIp {
+    max: u32,
+    open: std::sync::Mutex<HashMap<std::net::IpAddr, u32>>,
+}
+
+/// One connection counted against its address; uncounted on drop.
+struct IpSlot {
+    per_ip: Arc<PerIp>,
+    ip: std::net::IpAddr,
+}
+
+impl PerIp {
+    fn enter(self: &Arc<Self>, ip: std::net::IpAddr) -> Option<IpSlot> {
+        let mut open = self
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = open.entry(ip).or_insert(0);
+        if *count >= self.max {
+            return None;
+        }
+        *count += 1;
+        Some(IpSlot {
+            per_ip: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut open = self
+            .per_ip
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = open.get_mut(&self.ip) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// What serving connections shares.
+struct Connections {
+    router: Router,
+    closing: CancellationToken,
+    tracker: TaskTracker,
+    slots: Arc<Semaphore>,
+    per_ip: Arc<PerIp>,
+    header_timeout: Duration,
+    state: Arc<State>,
+}
+
+impl Connections {
+    /// Accepts connections until closing: each within the caps is served
+    /// in a task of its own; one over a cap is closed at once.
+    async fn accept(self: Arc<Self>, listener: Incoming, via: Via) {
+        loop {
+            let accepted = tokio::select! {
+                () = self.closing.cancelled() => break,
+                accepted = accept_one(&listener) => accepted,
+            };
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, most likely: wait a little
+                    // for connections to close rather than spin.
+                    tracing::warn!(%error, "cannot accept a connection");
+                    tokio::select! {
+                        () = self.closing.cancelled() => break,
+                        () = tokio::time::sleep(Duration::from_millis(50)) => continue,
+                    }
+                }
+            };
+            let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+                self.state.metrics.connection_refused();
+                tracing::debug!(%peer, "refused a connection: gateway.max_connections reached");
+                continue;
+            };
+            // Behind `tailscale serve` every connection is tailscaled's:
+            // only the global cap applies.
+            let ip_slot = match (via, peer) {
+                (Via::Tailscale, _) => None,
+                (Via::Main, peer) => match self.per_ip.enter(peer.ip()) {
+                    Some(ip_slot) => Some(ip_slot),
+                    None => {
+                        self.state.metrics.connection_refused();
+                        tracing::debug!(%peer, "refused a connection: gateway.max_connections_per_ip reached");
+                        continue;
+                    }
+                },
+            };
+            let conn = Conn { peer, via };
+            let this = self.clone();
+            self.tracker.spawn(async move {
+                let _slots = (slot, ip_slot);
+                match stream {
+                    Stream::Tcp(stream) => this.serve_one(stream, conn).await,
+                    #[cfg(unix)]
+                    Stream::Unix(stream) => this.serve_one(stream, conn).await,
+                }
+            });
+        }
+        #[cfg(unix)]
+        if let Incoming::Unix(_, path) = &listener {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    async fn serve_one<S>(&self, stream: S, conn: Conn)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let router = self.router.clone();
+        let service = hyper::service::service_fn(
+            move |mut request: hyper::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(conn);
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(conn.peer));
+                let mut router = router.clone();
+                async move { router.call(request.map(axum::body::Body::new)).await }
+            },
+        );
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.header_timeout)
+            .keep_alive(true);
+        let connection = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades();
+        tokio::pin!(connection);
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(error) = result {
+                    tracing::debug!(%error, peer = %conn.peer, "a connection ended with an error");
+                }
+            }
+            () = self.closing.cancelled() => {
+                connection.as_mut().graceful_shutdown();
+                let _ = connection.await;
+            }
+        }
+    }
+}
+
+enum Stream {
+    Tcp(tokio::net::TcpStream),
+    #[cfg(unix)]
+    Unix(tokio::net::UnixStream),
+}
+
+async fn accept_one(listener: &Incoming) -> std::io::Result<(Stream, SocketAddr)> {
+    match listener {
+        Incoming::Tcp(listener) => {
+            let (stream, peer) = listener.accept().await?;
+            // Events are many small writes: without TCP_NODELAY, Nagle's
+            // algorithm and the client's delayed ACK hold each one back
+            // for up to 40 ms.
+            if let Err(error) = stream.set_nodelay(true) {
+                tracing::debug!(%error, "cannot set TCP_NODELAY on a connection");
+            }
+            Ok((Stream::Tcp(stream), peer))
+        }
+        #[cfg(unix)]
+        Incoming::Unix(listener, _) => {
+            let (stream, _) = listener.accept().await?;
+            // Only tailscaled connects here; the client's address comes
+            // from the headers it sets.
+            let peer = SocketAddr::from(([127, 0, 0, 1], 0));
+            Ok((Stream::Unix(stream), peer))
+        }
+    }
+}
+
+/// Records the connection of a request served by a listener of someone
+/// else's (`Gateway::router` under `axum::serve`) as the main listener.
+async fn record_connection(mut request: Request, next: middleware::Next) -> Response {
+    if request.extensions().get::<Conn>().is_none()
+        && let Some(axum::extract::ConnectInfo(peer)) = request
+            .extensions()
+            .get::<axum::extract::ConnectInfo<SocketAddr>>()
+            .copied()
+    {
+        request.extensions_mut().insert(Conn {
+            peer,
+            via: Via::Main,
+        });
+    }
+    next.run(request).await
 }
 
 /// Counts every HTTP request for `/metrics`.

@@ -8,6 +8,65 @@ use std::path::{Path, PathBuf};
 /// Name of the token file in `FLYNN_HOME`.
 pub const TOKEN_FILE: &str = "gateway.token";
 
+/// The name of the admin token (`gateway.token`, `FLYNN_GATEWAY_TOKEN` or
+/// the token file), in logs and the audit log.
+pub const ADMIN_TOKEN_NAME: &str = "default";
+
+/// Shortest token accepted from the config or the environment.
+pub const MIN_TOKEN_LEN: usize = 32;
+
+/// One entry of `gateway.tokens` with its secret read.
+#[derive(Clone, PartialEq, Eq)]
+pub struct NamedToken {
+    pub name: String,
+    pub token: String,
+    pub scopes: Vec<flynn_protocol::config::TokenScope>,
+}
+
+impl std::fmt::Debug for NamedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NamedToken")
+            .field("name", &self.name)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The tokens of `gateway.tokens`, their files read. The error names the
+/// entry and says what is wrong.
+pub fn resolve_named(
+    settings: &flynn_protocol::config::GatewayConfig,
+) -> Result<Vec<NamedToken>, String> {
+    let mut tokens = Vec::new();
+    for (index, entry) in settings.tokens.iter().enumerate() {
+        let at = format!("gateway.tokens[{index}] ({})", entry.name);
+        let token = match (&entry.token, &entry.token_file) {
+            (Some(token), None) => token.trim().to_owned(),
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .map_err(|e| format!("{at}.token_file: cannot read {}: {e}", path.display()))?
+                .trim()
+                .to_owned(),
+            _ => {
+                return Err(format!(
+                    "{at}: expected `token` or `token_file`, one of them"
+                ));
+            }
+        };
+        if token.len() < MIN_TOKEN_LEN {
+            return Err(format!(
+                "{at}: the token is {} characters; expected at least {MIN_TOKEN_LEN} (`flynn token create` makes one)",
+                token.len()
+            ));
+        }
+        tokens.push(NamedToken {
+            name: entry.name.clone(),
+            token,
+            scopes: entry.scopes.clone(),
+        });
+    }
+    Ok(tokens)
+}
+
 /// Where the token in use came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenSource {

@@ -210,7 +210,11 @@ async function checkToken(token) {
   });
   if (response.status === 401) throw new Error("The daemon refused this token.");
   if (!response.ok) throw new Error(`The daemon answered ${response.status}.`);
-  return response.json();
+  const answer = await response.json();
+  // A token without admin keeps to the sessions of its own channel.
+  const client = answer.result?.client;
+  state.channel = client && !client.admin ? client.namespace : "web";
+  return answer;
 }
 
 // ---------------------------------------------------------------- the app
@@ -226,6 +230,8 @@ const state = {
   renderQueued: false,
   tools: new Map(),
   confirms: new Map(),
+  shownConfirms: new Set(),
+  channel: "web",
   cursor: 0,
   subscription: null,
   pendingCommand: false,
@@ -241,7 +247,7 @@ function setStatus(kind) {
 
 function newSessionKey() {
   const random = Array.from(crypto.getRandomValues(new Uint8Array(6)), (b) => b.toString(16).padStart(2, "0")).join("");
-  return `web:${random}`;
+  return `${state.channel}:${random}`;
 }
 
 function scrollDown() {
@@ -323,18 +329,44 @@ function finishTool(id, name, ok, output) {
   }
 }
 
-function confirmCard(session, id, name, input, reason) {
+/** A tool call's whole input, pretty-printed, scrollable. */
+function argumentsBlock(input) {
+  return el("pre", { class: "args", tabindex: "0", "aria-label": "the call's arguments" },
+    typeof input === "string" ? input : JSON.stringify(input, null, 2));
+}
+
+/**
+ * The cards for a `confirmation_requested` event: the waiting call is
+ * looked up in `confirmations.list` (the server's id, the whole input and
+ * its digest), so what is approved is what is shown.
+ */
+async function showConfirmation(session, callId) {
+  try {
+    const pending = await state.rpc.call("confirmations.list", {});
+    for (const c of pending.filter((c) => c.session === session && c.call_id === callId)) confirmCard(c);
+  } catch (error) {
+    notice(error.message, "error");
+  }
+}
+
+/** One waiting call (an entry of `confirmations.list`) as a card. */
+function confirmCard(c) {
+  if (state.shownConfirms.has(c.id)) return;
+  state.shownConfirms.add(c.id);
   const approve = el("button", { class: "primary", type: "button" }, "Approve");
   const deny = el("button", { class: "danger", type: "button" }, "Deny");
   const result = el("span", { class: "muted", role: "status" });
-  const card = el("div", { class: "confirm", role: "group", "aria-label": `Confirm ${name}` },
-    el("div", null, el("strong", null, name), " wants to run", reason ? ` (${reason})` : "", ":"),
-    el("pre", null, typeof input === "string" ? input : JSON.stringify(input, null, 2)),
+  const card = el("div", { class: "confirm", role: "group", "aria-label": `Confirm ${c.tool}` },
+    el("div", null, el("strong", null, c.tool), " wants to run", c.reason ? ` (${c.reason})` : "", " with:"),
+    argumentsBlock(c.input),
     el("div", { class: "actions" }, approve, deny, result));
   const decide = async (yes) => {
     approve.disabled = deny.disabled = true;
     try {
-      await state.rpc.call("confirmations.resolve", { session, id, approve: yes, reason: yes ? undefined : "denied in the web chat" });
+      await state.rpc.call("confirmations.resolve", {
+        session: c.session, id: c.id, input_digest: c.input_digest, approve: yes,
+        reason: yes ? undefined : "denied in the web chat",
+      });
     } catch (error) {
       result.textContent = error.message;
       approve.disabled = deny.disabled = false;
@@ -342,7 +374,7 @@ function confirmCard(session, id, name, input, reason) {
   };
   approve.addEventListener("click", () => decide(true));
   deny.addEventListener("click", () => decide(false));
-  state.confirms.set(id, card);
+  state.confirms.set(c.call_id, card);
   addMessage(card);
   approve.focus();
 }
@@ -398,7 +430,7 @@ function onEvent(envelope) {
       break;
     case "confirmation_requested":
       endBubble();
-      confirmCard(envelope.session, envelope.id, envelope.name, envelope.input, envelope.reason);
+      showConfirmation(envelope.session, envelope.id);
       break;
     case "confirmation_resolved":
       resolveCard(envelope.id, envelope.resolution);
@@ -496,7 +528,7 @@ async function reopen() {
       notice("a turn is running");
     }
     const pending = await state.rpc.call("confirmations.list", {});
-    for (const c of pending.filter((c) => c.session === key)) confirmCard(c.session, c.id, c.tool, c.input, c.reason);
+    for (const c of pending.filter((c) => c.session === key)) confirmCard(c);
   } catch (error) {
     notice(error.message, "error");
   }
@@ -632,9 +664,19 @@ async function loadDashboard() {
     section("d-confirm", async () => {
       const list = await rpc.call("confirmations.list", {});
       if (!list.length) return el("p", { class: "muted" }, "none");
-      return el("ul", null, list.map((c) => el("li", null, `${c.tool} in ${c.session} `,
-        el("button", { class: "primary", type: "button", onclick: async () => { await rpc.call("confirmations.resolve", { session: c.session, id: c.id, approve: true }); loadDashboard(); } }, "Approve"), " ",
-        el("button", { class: "danger", type: "button", onclick: async () => { await rpc.call("confirmations.resolve", { session: c.session, id: c.id, approve: false, reason: "denied on the dashboard" }); loadDashboard(); } }, "Deny"))));
+      const answer = (c, approve) => async () => {
+        await rpc.call("confirmations.resolve", {
+          session: c.session, id: c.id, input_digest: c.input_digest, approve,
+          reason: approve ? undefined : "denied on the dashboard",
+        });
+        loadDashboard();
+      };
+      return el("ul", null, list.map((c) => el("li", { class: "pending" },
+        el("div", null, el("strong", null, c.tool), ` in ${c.session} (agent ${c.agent})`, c.reason ? ` — ${c.reason}` : "", ":"),
+        argumentsBlock(c.input),
+        el("div", { class: "actions" },
+          el("button", { class: "primary", type: "button", onclick: answer(c, true) }, "Approve"),
+          el("button", { class: "danger", type: "button", onclick: answer(c, false) }, "Deny")))));
     }),
     section("d-providers", async () => {
       const list = await rpc.call("providers.status", {});
@@ -736,7 +778,8 @@ async function start(token) {
   await state.rpc.connect();
   await loadSessions();
   const saved = localStorage.getItem(SESSION_KEY);
-  await openSession(saved || state.sessions[0]?.key || newSessionKey());
+  const own = (key) => key && (state.channel === "web" || key.startsWith(`${state.channel}:`));
+  await openSession((own(saved) && saved) || state.sessions[0]?.key || newSessionKey());
   $("input").focus();
 }
 

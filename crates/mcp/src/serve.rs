@@ -29,8 +29,9 @@ use rmcp::model::{
 use rmcp::service::{Peer, RequestContext, RoleClient, RoleServer, ServiceExt};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+pub use rmcp::transport::streamable_http_server::StreamableHttpService;
+pub use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::{ErrorData as McpError, ServerHandler};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -678,14 +679,16 @@ async fn serve_on_stdio<S: ServerHandler>(
 /// gateway's `/mcp`, behind its token). Each MCP session gets its own
 /// [`FlynnServer`]; cancelling `stop` ends them all.
 ///
-/// The `Host` header is not checked: the service sits behind a token,
-/// and a daemon is reached by whatever name its machine has.
+/// `allowed_hosts` are the `Host` names (or `host:port`) requests may
+/// carry (DNS rebinding); empty accepts any, for a caller that checks the
+/// host itself.
 pub fn http_service(
     host: Arc<dyn FlynnHost>,
     stop: CancellationToken,
+    allowed_hosts: Vec<String>,
 ) -> StreamableHttpService<FlynnServer, LocalSessionManager> {
     let config = StreamableHttpServerConfig::default()
-        .disable_allowed_hosts()
+        .with_allowed_hosts(allowed_hosts)
         .with_cancellation_token(stop);
     StreamableHttpService::new(
         move || Ok(FlynnServer::new(host.clone())),

@@ -8,6 +8,7 @@
 //! search engine fakes ([`FakeBrave`], [`FakeSearxng`], [`FakeTavily`],
 //! [`FakeDuckDuckGo`]) serve the hits they are given instead.
 //! [`FakeRedirect`] answers everything with a redirect to another server.
+//! [`FakeTailscaled`] is tailscaled's LocalAPI (`whois`) on a Unix socket.
 //!
 //! ```no_run
 //! # async fn example() {
@@ -46,6 +47,7 @@ mod site;
 pub mod slack;
 #[cfg(feature = "sessions")]
 pub mod store;
+pub mod tailscale;
 pub mod telegram;
 pub mod whatsapp;
 
@@ -60,3 +62,4 @@ pub use redirect::FakeRedirect;
 pub use search::{FakeBrave, FakeDuckDuckGo, FakeSearxng, FakeTavily, SearchHit, SearchRequest};
 pub use server::{CapturedRequest, INPUT_TOKENS, OUTPUT_TOKENS, Reply};
 pub use site::FakeSite;
+pub use tailscale::FakeTailscaled;

@@ -310,7 +310,7 @@ fn a_profile_overlay_is_merged_over_the_file_by_flag_or_variable() {
     std::fs::create_dir(env.path().join("profiles")).unwrap();
     std::fs::write(
         env.path().join("profiles/public.overlay.yaml"),
-        "gateway:\n  bind: 0.0.0.0:18800\n  token: a-long-enough-secret-token\n",
+        "gateway:\n  bind: 0.0.0.0:18800\n  token: a-long-enough-secret-token-0123456789\n",
     )
     .unwrap();
     let file = path.to_str().unwrap();
@@ -351,5 +351,75 @@ fn a_profile_overlay_is_merged_over_the_file_by_flag_or_variable() {
         stderr(&missing).ends_with("expected one of: public\n"),
         "{}",
         stderr(&missing)
+    );
+}
+
+#[test]
+fn token_create_keeps_the_secret_out_of_the_config_and_list_never_shows_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new().var("OPS_TOKEN", "ops-0123456789abcdef0123456789abcdef");
+    let path = env.path().join("config.yaml");
+    // An entry whose secret comes from the environment stays that way.
+    std::fs::write(
+        &path,
+        "gateway:\n  tokens:\n    - {name: ops, token: \"${OPS_TOKEN}\", scopes: [read]}\n",
+    )
+    .unwrap();
+    let config = path.to_str().unwrap();
+    let output = env.run(&[
+        "token", "create", "--config", config, "--name", "ide", "--scope", "chat",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let secret = stdout(&output).trim().to_owned();
+    assert_eq!(secret.len(), 64, "{secret}");
+    assert!(secret.chars().all(|c| c.is_ascii_hexdigit()));
+    let file = env.path().join("home/tokens/ide.token");
+    assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), secret);
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(!text.contains(&secret), "{text}");
+    assert!(
+        text.contains("${OPS_TOKEN}"),
+        "not expanded into the file: {text}"
+    );
+    assert!(text.contains("ide.token"), "{text}");
+
+    let listed = env.run(&["token", "list", "--config", config]);
+    assert_eq!(
+        (listed.status.code(), stdout(&listed)),
+        (
+            Some(0),
+            format!(
+                "default  admin  (FLYNN_GATEWAY_TOKEN or FLYNN_HOME/gateway.token)\nops  read  (in the config)\nide  chat  ({})\n",
+                file.display()
+            )
+        )
+    );
+    // Again: the token is replaced, not added twice.
+    let again = env.run(&[
+        "token", "create", "--config", config, "--name", "ide", "--scope", "chat", "--scope",
+        "read",
+    ]);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    assert_ne!(stdout(&again).trim(), secret);
+    let listed = stdout(&env.run(&["token", "list", "--config", config]));
+    assert!(listed.contains("ide  chat,read"), "{listed}");
+    assert_eq!(listed.lines().count(), 3, "{listed}");
+
+    let revoked = env.run(&["token", "revoke", "--config", config, "--name", "ide"]);
+    assert_eq!(revoked.status.code(), Some(0), "{}", stderr(&revoked));
+    assert!(!file.exists());
+    let listed = stdout(&env.run(&["token", "list", "--config", config]));
+    assert!(!listed.contains("ide"), "{listed}");
+    let bad = env.run(&[
+        "token", "create", "--config", config, "--name", "x", "--scope", "root",
+    ]);
+    assert_eq!(
+        (bad.status.code(), stderr(&bad).as_str()),
+        (
+            Some(2),
+            "error: unknown scope 'root' (expected chat, read, approve or admin)\n"
+        )
     );
 }

@@ -59,7 +59,7 @@ fn wrong_type_says_what_was_found_and_what_was_expected() {
     );
     assert_error(
         "gateway: 127.0.0.1:18800\n",
-        "config.yaml:1:10: gateway: found the string '127.0.0.1:18800', expected a mapping with keys from: bind, token, allowed_origins, max_request_bytes, rate_limit_per_minute, tailscale_users, shutdown_grace_secs, webhooks",
+        "config.yaml:1:10: gateway: found the string '127.0.0.1:18800', expected a mapping with keys from: bind, token, allowed_origins, max_request_bytes, rate_limit_per_minute, tailscale_users, tailscale, tokens, allowed_hosts, max_connections, max_connections_per_ip, header_timeout_secs, body_timeout_secs, auth_failures_per_minute, shutdown_grace_secs, webhooks",
     );
     assert_error(
         "tools:\n  output_limit_bytes: 1.5e6\n",
@@ -612,4 +612,43 @@ fn mcp_servers_are_checked_at_their_keys() {
         "mcp:\n  servers:\n    gh:\n      command: x\n      timeout_secs: 0\n",
         "config.yaml:5:21: mcp.servers.gh.timeout_secs: 0 is too small, expected at least 1",
     );
+}
+
+#[test]
+fn short_tokens_and_webhook_secrets_are_refused_by_their_key() {
+    assert_error(
+        "gateway:\n  token: short\n",
+        "config.yaml:2:10: gateway.token: the token is 5 characters; expected at least 32 (make one with `openssl rand -hex 32`)",
+    );
+    assert_error(
+        "gateway:\n  webhooks:\n    ci: {secret: \"\"}\n",
+        "config.yaml:3:18: gateway.webhooks.ci.secret: the secret is 0 bytes; expected at least 32 (`openssl rand -hex 32`): anyone can sign with an empty or short one",
+    );
+    assert_error(
+        "gateway:\n  tokens:\n    - {name: ide, token: abc, scopes: [chat]}\n",
+        "config.yaml:3:26: gateway.tokens[0].token: the token is 3 characters; expected at least 32 (`flynn token create` makes one)",
+    );
+    assert_error(
+        "gateway:\n  tokens:\n    - {name: \"i de\", token_file: /x, scopes: []}\n",
+        "config.yaml:3:14: gateway.tokens[0].name: token name 'i de' is not usable: expected 1 to 32 letters, digits, `-` or `_`\nconfig.yaml:3:46: gateway.tokens[0].scopes: expected at least one scope: chat, read, approve or admin",
+    );
+    assert_error(
+        "gateway:\n  tokens:\n    - {name: ide, scopes: [chat]}\n",
+        "config.yaml:3:7: gateway.tokens[0]: expected `token` (the secret) or `token_file` (a file holding it)",
+    );
+}
+
+#[test]
+fn tailscale_users_need_a_listener_of_their_own_and_a_name() {
+    assert_error(
+        "gateway:\n  tailscale:\n    users: [alice@example.com]\n",
+        "config.yaml:3:5: gateway.tailscale.listen: gateway.tailscale.users needs a listener only `tailscale serve` targets: set listen to `unix:/run/flynn/ts.sock` (or a loopback host:port) and run `tailscale serve unix:/run/flynn/ts.sock`\nconfig.yaml:3:5: gateway.tailscale.host: expected the gateway's Tailscale name, e.g. `box.tailnet.ts.net` (`tailscale status --self`)",
+    );
+    assert_error(
+        "gateway:\n  tailscale:\n    users: [a@b.c]\n    listen: 0.0.0.0:9\n    host: box.t.ts.net\n",
+        "config.yaml:4:13: gateway.tailscale.listen: '0.0.0.0:9' is not a Tailscale listener: expected `unix:/absolute/path.sock` or a loopback address such as `127.0.0.1:18801`",
+    );
+    // The old form still loads (the daemon warns and ignores it on the
+    // main listener).
+    assert!(parse("gateway:\n  tailscale_users: [a@b.c]\n").is_ok());
 }

@@ -27,9 +27,10 @@ models:
   fallback: [local/qwen2.5]
 gateway: { bind: "127.0.0.1:18800", token: "${FLYNN_GATEWAY_TOKEN}" }
 "#;
-    let env = MapEnv::new()
-        .with("ANTHROPIC_API_KEY", "sk-ant-1")
-        .with("FLYNN_GATEWAY_TOKEN", "tok");
+    let env = MapEnv::new().with("ANTHROPIC_API_KEY", "sk-ant-1").with(
+        "FLYNN_GATEWAY_TOKEN",
+        "tok-0123456789abcdef0123456789abcdef",
+    );
     let mut expected = FlynnConfig {
         providers: BTreeMap::from([
             (
@@ -56,7 +57,7 @@ gateway: { bind: "127.0.0.1:18800", token: "${FLYNN_GATEWAY_TOKEN}" }
     *tiers.get_mut(Tier::Complex) = vec![model("anthropic/claude-opus-4-6")];
     *tiers.get_mut(Tier::Local) = vec![model("local/qwen2.5")];
     expected.models.fallback = vec![model("local/qwen2.5")];
-    expected.gateway.token = Some("tok".to_owned());
+    expected.gateway.token = Some("tok-0123456789abcdef0123456789abcdef".to_owned());
 
     assert_eq!(parse_with(text, &env), Ok(expected));
 }
@@ -118,8 +119,11 @@ fn dollar_dollar_brace_writes_a_literal_reference() {
 #[test]
 fn values_are_expanded_once_not_recursively() {
     let env = MapEnv::new().with("TOKEN", "${NOT_EXPANDED}");
-    let config = parse_with("gateway:\n  token: ${TOKEN}\n", &env).unwrap();
-    assert_eq!(config.gateway.token.as_deref(), Some("${NOT_EXPANDED}"));
+    let config = parse_with("agents:\n  system_prompt: ${TOKEN}\n", &env).unwrap();
+    assert_eq!(
+        config.agents.system_prompt.as_deref(),
+        Some("${NOT_EXPANDED}")
+    );
 }
 
 #[test]

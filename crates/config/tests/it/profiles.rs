@@ -49,7 +49,7 @@ fn env_for(dir: &tempfile::TempDir, profile: Option<&str>) -> MapEnv {
 fn an_overlay_merges_maps_key_by_key_and_replaces_lists_and_scalars() {
     let dir = dir_with(&[(
         "work",
-        "# the work laptop\nmodels:\n  tiers:\n    default: [cloud/gpt-4o]\ngateway:\n  bind: 0.0.0.0:18800\n  token: s3cret-token-of-work\n",
+        "# the work laptop\nmodels:\n  tiers:\n    default: [cloud/gpt-4o]\ngateway:\n  bind: 0.0.0.0:18800\n  token: s3cret-token-of-work-0123456789abcdef\n",
     )]);
     let loaded = load(None, &env_for(&dir, Some("work"))).unwrap();
     let config = &loaded.config;
@@ -61,7 +61,7 @@ fn an_overlay_merges_maps_key_by_key_and_replaces_lists_and_scalars() {
     assert_eq!(config.gateway.bind, "0.0.0.0:18800");
     assert_eq!(
         config.gateway.token.as_deref(),
-        Some("s3cret-token-of-work")
+        Some("s3cret-token-of-work-0123456789abcdef")
     );
     // Kept from the file: siblings the overlay does not name.
     assert_eq!(

@@ -9,6 +9,7 @@ mod openai;
 mod protocol;
 mod security;
 mod shutdown;
+mod trust;
 mod web;
 
 #[test]
@@ -37,6 +38,11 @@ fn the_protocol_doc_names_every_method_and_error_code() {
         assert!(
             doc.contains(&format!("`{name}`")),
             "docs/protocol.md does not describe {name}"
+        );
+        let scope = method["scopes"][0].as_str().unwrap();
+        assert!(
+            doc.contains(&format!("| `{name}` | {scope}")),
+            "docs/protocol.md's scope table does not give {name} its scope `{scope}`"
         );
     }
     for error in schema["errors"].as_array().unwrap() {

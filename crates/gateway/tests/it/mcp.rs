@@ -137,3 +137,95 @@ async fn mcp_status_is_empty_without_servers_and_refuses_parameters() {
     );
     harness.stop().await;
 }
+
+#[tokio::test]
+async fn a_chat_token_over_mcp_stays_in_its_own_sessions_and_cannot_search_memory() {
+    use flynn_core::protocol::config::{GatewayToken, TokenScope};
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::Text("owner's".into()));
+    fake.push(Reply::Text("from the ide".into()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let mut settings = config(&fake);
+    settings.gateway.tokens = vec![GatewayToken {
+        name: "ide".into(),
+        token: Some(crate::trust::CHAT_TOKEN.into()),
+        token_file: None,
+        scopes: vec![TokenScope::Chat],
+    }];
+    settings.mcp.servers.insert(
+        "ide".into(),
+        server(json!({"url": url, "bearer_token": crate::trust::CHAT_TOKEN, "start": "lazy", "trusted": true})),
+    );
+    let mut harness = Harness::on(
+        listener,
+        Options {
+            config: settings,
+            tools: Vec::new(),
+            config_file: None,
+        },
+    )
+    .await;
+    let client = harness.http();
+    call(
+        &client,
+        "sessions.send",
+        json!({"session": "telegram:42", "message": "the owner's secret"}),
+    )
+    .await;
+    harness.flynn.mcp().get("ide").unwrap().ready().await;
+    let invoke = |name: &str, input: Value| {
+        let client = &client;
+        let name = name.to_owned();
+        async move {
+            call(
+                client,
+                "tools.invoke",
+                json!({"name": name, "input": input, "confirm": true}),
+            )
+            .await
+        }
+    };
+    // Naming the owner's session sends to its own namespace instead.
+    let sent = invoke(
+        "ide.send_message",
+        json!({"message": "hi", "session": "telegram:42"}),
+    )
+    .await;
+    assert!(
+        sent["output"].as_str().unwrap().contains("from the ide"),
+        "{sent}"
+    );
+    let listed = invoke("ide.list_sessions", json!({})).await;
+    let output = listed["output"].as_str().unwrap();
+    assert!(output.contains("token-ide:42"), "{output}");
+    assert!(!output.contains("telegram:42"), "{output}");
+    let history = invoke("ide.read_history", json!({"session": "telegram:42"})).await;
+    assert!(
+        !history["output"]
+            .as_str()
+            .unwrap()
+            .contains("the owner's secret"),
+        "{history}"
+    );
+    let searched = invoke("ide.search_memory", json!({"query": "secret"})).await;
+    assert!(
+        searched["output"]
+            .as_str()
+            .unwrap()
+            .contains("needs a gateway token with the `read` scope"),
+        "{searched}"
+    );
+    let owner = call(
+        &client,
+        "sessions.history",
+        json!({"session": "telegram:42"}),
+    )
+    .await;
+    assert_eq!(
+        owner["messages"].as_array().unwrap().len(),
+        2,
+        "nothing was added to the owner's"
+    );
+    harness.stop().await;
+}

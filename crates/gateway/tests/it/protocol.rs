@@ -491,6 +491,6 @@ async fn pairing_is_listed_approved_and_revoked_over_the_gateway() {
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 404);
+    assert_eq!(response.status(), 401, "answered like a refused signature");
     harness.stop().await;
 }

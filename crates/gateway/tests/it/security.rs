@@ -184,17 +184,44 @@ async fn a_client_over_its_rate_is_told_to_slow_down() {
     harness.stop().await;
 }
 
+pub const HOOK_SECRET: &str = "hook-secret-0123456789abcdef0123456789";
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+async fn hook(
+    harness: &Harness,
+    name: &str,
+    body: &str,
+    headers: &[(&str, String)],
+) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .post(harness.url(&format!("/webhooks/{name}")))
+        .body(body.to_owned());
+    for (name, value) in headers {
+        request = request.header(*name, value);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
 #[tokio::test]
 async fn a_signed_webhook_becomes_a_message_and_a_forged_one_is_refused() {
     let fake = FakeOpenAi::start().await;
     fake.push(Reply::Text(
         "Build 42 failed on main; look at the tests.".into(),
     ));
+    fake.push(Reply::Text("noted".into()));
     let mut config = config(&fake);
     config.gateway.webhooks.insert(
         "ci".into(),
         flynn_core::protocol::config::WebhookConfig {
-            secret: "hook-secret".into(),
+            secret: HOOK_SECRET.into(),
             session: None,
             agent: None,
             template: Some("CI event from {{name}}: {{body}}".into()),
@@ -207,46 +234,57 @@ async fn a_signed_webhook_becomes_a_message_and_a_forged_one_is_refused() {
     })
     .await;
     let body = r#"{"build":42,"status":"failed"}"#;
-    let client = reqwest::Client::new();
-    let forged = client
-        .post(harness.url("/webhooks/ci"))
-        .header(
+    let secret = HOOK_SECRET.as_bytes();
+    let forged = hook(
+        &harness,
+        "ci",
+        body,
+        &[(
             "x-flynn-signature",
             flynn_gateway::sign(b"other-secret", body.as_bytes()),
-        )
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(forged.status(), 401);
-    let unsigned = client
-        .post(harness.url("/webhooks/ci"))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(unsigned.status(), 401);
-    let unknown = client
-        .post(harness.url("/webhooks/nope"))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(unknown.status(), 404);
+        )],
+    )
+    .await;
+    assert_eq!(forged.0, 401);
+    let unsigned = hook(&harness, "ci", body, &[]).await;
+    assert_eq!(unsigned, forged);
+    // An unknown name and another method answer exactly like a bad
+    // signature: nothing tells what is configured.
+    let unknown = hook(
+        &harness,
+        "nope",
+        body,
+        &[(
+            "x-flynn-signature",
+            flynn_gateway::sign(secret, body.as_bytes()),
+        )],
+    )
+    .await;
+    assert_eq!(unknown, forged);
+    let get = reqwest::get(harness.url("/webhooks/ci")).await.unwrap();
+    assert_eq!(get.status(), 401);
+    assert_eq!(get.json::<Value>().await.unwrap(), forged.1);
 
+    // GitHub's form, the body alone signed: only with a delivery id.
+    let github = [(
+        "x-hub-signature-256",
+        flynn_gateway::sign(secret, body.as_bytes()),
+    )];
+    let (status, answer) = hook(&harness, "ci", body, &github).await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (401, Some("no_delivery_id"))
+    );
     let mut events = harness.flynn.subscribe(&"webhook:ci".parse().unwrap());
-    let signed = client
-        .post(harness.url("/webhooks/ci"))
-        .header(
-            "x-hub-signature-256",
-            flynn_gateway::sign(b"hook-secret", body.as_bytes()),
-        )
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(signed.status(), 202);
-    let accepted: Value = signed.json().await.unwrap();
+    let delivered = [
+        github[0].clone(),
+        (
+            "x-github-delivery",
+            "72d3162e-cc78-11e3-81ab-4c9367dc0958".to_owned(),
+        ),
+    ];
+    let (status, accepted) = hook(&harness, "ci", body, &delivered).await;
+    assert_eq!(status, 202, "{accepted}");
     assert_eq!(accepted["session"], "webhook:ci");
     loop {
         let event = tokio::time::timeout(Duration::from_secs(10), events.next())
@@ -269,6 +307,55 @@ async fn a_signed_webhook_becomes_a_message_and_a_forged_one_is_refused() {
             flynn_core::protocol::wrap_untrusted("webhook ci", body)
         )),
         "{last}"
+    );
+    // The same request again is a replay; so is a fresh delivery id on the
+    // captured signature (the id is not signed).
+    let (status, answer) = hook(&harness, "ci", body, &delivered).await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (409, Some("replayed"))
+    );
+    let relabelled = [
+        github[0].clone(),
+        ("x-github-delivery", "another".to_owned()),
+    ];
+    let (status, _) = hook(&harness, "ci", body, &relabelled).await;
+    assert_eq!(status, 409);
+
+    // Flynn's form: a signed timestamp, within 5 minutes, once.
+    let now = now_secs();
+    let stamped = [
+        ("x-flynn-timestamp", now.to_string()),
+        (
+            "x-flynn-signature",
+            flynn_gateway::sign_timestamped(secret, now, body.as_bytes()),
+        ),
+    ];
+    let (status, answer) = hook(&harness, "ci", body, &stamped).await;
+    assert_eq!(status, 202, "{answer}");
+    let (status, answer) = hook(&harness, "ci", body, &stamped).await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (409, Some("replayed"))
+    );
+    // Another timestamp under the old signature does not verify.
+    let moved = [
+        ("x-flynn-timestamp", (now + 1).to_string()),
+        stamped[1].clone(),
+    ];
+    assert_eq!(hook(&harness, "ci", body, &moved).await, forged);
+    let old = now - 600;
+    let stale = [
+        ("x-flynn-timestamp", old.to_string()),
+        (
+            "x-flynn-signature",
+            flynn_gateway::sign_timestamped(secret, old, body.as_bytes()),
+        ),
+    ];
+    let (status, answer) = hook(&harness, "ci", body, &stale).await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (401, Some("stale"))
     );
     harness.stop().await;
 }

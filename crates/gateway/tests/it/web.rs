@@ -256,6 +256,13 @@ async fn the_web_chat_streams_approves_denies_cancels_and_survives_a_restart() {
         .wait_for(&format!("{} === 1", count(".confirm")))
         .await;
     browser.screenshot("confirmation").await;
+    // The card shows the call's whole input, as the server holds it.
+    assert_eq!(
+        browser
+            .eval("return JSON.parse(document.querySelector('.confirm pre.args').textContent);")
+            .await,
+        json!({"path": "approved.txt", "content": "yes"})
+    );
     browser.click(".confirm button.primary").await;
     browser
         .wait_for(&format!("{} === 'Wrote it.'", last_text(".msg.assistant")))
