@@ -56,6 +56,7 @@ impl TurnHost {
             parents,
             autonomy_cap: Some(ctx.policy.autonomy()),
             provenance: Some(ctx.provenance.clone()),
+            guards: Some(Arc::new(ctx.guards.snapshot())),
         }
     }
 

@@ -13,7 +13,7 @@ use flynn_protocol::config::CompactionConfig;
 use flynn_protocol::config::{Autonomy, InterruptedTurns, ModelRef, SessionsConfig};
 use flynn_protocol::{AgentEvent, ContentBlock, RunState, SessionKey, Tier, TurnId, TurnOutcome};
 use flynn_sessions::SessionStore;
-use flynn_tools::{Approver, Provenance, ToolExecutor};
+use flynn_tools::{Approver, Guards, Provenance, ToolExecutor};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -61,6 +61,10 @@ pub(crate) struct Lineage {
     /// The starting turn's provenance: what it read taints the turns it
     /// starts, and what they read taints it.
     pub(crate) provenance: Option<Arc<Provenance>>,
+    /// The starting turn's guards (the skills it read): a sub-agent is
+    /// held to the same limits (a copy: what it reads later narrows only
+    /// itself).
+    pub(crate) guards: Option<Arc<Guards>>,
 }
 
 impl Lineage {

@@ -193,7 +193,7 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome
             lineage: job.lineage.clone(),
             approver: job.approver.clone(),
         })),
-        guards: Default::default(),
+        guards: job.lineage.guards.clone().unwrap_or_default(),
     };
     let mut usage = Usage::default();
     let mut cost: Option<f64> = None;
