@@ -2,6 +2,7 @@
 //! a real SQLite store.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod attachments;
 mod automation;
 mod channels;
 mod commands;
