@@ -70,8 +70,67 @@ pub struct Sender {
     /// The platform's stable user id (never a display name): what
     /// `allow_from` and pairing match.
     pub id: String,
-    /// A name to show the owner (`@alice`, "Alice Smith").
+    /// A name to show the owner: a username the platform verified
+    /// (`@alice`), or a display name made safe with
+    /// [`Sender::display_name`] ("Alice Smith").
     pub name: Option<String>,
+}
+
+/// Characters of a display name kept.
+const NAME_MAX_CHARS: usize = 64;
+
+impl Sender {
+    /// A name the platform does not verify (a Telegram first and last
+    /// name, a WhatsApp profile name), made safe to show the owner next
+    /// to the sender's id: control and invisible formatting characters
+    /// (bidi overrides, zero-width joiners) are dropped, spaces collapsed,
+    /// and it is cut at 64 characters. One that looks like a handle
+    /// (`@alice`, also with a full-width `＠`) is quoted and marked,
+    /// `"@alice" (display name, no username)`, so that it cannot pass for
+    /// a verified username in `flynn pairing list` or on the dashboard.
+    /// `None` when nothing visible is left.
+    pub fn display_name(name: &str) -> Option<String> {
+        let visible: String = name
+            .chars()
+            .filter(|c| !c.is_control() && !is_invisible(*c))
+            .collect();
+        let mut clean = visible.split_whitespace().collect::<Vec<_>>().join(" ");
+        if let Some((cut, _)) = clean.char_indices().nth(NAME_MAX_CHARS) {
+            clean.truncate(cut);
+            clean.push('…');
+        }
+        if clean.is_empty() {
+            return None;
+        }
+        if clean.starts_with(['@', '＠', '﹫']) {
+            return Some(format!("\"{clean}\" (display name, no username)"));
+        }
+        Some(clean)
+    }
+}
+
+/// Formatting characters that change how text shows without showing
+/// themselves: bidi controls, zero-width characters, the BOM, tags.
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{034F}'
+            | '\u{061C}'
+            | '\u{115F}'
+            | '\u{1160}'
+            | '\u{17B4}'
+            | '\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{E0000}'..='\u{E007F}'
+    )
 }
 
 /// What kind of file came with a message.
@@ -83,25 +142,39 @@ pub enum AttachmentKind {
     File,
 }
 
-/// A file that came with a message, already downloaded.
-#[derive(Clone, PartialEq, Eq)]
+/// A file that came with a message: what it is and where the adapter
+/// that received it can fetch it, but not its bytes. Nothing is
+/// downloaded when a message arrives; the daemon asks
+/// [`ChannelAdapter::download`] only once the sender passed every access
+/// check (group, mention, rate limit, allowlist or pairing), so a
+/// stranger cannot make it fetch anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attachment {
     pub kind: AttachmentKind,
     /// The file name the sender gave, if any.
     pub name: Option<String>,
     /// MIME type (`image/jpeg`, `application/pdf`).
     pub media_type: String,
-    pub data: Bytes,
+    /// The size in bytes the platform announced, if it did. Limits are
+    /// checked against it before downloading (and again while
+    /// downloading, since it is the sender's claim).
+    pub size: Option<u64>,
+    /// What the adapter needs to fetch the file: Telegram's `file_id`,
+    /// Slack's `url_private_download`, WhatsApp's media id, Discord's CDN
+    /// URL. Opaque to everyone else: hand it back to the adapter that
+    /// produced it.
+    pub source: String,
 }
 
-impl std::fmt::Debug for Attachment {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Attachment")
-            .field("kind", &self.kind)
-            .field("name", &self.name)
-            .field("media_type", &self.media_type)
-            .field("bytes", &self.data.len())
-            .finish()
+impl Attachment {
+    /// How to name the file to people and the model: its name, or what
+    /// kind of file it is.
+    pub fn label(&self) -> &str {
+        match (&self.name, self.kind) {
+            (Some(name), _) => name,
+            (None, AttachmentKind::Image) => "image",
+            (None, AttachmentKind::File) => "file",
+        }
     }
 }
 
@@ -269,6 +342,18 @@ pub enum ChannelError {
 }
 
 impl ChannelError {
+    /// A file of `size` bytes refused for being over `limit`.
+    pub fn too_large(channel: &str, size: u64, limit: u64) -> Self {
+        ChannelError::Rejected {
+            channel: channel.to_owned(),
+            detail: format!(
+                "the file has {:.1} MB, over the {:.0} MB limit",
+                size as f64 / 1_048_576.0,
+                limit as f64 / 1_048_576.0
+            ),
+        }
+    }
+
     /// Whether trying again later may succeed.
     pub fn is_transient(&self) -> bool {
         matches!(
@@ -364,6 +449,21 @@ pub trait ChannelAdapter: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Fetches an [`Attachment`] this adapter delivered, refusing more
+    /// than `limit` bytes (and more than the platform hands out). Called
+    /// by the daemon only after the message passed the access checks.
+    /// Errors: [`ChannelError::Rejected`] for a file that cannot be had
+    /// (too large, gone, on a host the credentials must not go to), a
+    /// transient one when trying again may work. The default cannot
+    /// download.
+    async fn download(&self, attachment: &Attachment, limit: u64) -> Result<Bytes, ChannelError> {
+        let _ = (attachment, limit);
+        Err(ChannelError::Unsupported {
+            channel: self.name().to_owned(),
+            what: "download files",
+        })
+    }
+
     /// Handles a request to `/channels/<name>/…` on the gateway (webhook
     /// deliveries, verification handshakes). Deliveries go to `sink`
     /// like those `connect` receives, before the answer acknowledges
@@ -371,5 +471,36 @@ pub trait ChannelAdapter: Send + Sync + 'static {
     async fn webhook(&self, request: WebhookRequest, sink: &Inbound) -> WebhookResponse {
         let _ = (request, sink);
         WebhookResponse::not_found()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_display_name_cannot_pass_for_a_username() {
+        assert_eq!(
+            Sender::display_name("@alice"),
+            Some("\"@alice\" (display name, no username)".to_owned())
+        );
+        // Hidden characters before the `@`, or a full-width one.
+        assert_eq!(
+            Sender::display_name("\u{200B}\u{202E}@alice"),
+            Some("\"@alice\" (display name, no username)".to_owned())
+        );
+        assert_eq!(
+            Sender::display_name("＠alice"),
+            Some("\"＠alice\" (display name, no username)".to_owned())
+        );
+        assert_eq!(
+            Sender::display_name("  Alice \n Smith "),
+            Some("Alice Smith".to_owned())
+        );
+        assert_eq!(Sender::display_name("\u{200B}\u{3164}"), None);
+        assert_eq!(
+            Sender::display_name(&"a".repeat(80)),
+            Some(format!("{}…", "a".repeat(64)))
+        );
     }
 }

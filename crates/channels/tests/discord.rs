@@ -803,7 +803,7 @@ async fn heartbeats_are_sent_and_acknowledged() {
 }
 
 #[tokio::test]
-async fn attachments_are_downloaded_without_the_token() {
+async fn attachments_arrive_named_and_are_downloaded_on_request_without_the_token() {
     let mut h = Harness::start().await;
     let dm = h.fake.dm_channel(&alice());
     let png = vec![0x89, b'P', b'N', b'G', 1, 2, 3];
@@ -813,18 +813,19 @@ async fn attachments_are_downloaded_without_the_token() {
         .attach("notes.pdf", "application/pdf", b"%PDF-1.7".to_vec())
         .send();
     let (message, delivery) = h.next_message().await;
-    delivery.settle(Disposition::Accepted);
-    let kinds: Vec<(AttachmentKind, Option<&str>, &str, &[u8])> = message
+    let cdn = |h: &Harness| -> Vec<_> {
+        h.fake
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.starts_with("/attachments/"))
+            .collect()
+    };
+    // Delivered before anything is fetched: the daemon decides first.
+    assert_eq!(cdn(&h).len(), 0);
+    let kinds: Vec<(AttachmentKind, Option<&str>, &str, Option<u64>)> = message
         .attachments
         .iter()
-        .map(|a| {
-            (
-                a.kind,
-                a.name.as_deref(),
-                a.media_type.as_str(),
-                &a.data[..],
-            )
-        })
+        .map(|a| (a.kind, a.name.as_deref(), a.media_type.as_str(), a.size))
         .collect();
     assert_eq!(
         kinds,
@@ -833,24 +834,42 @@ async fn attachments_are_downloaded_without_the_token() {
                 AttachmentKind::Image,
                 Some("chart.png"),
                 "image/png",
-                &png[..]
+                Some(png.len() as u64)
             ),
             (
                 AttachmentKind::File,
                 Some("notes.pdf"),
                 "application/pdf",
-                &b"%PDF-1.7"[..]
+                Some(8)
             ),
         ]
     );
-    let cdn: Vec<_> = h
-        .fake
-        .requests()
-        .into_iter()
-        .filter(|r| r.path.starts_with("/attachments/"))
-        .collect();
-    assert_eq!(cdn.len(), 2);
-    assert!(cdn.iter().all(|r| r.header("authorization").is_none()));
+    delivery.settle(Disposition::Accepted);
+    let limit = 20 * 1024 * 1024;
+    let image = h
+        .adapter
+        .download(&message.attachments[0], limit)
+        .await
+        .unwrap();
+    let pdf = h
+        .adapter
+        .download(&message.attachments[1], limit)
+        .await
+        .unwrap();
+    assert_eq!((&image[..], &pdf[..]), (&png[..], &b"%PDF-1.7"[..]));
+    // Over the limit asked for: refused before the CDN is asked.
+    let refused = h
+        .adapter
+        .download(&message.attachments[1], 4)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, ChannelError::Rejected { .. }),
+        "{refused}"
+    );
+    let fetched = cdn(&h);
+    assert_eq!(fetched.len(), 2);
+    assert!(fetched.iter().all(|r| r.header("authorization").is_none()));
     h.finish().await;
 }
 

@@ -564,7 +564,7 @@ async fn a_dropped_socket_is_opened_again() {
 }
 
 #[tokio::test]
-async fn shared_files_are_downloaded_with_the_bot_token() {
+async fn shared_files_arrive_named_and_are_downloaded_on_request_with_the_bot_token() {
     let fake = FakeSlack::start().await;
     let mut slack = socket(&fake).await;
     let png = b"\x89PNG\r\n\x1a\n fake image bytes";
@@ -576,19 +576,33 @@ async fn shared_files_are_downloaded_with_the_bot_token() {
     fake.push_event(event, "Ev01");
 
     let got = message(&slack.next().await);
+    let downloads = |fake: &FakeSlack| -> Vec<_> {
+        fake.requests()
+            .into_iter()
+            .filter(|r| r.path.starts_with("/files-pri/"))
+            .collect()
+    };
+    // Delivered before anything is fetched: the daemon decides first.
+    assert_eq!(downloads(&fake).len(), 0);
     assert_eq!(got.text, "look");
     assert_eq!(got.attachments.len(), 2);
     assert_eq!(got.attachments[0].kind, AttachmentKind::Image);
     assert_eq!(got.attachments[0].name.as_deref(), Some("chart.png"));
     assert_eq!(got.attachments[0].media_type, "image/png");
-    assert_eq!(&got.attachments[0].data[..], png);
     assert_eq!(got.attachments[1].kind, AttachmentKind::File);
-    assert_eq!(&got.attachments[1].data[..], b"%PDF-1.7");
-    let downloads: Vec<_> = fake
-        .requests()
-        .into_iter()
-        .filter(|r| r.path.starts_with("/files-pri/"))
-        .collect();
+    let limit = 20 * 1024 * 1024;
+    let first = slack
+        .adapter
+        .download(&got.attachments[0], limit)
+        .await
+        .unwrap();
+    let second = slack
+        .adapter
+        .download(&got.attachments[1], limit)
+        .await
+        .unwrap();
+    assert_eq!((&first[..], &second[..]), (&png[..], &b"%PDF-1.7"[..]));
+    let downloads = downloads(&fake);
     assert_eq!(downloads.len(), 2);
     for download in downloads {
         assert_eq!(

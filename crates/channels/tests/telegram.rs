@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use flynn_channels::telegram::TelegramAdapter;
 use flynn_channels::{
-    Action, Attachment, AttachmentKind, Backoff, Button, ButtonStyle, ChannelAdapter, ChannelError,
+    Action, AttachmentKind, Backoff, Button, ButtonStyle, ChannelAdapter, ChannelError,
     ChannelState, ChatKind, Conversation, Delivery, Disposition, Inbound, InboundEvent,
     InboundMessage, MessageId, Registry, Sender, Target, WebhookRequest, outbound,
 };
@@ -645,8 +645,20 @@ async fn webhook_deliveries_need_the_secret_and_are_answered_after_settling() {
         .unwrap();
 }
 
+/// `getFile` calls and file downloads the fake served.
+fn fetches(fake: &FakeTelegram) -> (usize, usize) {
+    let downloads = fake
+        .requests()
+        .iter()
+        .filter(|r| r.path.starts_with("/file/bot"))
+        .count();
+    (fake.calls("getFile").len(), downloads)
+}
+
+const LIMIT: u64 = 20 * 1024 * 1024;
+
 #[tokio::test]
-async fn photos_and_documents_arrive_downloaded() {
+async fn photos_and_documents_arrive_named_and_are_downloaded_on_request() {
     let fake = FakeTelegram::start().await;
     let mut running = start(&polling_config(&fake));
 
@@ -654,17 +666,30 @@ async fn photos_and_documents_arrive_downloaded() {
     fake.push(Incoming::private(&alice(), "what is this?").photo(photo.clone()));
     let delivery = running.next().await;
     let with_photo = message(&delivery);
+    // Delivered before anything is fetched: the daemon decides first.
+    assert_eq!(fetches(&fake), (0, 0));
     assert_eq!(with_photo.text, "what is this?");
+    let [attachment] = with_photo.attachments.as_slice() else {
+        panic!("one attachment: {:?}", with_photo.attachments);
+    };
     assert_eq!(
-        with_photo.attachments,
-        vec![Attachment {
-            kind: AttachmentKind::Image,
-            name: None,
-            media_type: "image/jpeg".into(),
-            data: photo.into(),
-        }]
+        (
+            attachment.kind,
+            attachment.name.as_deref(),
+            attachment.media_type.as_str(),
+            attachment.size
+        ),
+        (
+            AttachmentKind::Image,
+            None,
+            "image/jpeg",
+            Some(photo.len() as u64)
+        )
     );
     delivery.settle(Disposition::Accepted);
+    let data = running.adapter.download(attachment, LIMIT).await.unwrap();
+    assert_eq!(data.to_vec(), photo);
+    assert_eq!(fetches(&fake), (1, 1));
 
     let pdf = b"%PDF-1.7\n% a small document\n".to_vec();
     fake.push(Incoming::private(&alice(), "").document(
@@ -675,19 +700,23 @@ async fn photos_and_documents_arrive_downloaded() {
     let delivery = running.next().await;
     let with_document = message(&delivery);
     assert_eq!(with_document.text, "");
+    let [attachment] = with_document.attachments.as_slice() else {
+        panic!("one attachment: {:?}", with_document.attachments);
+    };
     assert_eq!(
-        with_document.attachments,
-        vec![Attachment {
-            kind: AttachmentKind::File,
-            name: Some("report.pdf".into()),
-            media_type: "application/pdf".into(),
-            data: pdf.into(),
-        }]
+        (
+            attachment.kind,
+            attachment.name.as_deref(),
+            attachment.media_type.as_str()
+        ),
+        (AttachmentKind::File, Some("report.pdf"), "application/pdf")
     );
     delivery.settle(Disposition::Accepted);
+    let data = running.adapter.download(attachment, LIMIT).await.unwrap();
+    assert_eq!(data.to_vec(), pdf);
 
-    // Over the Bot API's 20 MB: the text comes, saying so; the file is not
-    // fetched.
+    // Over the Bot API's 20 MB by its declared size: refused without a
+    // `getFile`.
     fake.push(
         Incoming::private(&alice(), "a big one")
             .document("huge.bin", "application/octet-stream", vec![1, 2, 3])
@@ -695,13 +724,18 @@ async fn photos_and_documents_arrive_downloaded() {
     );
     let delivery = running.next().await;
     let too_big = message(&delivery);
-    assert_eq!(
-        too_big.text,
-        "a big one\n[file not downloaded: the file has 25.0 MB, over the 20 MB Flynn downloads]"
-    );
-    assert_eq!(too_big.attachments, Vec::new());
+    assert_eq!(too_big.text, "a big one");
     delivery.settle(Disposition::Accepted);
-    assert_eq!(fake.calls("getFile").len(), 2);
+    let refused = running
+        .adapter
+        .download(&too_big.attachments[0], LIMIT)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "telegram refused the request: the file has 25.0 MB, over the 20 MB limit"
+    );
+    assert_eq!(fetches(&fake), (2, 2));
 
     assert!(fake.wait(WAIT, |f| f.pending_updates().is_empty()).await);
     assert_eq!(fake.violations(), Vec::<String>::new());

@@ -723,8 +723,17 @@ async fn status_updates_and_unsupported_types_deliver_nothing() {
     no_violations(&h.fake);
 }
 
+fn media_downloads(fake: &FakeWhatsApp) -> Vec<fake::GraphRequest> {
+    fake.requests()
+        .into_iter()
+        .filter(|r| r.path == "/whatsapp_business/attachments/")
+        .collect()
+}
+
+const LIMIT: u64 = 20 * 1024 * 1024;
+
 #[tokio::test]
-async fn images_and_documents_arrive_downloaded() {
+async fn images_and_documents_arrive_named_and_are_downloaded_on_request() {
     let mut h = Harness::start().await;
     let photo = vec![0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3];
     let pdf = b"%PDF-1.7 fake".to_vec();
@@ -745,6 +754,8 @@ async fn images_and_documents_arrive_downloaded() {
         delivery.settle(Disposition::Accepted);
     }
     assert_eq!(answered(post).await.status, 200);
+    // Delivered before anything is fetched: the daemon decides first.
+    assert_eq!(media_downloads(&h.fake).len(), 0);
     assert_eq!(got[0].id, image.wamid.unwrap());
     assert_eq!(got[0].text, "the whiteboard");
     assert_eq!(
@@ -753,7 +764,8 @@ async fn images_and_documents_arrive_downloaded() {
             kind: AttachmentKind::Image,
             name: None,
             media_type: "image/jpeg".to_owned(),
-            data: photo.into(),
+            size: None,
+            source: photo_id.clone(),
         }]
     );
     assert_eq!(got[1].id, document.wamid.unwrap());
@@ -764,15 +776,22 @@ async fn images_and_documents_arrive_downloaded() {
             kind: AttachmentKind::File,
             name: Some("report.pdf".to_owned()),
             media_type: "application/pdf".to_owned(),
-            data: pdf.into(),
+            size: None,
+            source: pdf_id.clone(),
         }]
     );
-    let downloads: Vec<_> = h
-        .fake
-        .requests()
-        .into_iter()
-        .filter(|r| r.path == "/whatsapp_business/attachments/")
-        .collect();
+    let first = h
+        .adapter
+        .download(&got[0].attachments[0], LIMIT)
+        .await
+        .unwrap();
+    let second = h
+        .adapter
+        .download(&got[1].attachments[0], LIMIT)
+        .await
+        .unwrap();
+    assert_eq!((first.to_vec(), second.to_vec()), (photo, pdf));
+    let downloads = media_downloads(&h.fake);
     assert_eq!(downloads.len(), 2);
     assert!(
         downloads
@@ -783,31 +802,46 @@ async fn images_and_documents_arrive_downloaded() {
 }
 
 #[tokio::test]
-async fn a_failed_download_is_redelivered_and_a_huge_file_is_named() {
+async fn a_failed_download_is_transient_and_a_huge_file_is_refused() {
     let mut h = Harness::start().await;
     let id = h.fake.add_media("image/png", vec![1, 2, 3]);
     let image = h.fake.image_message(ALICE, "Alice", &id, None);
-    // A passing outage: nothing delivered, Meta asked to try again.
-    h.fake.fail_next(Route::Download, Failure::service(503));
-    let answer = h.fake.post(&h.url(), &image, Signing::AppSecret).await;
-    assert_eq!(answer.status, 503);
-    h.no_delivery();
     let (event, status) = h.deliver(&image).await;
     assert_eq!(status, 200);
-    assert_eq!(message(event).attachments.len(), 1);
+    let attachment = message(event).attachments.remove(0);
+    // A passing outage: an error worth trying again.
+    h.fake.fail_next(Route::Download, Failure::service(503));
+    let error = h.adapter.download(&attachment, LIMIT).await.unwrap_err();
+    assert!(error.is_transient(), "{error}");
+    assert_eq!(
+        h.adapter
+            .download(&attachment, LIMIT)
+            .await
+            .unwrap()
+            .to_vec(),
+        vec![1, 2, 3]
+    );
 
-    // Over 20 MB: not downloaded, and the message says so.
+    // Over 20 MB: refused once the Graph API names the size, before the
+    // bytes are fetched.
     let big = h.fake.add_media("video/mp4", vec![0u8; 21 * 1024 * 1024]);
     let document = h
         .fake
         .document_message(ALICE, "Alice", &big, "film.mp4", Some("watch"));
     let (event, _) = h.deliver(&document).await;
     let inbound = message(event);
-    assert_eq!(inbound.attachments, vec![]);
+    assert_eq!(inbound.text, "watch");
+    let before = media_downloads(&h.fake).len();
+    let refused = h
+        .adapter
+        .download(&inbound.attachments[0], LIMIT)
+        .await
+        .unwrap_err();
     assert_eq!(
-        inbound.text,
-        "watch\n[file not downloaded: the file has 21.0 MB, over the 20 MB Flynn downloads]"
+        refused.to_string(),
+        "whatsapp refused the request: the file has 21.0 MB, over the 20 MB limit"
     );
+    assert_eq!(media_downloads(&h.fake).len(), before);
     no_violations(&h.fake);
 }
 
@@ -824,11 +858,15 @@ async fn a_media_url_on_another_host_gets_no_token() {
     let (event, status) = h.deliver(&image).await;
     assert_eq!(status, 200);
     let inbound = message(event);
-    assert_eq!(inbound.attachments, vec![]);
+    let refused = h
+        .adapter
+        .download(&inbound.attachments[0], LIMIT)
+        .await
+        .unwrap_err();
     assert_eq!(
-        inbound.text,
+        refused.to_string(),
         format!(
-            "look\n[image not downloaded: the media URL is on 127.0.0.1:{}, not on Meta's servers; not sending the access token there]",
+            "whatsapp refused the request: the media URL is on 127.0.0.1:{}, not on Meta's servers; not sending the access token there",
             elsewhere.addr().port()
         )
     );

@@ -332,7 +332,7 @@ fn check_tools(
             },
         );
     }
-    let minimums: [(&[&str], u64, u64); 10] = [
+    let minimums: [(&[&str], u64, u64); 11] = [
         (&["shell", "timeout_secs"], tools.shell.timeout_secs, 1),
         (&["files", "timeout_secs"], tools.files.timeout_secs, 1),
         (
@@ -346,6 +346,11 @@ fn check_tools(
         (
             &["process", "max_processes"],
             u64::try_from(tools.process.max_processes).unwrap_or(u64::MAX),
+            1,
+        ),
+        (
+            &["process", "max_per_session"],
+            u64::try_from(tools.process.max_per_session).unwrap_or(u64::MAX),
             1,
         ),
         (

@@ -470,7 +470,13 @@ function renderStored(messages) {
     const blocks = message.content || [];
     if (message.role === "user") {
       const text = blocks.filter((b) => b.type === "text").map((b) => b.text).join("\n");
-      if (text) addMessage(el("div", { class: "msg user" }, text));
+      if (text) {
+        // Anyone but the owner is named on their message.
+        const sender = entry.principal && entry.principal !== "owner" ? entry.principal : null;
+        addMessage(sender
+          ? el("div", { class: "msg user", title: sender }, el("span", { class: "meta" }, sender), el("br"), text)
+          : el("div", { class: "msg user" }, text));
+      }
       for (const block of blocks) {
         if (block.type === "tool_result") {
           const id = block.tool_use_id;

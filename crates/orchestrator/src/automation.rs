@@ -79,6 +79,13 @@ pub enum JobError {
         "schedule '{expr}' never runs after now (a date that does not exist, such as 30 February?); expected a time that comes round, such as `30 7 * * *`"
     )]
     NeverRuns { expr: String },
+    /// `cron.add` asked for a schedule more frequent than jobs added from
+    /// a turn may run (a seconds field, or runs closer than
+    /// [`MIN_AGENT_INTERVAL`]).
+    #[error(
+        "schedule '{expr}' {reason}; jobs added with cron.add run at most once a minute: use 5 fields `minute hour day-of-month month day-of-week` (`*/5 * * * *` for every 5 minutes), or put the job in automation.jobs in the config file"
+    )]
+    TooFrequent { expr: String, reason: String },
     /// The message is empty.
     #[error("message: empty; expected what the agent should do at each run")]
     EmptyMessage,
@@ -725,6 +732,7 @@ impl Automation {
                 expr: config.schedule,
             });
         }
+        check_frequency(&job.schedule, now)?;
         let stored = StoredCronJob {
             job: config,
             created_by: caller.session.clone(),
@@ -1137,6 +1145,35 @@ async fn tick(ticks: &mut Option<tokio::time::Interval>) {
     }
 }
 
+/// The shortest gap between two runs of a job added with `cron.add`
+/// (config-file jobs may run every second: the owner wrote them).
+pub const MIN_AGENT_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Refuses a schedule an agent may not set: a seconds field, or runs
+/// closer together than [`MIN_AGENT_INTERVAL`] (checked over the next
+/// runs).
+fn check_frequency(schedule: &Schedule, now: DateTime<Utc>) -> Result<(), JobError> {
+    let expr = schedule.expression();
+    if expr.split_whitespace().count() == 6 {
+        return Err(JobError::TooFrequent {
+            expr: expr.to_owned(),
+            reason: "has a seconds field".to_owned(),
+        });
+    }
+    let runs = schedule.upcoming(now, 16);
+    let closest = runs
+        .windows(2)
+        .filter_map(|pair| (pair[1] - pair[0]).to_std().ok())
+        .min();
+    match closest {
+        Some(gap) if gap < MIN_AGENT_INTERVAL => Err(JobError::TooFrequent {
+            expr: expr.to_owned(),
+            reason: format!("runs {} s apart", gap.as_secs()),
+        }),
+        _ => Ok(()),
+    }
+}
+
 // --- the tools -----------------------------------------------------------
 
 struct CronAdd(Automation);
@@ -1150,7 +1187,7 @@ struct AddArgs {
     /// Unique name: letters, digits, `-`, `_`, `.` (`morning-brief`).
     name: String,
     /// Cron expression, `minute hour day-of-month month day-of-week`
-    /// (`30 7 * * MON-FRI`), or 6 fields with seconds first.
+    /// (`30 7 * * MON-FRI`); at most once a minute.
     schedule: String,
     /// IANA time zone the schedule is read in (`Europe/Berlin`); UTC when
     /// absent.

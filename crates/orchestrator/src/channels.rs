@@ -27,6 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use base64::Engine;
+use bytes::Bytes;
 use flynn_channels::outbound::{self, Sent};
 use flynn_channels::ratelimit::{RateLimiter, Verdict};
 use flynn_channels::{
@@ -35,9 +36,10 @@ use flynn_channels::{
 };
 use flynn_protocol::config::{ChannelAccess, ChannelsConfig, DmPolicy, GuestApprovals};
 use flynn_protocol::{AgentEvent, ContentBlock, ImageSource, Principal, SessionKey, TurnOutcome};
+use flynn_sessions::PairingError;
 use flynn_sessions::pairing::CODE_TTL_MS;
 use flynn_tools::{ApprovalRequest, Approver, Decision};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
@@ -47,6 +49,14 @@ use crate::{Error, Result};
 
 /// Largest file from a chat kept for the model.
 pub const MAX_ATTACHMENT_BYTES: usize = 20 * 1024 * 1024;
+/// Files of one message downloaded; more are named and left out.
+pub const MAX_ATTACHMENTS: usize = 10;
+/// Bytes of files one channel downloads at once (by declared size, a
+/// file without one counting as [`MAX_ATTACHMENT_BYTES`]); a file that
+/// does not fit is left out, saying so.
+pub const MAX_BYTES_IN_FLIGHT: u64 = 64 * 1024 * 1024;
+/// The longest one file from a chat may take to download.
+const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(120);
 /// How often the typing indicator is renewed while a turn runs (platforms
 /// show it for about five seconds).
 const TYPING_EVERY: Duration = Duration::from_secs(4);
@@ -73,6 +83,8 @@ struct Inner {
     tasks: TaskTracker,
     /// Where files from chats are saved (`<workspace>/inbox/<channel>/`).
     workspace: PathBuf,
+    /// Each channel's download budget, in bytes ([`MAX_BYTES_IN_FLIGHT`]).
+    in_flight: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
 /// A confirmation waiting for a button press.
@@ -136,6 +148,7 @@ impl ChannelRouter {
                 recent_actions: Mutex::new(VecDeque::new()),
                 tasks: TaskTracker::new(),
                 workspace,
+                in_flight: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -388,6 +401,24 @@ impl ChannelRouter {
             .await
         {
             Ok(ticket) => ticket,
+            Err(flynn_sessions::Error::Pairing(PairingError::Full {
+                pending, frees_at, ..
+            })) => {
+                // Earlier requests keep their codes; this one waits.
+                tracing::warn!(channel, sender = %message.sender.id, pending, "pairing request refused: the channel has the most pairing codes it keeps waiting (`flynn pairing list`)");
+                let mins = (frees_at.saturating_sub(now_millis()) / 60_000).max(0) + 1;
+                self.say(
+                    adapter,
+                    target,
+                    format!(
+                        "I don't know you yet, and too many people are waiting to be let in right now. Try again in {mins} minutes."
+                    ),
+                );
+                return Disposition::Ignored(format!(
+                    "sender {} refused a pairing code: too many are waiting",
+                    message.sender.id
+                ));
+            }
             Err(e) => return Disposition::Retry(e.to_string()),
         };
         if ticket.fresh {
@@ -416,30 +447,42 @@ impl ChannelRouter {
 
     /// The message as content blocks: its text, its images, and a note
     /// for each file (saved in the workspace for the file tools).
+    ///
+    /// Called only once the message passed every access check: this is
+    /// where its files are downloaded (through the adapter that received
+    /// them), never before. At most [`MAX_ATTACHMENTS`] per message and
+    /// [`MAX_ATTACHMENT_BYTES`] each (by the size the platform declared,
+    /// before downloading, and again while downloading), within the
+    /// channel's [`MAX_BYTES_IN_FLIGHT`]; a file left out is named in the
+    /// text the model sees, with the reason.
     async fn content(&self, channel: &str, message: &InboundMessage) -> Vec<ContentBlock> {
         let mut content = Vec::new();
         let mut text = message.text.trim().to_owned();
-        for attachment in &message.attachments {
-            if attachment.data.len() > MAX_ATTACHMENT_BYTES {
-                text.push_str(&format!(
-                    "\n[an attachment of {} bytes was too large to keep]",
-                    attachment.data.len()
-                ));
-                continue;
-            }
+        let fetched = self.download(channel, &message.attachments).await;
+        for (attachment, data) in message.attachments.iter().zip(fetched) {
+            let data = match data {
+                Ok(data) => data,
+                Err(why) => {
+                    text.push_str(&format!(
+                        "\n[attachment {} skipped: {why}]",
+                        attachment.label()
+                    ));
+                    continue;
+                }
+            };
             match attachment.kind {
                 AttachmentKind::Image => content.push(ContentBlock::Image {
                     source: ImageSource::Base64 {
                         media_type: attachment.media_type.clone(),
-                        data: base64::engine::general_purpose::STANDARD.encode(&attachment.data),
+                        data: base64::engine::general_purpose::STANDARD.encode(&data),
                     },
                 }),
-                AttachmentKind::File => match self.save(channel, attachment).await {
+                AttachmentKind::File => match self.save(channel, attachment, data.clone()).await {
                     Ok(path) => text.push_str(&format!(
                         "\n[file {} ({}, {} bytes) saved at {}]",
                         attachment.name.as_deref().unwrap_or("unnamed"),
                         attachment.media_type,
-                        attachment.data.len(),
+                        data.len(),
                         path.display()
                     )),
                     Err(e) => {
@@ -458,13 +501,95 @@ impl ChannelRouter {
         content
     }
 
+    /// Downloads a message's files through `channel`'s adapter, all at
+    /// once, each within the limits; one result per attachment, in order,
+    /// the error being the reason it was left out.
+    async fn download(
+        &self,
+        channel: &str,
+        attachments: &[Attachment],
+    ) -> Vec<std::result::Result<Bytes, String>> {
+        if attachments.is_empty() {
+            return Vec::new();
+        }
+        let Some(adapter) = self.inner.registry.get(channel) else {
+            return attachments
+                .iter()
+                .map(|_| Err(format!("the {channel} channel is not running")))
+                .collect();
+        };
+        let budget = self.in_flight(channel);
+        let fetches = attachments.iter().enumerate().map(|(at, attachment)| {
+            let adapter = adapter.clone();
+            let budget = budget.clone();
+            async move {
+                if at >= MAX_ATTACHMENTS {
+                    return Err(format!(
+                        "a message keeps at most {MAX_ATTACHMENTS} files; send the rest in another message"
+                    ));
+                }
+                let limit = MAX_ATTACHMENT_BYTES as u64;
+                if let Some(size) = attachment.size.filter(|size| *size > limit) {
+                    return Err(format!(
+                        "it has {}, over the {} a chat file may have",
+                        megabytes(size),
+                        megabytes(limit)
+                    ));
+                }
+                // The platform's declared size is reserved (the whole
+                // limit when it declared none).
+                let reserve = attachment.size.unwrap_or(limit).min(limit);
+                let Ok(_permit) = budget.try_acquire_many_owned(
+                    u32::try_from(reserve.max(1)).unwrap_or(u32::MAX),
+                ) else {
+                    return Err(format!(
+                        "more than {} of files are downloading on {} right now; send it again in a moment",
+                        megabytes(MAX_BYTES_IN_FLIGHT),
+                        adapter.name()
+                    ));
+                };
+                match tokio::time::timeout(DOWNLOAD_TIMEOUT, adapter.download(attachment, limit))
+                    .await
+                {
+                    Ok(Ok(data)) => Ok(data),
+                    Ok(Err(e)) => {
+                        tracing::warn!(channel = adapter.name(), file = attachment.label(), error = %e, "a file from a chat was not downloaded");
+                        Err(format!("could not download it: {e}"))
+                    }
+                    Err(_) => Err(format!(
+                        "the download took longer than {} s",
+                        DOWNLOAD_TIMEOUT.as_secs()
+                    )),
+                }
+            }
+        });
+        futures::future::join_all(fetches).await
+    }
+
+    /// The download budget of `channel`: bytes of files it may fetch at
+    /// once.
+    fn in_flight(&self, channel: &str) -> Arc<Semaphore> {
+        lock(&self.inner.in_flight)
+            .entry(channel.to_owned())
+            .or_insert_with(|| {
+                Arc::new(Semaphore::new(
+                    usize::try_from(MAX_BYTES_IN_FLIGHT).unwrap_or(usize::MAX),
+                ))
+            })
+            .clone()
+    }
+
     /// Saves a file under `<workspace>/inbox/<channel>/`; returns its path
     /// relative to the workspace. See [`save_in_inbox`].
-    async fn save(&self, channel: &str, attachment: &Attachment) -> std::io::Result<PathBuf> {
+    async fn save(
+        &self,
+        channel: &str,
+        attachment: &Attachment,
+        data: Bytes,
+    ) -> std::io::Result<PathBuf> {
         let name = safe_file_name(attachment.name.as_deref().unwrap_or("file"));
         let workspace = self.inner.workspace.clone();
         let channel = channel.to_owned();
-        let data = attachment.data.clone();
         tokio::task::spawn_blocking(move || save_in_inbox(&workspace, &channel, &name, &data))
             .await
             .map_err(std::io::Error::other)?
@@ -1040,6 +1165,16 @@ fn create_private_file(
         return Err(e);
     }
     Ok(())
+}
+
+/// `bytes` for people: `20 MB`, `1.5 MB`.
+fn megabytes(bytes: u64) -> String {
+    let mb = bytes as f64 / 1_048_576.0;
+    if mb.fract() == 0.0 {
+        format!("{mb:.0} MB")
+    } else {
+        format!("{mb:.1} MB")
+    }
 }
 
 fn now_millis() -> i64 {

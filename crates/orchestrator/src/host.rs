@@ -63,6 +63,7 @@ impl TurnHost {
             provenance: Some(ctx.provenance.clone()),
             policy_cap: Some(ctx.policy.clone()),
             workspace_cap: Some(ctx.workspace.clone()),
+            guards: Some(Arc::new(ctx.guards.snapshot())),
         }
     }
 

@@ -20,8 +20,9 @@
 //!
 //! A [`ChannelRouter`] brings chat platforms in: each delivery passes the
 //! channel's access rules (groups, mentions, rate limit, allowlist,
-//! pairing), becomes a turn of its `<channel>:<peer>` session, and the
-//! answer streams back to the same chat.
+//! pairing), then has its files downloaded (never before), becomes a turn
+//! of its `<channel>:<peer>` session, and the answer streams back to the
+//! same chat.
 //!
 //! [`Automation`] runs cron jobs and the heartbeat: a due job's message
 //! becomes a turn of its session like anyone's, its answer is delivered

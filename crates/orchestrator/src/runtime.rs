@@ -18,7 +18,7 @@ use flynn_protocol::{
     AgentEvent, ContentBlock, Principal, RunState, SessionKey, Tier, TurnId, TurnOutcome,
 };
 use flynn_sessions::SessionStore;
-use flynn_tools::{Approver, Provenance, ToolExecutor, ToolPolicy};
+use flynn_tools::{Approver, Guards, Provenance, ToolExecutor, ToolPolicy};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -75,6 +75,10 @@ pub(crate) struct Lineage {
     pub(crate) policy_cap: Option<Arc<ToolPolicy>>,
     /// The starting turn's workspace: a sub-agent's must be inside it.
     pub(crate) workspace_cap: Option<PathBuf>,
+    /// The starting turn's guards (the skills it read): a sub-agent is
+    /// held to the same limits (a copy: what it reads later narrows only
+    /// itself).
+    pub(crate) guards: Option<Arc<Guards>>,
 }
 
 impl Lineage {

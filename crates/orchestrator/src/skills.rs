@@ -187,9 +187,11 @@ impl TypedTool for SkillsRead {
 }
 
 /// The declared permissions of a skill the turn uses, as a limit on the
-/// turn's calls: the tool must be one the skill lists, a `path` or `cwd`
-/// argument must be under one of its paths, and web tools need its
-/// network permission.
+/// turn's calls: the tool must be one the skill lists; every place the
+/// call names must be under one of its paths ([`places`]); and whatever
+/// can reach the network needs its network permission: web tools,
+/// commands (`shell.exec`, `process.start`: a command can open
+/// connections) and tools of MCP servers (their effect is `External`).
 #[derive(Debug)]
 struct SkillGuard {
     name: String,
@@ -205,18 +207,79 @@ impl CallGuard for SkillGuard {
         self.permissions
             .check_tool(call.tool)
             .map_err(|refusal| refusal.to_string())?;
-        for key in ["path", "cwd"] {
-            if let Some(path) = call.arguments.get(key).and_then(|v| v.as_str()) {
-                self.permissions
-                    .check_path(std::path::Path::new(path), call.workspace)
-                    .map_err(|refusal| refusal.to_string())?;
-            }
+        for place in places(call) {
+            self.permissions
+                .check_path(&place, call.workspace)
+                .map_err(|refusal| refusal.to_string())?;
         }
-        if call.effect == ToolEffect::Network || call.tool.starts_with("web.") {
+        if reaches_network(call) {
             self.permissions
                 .check_network()
                 .map_err(|refusal| refusal.to_string())?;
         }
         Ok(())
     }
+}
+
+/// Argument keys that name a file or directory, in any tool.
+const PATH_KEYS: &[&str] = &[
+    "path",
+    "cwd",
+    "file",
+    "dir",
+    "directory",
+    "source",
+    "destination",
+];
+
+/// Whether `call` may open network connections.
+fn reaches_network(call: &GuardedCall<'_>) -> bool {
+    matches!(
+        call.effect,
+        ToolEffect::Network | ToolEffect::RunsProcesses | ToolEffect::External
+    ) || call.tool.starts_with("web.")
+        || call.tool.starts_with("shell.")
+        || call.tool == "process.start"
+}
+
+/// Every place a call touches, as the file and command tools read their
+/// arguments: the path-like arguments; the workspace root where a tool
+/// defaults to it (`file.list` and `file.search` without `path`,
+/// `shell.exec` and `process.start` without `cwd`); and the fixed start of
+/// a glob (`file.list`'s `pattern`, `file.search`'s `glob`), so that
+/// `../secret/*` is checked as `../secret`. The text of a command is not
+/// parsed: a skill that may run commands reaches what the sandbox lets
+/// them reach.
+fn places(call: &GuardedCall<'_>) -> Vec<PathBuf> {
+    let text = |key: &str| call.arguments.get(key).and_then(serde_json::Value::as_str);
+    let mut places: Vec<PathBuf> = PATH_KEYS
+        .iter()
+        .filter_map(|key| text(key))
+        .map(PathBuf::from)
+        .collect();
+    let (location, glob) = match call.tool {
+        "file.list" => ("path", Some("pattern")),
+        "file.search" => ("path", Some("glob")),
+        "shell.exec" | "process.start" => ("cwd", None),
+        _ => return places,
+    };
+    let base = PathBuf::from(text(location).unwrap_or("."));
+    if text(location).is_none() {
+        places.push(base.clone());
+    }
+    if let Some(glob) = glob.and_then(text) {
+        let fixed: PathBuf = std::path::Path::new(glob)
+            .components()
+            .take_while(|part| {
+                !part
+                    .as_os_str()
+                    .to_string_lossy()
+                    .contains(['*', '?', '[', '{'])
+            })
+            .collect();
+        if !fixed.as_os_str().is_empty() {
+            places.push(base.join(fixed));
+        }
+    }
+    places
 }

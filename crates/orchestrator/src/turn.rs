@@ -222,7 +222,7 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome
             approver: job.approver.clone(),
             principal: job.principal.clone(),
         })),
-        guards: Default::default(),
+        guards: job.lineage.guards.clone().unwrap_or_default(),
     };
     let mut usage = Usage::default();
     let mut cost: Option<f64> = None;

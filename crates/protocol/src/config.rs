@@ -1497,6 +1497,10 @@ pub struct ProcessToolConfig {
     /// Background processes running at once; `process.start` refuses more.
     #[serde(default = "default_max_processes")]
     pub max_processes: usize,
+    /// Background processes one session may run at once (within
+    /// `max_processes`), so one chat cannot take every slot.
+    #[serde(default = "default_max_per_session")]
+    pub max_per_session: usize,
     /// Seconds after which a background process is killed.
     #[serde(default = "default_max_runtime")]
     pub max_runtime_secs: u64,
@@ -1509,6 +1513,7 @@ impl Default for ProcessToolConfig {
     fn default() -> Self {
         ProcessToolConfig {
             max_processes: default_max_processes(),
+            max_per_session: default_max_per_session(),
             max_runtime_secs: default_max_runtime(),
             buffer_bytes: default_buffer_bytes(),
         }
@@ -1517,6 +1522,10 @@ impl Default for ProcessToolConfig {
 
 fn default_max_processes() -> usize {
     10
+}
+
+fn default_max_per_session() -> usize {
+    4
 }
 
 fn default_max_runtime() -> u64 {

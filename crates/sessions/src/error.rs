@@ -91,6 +91,10 @@ pub enum Error {
         /// The URL as configured, with any password replaced by `***`.
         url: String,
     },
+    /// A pairing request or approval that cannot be granted (see
+    /// [`PairingError`](crate::PairingError)).
+    #[error(transparent)]
+    Pairing(#[from] crate::PairingError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,8 +1,13 @@
 //! Pairing: how a sender the config does not list gets in. An unknown
 //! sender who writes gets a short code; the owner approves it (`flynn
 //! pairing approve <channel> <code>`), which admits the sender from then
-//! on. Codes expire, each sender has at most one pending code per channel,
-//! and a channel keeps at most [`MAX_PENDING`] (the oldest go first).
+//! on. Codes expire, each sender has at most one pending code per channel
+//! (asking again shows the same code), and a channel keeps at most
+//! [`MAX_PENDING`]. When a channel is full, new requests are refused
+//! ([`PairingError::Full`]: the sender is told to try later) and the
+//! codes already given keep waiting, so a flood of new accounts cannot
+//! push out a real request the owner is about to approve; a slot frees
+//! when a code is approved or expires.
 //! Stored with the sessions, so approvals survive restarts and the CLI
 //! can approve while the daemon runs.
 
@@ -67,6 +72,16 @@ pub enum PairingError {
         "pairing code {code} on {channel} expired; ask the sender to write again for a new one"
     )]
     Expired { channel: String, code: String },
+    /// A new code refused: the channel has [`MAX_PENDING`] waiting. The
+    /// first of them expires at `frees_at` (Unix milliseconds).
+    #[error(
+        "{channel} has {pending} pairing codes waiting, the most it keeps; no new code until one is approved or expires (`flynn pairing list` shows them)"
+    )]
+    Full {
+        channel: String,
+        pending: usize,
+        frees_at: i64,
+    },
 }
 
 /// A fresh random code.

@@ -905,16 +905,24 @@ impl SessionStore for SqliteStore {
                 expires_at,
             });
         }
-        // Make room: the oldest codes of the channel go first.
-        sqlx::query(
-            "DELETE FROM pairing_codes WHERE channel = ?1 AND code IN (
-                 SELECT code FROM pairing_codes WHERE channel = ?1
-                 ORDER BY created_at DESC, code LIMIT -1 OFFSET ?2)",
+        // A full channel refuses new codes; the ones given keep waiting
+        // (a flood of accounts must not push out a real request).
+        let (pending, frees_at): (i64, Option<i64>) = sqlx::query_as(
+            "SELECT COUNT(*), MIN(expires_at) FROM pairing_codes WHERE channel = ?1",
         )
         .bind(channel)
-        .bind(i64::try_from(MAX_PENDING.saturating_sub(1)).unwrap_or(i64::MAX))
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
+        let pending = usize::try_from(pending).unwrap_or(usize::MAX);
+        if pending >= MAX_PENDING {
+            tx.commit().await?;
+            return Err(PairingError::Full {
+                channel: channel.to_owned(),
+                pending,
+                frees_at: frees_at.unwrap_or(now),
+            }
+            .into());
+        }
         let expires_at = now.saturating_add(ttl_ms.max(1));
         let code = loop {
             let code = new_code();

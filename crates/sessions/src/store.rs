@@ -336,8 +336,10 @@ pub trait SessionStore: Send + Sync {
     async fn set_peer_owner(&self, channel: &str, sender: &str, owner: bool) -> Result<bool>;
 
     /// The code to show an unknown sender: their pending one, or a new
-    /// one valid for `ttl_ms` (dropping expired codes, and the channel's
-    /// oldest beyond [`MAX_PENDING`](crate::pairing::MAX_PENDING)).
+    /// one valid for `ttl_ms` (dropping expired codes). A channel with
+    /// [`MAX_PENDING`](crate::pairing::MAX_PENDING) codes waiting refuses
+    /// new ones with [`PairingError::Full`] (as
+    /// [`Error::Pairing`](crate::Error::Pairing)).
     async fn pairing_request(
         &self,
         channel: &str,

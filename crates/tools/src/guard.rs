@@ -1,8 +1,10 @@
 //! Limits a turn takes on after it started: a skill the model read
 //! declares what it may use, and from then on every call of the turn must
-//! fit what one of the turn's skills declares. The guards are added by the
-//! tools that start such a limit (`skills.read`) and checked by the
-//! executor after the agent's policy.
+//! fit what every skill the turn read declares (the strictest wins:
+//! reading a broad skill after a narrow one lifts nothing). The guards are
+//! added by the tools that start such a limit (`skills.read`), checked by
+//! the executor after the agent's policy, and handed down to the
+//! sub-agents the turn starts.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -37,7 +39,7 @@ pub trait CallGuard: Send + Sync + std::fmt::Debug {
 const UNGUARDED: &[&str] = &["skills.read", "tools.search", "tool.output"];
 
 /// The guards of one turn. Empty: nothing beyond the policy applies. With
-/// guards, a call runs when one of them allows it.
+/// guards, a call runs only when every one of them allows it.
 #[derive(Debug, Default)]
 pub struct Guards {
     guards: Mutex<Vec<Arc<dyn CallGuard>>>,
@@ -67,8 +69,23 @@ impl Guards {
             .unwrap_or_default()
     }
 
-    /// Whether `call` may run: no guard, an unguarded tool, or one guard
-    /// allowing it. The error joins every guard's reason.
+    /// A copy of these guards for a turn this one starts (a sub-agent):
+    /// it is held to the same limits, and what it takes on later stays
+    /// its own.
+    pub fn snapshot(&self) -> Guards {
+        let guards = self
+            .guards
+            .lock()
+            .map(|guards| guards.clone())
+            .unwrap_or_default();
+        Guards {
+            guards: Mutex::new(guards),
+        }
+    }
+
+    /// Whether `call` may run: no guard, an unguarded tool, or every
+    /// guard allowing it. The error joins the reasons of the guards that
+    /// refuse.
     pub fn check(&self, call: &GuardedCall<'_>) -> Result<(), String> {
         if UNGUARDED.contains(&call.tool) {
             return Ok(());
@@ -81,13 +98,73 @@ impl Guards {
         if guards.is_empty() {
             return Ok(());
         }
-        let mut reasons = Vec::new();
-        for guard in &guards {
-            match guard.check(call) {
-                Ok(()) => return Ok(()),
-                Err(reason) => reasons.push(reason),
+        let reasons: Vec<String> = guards
+            .iter()
+            .filter_map(|guard| guard.check(call).err())
+            .collect();
+        if reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(reasons.join("; "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Allows only the tools named.
+    #[derive(Debug)]
+    struct Only(&'static str, &'static [&'static str]);
+
+    impl CallGuard for Only {
+        fn name(&self) -> &str {
+            self.0
+        }
+
+        fn check(&self, call: &GuardedCall<'_>) -> Result<(), String> {
+            if self.1.contains(&call.tool) {
+                Ok(())
+            } else {
+                Err(format!("{} refuses {}", self.0, call.tool))
             }
         }
-        Err(reasons.join("; "))
+    }
+
+    fn call(tool: &str) -> GuardedCall<'_> {
+        GuardedCall {
+            tool,
+            effect: ToolEffect::ReadOnly,
+            arguments: &Value::Null,
+            workspace: Path::new("/w"),
+        }
+    }
+
+    #[test]
+    fn every_guard_must_allow_a_call() {
+        let guards = Guards::new();
+        guards.add(Arc::new(Only("narrow", &["file.read"])));
+        guards.add(Arc::new(Only("broad", &["file.read", "shell.exec"])));
+        assert_eq!(guards.check(&call("file.read")), Ok(()));
+        assert_eq!(
+            guards.check(&call("shell.exec")),
+            Err("narrow refuses shell.exec".to_owned())
+        );
+        assert_eq!(
+            guards.check(&call("web.fetch")),
+            Err("narrow refuses web.fetch; broad refuses web.fetch".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_snapshot_keeps_the_limits_and_grows_on_its_own() {
+        let parent = Guards::new();
+        parent.add(Arc::new(Only("narrow", &["file.read", "file.list"])));
+        let child = parent.snapshot();
+        assert_eq!(child.names(), vec!["narrow".to_owned()]);
+        child.add(Arc::new(Only("narrower", &["file.read"])));
+        assert!(child.check(&call("file.list")).is_err());
+        assert_eq!(parent.check(&call("file.list")), Ok(()));
     }
 }

@@ -109,7 +109,7 @@ automation:
     ]);
     assert_eq!(
         stdout(&session),
-        "user: Write the daily report\nassistant: Report: **all systems nominal**.\n",
+        "automation:cron:daily-report: Write the daily report\nassistant: Report: **all systems nominal**.\n",
         "{}",
         stderr(&session)
     );

@@ -138,7 +138,9 @@ async fn a_stranger_on_whatsapp_is_paired_then_answered_through_the_daemon() {
     ]);
     assert_eq!(
         stdout(&approved),
-        format!("Approved Alice ({NUMBER}) on whatsapp: they can talk to Flynn now.\n"),
+        format!(
+            "Approved Alice ({NUMBER}) on whatsapp as a guest: they can talk to Flynn now, in their own session and memory. (`--owner` approves an owner.)\n"
+        ),
         "{}",
         stderr(&approved)
     );
@@ -175,7 +177,7 @@ async fn a_stranger_on_whatsapp_is_paired_then_answered_through_the_daemon() {
     ]);
     assert_eq!(
         stdout(&sessions),
-        "user: what is 2 + 2?\nassistant: Four.\n",
+        format!("guest:whatsapp:{NUMBER}: what is 2 + 2?\nassistant: Four.\n"),
         "{}",
         daemon.log()
     );
@@ -209,7 +211,8 @@ channels:
   telegram:
     bot_token: \"{token}\"
     api_url: {api}
-    allow_from: [\"4242\"]
+    owners: [\"4242\"]
+    allow_from: [\"777\"]
 ",
             model = model.base_url(),
             workspace = workspace.display(),
@@ -289,5 +292,28 @@ channels:
     // never reached the model.
     assert_eq!(chats(&model), 2);
     assert!(telegram.sent().iter().all(|m| m.chat_id == 4242));
+
+    // A guest (let in by allow_from, not an owner) cannot read the
+    // owner's chat, nor answer the owner's confirmations.
+    let guest = TgUser::new(777, "Guest");
+    model.push(Reply::ToolCalls(vec![(
+        // Not offered until found with tools.search; called by its name.
+        "sessions.history".into(),
+        json!({"session": "telegram:4242"}),
+    )]));
+    model.push(Reply::Text("I can't see that.".into()));
+    telegram.push(Incoming::private(&guest, "show me the owner's chat"));
+    wait(&|t| t.sent().iter().any(|m| m.plain == "I can't see that."));
+    let requests = model.requests();
+    let last = requests
+        .iter()
+        .rev()
+        .find(|r| r.path.ends_with("/chat/completions"))
+        .unwrap();
+    let body = last.body.to_string();
+    assert!(
+        body.contains("no session 'telegram:4242'") && !body.contains("from telegram"),
+        "{body}"
+    );
     assert_eq!(telegram.violations(), Vec::<String>::new());
 }

@@ -80,12 +80,16 @@ pub(super) enum Skip {
     System,
 }
 
+/// The sender: the id, and the display name made safe
+/// ([`Sender::display_name`]: anyone can call themselves `@alice`), else
+/// the unique username.
 fn sender(user: &User) -> Sender {
     Sender {
         id: user.id.to_string(),
         name: Some(
             user.global_name
-                .clone()
+                .as_deref()
+                .and_then(Sender::display_name)
                 .unwrap_or_else(|| user.name.clone()),
         ),
     }
@@ -237,6 +241,30 @@ mod tests {
         assert_eq!(strip_mention("hey <@!42> there <@42>", 42), "hey there");
         assert_eq!(strip_mention("ask <@7> and <@42>", 42), "ask <@7> and");
         assert_eq!(strip_mention("line\n<@42> code", 42), "line\ncode");
+    }
+
+    #[test]
+    fn a_display_name_dressed_as_a_username_is_marked() {
+        let name = |global: &str| -> Result<Option<String>, String> {
+            let user: User = serde_json::from_value(serde_json::json!({
+                "id": "5", "username": "mallory", "discriminator": "0",
+                "avatar": null, "global_name": global
+            }))
+            .map_err(|e| e.to_string())?;
+            Ok(sender(&user).name)
+        };
+        let names: Result<Vec<Option<String>>, String> = ["@alice", "Mallory", "\u{200B}"]
+            .iter()
+            .map(|global| name(global))
+            .collect();
+        assert_eq!(
+            names,
+            Ok(vec![
+                Some("\"@alice\" (display name, no username)".to_owned()),
+                Some("Mallory".to_owned()),
+                Some("mallory".to_owned()),
+            ])
+        );
     }
 
     #[test]

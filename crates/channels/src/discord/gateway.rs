@@ -4,7 +4,10 @@
 //!
 //! While a delivery waits for the daemon, the shard keeps being polled
 //! (so heartbeats go out); dispatches arriving meanwhile queue up behind
-//! it.
+//! it, at most [`MAX_QUEUED`]: past that a flood is dropped with a
+//! warning rather than held in memory. Attachments are not downloaded
+//! here (the daemon fetches them after its access checks), so one
+//! message cannot hold the queue up for long.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -26,7 +29,7 @@ use twilight_model::gateway::payload::outgoing::identify::IdentifyProperties;
 use super::convert::{self, FileRef, Identity, Interacted, Skip};
 use super::interaction::{Context, State};
 use super::rest::Rest;
-use super::{CHANNEL, COMMANDS, DiscordAdapter, MAX_ATTACHMENT};
+use super::{CHANNEL, COMMANDS, DiscordAdapter};
 use crate::adapter::{Attachment, AttachmentKind, ChannelError, InboundEvent};
 use crate::inbound::{Disposition, Inbound};
 
@@ -46,6 +49,9 @@ const MAX_REDELIVERY_WAIT: Duration = Duration::from_secs(30);
 const MAX_RECONNECT_FAILURES: u32 = 4;
 /// How long a closing handshake may take.
 const CLOSE_WAIT: Duration = Duration::from_secs(3);
+/// Dispatches waiting behind the one being delivered; more are dropped
+/// (with a warning) until the queue drains.
+const MAX_QUEUED: usize = 256;
 /// A button press the daemon has not answered this long after it
 /// arrived is answered by the adapter (Discord gives up at 3 s).
 const PRESS_DEADLINE: Duration = Duration::from_millis(2500);
@@ -86,6 +92,55 @@ struct Handled {
     seq: u64,
     /// The daemon could not take it: have it sent again.
     redeliver: bool,
+}
+
+/// The dispatches waiting behind the one being delivered, at most `max`:
+/// past that, new ones are dropped with a warning (the first of a run,
+/// then every hundredth) instead of growing memory without bound.
+struct Backlog {
+    waiting: VecDeque<Dispatch>,
+    max: usize,
+    /// Dropped since the backlog last had room.
+    dropped: u64,
+}
+
+impl Backlog {
+    fn new(max: usize) -> Self {
+        Backlog {
+            waiting: VecDeque::new(),
+            max,
+            dropped: 0,
+        }
+    }
+
+    /// Queues `dispatch`; false when it was dropped.
+    fn push(&mut self, dispatch: Dispatch) -> bool {
+        if self.waiting.len() >= self.max {
+            self.dropped += 1;
+            if self.dropped == 1 || self.dropped.is_multiple_of(100) {
+                tracing::warn!(
+                    channel = CHANNEL,
+                    seq = dispatch.seq,
+                    dropped = self.dropped,
+                    "the daemon is behind: more than {} gateway events wait; dropping a {}",
+                    self.max,
+                    dispatch.kind
+                );
+            }
+            return false;
+        }
+        self.dropped = 0;
+        self.waiting.push_back(dispatch);
+        true
+    }
+
+    fn pop(&mut self) -> Option<Dispatch> {
+        self.waiting.pop_front()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
 }
 
 type Handling<'a> = Pin<Box<dyn Future<Output = Handled> + Send + 'a>>;
@@ -223,7 +278,7 @@ async fn drive<'a>(
     stop: &CancellationToken,
     run: &mut Run,
 ) -> Result<Ended, ChannelError> {
-    let mut queue: VecDeque<Dispatch> = VecDeque::new();
+    let mut queue = Backlog::new(MAX_QUEUED);
     let mut handling: Option<Handling<'a>> = None;
     // The last dispatch the daemon took (or that needed nothing from it):
     // where a resume to have the next one sent again starts.
@@ -233,7 +288,7 @@ async fn drive<'a>(
     let mut connected = false;
     loop {
         if handling.is_none()
-            && let Some(next) = queue.pop_front()
+            && let Some(next) = queue.pop()
         {
             handling = Some(Box::pin(adapter.handle(next, sink)));
         }
@@ -320,12 +375,15 @@ async fn drive<'a>(
                                 accepted = Some((session, seq));
                             }
                             "MESSAGE_CREATE" | "INTERACTION_CREATE" => {
-                                queue.push_back(Dispatch { session, seq, kind, data: frame.d });
+                                queue.push(Dispatch { session, seq, kind, data: frame.d });
                             }
                             _ if handling.is_none() && queue.is_empty() => {
                                 accepted = Some((session, seq));
                             }
-                            _ => queue.push_back(Dispatch { session, seq, kind, data: Value::Null }),
+                            // Kept only to move `accepted` in order.
+                            _ => {
+                                queue.push(Dispatch { session, seq, kind, data: Value::Null });
+                            }
                         }
                     }
                 }
@@ -370,6 +428,26 @@ pub(super) async fn callback(
             state.finish(false);
             Err(error)
         }
+    }
+}
+
+/// A file of a message as the daemon sees it: its CDN URL is where to
+/// fetch it from.
+fn attachment(file: FileRef) -> Attachment {
+    let media_type = file
+        .media_type
+        .unwrap_or_else(|| "application/octet-stream".to_owned());
+    let kind = if media_type.starts_with("image/") {
+        AttachmentKind::Image
+    } else {
+        AttachmentKind::File
+    };
+    Attachment {
+        kind,
+        name: Some(file.name),
+        media_type,
+        size: Some(file.size),
+        source: file.url,
     }
 }
 
@@ -438,7 +516,7 @@ impl DiscordAdapter {
         }
     }
 
-    /// A message: converted, its files downloaded, delivered. `None` when
+    /// A message: converted (its files named), delivered. `None` when
     /// there was nothing to deliver.
     async fn on_message(&self, data: Value, sink: &Inbound) -> Option<Disposition> {
         let Some(identity) = self.identity() else {
@@ -461,52 +539,10 @@ impl DiscordAdapter {
                 return None;
             }
         };
-        for file in files {
-            match self.download(&file).await {
-                Ok(attachment) => inbound.attachments.push(attachment),
-                Err(error) => {
-                    tracing::warn!(channel = CHANNEL, error = %error, file = %file.name, "an attachment was left out");
-                    if !inbound.text.is_empty() {
-                        inbound.text.push('\n');
-                    }
-                    inbound.text.push_str(&format!(
-                        "[attachment \"{}\" not received: {}]",
-                        file.name,
-                        match &error {
-                            ChannelError::Rejected { detail, .. }
-                            | ChannelError::Unavailable { detail, .. } => detail.as_str(),
-                            _ => "download failed",
-                        }
-                    ));
-                }
-            }
-        }
+        // Named, not downloaded: the daemon asks for them (`download`)
+        // once the sender passed its access checks.
+        inbound.attachments = files.into_iter().map(attachment).collect();
         Some(sink.deliver(InboundEvent::Message(inbound)).await)
-    }
-
-    async fn download(&self, file: &FileRef) -> Result<Attachment, ChannelError> {
-        if file.size > MAX_ATTACHMENT {
-            return Err(ChannelError::Rejected {
-                channel: CHANNEL.to_owned(),
-                detail: format!("larger than {} MB", MAX_ATTACHMENT / 1024 / 1024),
-            });
-        }
-        let data = self.rest.download(&file.url, MAX_ATTACHMENT).await?;
-        let media_type = file
-            .media_type
-            .clone()
-            .unwrap_or_else(|| "application/octet-stream".to_owned());
-        let kind = if media_type.starts_with("image/") {
-            AttachmentKind::Image
-        } else {
-            AttachmentKind::File
-        };
-        Ok(Attachment {
-            kind,
-            name: Some(file.name.clone()),
-            media_type,
-            data,
-        })
     }
 
     /// A slash command or a button press: delivered, then answered as
@@ -598,6 +634,24 @@ mod tests {
         assert_eq!(fatal_close(4000, ""), None);
         assert_eq!(fatal_close(1006, ""), None);
         assert_eq!(fatal_close(4009, "Session timed out."), None);
+    }
+
+    #[test]
+    fn the_backlog_drops_past_its_bound_and_takes_again_once_drained() {
+        let dispatch = |seq| Dispatch {
+            session: "s".to_owned(),
+            seq,
+            kind: "MESSAGE_CREATE".to_owned(),
+            data: Value::Null,
+        };
+        let mut backlog = Backlog::new(2);
+        let taken: Vec<bool> = (1..=4).map(|seq| backlog.push(dispatch(seq))).collect();
+        assert_eq!(taken, vec![true, true, false, false]);
+        assert_eq!(backlog.pop().map(|d| d.seq), Some(1));
+        assert!(backlog.push(dispatch(5)));
+        let left: Vec<u64> = std::iter::from_fn(|| backlog.pop().map(|d| d.seq)).collect();
+        assert_eq!(left, vec![2, 5]);
+        assert!(backlog.is_empty());
     }
 
     #[test]

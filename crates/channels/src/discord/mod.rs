@@ -37,7 +37,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::adapter::{
-    Action, Button, ButtonStyle, Capabilities, ChannelAdapter, ChannelError, MessageId, Target,
+    Action, Attachment, Button, ButtonStyle, Capabilities, ChannelAdapter, ChannelError, MessageId,
+    Target,
 };
 use crate::inbound::Inbound;
 use convert::Identity;
@@ -47,8 +48,7 @@ use rest::Rest;
 /// The channel's name in config, session keys and errors.
 pub(crate) const CHANNEL: &str = "discord";
 
-/// The largest attachment downloaded; larger ones are left out and the
-/// message says so.
+/// The largest attachment downloaded.
 pub const MAX_ATTACHMENT: u64 = 20 * 1024 * 1024;
 
 /// Where Discord's REST API lives (`/api/v10` is appended).
@@ -261,6 +261,20 @@ fn message_body(text: &str, buttons: &[Button], edit: bool) -> Value {
 impl ChannelAdapter for DiscordAdapter {
     fn name(&self) -> &str {
         CHANNEL
+    }
+
+    /// Fetches an attachment from Discord's CDN (signed URLs; the bot
+    /// token is never sent there).
+    async fn download(
+        &self,
+        attachment: &Attachment,
+        limit: u64,
+    ) -> Result<bytes::Bytes, ChannelError> {
+        let limit = limit.min(MAX_ATTACHMENT);
+        if let Some(size) = attachment.size.filter(|size| *size > limit) {
+            return Err(ChannelError::too_large(CHANNEL, size, limit));
+        }
+        self.rest.download(&attachment.source, limit).await
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -188,7 +188,7 @@ impl SlackAdapter {
         }
     }
 
-    /// An `event_callback` as a message, its files downloaded.
+    /// An `event_callback` as a message, its files named.
     async fn read_callback(&self, callback: &Value, bot: &Identity) -> Option<InboundEvent> {
         if callback.get("type").and_then(Value::as_str) != Some("event_callback") {
             return None;
@@ -204,48 +204,25 @@ impl SlackAdapter {
                 .known
                 .contains(&peer);
         }
-        for file in draft.files {
-            let label = file.name.clone().unwrap_or_else(|| "a file".to_owned());
-            if file.size.is_some_and(|size| size > MAX_FILE_BYTES) {
-                push_note(
-                    &mut message.text,
-                    &format!("[{label} was not read: larger than 20 MB]"),
-                );
-                continue;
-            }
-            match self
-                .api
-                .download(&file.url, &self.bot_token, MAX_FILE_BYTES)
-                .await
-            {
-                Ok(data) => message.attachments.push(Attachment {
-                    kind: if file.media_type.starts_with("image/") {
-                        AttachmentKind::Image
-                    } else {
-                        AttachmentKind::File
-                    },
-                    name: file.name,
-                    media_type: file.media_type,
-                    data,
-                }),
-                Err(why) => {
-                    tracing::warn!(channel = CHANNEL, file = label, why, "file not downloaded");
-                    push_note(
-                        &mut message.text,
-                        &format!("[{label} could not be read: {why}]"),
-                    );
-                }
-            }
-        }
+        // Named, not downloaded: the daemon asks for them (`download`)
+        // once the sender passed its access checks.
+        message.attachments = draft
+            .files
+            .into_iter()
+            .map(|file| Attachment {
+                kind: if file.media_type.starts_with("image/") {
+                    AttachmentKind::Image
+                } else {
+                    AttachmentKind::File
+                },
+                name: file.name,
+                media_type: file.media_type,
+                size: file.size,
+                source: file.url,
+            })
+            .collect();
         Some(InboundEvent::Message(message))
     }
-}
-
-fn push_note(text: &mut String, note: &str) {
-    if !text.is_empty() {
-        text.push('\n');
-    }
-    text.push_str(note);
 }
 
 /// An interactivity payload as an action (button presses only).
@@ -373,6 +350,26 @@ impl ChannelAdapter for SlackAdapter {
             "text": note,
         });
         self.api.respond(response_url, &body).await
+    }
+
+    /// Reads a private file with the bot token, which goes only to
+    /// Slack's own hosts (and the configured API host).
+    async fn download(
+        &self,
+        attachment: &Attachment,
+        limit: u64,
+    ) -> Result<bytes::Bytes, ChannelError> {
+        let limit = limit.min(MAX_FILE_BYTES);
+        if let Some(size) = attachment.size.filter(|size| *size > limit) {
+            return Err(ChannelError::too_large(CHANNEL, size, limit));
+        }
+        self.api
+            .download(&attachment.source, &self.bot_token, limit)
+            .await
+            .map_err(|detail| ChannelError::Rejected {
+                channel: CHANNEL.to_owned(),
+                detail,
+            })
     }
 
     async fn webhook(&self, request: WebhookRequest, sink: &Inbound) -> WebhookResponse {

@@ -6,8 +6,9 @@
 //! way an update is acknowledged only once the daemon stored it: polling
 //! advances its offset past an update only then, and the webhook answers
 //! 503 otherwise so that Telegram posts it again. Photos and documents
-//! are downloaded (up to the Bot API's 20 MB; a larger one is named in the
-//! text instead).
+//! arrive as `file_id`s and are downloaded only when the daemon asks
+//! ([`ChannelAdapter::download`], after its access checks), up to the Bot
+//! API's 20 MB.
 //!
 //! Sending: HTML (`parse_mode: "HTML"`), link previews off, one row of
 //! inline keyboard buttons for confirmations, `editMessageText` to grow a
@@ -39,10 +40,10 @@ use frankenstein::updates::{Update, UpdateContent};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use self::parse::{FileRef, Me};
+use self::parse::Me;
 use crate::adapter::{
-    Action, Attachment, AttachmentKind, Button, ButtonStyle, Capabilities, ChannelAdapter,
-    ChannelError, Conversation, InboundEvent, MessageId, Target, WebhookRequest, WebhookResponse,
+    Action, Attachment, Button, ButtonStyle, Capabilities, ChannelAdapter, ChannelError,
+    Conversation, InboundEvent, MessageId, Target, WebhookRequest, WebhookResponse,
 };
 use crate::inbound::Inbound;
 use crate::signature::{hmac_sha256_hex, verify_hmac_sha256};
@@ -444,9 +445,9 @@ impl TelegramAdapter {
         }
     }
 
-    /// The event an update carries, files downloaded; `None` for updates
-    /// Flynn does not answer. An error is transient (a download failed)
-    /// and means: try this update again later.
+    /// The event an update carries (files named, not downloaded); `None`
+    /// for updates Flynn does not answer. An error means: try this update
+    /// again later.
     async fn event(
         &self,
         raw: Value,
@@ -468,9 +469,7 @@ impl TelegramAdapter {
         };
         match update.content {
             UpdateContent::Message(message) => {
-                let Some((mut inbound, files)) =
-                    parse::message(&update_id.to_string(), &message, me)
-                else {
+                let Some(inbound) = parse::message(&update_id.to_string(), &message, me) else {
                     tracing::debug!(
                         channel = NAME,
                         update_id,
@@ -478,26 +477,6 @@ impl TelegramAdapter {
                     );
                     return Ok(None);
                 };
-                for file in files {
-                    match self.download(&file).await? {
-                        Ok(attachment) => inbound.attachments.push(attachment),
-                        Err(why) => {
-                            tracing::warn!(channel = NAME, update_id, why = %why, "attachment not downloaded");
-                            // The message still arrives, saying what is
-                            // missing.
-                            let what = match file.kind {
-                                AttachmentKind::Image => "image",
-                                AttachmentKind::File => "file",
-                            };
-                            if !inbound.text.is_empty() {
-                                inbound.text.push('\n');
-                            }
-                            inbound
-                                .text
-                                .push_str(&format!("[{what} not downloaded: {why}]"));
-                        }
-                    }
-                }
                 Ok(Some(InboundEvent::Message(inbound)))
             }
             UpdateContent::CallbackQuery(query) => {
@@ -515,33 +494,27 @@ impl TelegramAdapter {
         }
     }
 
-    /// Fetches one file. `Ok(Err(why))` when it is over 20 MB or Telegram
-    /// will not hand it out (the message still arrives, saying so); an
-    /// error when a retry may succeed.
-    async fn download(&self, file: &FileRef) -> Result<Result<Attachment, String>, ChannelError> {
-        let too_big = |size: u64| {
-            format!(
-                "the file has {:.1} MB, over the {} MB Flynn downloads",
-                size as f64 / 1_048_576.0,
-                MAX_DOWNLOAD / 1_048_576
-            )
-        };
-        if let Some(size) = file.size.filter(|size| *size > MAX_DOWNLOAD) {
-            return Ok(Err(too_big(size)));
+    /// Fetches one file named by its `file_id`: `getFile` for its path,
+    /// then the download, at most `limit` bytes (and the Bot API's 20 MB).
+    /// Errors never carry the file URL: it holds the token.
+    async fn fetch(&self, attachment: &Attachment, limit: u64) -> Result<Bytes, ChannelError> {
+        let limit = limit.min(MAX_DOWNLOAD);
+        if let Some(size) = attachment.size.filter(|size| *size > limit) {
+            return Err(ChannelError::too_large(NAME, size, limit));
         }
         let params = GetFileParams::builder()
-            .file_id(file.file_id.clone())
+            .file_id(attachment.source.clone())
             .build();
         let info = match self.bot.get_file(&params).await.map_err(api_error) {
             Ok(response) => response.result,
             Err(e) if e.is_transient() => return Err(e),
-            Err(e) => return Ok(Err(format!("Telegram would not hand it out ({e})"))),
+            Err(e) => return Err(rejected(format!("Telegram would not hand it out ({e})"))),
         };
-        if let Some(size) = info.file_size.filter(|size| *size > MAX_DOWNLOAD) {
-            return Ok(Err(too_big(size)));
+        if let Some(size) = info.file_size.filter(|size| *size > limit) {
+            return Err(ChannelError::too_large(NAME, size, limit));
         }
         let Some(path) = info.file_path else {
-            return Ok(Err("Telegram gave no file path for it".to_owned()));
+            return Err(rejected("Telegram gave no file path for it"));
         };
         let url = format!("{}/{}", self.file_base, path.trim_start_matches('/'));
         let failed = |e: reqwest::Error| {
@@ -557,25 +530,20 @@ impl TelegramAdapter {
             return Err(unavailable(format!("file download answered {status}")));
         }
         if !status.is_success() {
-            return Ok(Err(format!("the download answered {status}")));
+            return Err(rejected(format!("the download answered {status}")));
         }
-        if let Some(size) = response.content_length().filter(|l| *l > MAX_DOWNLOAD) {
-            return Ok(Err(too_big(size)));
+        if let Some(size) = response.content_length().filter(|l| *l > limit) {
+            return Err(ChannelError::too_large(NAME, size, limit));
         }
         let mut data = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(failed)? {
             let size = (data.len() + chunk.len()) as u64;
-            if size > MAX_DOWNLOAD {
-                return Ok(Err(too_big(size)));
+            if size > limit {
+                return Err(ChannelError::too_large(NAME, size, limit));
             }
             data.extend_from_slice(&chunk);
         }
-        Ok(Ok(Attachment {
-            kind: file.kind,
-            name: file.name.clone(),
-            media_type: file.media_type.clone(),
-            data: Bytes::from(data),
-        }))
+        Ok(Bytes::from(data))
     }
 }
 
@@ -746,6 +714,10 @@ impl ChannelAdapter for TelegramAdapter {
             .await
             .map_err(api_error)?;
         Ok(())
+    }
+
+    async fn download(&self, attachment: &Attachment, limit: u64) -> Result<Bytes, ChannelError> {
+        self.fetch(attachment, limit).await
     }
 
     async fn webhook(&self, request: WebhookRequest, sink: &Inbound) -> WebhookResponse {

@@ -1,7 +1,8 @@
 //! Telegram's `Message` and `CallbackQuery` read as Flynn's inbound
 //! events: where a message came from, who sent it, whether it addresses
 //! the bot, and its text with the bot's own mention taken out. Files are
-//! only named here; the adapter downloads them.
+//! only named here (by `file_id`); the adapter downloads them when the
+//! daemon asks, after its access checks.
 
 use frankenstein::types::{
     CallbackQuery, Chat, ChatType, MaybeInaccessibleMessage, Message, MessageEntity,
@@ -9,7 +10,7 @@ use frankenstein::types::{
 };
 
 use crate::adapter::{
-    Action, AttachmentKind, ChatKind, Conversation, InboundMessage, MessageId, Sender,
+    Action, Attachment, AttachmentKind, ChatKind, Conversation, InboundMessage, MessageId, Sender,
 };
 
 /// The bot itself, as `getMe` describes it.
@@ -20,26 +21,11 @@ pub(super) struct Me {
     pub username: String,
 }
 
-/// A file a message carries, to download.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct FileRef {
-    pub file_id: String,
-    pub kind: AttachmentKind,
-    pub name: Option<String>,
-    pub media_type: String,
-    /// The size Telegram announced, if it did.
-    pub size: Option<u64>,
-}
-
-/// A message for the daemon (attachments still empty) and the files to
-/// fetch for it; `None` for what Flynn does not answer: messages from
-/// bots, service messages (members joining, pins, title changes) and
-/// media it cannot use (stickers, voice notes without a caption).
-pub(super) fn message(
-    update_id: &str,
-    message: &Message,
-    me: &Me,
-) -> Option<(InboundMessage, Vec<FileRef>)> {
+/// A message for the daemon, its files named but not downloaded; `None`
+/// for what Flynn does not answer: messages from bots, service messages
+/// (members joining, pins, title changes) and media it cannot use
+/// (stickers, voice notes without a caption).
+pub(super) fn message(update_id: &str, message: &Message, me: &Me) -> Option<InboundMessage> {
     let from = message.from.as_deref()?;
     if from.is_bot {
         return None;
@@ -67,10 +53,10 @@ pub(super) fn message(
         sender: sender(from),
         mentioned,
         text,
-        attachments: Vec::new(),
+        attachments: files,
         reply: None,
     };
-    Some((inbound, files))
+    Some(inbound)
 }
 
 /// A button press; `None` when it carries no data (a game) or no message
@@ -118,22 +104,25 @@ fn conversation(chat: &Chat, thread: Option<i32>) -> Conversation {
     }
 }
 
+/// The sender: the id, and `@username` when Telegram verified one, else
+/// the first and last name as a [`Sender::display_name`] (which anyone
+/// can set to `@alice`).
 fn sender(user: &User) -> Sender {
     let name = match &user.username {
-        Some(username) => format!("@{username}"),
-        None => match &user.last_name {
+        Some(username) => Some(format!("@{username}")),
+        None => Sender::display_name(&match &user.last_name {
             Some(last) => format!("{} {last}", user.first_name),
             None => user.first_name.clone(),
-        },
+        }),
     };
     Sender {
         id: user.id.to_string(),
-        name: Some(name),
+        name,
     }
 }
 
 /// The photo at its largest size and the document, if any.
-fn files(message: &Message) -> Vec<FileRef> {
+fn files(message: &Message) -> Vec<Attachment> {
     let mut files = Vec::new();
     let largest = message.photo.as_deref().and_then(|sizes| {
         sizes.iter().max_by_key(|size| {
@@ -144,18 +133,17 @@ fn files(message: &Message) -> Vec<FileRef> {
         })
     });
     if let Some(photo) = largest {
-        files.push(FileRef {
-            file_id: photo.file_id.clone(),
+        files.push(Attachment {
             kind: AttachmentKind::Image,
             name: None,
             // Telegram re-encodes every photo as JPEG.
             media_type: "image/jpeg".to_owned(),
             size: photo.file_size,
+            source: photo.file_id.clone(),
         });
     }
     if let Some(document) = &message.document {
-        files.push(FileRef {
-            file_id: document.file_id.clone(),
+        files.push(Attachment {
             kind: AttachmentKind::File,
             name: document.file_name.clone(),
             media_type: document
@@ -163,6 +151,7 @@ fn files(message: &Message) -> Vec<FileRef> {
                 .clone()
                 .unwrap_or_else(|| "application/octet-stream".to_owned()),
             size: document.file_size,
+            source: document.file_id.clone(),
         });
     }
     files
@@ -398,5 +387,37 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(message("2", &from_bot, &me()), None);
+    }
+
+    #[test]
+    fn a_first_name_dressed_as_a_username_is_marked() {
+        let chat = serde_json::json!({"id": 5, "type": "private", "first_name": "x"});
+        let from = |user: serde_json::Value| -> Message {
+            serde_json::from_value(serde_json::json!({
+                "message_id": 1, "date": 0, "chat": chat, "text": "hi", "from": user
+            }))
+            .unwrap()
+        };
+        let spoof = from(serde_json::json!({"id": 5, "is_bot": false, "first_name": "@alice"}));
+        let real = from(serde_json::json!({
+            "id": 6, "is_bot": false, "first_name": "Alice", "username": "alice"
+        }));
+        let names: Vec<_> = [spoof, real]
+            .iter()
+            .map(|m| {
+                let sender = message("1", m, &me()).unwrap().sender;
+                (sender.id, sender.name)
+            })
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                (
+                    "5".to_owned(),
+                    Some("\"@alice\" (display name, no username)".to_owned())
+                ),
+                ("6".to_owned(), Some("@alice".to_owned())),
+            ]
+        );
     }
 }

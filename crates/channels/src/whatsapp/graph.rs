@@ -38,8 +38,6 @@ pub(super) struct PhoneNumber {
 #[derive(Debug, Deserialize)]
 pub(super) struct Media {
     pub url: String,
-    #[serde(default)]
-    pub mime_type: Option<String>,
     /// A number, or a number in a string (both are seen in the wild).
     #[serde(default)]
     pub file_size: Option<Value>,
@@ -51,22 +49,6 @@ impl Media {
             Value::Number(n) => n.as_u64(),
             Value::String(s) => s.trim().parse().ok(),
             _ => None,
-        }
-    }
-}
-
-/// A media download that failed; `transient` when trying later may work.
-#[derive(Debug)]
-pub(super) struct MediaError {
-    pub transient: bool,
-    pub detail: String,
-}
-
-impl From<ChannelError> for MediaError {
-    fn from(error: ChannelError) -> Self {
-        MediaError {
-            transient: error.is_transient(),
-            detail: error.to_string(),
         }
     }
 }
@@ -156,40 +138,33 @@ impl Graph {
     }
 
     /// Downloads a media object: its metadata, then its bytes (at most
-    /// [`MAX_MEDIA`]). Returns the MIME type and the bytes.
-    pub async fn download(&self, media_id: &str) -> Result<(Option<String>, Bytes), MediaError> {
+    /// `limit`, and never more than [`MAX_MEDIA`]). The token goes only
+    /// to Meta's media hosts or the configured Graph host.
+    pub async fn download(&self, media_id: &str, limit: u64) -> Result<Bytes, ChannelError> {
+        let limit = limit.min(MAX_MEDIA);
+        let refused = |detail: String| ChannelError::Rejected {
+            channel: CHANNEL.to_owned(),
+            detail,
+        };
         if media_id.is_empty() || !media_id.bytes().all(|b| b.is_ascii_alphanumeric()) {
-            return Err(MediaError {
-                transient: false,
-                detail: format!("'{media_id}' is not a media id"),
-            });
+            return Err(refused(format!("'{media_id}' is not a media id")));
         }
         let request = self.http.get(format!("{}/{media_id}", self.base));
         let body = self.call(request).await?;
         let media: Media = decode(&body)?;
-        let too_big = |size: u64| MediaError {
-            transient: false,
-            detail: format!(
-                "the file has {:.1} MB, over the {} MB Flynn downloads",
-                size as f64 / 1_048_576.0,
-                MAX_MEDIA / 1_048_576
-            ),
-        };
-        if let Some(size) = media.size().filter(|size| *size > MAX_MEDIA) {
-            return Err(too_big(size));
+        if let Some(size) = media.size().filter(|size| *size > limit) {
+            return Err(ChannelError::too_large(CHANNEL, size, limit));
         }
-        let url = reqwest::Url::parse(&media.url).map_err(|e| MediaError {
-            transient: false,
-            detail: format!("the Graph API gave a media URL that is not a URL ({e})"),
+        let url = reqwest::Url::parse(&media.url).map_err(|e| {
+            refused(format!(
+                "the Graph API gave a media URL that is not a URL ({e})"
+            ))
         })?;
         if !self.may_send_token_to(&url) {
-            return Err(MediaError {
-                transient: false,
-                detail: format!(
-                    "the media URL is on {}, not on Meta's servers; not sending the access token there",
-                    host_and_port(&url)
-                ),
-            });
+            return Err(refused(format!(
+                "the media URL is on {}, not on Meta's servers; not sending the access token there",
+                host_and_port(&url)
+            )));
         }
         let mut response = self
             .http
@@ -197,24 +172,21 @@ impl Graph {
             .bearer_auth(&self.token)
             .send()
             .await
-            .map_err(|e| MediaError::from(transport(&e)))?;
+            .map_err(|e| transport(&e))?;
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
             let body = response.bytes().await.unwrap_or_default();
-            return Err(MediaError::from(classify(status, &body)));
+            return Err(classify(status, &body));
         }
         let mut data = BytesMut::new();
-        while let Some(piece) = response
-            .chunk()
-            .await
-            .map_err(|e| MediaError::from(transport(&e)))?
-        {
-            if (data.len() + piece.len()) as u64 > MAX_MEDIA {
-                return Err(too_big((data.len() + piece.len()) as u64));
+        while let Some(piece) = response.chunk().await.map_err(|e| transport(&e))? {
+            let size = (data.len() + piece.len()) as u64;
+            if size > limit {
+                return Err(ChannelError::too_large(CHANNEL, size, limit));
             }
             data.extend_from_slice(&piece);
         }
-        Ok((media.mime_type, data.freeze()))
+        Ok(data.freeze())
     }
 
     /// Whether the access token may go to `url`: Meta's media hosts over

@@ -191,9 +191,9 @@ impl WhatsAppAdapter {
         self.graph.post_message(&body).await.map(drop)
     }
 
-    /// One webhook message as an event; `Err` (transient) when its media
-    /// could not be fetched now and Meta should deliver it again.
-    async fn event(&self, incoming: Incoming) -> Result<Option<InboundEvent>, ChannelError> {
+    /// One webhook message as an event (its media named, not fetched);
+    /// `None` for kinds Flynn does not take.
+    fn event(incoming: Incoming) -> Option<InboundEvent> {
         let conversation = Conversation::direct(incoming.from.clone());
         let sender = Sender {
             id: incoming.from.clone(),
@@ -218,41 +218,25 @@ impl WhatsAppAdapter {
                 mime_type,
                 filename,
                 caption,
-            } => match self.graph.download(media_id).await {
-                Ok((served_type, data)) => {
-                    let attachment = Attachment {
-                        kind: if *image {
-                            AttachmentKind::Image
-                        } else {
-                            AttachmentKind::File
-                        },
-                        name: filename.clone(),
-                        media_type: served_type
-                            .or_else(|| mime_type.clone())
-                            .unwrap_or_else(|| "application/octet-stream".to_owned()),
-                        data,
-                    };
-                    message(caption.clone(), vec![attachment])
-                }
-                Err(e) if e.transient => {
-                    return Err(ChannelError::Unavailable {
-                        channel: CHANNEL.to_owned(),
-                        detail: format!("downloading media {media_id}: {}", e.detail),
-                    });
-                }
-                Err(e) => {
-                    // The message still arrives, saying what is missing.
-                    tracing::warn!(media = %media_id, error = %e.detail, "whatsapp: attachment not downloaded");
-                    let what = if *image { "image" } else { "file" };
-                    let note = format!("[{what} not downloaded: {}]", e.detail);
-                    let text = if caption.is_empty() {
-                        note
+            } => {
+                // Named, not downloaded: the daemon asks for it
+                // (`download`) once the sender passed its access checks.
+                let attachment = Attachment {
+                    kind: if *image {
+                        AttachmentKind::Image
                     } else {
-                        format!("{caption}\n{note}")
-                    };
-                    message(text, Vec::new())
-                }
-            },
+                        AttachmentKind::File
+                    },
+                    name: filename.clone(),
+                    media_type: mime_type
+                        .clone()
+                        .unwrap_or_else(|| "application/octet-stream".to_owned()),
+                    // The webhook does not say; the download checks.
+                    size: None,
+                    source: media_id.clone(),
+                };
+                message(caption.clone(), vec![attachment])
+            }
             IncomingKind::Press { data, message } => InboundEvent::Action(Action {
                 id: incoming.id.clone(),
                 conversation,
@@ -263,10 +247,10 @@ impl WhatsAppAdapter {
             }),
             IncomingKind::Unsupported(kind) => {
                 tracing::info!(kind = %kind, message = %incoming.id, "whatsapp: message type not supported; ignored");
-                return Ok(None);
+                return None;
             }
         };
-        Ok(Some(event))
+        Some(event)
     }
 
     async fn notification(&self, request: &WebhookRequest, sink: &Inbound) -> WebhookResponse {
@@ -292,14 +276,8 @@ impl WhatsAppAdapter {
         for item in incoming {
             self.opened_window(&item.from, item.timestamp);
             let id = item.id.clone();
-            let event = match self.event(item).await {
-                Ok(Some(event)) => event,
-                Ok(None) => continue,
-                Err(e) => {
-                    tracing::warn!(message = %id, error = %e, "whatsapp: delivery postponed");
-                    retry = Some(e.to_string());
-                    continue;
-                }
+            let Some(event) = Self::event(item) else {
+                continue;
             };
             let disposition = sink.deliver(event).await;
             if !disposition.acknowledge() {
@@ -447,6 +425,14 @@ impl ChannelAdapter for WhatsAppAdapter {
             Some(last) if !within_window(self.now(), last) => Err(rejected(OUTSIDE_WINDOW)),
             _ => Ok(()),
         }
+    }
+
+    async fn download(
+        &self,
+        attachment: &Attachment,
+        limit: u64,
+    ) -> Result<bytes::Bytes, ChannelError> {
+        self.graph.download(&attachment.source, limit).await
     }
 
     async fn webhook(&self, request: WebhookRequest, sink: &Inbound) -> WebhookResponse {

@@ -307,8 +307,9 @@ fn read_value(value: ChangeValue, phone_number_id: &str, out: &mut Vec<Incoming>
             .find(|c| c.wa_id == message.from)
             .or(value.contacts.first().filter(|_| value.contacts.len() == 1))
             .and_then(|c| c.profile.as_ref())
-            .and_then(|p| p.name.clone())
-            .filter(|n| !n.trim().is_empty());
+            .and_then(|p| p.name.as_deref())
+            // A profile name anyone can set, `@alice` included.
+            .and_then(crate::adapter::Sender::display_name);
         let from = message.from.trim_start_matches('+').to_owned();
         if from.is_empty() || message.id.is_empty() {
             tracing::warn!("whatsapp webhook: a message without a sender or id skipped");

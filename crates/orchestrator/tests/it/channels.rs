@@ -165,6 +165,14 @@ impl ChannelAdapter for Memory {
         Ok(())
     }
 
+    async fn download(
+        &self,
+        attachment: &Attachment,
+        _limit: u64,
+    ) -> Result<bytes::Bytes, ChannelError> {
+        Ok(bytes::Bytes::from(attachment.source.clone()))
+    }
+
     async fn answer_action(&self, action: &Action, note: &str) -> Result<(), ChannelError> {
         self.record(Out::Answer {
             action: action.id.clone(),
@@ -220,7 +228,9 @@ fn dm_with_file(id: &str, from: &str, text: &str, file: &str, data: &'static str
         kind: AttachmentKind::File,
         name: Some(file.into()),
         media_type: "text/plain".into(),
-        data: data.into(),
+        size: Some(data.len() as u64),
+        // The memory platform's file ids are the files' contents.
+        source: data.into(),
     }];
     InboundEvent::Message(message)
 }

@@ -2,6 +2,8 @@
 //! a real SQLite store.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[cfg(feature = "telegram")]
+mod attachments;
 mod automation;
 mod channels;
 mod commands;

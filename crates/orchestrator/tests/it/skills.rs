@@ -201,3 +201,127 @@ async fn a_skill_in_use_limits_the_turn_to_what_it_declares() {
     assert!(!is_error, "{content}");
     assert!(content.contains("hunter2"), "{content}");
 }
+
+fn skill_with(workspace: &std::path::Path, name: &str, permissions: serde_json::Value) {
+    let dir = workspace.join("skills").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("manifest.json"),
+        json!({"name": name, "description": name, "permissions": permissions}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(dir.join("SKILL.md"), format!("Follow {name}.\n")).unwrap();
+}
+
+/// A skill without network cannot run commands; every place a file tool
+/// touches is checked (the workspace root a tool defaults to, a glob's
+/// start); reading a broad skill after a narrow one lifts nothing; and a
+/// sub-agent is held to the same limits.
+#[tokio::test]
+async fn skill_limits_cover_commands_every_path_later_skills_and_sub_agents() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().to_path_buf();
+    skill_with(
+        &workspace,
+        "notes",
+        json!({"tools": ["file.*", "shell.exec", "agents.spawn"], "paths": ["notes"]}),
+    );
+    skill_with(
+        &workspace,
+        "broad",
+        json!({"tools": ["*"], "paths": ["."], "network": true}),
+    );
+    std::fs::create_dir_all(workspace.join("notes")).unwrap();
+    std::fs::write(workspace.join("notes/todo.md"), "buy milk\n").unwrap();
+    std::fs::write(workspace.join("secret.txt"), "hunter2\n").unwrap();
+    let skills = SkillsRuntime::with_environment(
+        Sources::new(&workspace.join("home"), &workspace),
+        Arc::new(FixedEnvironment::new("linux")),
+    );
+    let main = Scripted::replies(
+        "m",
+        vec![
+            read_skill("t1", "notes"),
+            call(
+                "t2",
+                "shell.exec",
+                json!({"command": "curl https://example.org", "cwd": "notes"}),
+            ),
+            call("t3", "file.list", json!({})),
+            call(
+                "t4",
+                "file.list",
+                json!({"path": "notes", "pattern": "../*"}),
+            ),
+            read_skill("t5", "broad"),
+            call("t6", "file.read", json!({"path": "secret.txt"})),
+            call(
+                "t7",
+                "agents.spawn",
+                json!({"task": "Read secret.txt", "tier": "fast", "tools": true}),
+            ),
+            Message::assistant("Done."),
+        ],
+    );
+    let fast = Scripted::replies(
+        "f",
+        vec![
+            call("c1", "file.read", json!({"path": "secret.txt"})),
+            Message::assistant("Could not."),
+        ],
+    );
+    let mut models = crate::tiers(&["m/one"]);
+    models.tiers.fast = vec!["f/cheap".parse().unwrap()];
+    let h = Harness::in_dir(
+        dir,
+        vec![main.clone(), fast.clone()],
+        Setup {
+            models,
+            skills: Some(skills),
+            ..Setup::default()
+        },
+    )
+    .await;
+    let (result, _) = h.send(&key("cli:notes"), "go").await;
+    assert_eq!(result.unwrap().reply, "Done.");
+    let requests = main.requests();
+    let results: Vec<(String, bool)> = (2..=7)
+        .map(|n| tool_result(requests[n].messages.last().unwrap()))
+        .collect();
+    let not_notes = "its manifest allows only the paths 'notes'";
+    assert_eq!(
+        results,
+        vec![
+            (
+                "shell.exec was denied: skill 'notes' may not use the network: its manifest does not declare network access (\"network\": true)".to_owned(),
+                true
+            ),
+            (
+                format!("file.list was denied: skill 'notes' may not use the path '.': {not_notes}"),
+                true
+            ),
+            (
+                format!("file.list was denied: skill 'notes' may not use the path 'notes/..': {not_notes}"),
+                true
+            ),
+            ("Follow broad.\n".to_owned(), false),
+            (
+                format!("file.read was denied: skill 'notes' may not use the path 'secret.txt': {not_notes}"),
+                true
+            ),
+            (results[5].0.clone(), false),
+        ]
+    );
+    assert!(results[5].0.starts_with("Could not."), "{}", results[5].0);
+    // The sub-agent read no skill itself; its parent's limits held it.
+    let child = fast.requests();
+    assert_eq!(
+        tool_result(child[1].messages.last().unwrap()),
+        (
+            format!(
+                "file.read was denied: skill 'notes' may not use the path 'secret.txt': {not_notes}"
+            ),
+            true
+        )
+    );
+}

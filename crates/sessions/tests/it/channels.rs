@@ -203,15 +203,47 @@ async fn an_expired_code_is_refused_as_expired() {
 }
 
 #[tokio::test]
-async fn a_channel_keeps_at_most_its_newest_pending_codes() {
+async fn a_full_channel_refuses_new_codes_and_keeps_the_first_ones() {
     let (_dir, store) = open().await;
-    for i in 0..=MAX_PENDING {
+    // The real request comes first, then a flood of accounts.
+    let real = store
+        .pairing_request("discord", "u0", Some("Alice"), 0, HOUR)
+        .await
+        .unwrap();
+    for i in 1..MAX_PENDING {
         let sender = format!("u{i}");
         store
             .pairing_request("discord", &sender, None, i64::try_from(i).unwrap(), HOUR)
             .await
             .unwrap();
     }
+    let refused = store
+        .pairing_request("discord", "flood", None, 500, HOUR)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &refused,
+            flynn_sessions::Error::Pairing(PairingError::Full { channel, pending, frees_at })
+                if channel == "discord" && *pending == MAX_PENDING && *frees_at == HOUR
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        refused.to_string(),
+        format!(
+            "discord has {MAX_PENDING} pairing codes waiting, the most it keeps; no new code until one is approved or expires (`flynn pairing list` shows them)"
+        )
+    );
+    // A sender who has a code still sees it; other channels are not full.
+    let again = store
+        .pairing_request("discord", "u0", Some("Alice"), 600, HOUR)
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.code.as_str(), again.fresh),
+        (real.code.as_str(), false)
+    );
     store
         .pairing_request("telegram", "other", None, 0, HOUR)
         .await
@@ -219,9 +251,19 @@ async fn a_channel_keeps_at_most_its_newest_pending_codes() {
     let pending = store.pairing_pending(1_000).await.unwrap();
     let discord: Vec<_> = pending.iter().filter(|p| p.channel == "discord").collect();
     assert_eq!(discord.len(), MAX_PENDING);
-    assert!(
-        discord.iter().all(|p| p.sender != "u0"),
-        "the oldest went first"
-    );
-    assert!(pending.iter().any(|p| p.channel == "telegram"));
+    assert!(discord.iter().all(|p| p.sender != "flood"));
+
+    // The owner approves the real request: it was never evicted, and its
+    // slot goes to the next stranger.
+    let peer = store
+        .pairing_approve("discord", &real.code, 1_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(peer.sender, "u0");
+    let next = store
+        .pairing_request("discord", "late", None, 1_100, HOUR)
+        .await
+        .unwrap();
+    assert!(next.fresh);
 }

@@ -248,6 +248,40 @@ async fn start_refuses_more_than_max_processes() {
 }
 
 #[tokio::test]
+async fn one_session_cannot_take_every_slot() {
+    let executor = executor(&config(
+        SandboxMode::None,
+        ProcessToolConfig {
+            max_processes: 4,
+            max_per_session: 2,
+            ..ProcessToolConfig::default()
+        },
+    ));
+    let greedy = session("greedy");
+    start(&executor, &greedy, "sleep 300").await;
+    start(&executor, &greedy, "sleep 300").await;
+    assert_eq!(
+        fails(
+            &executor,
+            &greedy,
+            "process.start",
+            json!({"command": "sleep 300"})
+        )
+        .await,
+        "cannot start another background process: this session runs 2, the limit per session \
+         (tools.process.max_per_session); stop one with process.kill or wait for one to end"
+    );
+    // Another session still gets its slots.
+    let other = session("other");
+    assert_eq!(start(&executor, &other, "sleep 300").await.0, "p3");
+    assert_eq!(start(&executor, &other, "sleep 300").await.0, "p4");
+    // Once one of its own ends, the first session may start again.
+    ok(&executor, &greedy, "process.kill", json!({"id": "p1"})).await;
+    assert_eq!(start(&executor, &greedy, "sleep 300").await.0, "p5");
+    executor.registry().shutdown().await;
+}
+
+#[tokio::test]
 async fn a_process_is_killed_after_max_runtime() {
     let executor = executor(&config(
         SandboxMode::None,

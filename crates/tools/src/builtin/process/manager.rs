@@ -34,6 +34,7 @@ const KILL_WAIT: Duration = Duration::from_secs(5);
 pub struct ProcessManager {
     sandbox: Arc<Sandbox>,
     max_processes: usize,
+    max_per_session: usize,
     max_runtime: Duration,
     buffer_bytes: usize,
     state: Mutex<State>,
@@ -44,6 +45,7 @@ impl fmt::Debug for ProcessManager {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProcessManager")
             .field("max_processes", &self.max_processes)
+            .field("max_per_session", &self.max_per_session)
             .field("max_runtime", &self.max_runtime)
             .field("buffer_bytes", &self.buffer_bytes)
             .finish_non_exhaustive()
@@ -53,8 +55,8 @@ impl fmt::Debug for ProcessManager {
 #[derive(Default)]
 struct State {
     next_id: u64,
-    /// Starts between their slot check and their entry.
-    starting: usize,
+    /// Starts between their slot check and their entry, by session.
+    starting: Vec<SessionKey>,
     shut_down: bool,
     /// Oldest first.
     entries: Vec<Entry>,
@@ -211,6 +213,7 @@ impl ProcessManager {
         ProcessManager {
             sandbox,
             max_processes: config.max_processes,
+            max_per_session: config.max_per_session,
             max_runtime: Duration::from_secs(config.max_runtime_secs),
             buffer_bytes: config.buffer_bytes,
             state: Mutex::new(State::default()),
@@ -238,19 +241,34 @@ impl ProcessManager {
                     "background processes are stopped: Flynn is shutting down",
                 ));
             }
-            let running = state.entries.iter().filter(|e| e.running()).count() + state.starting;
+            let running =
+                state.entries.iter().filter(|e| e.running()).count() + state.starting.len();
             if running >= self.max_processes {
                 return Err(ToolError::failed(format!(
                     "cannot start another background process: {running} are running, the limit \
                      (tools.process.max_processes); stop one with process.kill or wait for one to end"
                 )));
             }
-            state.starting += 1;
+            let mine = state
+                .entries
+                .iter()
+                .filter(|e| &e.session == session && e.running())
+                .count()
+                + state.starting.iter().filter(|s| *s == session).count();
+            if mine >= self.max_per_session {
+                return Err(ToolError::failed(format!(
+                    "cannot start another background process: this session runs {mine}, the limit \
+                     per session (tools.process.max_per_session); stop one with process.kill or wait \
+                     for one to end"
+                )));
+            }
+            state.starting.push(session.clone());
             state.next_id += 1;
             format!("p{}", state.next_id)
         };
         let slot = Slot {
             manager: self,
+            session,
             held: true,
         };
         let mut child = self.sandbox.spawn(command, cwd, workspace).await?;
@@ -442,16 +460,18 @@ impl Drop for ProcessManager {
     }
 }
 
-/// A reserved place under `max_processes` while a process starts; given
-/// back if the start fails.
+/// A reserved place under `max_processes` (and the session's
+/// `max_per_session`) while a process starts; given back if the start
+/// fails.
 struct Slot<'a> {
     manager: &'a ProcessManager,
+    session: &'a SessionKey,
     held: bool,
 }
 
 impl Slot<'_> {
     fn release(mut self, state: &mut State) {
-        state.starting = state.starting.saturating_sub(1);
+        unreserve(state, self.session);
         self.held = false;
     }
 }
@@ -460,8 +480,14 @@ impl Drop for Slot<'_> {
     fn drop(&mut self) {
         if self.held {
             let mut state = self.manager.lock();
-            state.starting = state.starting.saturating_sub(1);
+            unreserve(&mut state, self.session);
         }
+    }
+}
+
+fn unreserve(state: &mut State, session: &SessionKey) {
+    if let Some(at) = state.starting.iter().position(|s| s == session) {
+        state.starting.swap_remove(at);
     }
 }
 
