@@ -616,60 +616,56 @@ impl ChannelRouter {
             Err(e) => return Disposition::Retry(e.to_string()),
             Ok(owner) => owner,
         };
-        let note = {
-            {
-                let (approve, token) = match action.data.split_once(':') {
-                    Some(("y", token)) => (true, token),
-                    Some(("n", token)) => (false, token),
-                    _ => {
-                        return Disposition::Ignored(format!(
-                            "a button this daemon did not send: {}",
-                            action.data
-                        ));
-                    }
-                };
-                let mut refused = false;
-                let waiting = {
-                    let mut confirmations = lock(&self.inner.confirmations);
-                    match confirmations.get(token) {
-                        Some(w) if w.channel == channel => {
-                            let may = match &w.answerer {
-                                Answerer::Owners => owner,
-                                Answerer::Sender(id) => id == &action.sender.id,
-                            };
-                            refused = !may;
-                            if may {
-                                confirmations.remove(token)
-                            } else {
-                                None
-                            }
-                        }
-                        _ => None,
-                    }
-                };
-                let who = action
-                    .sender
-                    .name
-                    .clone()
-                    .unwrap_or_else(|| action.sender.id.clone());
-                match waiting {
-                    None if refused => {
-                        tracing::warn!(channel, sender = %action.sender.id, "refused a confirmation answer from someone who may not give it");
-                        "You are not allowed to answer this."
-                    }
-                    None => "This request is no longer waiting.",
-                    Some(waiting) => {
-                        let decision = if approve {
-                            Decision::Approve
-                        } else {
-                            Decision::Deny {
-                                reason: format!("{who} denied it on {channel}"),
-                            }
-                        };
-                        let _ = waiting.answer.send((decision, who));
-                        if approve { "Approved" } else { "Denied" }
+        let (approve, token) = match action.data.split_once(':') {
+            Some(("y", token)) => (true, token),
+            Some(("n", token)) => (false, token),
+            _ => {
+                return Disposition::Ignored(format!(
+                    "a button this daemon did not send: {}",
+                    action.data
+                ));
+            }
+        };
+        // `Err(true)`: the presser may not answer it; `Err(false)`: nothing
+        // waits under this token (answered, timed out, another channel's).
+        let waiting = {
+            let mut confirmations = lock(&self.inner.confirmations);
+            match confirmations.get(token) {
+                Some(w) if w.channel == channel => {
+                    let may = match &w.answerer {
+                        Answerer::Owners => owner,
+                        Answerer::Sender(id) => id == &action.sender.id,
+                    };
+                    if may {
+                        confirmations.remove(token).ok_or(false)
+                    } else {
+                        Err(true)
                     }
                 }
+                _ => Err(false),
+            }
+        };
+        let who = action
+            .sender
+            .name
+            .clone()
+            .unwrap_or_else(|| action.sender.id.clone());
+        let note = match waiting {
+            Err(true) => {
+                tracing::warn!(channel, sender = %action.sender.id, "refused a confirmation answer from someone who may not give it");
+                "You are not allowed to answer this."
+            }
+            Err(false) => "This request is no longer waiting.",
+            Ok(waiting) => {
+                let decision = if approve {
+                    Decision::Approve
+                } else {
+                    Decision::Deny {
+                        reason: format!("{who} denied it on {channel}"),
+                    }
+                };
+                let _ = waiting.answer.send((decision, who));
+                if approve { "Approved" } else { "Denied" }
             }
         };
         let adapter = adapter.clone();

@@ -288,6 +288,14 @@ async fn a_guest_switches_only_to_routed_agents_and_listed_models_and_cannot_tru
     assert_eq!(meta.agent.as_deref(), Some("main"));
 }
 
+/// A guest restriction that lets every tool of the agent through.
+fn every_tool() -> ToolPolicyConfig {
+    ToolPolicyConfig {
+        profile: Some(ToolProfile::Full),
+        ..ToolPolicyConfig::default()
+    }
+}
+
 fn press(id: &str, from: &str, data: &str, chat: &str) -> InboundEvent {
     InboundEvent::Action(Action {
         id: id.into(),
@@ -324,10 +332,7 @@ async fn a_guests_confirmation_is_asked_of_the_owner_and_the_guest_cannot_approv
     let config = telegram(|c| {
         c.owners = vec!["1".into()];
         c.allow_from = vec!["2".into()];
-        c.guest_tools = Some(ToolPolicyConfig {
-            profile: Some(ToolProfile::Full),
-            ..ToolPolicyConfig::default()
-        });
+        c.guest_tools = Some(every_tool());
     });
     let _router = router(&h, adapter.clone(), &config).await;
     adapter.deliver(dm("o1", "1", "hi")).await;
@@ -396,10 +401,7 @@ async fn a_guests_confirmation_is_denied_when_no_owner_can_be_asked() {
     // An existing config: no owners, so every sender is a guest.
     let config = telegram(|c| {
         c.allow_from = vec!["2".into()];
-        c.guest_tools = Some(ToolPolicyConfig {
-            profile: Some(ToolProfile::Full),
-            ..ToolPolicyConfig::default()
-        });
+        c.guest_tools = Some(every_tool());
     });
     let _router = router(&h, adapter.clone(), &config).await;
     adapter.deliver(dm("g1", "2", "touch a file")).await;
