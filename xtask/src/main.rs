@@ -1,8 +1,9 @@
-//! Project automation for Flynn: `cargo xtask <codegen|tidy|ci|bench>`.
+//! Project automation for Flynn: `cargo xtask <codegen|tidy|ci|bench|chaos>`.
 
 use anyhow::{Result, bail};
 
 mod bench;
+mod chaos;
 mod codegen;
 mod tidy;
 
@@ -12,9 +13,10 @@ fn main() -> Result<()> {
         Some("codegen") => codegen::run(),
         Some("tidy") => tidy::run(),
         Some("bench") => bench::run(&args[1..]),
+        Some("chaos") => chaos::run(&args[1..]),
         Some("ci") => ci(),
         _ => bail!(
-            "usage: cargo xtask <command>\n\ncommands:\n  codegen  regenerate config/flynn.schema.json and docs/protocol.schema.json\n  tidy     check the layer table, lints and crate docs\n  ci       run everything CI runs (same as .ci/run)\n  bench    run the whole-process benchmarks and write docs/benchmarks.md"
+            "usage: cargo xtask <command>\n\ncommands:\n  codegen  regenerate config/flynn.schema.json and docs/protocol.schema.json\n  tidy     check the layer table, lints and crate docs\n  ci       run everything CI runs (same as .ci/run)\n  bench    run the whole-process benchmarks and write docs/benchmarks.md\n  chaos    the crash (SIGKILL) and panic tests against the release build [--rounds N] [--messages N]"
         ),
     }
 }

@@ -54,7 +54,30 @@ pub fn check_workspace(root: &Path) -> Result<Vec<String>> {
     let packages = load_packages(root)?;
     let mut problems = check(&layers, &packages);
     problems.extend(check_unsafe(root)?);
+    let manifest =
+        std::fs::read_to_string(root.join("Cargo.toml")).context("reading Cargo.toml")?;
+    problems.extend(release_panic_problem(&manifest));
     Ok(problems)
+}
+
+/// The shipped binaries must unwind: every place that catches a panic (a
+/// turn, an adapter, a webhook, the automation loop) is dead code under
+/// `panic = "abort"`, and one bug would take the daemon down.
+pub fn release_panic_problem(manifest: &str) -> Option<String> {
+    let mut in_release = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_release = line == "[profile.release]";
+        } else if in_release
+            && line.replace(' ', "").starts_with("panic=")
+            && !line.replace(' ', "").starts_with("panic=\"unwind\"")
+        {
+            return Some(format!(
+                "Cargo.toml: [profile.release] sets `{line}`; it must be `panic = \"unwind\"` so a panic is caught where it happens instead of ending the daemon"
+            ));
+        }
+    }
+    None
 }
 
 /// The only files allowed to opt out of the workspace's `unsafe_code =
@@ -393,6 +416,14 @@ mod tests {
                 "flynn-extra is not in the layer table of docs/ARCHITECTURE.md",
             ]
         );
+    }
+
+    #[test]
+    fn a_release_profile_that_aborts_on_panic_fails() {
+        let aborting = "[profile.release]\nlto = \"fat\"\npanic = \"abort\"\n";
+        assert!(release_panic_problem(aborting).is_some());
+        let unwinding = "[profile.release]\npanic = \"unwind\"\n[profile.dev]\npanic = \"abort\"\n";
+        assert_eq!(release_panic_problem(unwinding), None);
     }
 
     /// The real workspace obeys the table: `cargo test` catches drift.

@@ -411,23 +411,16 @@ fn write_private(file: &Path, text: &str, replace: bool) -> Result<(), Failure> 
         std::fs::copy(file, &backup)
             .map_err(|e| Failure::other(format!("cannot keep {}: {e}", backup.display())))?;
     }
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    // The old file is made private first: the atomic write keeps the mode
+    // of the file it replaces (0600 for a new one), and a crash mid-write
+    // leaves the old file whole instead of a truncated one.
     #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut handle = options
-        .open(file)
-        .map_err(|e| Failure::other(format!("cannot write {}: {e}", file.display())))?;
-    #[cfg(unix)]
-    {
+    if file.exists() {
         use std::os::unix::fs::PermissionsExt;
-        let _ = handle.set_permissions(std::fs::Permissions::from_mode(0o600));
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| Failure::other(format!("cannot write {}: {e}", file.display())))?;
     }
-    handle
-        .write_all(text.as_bytes())
+    flynn_core::config::edit::write_atomically(file, text)
         .map_err(|e| Failure::other(format!("cannot write {}: {e}", file.display())))
 }
 

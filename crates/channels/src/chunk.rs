@@ -48,9 +48,17 @@ pub fn chunk(text: &str, limit: usize, measure: Measure) -> Vec<String> {
     // A code block left open by the previous chunk: its opening line.
     let mut reopen: Option<String> = None;
     while !rest.is_empty() {
+        // A reopened fence whose info string would take more than half a
+        // message (a long non-ASCII one, measured in bytes) reopens bare.
         let prefix = reopen
             .as_ref()
-            .map(|f| format!("{f}\n"))
+            .map(|f| {
+                if measure.of(f) + 5 > limit / 2 {
+                    "```\n".to_owned()
+                } else {
+                    format!("{f}\n")
+                }
+            })
             .unwrap_or_default();
         let whole = format!("{prefix}{rest}");
         if measure.of(&whole) <= limit {
@@ -58,7 +66,7 @@ pub fn chunk(text: &str, limit: usize, measure: Measure) -> Vec<String> {
             break;
         }
         // Room for the text, keeping space to close a block: "\n```".
-        let budget = limit - measure.of(&prefix) - 4;
+        let budget = limit.saturating_sub(measure.of(&prefix) + 4);
         let cut = best_cut(rest, budget, measure);
         let (head, tail) = rest.split_at(cut);
         let head = head.trim_end();
@@ -174,6 +182,24 @@ mod tests {
                 assert!(words.split(' ').any(|w| w == word), "{word} was cut");
             }
         }
+    }
+
+    #[test]
+    fn a_long_non_ascii_fence_measured_in_bytes_fits_the_smallest_limit() {
+        let fence = format!("```{}", "é".repeat(40));
+        let code = "x = 1\n".repeat(40);
+        let text = format!("{fence}\n{code}```");
+        let chunks = chunk(&text, 32, Measure::Bytes);
+        assert!(chunks.len() > 2, "{chunks:#?}");
+        for piece in &chunks {
+            assert!(piece.len() <= 32, "{} bytes: {piece:?}", piece.len());
+            assert_eq!(piece.matches("```").count() % 2, 0, "unbalanced: {piece}");
+        }
+        let lines = chunks
+            .iter()
+            .flat_map(|c| c.lines())
+            .filter(|l| *l == "x = 1");
+        assert_eq!(lines.count(), 40);
     }
 
     #[test]

@@ -256,11 +256,11 @@ impl Registry {
         true
     }
 
-    /// Stops every adapter.
+    /// Stops every adapter, all at once: the whole takes at most the 10 s
+    /// one adapter may take, however many there are.
     pub async fn shutdown(&self) {
-        for name in self.names() {
-            self.stop(&name).await;
-        }
+        let names = self.names();
+        futures::future::join_all(names.iter().map(|name| self.stop(name))).await;
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -324,8 +324,9 @@ impl Registry {
         let handled = std::panic::AssertUnwindSafe(adapter.webhook(request, &sink))
             .catch_unwind()
             .await;
-        Some(handled.unwrap_or_else(|_| {
-            tracing::error!(channel = name, "webhook handler panicked");
+        Some(handled.unwrap_or_else(|panic| {
+            let message = flynn_protocol::fault::panic_message(panic.as_ref());
+            tracing::error!(channel = name, panic = message, "webhook handler panicked");
             WebhookResponse::text(500, "the channel failed on this request")
         }))
     }
@@ -343,10 +344,13 @@ async fn supervise(
     loop {
         status.set(ChannelState::Connecting);
         let started = Instant::now();
-        let outcome =
-            std::panic::AssertUnwindSafe(adapter.connect(sink.clone(), stop.child_token()))
-                .catch_unwind()
-                .await;
+        let connecting = async {
+            flynn_protocol::fault::point("adapter.connect");
+            adapter.connect(sink.clone(), stop.child_token()).await
+        };
+        let outcome = std::panic::AssertUnwindSafe(connecting)
+            .catch_unwind()
+            .await;
         adapter.disconnect().await;
         if stop.is_cancelled() {
             status.set(ChannelState::Stopped);
@@ -362,7 +366,11 @@ async fn supervise(
                 let unauthorized = matches!(e, ChannelError::Unauthorized { .. });
                 (e.to_string(), unauthorized)
             }
-            Err(_) => ("the adapter panicked".to_owned(), false),
+            Err(panic) => {
+                let message = flynn_protocol::fault::panic_message(panic.as_ref());
+                tracing::error!(channel = %name, panic = message, "the adapter panicked; restarting it");
+                (format!("the adapter panicked: {message}"), false)
+            }
         };
         let delay = if unauthorized {
             backoff.unauthorized

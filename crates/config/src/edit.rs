@@ -133,7 +133,16 @@ pub fn set_in_text(
 /// Applies the changes to the file, validates the result as a config
 /// (with `env` for `${VAR}`s) and writes it atomically. The file is left
 /// untouched when anything fails.
+///
+/// The read, edit and write hold an exclusive lock on the file's
+/// directory, so two writers at once (two `config.patch` calls, or the
+/// CLI's `config set` beside the daemon) take turns and neither loses the
+/// other's change.
 pub fn set_in_file(file: &Path, changes: &[(String, Value)], env: &dyn Env) -> Result<()> {
+    let _lock = lock_dir(file).map_err(|source| Error::Write {
+        path: file.to_path_buf(),
+        source,
+    })?;
     let text = std::fs::read_to_string(file).map_err(|source| Error::Read {
         path: file.to_path_buf(),
         source,
@@ -156,10 +165,7 @@ pub fn set_in_file(file: &Path, changes: &[(String, Value)], env: &dyn Env) -> R
 /// name nor a moment of wider permissions exposes the text.
 pub fn write_atomically(file: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
-    let dir = file
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = dir_of(file);
     let name = file
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -172,6 +178,39 @@ pub fn write_atomically(file: &Path, text: &str) -> std::io::Result<()> {
         let _ = std::fs::remove_file(&temp);
         return Err(e);
     }
+    // The rename is durable only once the directory is: without this a
+    // power cut can bring back the old file, or none on some file systems.
+    sync_dir(dir)
+}
+
+fn dir_of(file: &Path) -> &Path {
+    file.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+#[cfg(unix)]
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(not(unix))]
+fn sync_dir(_dir: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// An exclusive advisory lock on `file`'s directory, held until the
+/// returned handle is dropped. The directory, not the file: a rename
+/// replaces the file's inode, and a lock on the old one guards nothing.
+#[cfg(unix)]
+fn lock_dir(file: &Path) -> std::io::Result<std::fs::File> {
+    let dir = std::fs::File::open(dir_of(file))?;
+    rustix::fs::flock(&dir, rustix::fs::FlockOperation::LockExclusive)?;
+    Ok(dir)
+}
+
+#[cfg(not(unix))]
+fn lock_dir(_file: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
@@ -234,14 +273,25 @@ fn inline(value: &Value) -> String {
     }
 }
 
+// Both search bytes, not `str`s: an offset from a span may fall inside a
+// multi-byte character (the last byte of `café`), and slicing a `str`
+// there panics. A newline is one byte in UTF-8, so the offsets they
+// return are always character boundaries.
 fn line_start(text: &str, offset: usize) -> usize {
-    text[..offset].rfind('\n').map_or(0, |i| i + 1)
+    let bytes = text.as_bytes();
+    bytes[..offset.min(bytes.len())]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1)
 }
 
 fn line_end(text: &str, offset: usize) -> usize {
-    text[offset..]
-        .find('\n')
-        .map_or(text.len(), |i| offset + i + 1)
+    let bytes = text.as_bytes();
+    let from = offset.min(bytes.len());
+    bytes[from..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(bytes.len(), |i| from + i + 1)
 }
 
 /// Byte offset of the start of 1-based `line`.
@@ -508,6 +558,27 @@ mod tests {
             out.ends_with("# the end\ngateway:\n  bind: \"0.0.0.0:18800\"\n"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn keys_are_added_and_replaced_beside_values_ending_in_multibyte_characters() {
+        let text = "agents:\n  main:\n    title: café\n    name: José 日本\n";
+        let out = set(text, "agents.main.tier", json!("fast"));
+        assert_eq!(
+            out,
+            "agents:\n  main:\n    title: café\n    name: José 日本\n    tier: \"fast\"\n"
+        );
+        let out = set(text, "agents.main.title", json!("thé"));
+        assert!(
+            out.starts_with("agents:\n  main:\n    title: \"thé\"\n    name: José 日本\n"),
+            "{out}"
+        );
+        let out = set(
+            "agents:\n  main:\n    tools: [café]\n  other: ü\n",
+            "agents.main.tools",
+            json!(["ä"]),
+        );
+        assert!(out.contains("tools: [\"ä\"]\n  other: ü\n"), "{out}");
     }
 
     #[test]

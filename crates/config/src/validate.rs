@@ -1216,7 +1216,21 @@ fn check_gateway(
     if gateway.body_timeout_secs < 1 {
         report_min(&mut other, at.key("body_timeout_secs"), 0, 1);
     }
+    // A day is far past any service manager's stop timeout; a larger value
+    // is a typo (and overflowed the shutdown deadline once).
+    if gateway.shutdown_grace_secs > MAX_GRACE_SECS {
+        other(
+            at.key("shutdown_grace_secs"),
+            format!(
+                "{} is too large; expected at most {MAX_GRACE_SECS} (a day); a service manager stops waiting long before",
+                gateway.shutdown_grace_secs
+            ),
+        );
+    }
 }
+
+/// The longest `gateway.shutdown_grace_secs` accepted.
+const MAX_GRACE_SECS: u64 = 24 * 3600;
 
 fn report_min(other: &mut impl FnMut(KeyPath, String), path: KeyPath, value: u64, min: u64) {
     other(

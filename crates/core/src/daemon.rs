@@ -9,9 +9,10 @@
 //! channels run. Shutdown runs the steps registered during start-up
 //! last-first: automation stops scheduling and gives the runs going on
 //! the grace period (`gateway.shutdown_grace_secs`); the gateway stops
-//! taking messages and lets running turns finish (up to the same grace,
-//! then cancels them), closes its connections; the channels stop; the
-//! runtime stops its lanes and tools; memory flushes its index.
+//! taking messages and lets running turns finish (within what is left of
+//! the same grace, then cancels them), closes its connections (5 s); the
+//! channels stop (10 s, all at once); the runtime stops its lanes and
+//! tools; memory flushes its index.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -290,10 +291,19 @@ impl Daemon {
             .map_err(|e| Error::Serve(format!("cannot serve on {bind}: {e}")))?;
         let addr = serving.local_addr();
         let manager = flynn.manager().clone();
+        // One grace period for the whole shutdown, not one per step: the
+        // automation step starts it, the gateway's drain gets what is left,
+        // so a stop stays within what a service manager waits
+        // (deploy/flynn.service: grace plus the 5 s and 10 s steps below).
+        let stopping_since: Arc<std::sync::OnceLock<Instant>> = Arc::default();
+        let since = stopping_since.clone();
         stack.push("gateway", move || async move {
+            let left = since
+                .get()
+                .map_or(grace, |at| grace.saturating_sub(at.elapsed()));
             // New messages are refused from here; clients keep their
             // connections and see their turns end.
-            let left = manager.drain(grace).await;
+            let left = manager.drain(left).await;
             if left > 0 {
                 tracing::warn!(
                     turns = left,
@@ -305,6 +315,7 @@ impl Daemon {
         // First of all: no job starts any more, runs going on get the
         // grace period to finish and deliver, the rest are cancelled.
         stack.push("automation", move || async move {
+            let _ = stopping_since.set(Instant::now());
             automation.shutdown(grace).await;
         });
         tracing::info!(

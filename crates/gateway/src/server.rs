@@ -304,6 +304,7 @@ impl Gateway {
                 count_requests,
             ))
             .layer(DefaultBodyLimit::max(limit))
+            .layer(middleware::from_fn(catch_panic))
             .with_state(state)
     }
 
@@ -586,6 +587,29 @@ async fn accept_one(listener: &Incoming) -> std::io::Result<(Stream, SocketAddr)
 
 /// Records the connection of a request served by a listener of someone
 /// else's (`Gateway::router` under `axum::serve`) as the main listener.
+/// A handler that panics (a bug) answers 500 and is logged with its
+/// request; the connection, its neighbours and the daemon carry on.
+async fn catch_panic(request: Request, next: middleware::Next) -> Response {
+    use futures::FutureExt;
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    match std::panic::AssertUnwindSafe(next.run(request))
+        .catch_unwind()
+        .await
+    {
+        Ok(response) => response,
+        Err(panic) => {
+            let message = flynn_protocol::fault::panic_message(panic.as_ref());
+            tracing::error!(%method, path, panic = message, "a request handler panicked; answered 500");
+            auth::refusal(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the gateway failed on this request (a bug; it is logged); try again",
+            )
+        }
+    }
+}
+
 async fn record_connection(mut request: Request, next: middleware::Next) -> Response {
     if request.extensions().get::<Conn>().is_none()
         && let Some(axum::extract::ConnectInfo(peer)) = request

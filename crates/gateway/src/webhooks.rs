@@ -156,6 +156,7 @@ pub(crate) async fn receive(
     Path(name): Path<String>,
     request: Request,
 ) -> Response {
+    flynn_protocol::fault::point("webhook");
     let ip = request
         .extensions()
         .get::<Conn>()

@@ -158,47 +158,43 @@ fn write_file(
     text: String,
     mode: WriteMode,
 ) -> Result<Written> {
+    let parent = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    create_private_dirs(&parent).map_err(Error::io(&parent))?;
+    // Another process (the CLI beside the daemon) writing the same
+    // directory waits for this read-modify-write to finish, so neither
+    // loses the other's append.
+    let _lock = lock_dir(&parent).map_err(Error::io(&parent))?;
+    let expected = match mode {
+        WriteMode::Append => return append_file(namespace, path, &parent, &text),
+        WriteMode::Replace { expected } => expected,
+    };
     let current = read_file(namespace.clone(), path.clone())?;
     let created = current.is_none();
-    let content = match mode {
-        WriteMode::Append => {
-            let mut content = current.map(|file| file.content).unwrap_or_default();
-            if !content.is_empty() && !content.ends_with('\n') {
-                content.push('\n');
-            }
-            content.push_str(text.trim_end_matches('\n'));
-            content.push('\n');
-            content
+    match (&current, expected) {
+        (Some(file), Some(expected)) if file.version != expected.trim() => {
+            return Err(Error::Conflict {
+                namespace: namespace.to_string(),
+                current: file.version.clone(),
+            });
         }
-        WriteMode::Replace { expected } => {
-            match (&current, expected) {
-                (Some(file), Some(expected)) if file.version != expected.trim() => {
-                    return Err(Error::Conflict {
-                        namespace: namespace.to_string(),
-                        current: file.version.clone(),
-                    });
-                }
-                (Some(file), None) if !file.content.trim().is_empty() => {
-                    return Err(Error::VersionRequired {
-                        namespace: namespace.to_string(),
-                        current: file.version.clone(),
-                    });
-                }
-                (None, Some(_)) => {
-                    return Err(Error::Conflict {
-                        namespace: namespace.to_string(),
-                        current: "none: the file was deleted".to_owned(),
-                    });
-                }
-                _ => {}
-            }
-            let mut content = text;
-            if !content.is_empty() && !content.ends_with('\n') {
-                content.push('\n');
-            }
-            content
+        (Some(file), None) if !file.content.trim().is_empty() => {
+            return Err(Error::VersionRequired {
+                namespace: namespace.to_string(),
+                current: file.version.clone(),
+            });
         }
-    };
+        (None, Some(_)) => {
+            return Err(Error::Conflict {
+                namespace: namespace.to_string(),
+                current: "none: the file was deleted".to_owned(),
+            });
+        }
+        _ => {}
+    }
+    let mut content = text;
+    if !content.is_empty() && !content.ends_with('\n') {
+        content.push('\n');
+    }
     if content.len() > MAX_FILE_BYTES {
         return Err(Error::TooLarge {
             namespace: namespace.to_string(),
@@ -206,20 +202,7 @@ fn write_file(
             limit: MAX_FILE_BYTES,
         });
     }
-    let parent = path.parent().unwrap_or(Path::new("."));
-    create_private_dirs(parent).map_err(Error::io(parent))?;
-    // Write beside the file, then rename over it: a reader (or a crash)
-    // sees the old file or the new one, never half of one.
-    let mut temp = tempfile_in(parent, &path)?;
-    temp.1
-        .write_all(content.as_bytes())
-        .and_then(|()| temp.1.sync_all())
-        .map_err(Error::io(&temp.0))?;
-    drop(temp.1);
-    fs::rename(&temp.0, &path).map_err(|e| {
-        let _ = fs::remove_file(&temp.0);
-        Error::io(&path)(e)
-    })?;
+    replace_with(&parent, &path, content.as_bytes())?;
     Ok(Written {
         namespace,
         version: version_of(&content),
@@ -227,6 +210,71 @@ fn write_file(
         created,
         path,
     })
+}
+
+/// Adds `text` at the end of the file on a line of its own. The bytes
+/// already there are kept as they are, even ones that are not UTF-8 (a
+/// file edited by hand in another encoding).
+fn append_file(namespace: Namespace, path: PathBuf, parent: &Path, text: &str) -> Result<Written> {
+    let (mut bytes, created) = match fs::read(&path) {
+        Ok(bytes) => (bytes, false),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => (Vec::new(), true),
+        Err(error) => return Err(Error::io(&path)(error)),
+    };
+    if !bytes.is_empty() && !bytes.ends_with(b"\n") {
+        bytes.push(b'\n');
+    }
+    bytes.extend_from_slice(text.trim_end_matches('\n').as_bytes());
+    bytes.push(b'\n');
+    if bytes.len() > MAX_FILE_BYTES {
+        return Err(Error::TooLarge {
+            namespace: namespace.to_string(),
+            size: bytes.len(),
+            limit: MAX_FILE_BYTES,
+        });
+    }
+    replace_with(parent, &path, &bytes)?;
+    Ok(Written {
+        namespace,
+        version: version_of(&String::from_utf8_lossy(&bytes)),
+        bytes: bytes.len(),
+        created,
+        path,
+    })
+}
+
+/// Writes `bytes` beside `path`, then renames over it and syncs the
+/// directory: a reader (or a crash, or a power cut) sees the old file or
+/// the new one, never half of one.
+fn replace_with(parent: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut temp = tempfile_in(parent, path)?;
+    temp.1
+        .write_all(bytes)
+        .and_then(|()| temp.1.sync_all())
+        .map_err(Error::io(&temp.0))?;
+    drop(temp.1);
+    fs::rename(&temp.0, path).map_err(|e| {
+        let _ = fs::remove_file(&temp.0);
+        Error::io(path)(e)
+    })?;
+    #[cfg(unix)]
+    fs::File::open(parent)
+        .and_then(|dir| dir.sync_all())
+        .map_err(Error::io(parent))?;
+    Ok(())
+}
+
+/// An exclusive advisory lock on `dir`, held until the handle is dropped.
+#[cfg(unix)]
+fn lock_dir(dir: &Path) -> std::io::Result<fs::File> {
+    let handle = fs::File::open(dir)?;
+    rustix::fs::flock(&handle, rustix::fs::FlockOperation::LockExclusive)?;
+    Ok(handle)
+}
+
+#[cfg(not(unix))]
+fn lock_dir(_dir: &Path) -> std::io::Result<()> {
+    Ok(())
 }
 
 /// Creates `.<name>.<pid>.<n>.tmp` next to `path`, exclusively (never
@@ -329,6 +377,58 @@ mod tests {
 
     fn ns(name: &str) -> Namespace {
         Namespace::parse(name).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[tokio::test]
+    async fn an_append_keeps_bytes_that_are_not_utf8() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(Error::io("tempdir"))?;
+        let store = MemoryStore::new(dir.path().join("memory"));
+        store
+            .write(&ns("user"), "- first", WriteMode::Append)
+            .await?;
+        let path = store.path_of(&ns("user"));
+        // Latin-1 "café", written by an editor in another encoding.
+        fs::write(&path, b"- caf\xe9\n").map_err(Error::io("x"))?;
+        store.write(&ns("user"), "- thé", WriteMode::Append).await?;
+        assert_eq!(
+            fs::read(&path).map_err(Error::io("x"))?,
+            b"- caf\xe9\n- th\xc3\xa9\n"
+        );
+        Ok(())
+    }
+
+    /// Two stores on one directory stand for two processes (the daemon
+    /// and the CLI): each has its own in-process lock, so only the lock
+    /// on the directory keeps their appends from overwriting each other.
+    #[test]
+    fn appends_from_two_processes_are_all_kept() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(Error::io("tempdir"))?;
+        let root = dir.path().join("memory");
+        let rounds = 50;
+        std::thread::scope(|scope| {
+            for who in ["daemon", "cli"] {
+                let root = root.clone();
+                scope.spawn(move || {
+                    for n in 0..rounds {
+                        let store = MemoryStore::new(&root);
+                        let path = store.path_of(&ns("user"));
+                        let written =
+                            write_file(ns("user"), path, format!("- {who} {n}"), WriteMode::Append);
+                        assert!(written.is_ok(), "{written:?}");
+                    }
+                });
+            }
+        });
+        let text = fs::read_to_string(root.join("user.md")).map_err(Error::io("x"))?;
+        for who in ["daemon", "cli"] {
+            for n in 0..rounds {
+                assert!(
+                    text.contains(&format!("- {who} {n}\n")),
+                    "{who} {n} lost:\n{text}"
+                );
+            }
+        }
+        Ok(())
     }
 
     #[tokio::test]

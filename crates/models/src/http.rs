@@ -524,21 +524,17 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
             .and_then(|value| value.to_str().ok())
             .map(str::trim)
     };
-    if let Some(millis) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
-        && millis.is_finite()
-        && millis >= 0.0
-    {
-        return Some(Duration::from_secs_f64(millis / 1000.0));
+    // A hint too large for a `Duration` (`1e300`) is no hint: `try_from`
+    // refuses it (and negatives and NaN) where `from_secs_f64` panics.
+    if let Some(millis) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return Duration::try_from_secs_f64(millis / 1000.0).ok();
     }
     let value = text("retry-after")?;
     if let Ok(seconds) = value.parse::<u64>() {
         return Some(Duration::from_secs(seconds));
     }
-    if let Ok(seconds) = value.parse::<f64>()
-        && seconds.is_finite()
-        && seconds >= 0.0
-    {
-        return Some(Duration::from_secs_f64(seconds));
+    if let Ok(seconds) = value.parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds).ok();
     }
     let when = httpdate::parse_http_date(value).ok()?;
     Some(
@@ -794,6 +790,29 @@ mod tests {
         );
         assert_eq!(retry_after(&headers(&[("retry-after", "soon")])), None);
         assert_eq!(retry_after(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn retry_hints_too_large_for_a_duration_are_ignored_not_a_panic() {
+        for (name, value) in [
+            ("retry-after", "99999999999999999999"),
+            ("retry-after", "1e20"),
+            ("retry-after", "-1"),
+            ("retry-after", "NaN"),
+            ("retry-after", "inf"),
+            ("retry-after-ms", "1e300"),
+            ("retry-after-ms", "-5"),
+        ] {
+            assert_eq!(
+                retry_after(&headers(&[(name, value)])),
+                None,
+                "{name}: {value}"
+            );
+        }
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "1.5")])),
+            Some(Duration::from_millis(1500))
+        );
     }
 
     #[test]

@@ -35,6 +35,7 @@ use flynn_protocol::config::{AutomationConfig, ChannelsConfig, CronJobConfig, Mi
 use flynn_protocol::{Principal, SessionKey, ToolEffect, TurnId};
 use flynn_sessions::{JobKind, JobRuns, LastRun, RunOutcome, StoredCronJob};
 use flynn_tools::{DenyAll, Tool, ToolContext, ToolError, TypedTool};
+use futures::FutureExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::sync::Notify;
@@ -875,11 +876,22 @@ impl Inner {
             tokio::select! {
                 biased;
                 () = self.stop.cancelled() => break,
-                () = self.changed.notified() => self.sync(&mut scheduler),
-                fired = scheduler.next_due() => self.spawn_job(&fired.job, fired.scheduled_for),
+                () = self.changed.notified() => {
+                    survive("scheduling the cron jobs", || self.sync(&mut scheduler));
+                }
+                fired = scheduler.next_due() => survive(&format!("starting cron job '{}'", fired.job), || {
+                    flynn_protocol::fault::point("automation");
+                    self.spawn_job(&fired.job, fired.scheduled_for);
+                }),
                 () = tick(&mut ticks) => {
                     if let Some(beat) = beat.as_mut() {
-                        self.beat(beat).await;
+                        // A panic in one beat is logged and the next beat
+                        // comes as usual: the loop outlives its bugs.
+                        let beating = std::panic::AssertUnwindSafe(self.beat(beat)).catch_unwind();
+                        if let Err(panic) = beating.await {
+                            let message = flynn_protocol::fault::panic_message(panic.as_ref());
+                            tracing::error!(panic = message, "the heartbeat panicked; it runs again at the next beat");
+                        }
                     }
                 }
             }
@@ -1136,6 +1148,18 @@ impl Inner {
 }
 
 /// The next heartbeat tick; never, without a heartbeat.
+/// Runs one step of the automation loop; a panic in it (a bug) is logged
+/// with `what` it was doing, and the loop goes on with the next step.
+fn survive(what: &str, step: impl FnOnce()) {
+    if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(step)) {
+        let message = flynn_protocol::fault::panic_message(panic.as_ref());
+        tracing::error!(
+            panic = message,
+            "the automation loop panicked {what}; it carries on"
+        );
+    }
+}
+
 async fn tick(ticks: &mut Option<tokio::time::Interval>) {
     match ticks {
         Some(ticks) => {

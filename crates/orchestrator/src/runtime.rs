@@ -629,7 +629,12 @@ impl SessionManager {
     /// Returns the number of turns that were cut short or left waiting.
     pub async fn drain(&self, grace: Duration) -> usize {
         self.shared.draining.store(true, Ordering::Release);
-        let deadline = tokio::time::Instant::now() + grace;
+        // A grace too long to add to now (`shutdown_grace_secs` can be any
+        // u64) is as good as forever.
+        let now = tokio::time::Instant::now();
+        let deadline = now
+            .checked_add(grace)
+            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600));
         let left = loop {
             let open = match self.shared.store.open_turns(None).await {
                 Ok(open) => open

@@ -13,7 +13,7 @@ use flynn_protocol::{
 use flynn_sessions::{TurnStatus, UsageRecord};
 use flynn_tools::builtin::TOOL_OUTPUT;
 use flynn_tools::{ApprovalRequest, Approver, GateObserver, Provenance, ToolContext};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::agents::AgentProfile;
@@ -68,7 +68,19 @@ pub(crate) async fn run(job: TurnJob) -> Result<TurnOutcome> {
             lock(&job.taint).clone(),
         )),
     };
-    let result = body(&job, &provenance).await;
+    // A panic (a bug) in the turn ends this turn as failed, with a
+    // message its session and client hear; the lane, the session and the
+    // daemon carry on.
+    let result = std::panic::AssertUnwindSafe(body(&job, &provenance))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| {
+            let message = flynn_protocol::fault::panic_message(panic.as_ref());
+            tracing::error!(session = %job.session, turn = %job.turn, panic = message, "the turn panicked; it failed and the session carries on");
+            Err(Error::Lost(format!(
+                "a bug in Flynn stopped it ({message}); the session still works, send the message again"
+            )))
+        });
     record_taint(&job, &provenance).await;
     let status = match &result {
         Ok(_) => TurnStatus::Completed,
@@ -142,6 +154,7 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome
     let store = &shared.store;
     let key = &job.session;
     store.start_turn(job.turn, shared.pid).await?;
+    flynn_protocol::fault::point("turn");
     let mut history = load_history(job).await?;
 
     let agent = &job.agent;

@@ -7,6 +7,7 @@
 
 pub mod config;
 mod event;
+pub mod fault;
 mod message;
 mod principal;
 mod session;

@@ -109,9 +109,13 @@ impl AuditLog {
             Err(error) => return self.warn(&error),
         };
         line.push(b'\n');
-        let Ok(mut guard) = self.file.lock() else {
-            return;
-        };
+        // A panic while another record was written leaves the lock
+        // poisoned; the file handle behind it is still good (and is
+        // reopened below if not), so recording carries on.
+        let mut guard = self
+            .file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Err(error) = self.write(&mut guard, &line) {
             // Reopen next time: the file may have been moved or removed.
             *guard = None;
@@ -247,6 +251,22 @@ mod tests {
             let mode = std::fs::metadata(log.path()).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600);
         }
+    }
+
+    #[test]
+    fn records_go_on_after_a_panic_poisoned_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = AuditLog::new(dir.path().join("audit"), 1 << 20, 2);
+        log.record(&record("before"));
+        let poisoned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _guard = log.file.lock().unwrap();
+            panic!("a bug while a record was written");
+        }));
+        assert!(poisoned.is_err() && log.file.is_poisoned());
+        log.record(&record("after"));
+        let text = std::fs::read_to_string(log.path()).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(text.contains("\"output\":\"after\""), "{text}");
     }
 
     #[test]

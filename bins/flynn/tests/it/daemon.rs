@@ -72,6 +72,13 @@ impl Daemon {
         self.log.lock().unwrap().join("\n")
     }
 
+    /// SIGTERM, then waits for the exit, at most `limit`.
+    #[cfg_attr(not(all(feature = "telegram", feature = "whatsapp")), allow(dead_code))]
+    pub(crate) fn stop(&mut self, limit: Duration) -> ExitStatus {
+        self.signal("TERM");
+        self.wait(limit)
+    }
+
     fn signal(&self, name: &str) {
         let status = std::process::Command::new("kill")
             .args([format!("-{name}"), self.child.id().to_string()])

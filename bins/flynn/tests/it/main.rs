@@ -5,6 +5,8 @@
 mod automation;
 #[cfg(any(feature = "telegram", feature = "whatsapp"))]
 mod channels;
+#[cfg(all(feature = "telegram", feature = "whatsapp"))]
+mod chaos;
 mod config;
 mod crash;
 mod daemon;
@@ -14,6 +16,7 @@ mod mcp;
 mod memory;
 mod onboard;
 mod pairing;
+mod panics;
 mod send;
 mod sessions;
 mod skills;
@@ -54,8 +57,13 @@ impl Env {
         self.dir.path()
     }
 
+    /// The `flynn` binary built for these tests, or the one
+    /// `FLYNN_TEST_BIN` names (`cargo xtask chaos` runs the tests against
+    /// the release build that way).
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_flynn"));
+        let binary = std::env::var_os("FLYNN_TEST_BIN")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_flynn").into());
+        let mut command = Command::new(binary);
         command
             .args(args)
             .env_clear()

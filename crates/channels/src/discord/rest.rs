@@ -245,9 +245,7 @@ pub(super) fn error_from(
         }
         return ChannelError::RateLimited {
             channel,
-            retry_after: seconds
-                .filter(|s| s.is_finite() && *s >= 0.0)
-                .map(Duration::from_secs_f64),
+            retry_after: seconds.and_then(|s| Duration::try_from_secs_f64(s).ok()),
         };
     }
     let detail = describe(status, &parsed, body, method, path);
@@ -353,6 +351,23 @@ mod tests {
                 retry_after: Some(Duration::from_secs(2)),
             }
         );
+    }
+
+    #[test]
+    fn rate_limit_hints_too_large_for_a_duration_are_dropped_not_a_panic() {
+        for (body, header) in [
+            (r#"{"retry_after":1e30}"#, None),
+            ("{}", Some(1e30)),
+            (r#"{"retry_after":-1}"#, None),
+        ] {
+            assert_eq!(
+                error(429, header, body),
+                ChannelError::RateLimited {
+                    channel: "discord".into(),
+                    retry_after: None,
+                }
+            );
+        }
     }
 
     #[test]

@@ -181,9 +181,15 @@ fn check_status(method: &str, response: Response) -> Result<Response, ChannelErr
 
 /// `Retry-After`, in seconds (Slack sends whole seconds).
 fn retry_after(response: &Response) -> Option<Duration> {
-    let value = response.headers().get(RETRY_AFTER)?.to_str().ok()?.trim();
-    let secs: f64 = value.parse().ok()?;
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+    seconds_hint(response.headers().get(RETRY_AFTER)?.to_str().ok()?)
+}
+
+/// A `Retry-After` value as a wait, when it is one.
+fn seconds_hint(value: &str) -> Option<Duration> {
+    let secs: f64 = value.trim().parse().ok()?;
+    // `try_from` refuses what `from_secs_f64` panics on: negative, NaN,
+    // infinite and too large for a `Duration`.
+    Duration::try_from_secs_f64(secs).ok()
 }
 
 /// An `ok: false` answer as an error.
@@ -239,6 +245,14 @@ fn without_url(error: &reqwest::Error) -> String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_hints_that_are_no_duration_are_ignored_not_a_panic() {
+        assert_eq!(seconds_hint(" 3 "), Some(Duration::from_secs(3)));
+        for value in ["1e20", "99999999999999999999", "-1", "NaN", "inf", "soon"] {
+            assert_eq!(seconds_hint(value), None, "{value}");
+        }
+    }
 
     #[test]
     fn error_codes_map_to_what_callers_branch_on() {

@@ -34,7 +34,9 @@ fn verify(secret: &str, request: &WebhookRequest, now: i64) -> Result<(), &'stat
     let at: i64 = timestamp
         .parse()
         .map_err(|_| "X-Slack-Request-Timestamp is not a number")?;
-    if (now - at).abs() > MAX_SKEW_SECS {
+    // `abs_diff` cannot overflow: `now - at` can, for an `at` near
+    // `i64::MIN` sent by anyone who can reach the endpoint.
+    if now.abs_diff(at) > MAX_SKEW_SECS.unsigned_abs() {
         return Err("X-Slack-Request-Timestamp is more than 5 minutes away (a replay?)");
     }
     let hex = signature
@@ -196,5 +198,18 @@ mod tests {
         let mut r = request("100", &format!("v0={sig}"), "{}");
         r.headers.remove("x-slack-signature");
         assert!(verify("s", &r, 100).is_err());
+    }
+
+    #[test]
+    fn timestamps_at_the_ends_of_the_range_are_refused_not_a_panic() {
+        for at in [i64::MIN, i64::MAX] {
+            let r = request(&at.to_string(), "v0=00", "{}");
+            assert_eq!(
+                verify("s", &r, 1_700_000_000),
+                Err("X-Slack-Request-Timestamp is more than 5 minutes away (a replay?)")
+            );
+        }
+        let r = request("100", "v0=00", "{}");
+        assert!(verify("s", &r, i64::MIN).is_err());
     }
 }

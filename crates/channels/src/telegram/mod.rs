@@ -404,9 +404,21 @@ impl TelegramAdapter {
                 if update_id < offset {
                     continue;
                 }
+                // The next offset is one past this id; an id with no
+                // successor (only a server that is not Telegram sends one)
+                // could never be confirmed, so polling stops with the
+                // reason instead of asking for it again forever.
+                let Some(next) = update_id.checked_add(1) else {
+                    return Err(ChannelError::Rejected {
+                        channel: NAME.to_owned(),
+                        detail: format!(
+                            "getUpdates returned update_id {update_id}, which has no successor to confirm it with; check channels.telegram.api_url"
+                        ),
+                    });
+                };
                 match self.process(raw, update_id, sink, stop, me).await {
                     Step::Done => {
-                        self.offset.fetch_max(update_id + 1, Ordering::SeqCst);
+                        self.offset.fetch_max(next, Ordering::SeqCst);
                     }
                     Step::Again(reason) => {
                         tracing::debug!(channel = NAME, update_id, reason = %reason, "update not taken; asking for it again");

@@ -127,10 +127,7 @@ impl WhatsAppAdapter {
     /// the window).
     fn opened_window(&self, from: &str, sent: Option<u64>) {
         let now = self.now();
-        let at = sent
-            .map(|secs| UNIX_EPOCH + Duration::from_secs(secs))
-            .filter(|at| *at <= now)
-            .unwrap_or(now);
+        let at = sent_at(now, sent);
         let mut windows = self.windows();
         let entry = windows.entry(from.to_owned()).or_insert(at);
         if *entry < at {
@@ -294,6 +291,14 @@ impl WhatsAppAdapter {
 }
 
 /// Whether a message at `last` still allows free answers at `now`.
+/// When a message was sent: Meta's timestamp when it is a time before
+/// `now` (a timestamp past what `SystemTime` holds is no time), else now.
+fn sent_at(now: SystemTime, sent: Option<u64>) -> SystemTime {
+    sent.and_then(|secs| UNIX_EPOCH.checked_add(Duration::from_secs(secs)))
+        .filter(|at| *at <= now)
+        .unwrap_or(now)
+}
+
 fn within_window(now: SystemTime, last: SystemTime) -> bool {
     now.duration_since(last)
         .map_or(true, |age| age <= SERVICE_WINDOW)
@@ -468,6 +473,18 @@ mod tests {
         assert_eq!(title(" Approve "), "Approve");
         assert_eq!(title("Approve and remember this"), "Approve and remembe…");
         assert_eq!(title("Approve and remember this").chars().count(), 20);
+    }
+
+    #[test]
+    fn a_timestamp_past_what_a_clock_holds_reads_as_now() {
+        let now = UNIX_EPOCH + Duration::from_secs(2_000_000_000);
+        assert_eq!(sent_at(now, Some(u64::MAX)), now);
+        assert_eq!(sent_at(now, Some(i64::MAX as u64 + 1)), now);
+        assert_eq!(sent_at(now, None), now);
+        assert_eq!(
+            sent_at(now, Some(1_999_999_000)),
+            now - Duration::from_secs(1000)
+        );
     }
 
     #[test]

@@ -58,3 +58,34 @@ fn a_rewrite_neither_follows_a_planted_link_nor_widens_the_mode() {
     left.sort();
     assert_eq!(left, ["config.yaml", "new.yaml"]);
 }
+
+/// Two writers editing different keys at once (two `config.patch` calls,
+/// or `flynn config set` beside the daemon) take turns: neither change is
+/// lost, and the file always parses.
+#[test]
+fn concurrent_edits_of_one_file_lose_no_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.yaml");
+    std::fs::write(&file, "gateway:\n  bind: 127.0.0.1:18800\n").unwrap();
+    let last = 140;
+    std::thread::scope(|scope| {
+        for key in ["gateway.shutdown_grace_secs", "gateway.max_connections"] {
+            let file = &file;
+            scope.spawn(move || {
+                for round in 101..=last {
+                    set_in_file(file, &[(key.to_owned(), json!(round))], &MapEnv::new()).unwrap();
+                }
+            });
+        }
+    });
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains(&format!("shutdown_grace_secs: {last}\n")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("max_connections: {last}\n")),
+        "{text}"
+    );
+    flynn_config::parse_str(&text, &file, &MapEnv::new()).unwrap();
+}

@@ -166,6 +166,10 @@ fn semantic_checks_point_at_the_offending_key() {
         "config.yaml:2:19: agents.max_iterations: 0 is too small, expected at least 1",
     );
     assert_error(
+        "gateway:\n  shutdown_grace_secs: 18446744073709551615\n",
+        "config.yaml:2:24: gateway.shutdown_grace_secs: 18446744073709551615 is too large; expected at most 86400 (a day); a service manager stops waiting long before",
+    );
+    assert_error(
         "tools:\n  output_limit_bytes: 100\n",
         "config.yaml:2:23: tools.output_limit_bytes: 100 is too small, expected at least 1024",
     );

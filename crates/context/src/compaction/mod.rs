@@ -291,7 +291,9 @@ impl Compactor {
             .filter(|_| fresh == 1)
             .and_then(summarised_count)
             .unwrap_or(fresh)
-            + (cut - fresh);
+            // The count is read from text a user can write (a first message
+            // that looks like a summary header), so it may be anything.
+            .saturating_add(cut - fresh);
         let body = clean(&summary.text);
         // A summary of untrusted content is untrusted content: the marker
         // survives compaction, so the model, memory extraction and the next

@@ -196,3 +196,22 @@ async fn a_summary_of_untrusted_content_stays_marked_untrusted() {
     );
     assert!(flynn_protocol::message_is_untrusted(&after[0]));
 }
+
+/// A first message written to look like a summary header is read as one;
+/// its count is the user's text, so it may be anything, and the count
+/// carried into the next summary saturates instead of overflowing.
+#[tokio::test]
+async fn a_spoofed_summary_header_with_a_huge_count_compacts() {
+    let mut all = vec![summary_message(usize::MAX, "not really a summary")];
+    all.extend((0..6).flat_map(|n| turn(n, 0, 40)));
+    let store = store_with(&all).await;
+    let summariser = Scripted::new(100_000, vec![Step::Answer("short".into())]);
+    let report = compact(&compactor(settings(2), summariser), &store, HUGE)
+        .await
+        .unwrap();
+    assert!(report.replaced > 1, "{report:?}");
+    assert_eq!(
+        history(&store).await[0],
+        summary_message(usize::MAX, "short")
+    );
+}

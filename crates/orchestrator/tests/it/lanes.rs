@@ -456,3 +456,19 @@ async fn shutdown_kills_the_background_processes_turns_started() {
     }
     assert!(gone(pid), "background process {pid} outlived the shutdown");
 }
+
+/// `gateway.shutdown_grace_secs` can hold any u64; a grace too long to add
+/// to the clock is as good as forever, not a panic at shutdown.
+#[tokio::test]
+async fn a_drain_with_a_grace_past_the_end_of_time_returns() {
+    let gate = Arc::new(Semaphore::new(0));
+    let model = Arc::new(Gated {
+        info: ClientInfo::new("m", ProviderKind::OpenaiCompatible, false),
+        gate: gate.clone(),
+        calls: AtomicUsize::new(0),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (manager, _store) = crate::with_model(dir.path(), model).await;
+    assert_eq!(manager.drain(Duration::from_secs(u64::MAX)).await, 0);
+    assert_eq!(manager.drain(Duration::MAX).await, 0);
+}
