@@ -47,6 +47,13 @@ pub enum Command {
     /// daemon, chat channels, MCP servers; each line OK, WARN or FAIL with
     /// the fix.
     Doctor(DoctorArgs),
+    /// Write one archive (.tar.gz, 0600) with a consistent copy of the
+    /// session database (safe while the daemon runs), the memory files,
+    /// the config file, the gateway tokens and installed skills.
+    Backup(BackupArgs),
+    /// Put a `flynn backup` archive back in place (the daemon must be
+    /// stopped); what it replaces is moved to FLYNN_HOME/before-restore-*.
+    Restore(BackupArgs),
     /// Guided set-up: asks a few questions and writes a valid config file
     /// (--non-interactive: from flags and the environment).
     Onboard(OnboardArgs),
@@ -230,6 +237,15 @@ pub struct OnboardArgs {
     /// Do not ask the provider whether it answers.
     #[arg(long)]
     pub no_check: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// The archive: a new file for `backup`, an existing one for `restore`.
+    pub file: PathBuf,
+    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

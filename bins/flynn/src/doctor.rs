@@ -482,22 +482,47 @@ async fn database_line(loaded: &Loaded) -> Check {
             format!("{where_}: not created yet (the first message creates it)"),
         );
     }
-    match flynn_core::sessions::open(&loaded.config.sessions, &loaded.paths.home).await {
-        Ok(store) => match store.list().await {
-            Ok(sessions) => Check::ok(
-                "database",
-                format!("{where_}: {} session(s)", sessions.len()),
-            ),
-            Err(error) => Check::fail(
+    let Ok(flynn_core::sessions::StoreLocation::Sqlite(path)) = &location else {
+        return Check::fail("database", where_, "correct sessions.url");
+    };
+    use flynn_core::SessionStore as _;
+    let store = match flynn_core::sessions::SqliteStore::open(path).await {
+        Ok(store) => store,
+        Err(error) => {
+            return Check::fail(
                 "database",
                 format!("{where_}: {error}"),
-                "restore the file from a backup, or move it away to start afresh",
-            ),
-        },
-        Err(error) => Check::fail(
+                "make sure the directory exists and is writable (FLYNN_HOME or sessions.url)",
+            );
+        }
+    };
+    let restore = "restore a backup (`flynn restore <archive>`), or save what is readable: `sqlite3 <file> .recover | sqlite3 recovered.db`";
+    let checked = store.quick_check().await;
+    let listed = store.list().await;
+    store.close().await;
+    match (checked, listed) {
+        (Ok(problems), _) if !problems.is_empty() => Check::fail(
             "database",
-            format!("{where_}: {error}"),
-            "make sure the directory exists and is writable (FLYNN_HOME or sessions.url)",
+            format!(
+                "{where_}: failed its integrity check: {}",
+                problems
+                    .iter()
+                    .take(3)
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            restore,
+        ),
+        (Err(error), _) | (_, Err(error)) => {
+            Check::fail("database", format!("{where_}: {error}"), restore)
+        }
+        (Ok(_), Ok(sessions)) => Check::ok(
+            "database",
+            format!(
+                "{where_}: {} session(s), integrity check passed",
+                sessions.len()
+            ),
         ),
     }
 }

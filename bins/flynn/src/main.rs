@@ -24,6 +24,7 @@ macro_rules! out {
 }
 
 mod approve;
+mod backup;
 mod cli;
 mod config_cmd;
 mod doctor;
@@ -110,6 +111,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Memory(args) => memory::run(args).await,
         Command::Mcp(args) => mcp::run(args).await,
         Command::Doctor(args) => doctor::run(args).await,
+        Command::Backup(args) => backup::backup(args).await,
+        Command::Restore(args) => backup::restore(args).await,
         Command::Onboard(args) => onboard::run(args).await,
         Command::Completion { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();

@@ -573,7 +573,23 @@ fn check_sessions(
             );
         }
     }
+    if let Some(days) = sessions.retention_days
+        && !(1..=MAX_RETENTION_DAYS).contains(&days)
+    {
+        report(
+            KeyPath::keys(&["sessions", "retention_days"]),
+            Problem::OutOfRange {
+                value: days,
+                min: 1,
+                max: MAX_RETENTION_DAYS,
+            },
+        );
+    }
 }
+
+/// A century: longer is the same as unset, and the cut-off in
+/// milliseconds stays far from overflowing.
+const MAX_RETENTION_DAYS: u64 = 36_500;
 
 /// Why a session store URL cannot be opened, if it cannot: this build
 /// opens `sqlite://` followed by a file path.

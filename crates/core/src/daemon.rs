@@ -93,6 +93,8 @@ impl Stack {
 
 /// A running daemon.
 pub struct Daemon {
+    /// Held until the daemon is dropped.
+    _home_lock: crate::backup::DaemonLock,
     flynn: Flynn,
     addr: SocketAddr,
     token_source: TokenSource,
@@ -162,6 +164,16 @@ impl Daemon {
             ))
         })?;
 
+        // One daemon per home; `flynn restore` waits for none to hold it.
+        let home_lock = crate::backup::DaemonLock::try_acquire(&options.home)?.ok_or_else(|| {
+            Error::Serve(format!(
+                "another flynn daemon is running on {} (it holds {}): stop it first, or set FLYNN_HOME to another directory",
+                options.home.display(),
+                options.home.join(crate::backup::DAEMON_LOCK).display()
+            ))
+        })?;
+        check_database(&config, &options.home).await?;
+
         // The token first: tools must never show it, wherever it came from.
         let (token, token_source) = flynn_gateway::resolve_token(
             config.gateway.token.as_deref(),
@@ -213,6 +225,42 @@ impl Daemon {
                 sessions = recovered.len(),
                 "found turns a previous run left unfinished"
             );
+        }
+
+        // `sessions.retention_days`: now, then daily.
+        if let Some(days) = config.sessions.retention_days {
+            let store = flynn.manager().store().clone();
+            let workspace = config.tools.workspace.clone().unwrap_or_default();
+            let stop = tokio_util::sync::CancellationToken::new();
+            let stopped = stop.clone();
+            let pruning = tokio::spawn(async move {
+                loop {
+                    match crate::retention::prune(
+                        store.as_ref(),
+                        &workspace,
+                        days,
+                        std::time::SystemTime::now(),
+                    )
+                    .await
+                    {
+                        Ok(pruned) => tracing::info!(
+                            sessions = pruned.sessions.len(),
+                            inbox_files = pruned.inbox_files,
+                            days,
+                            "pruned what was idle longer than sessions.retention_days"
+                        ),
+                        Err(error) => tracing::error!(%error, "cannot prune old sessions"),
+                    }
+                    tokio::select! {
+                        () = stopped.cancelled() => return,
+                        () = tokio::time::sleep(crate::retention::PRUNE_EVERY) => {}
+                    }
+                }
+            });
+            stack.push("retention", move || async move {
+                stop.cancel();
+                let _ = pruning.await;
+            });
         }
 
         // Chat channels: adapters under supervision, their deliveries
@@ -325,6 +373,7 @@ impl Daemon {
             "serving"
         );
         Ok(Daemon {
+            _home_lock: home_lock,
             flynn,
             addr,
             token_source,
@@ -373,6 +422,37 @@ impl Daemon {
 /// (SQLite, providers, chat APIs) needs descriptors beyond those. A
 /// systemd service starts at 1024.
 #[cfg(unix)]
+/// Refuses to start on a session database that fails `PRAGMA
+/// quick_check`, naming the problems and the way out.
+async fn check_database(config: &FlynnConfig, home: &std::path::Path) -> Result<()> {
+    let flynn_sessions::StoreLocation::Sqlite(path) =
+        flynn_sessions::location(&config.sessions, home)?;
+    if !path.exists() {
+        return Ok(());
+    }
+    let store = flynn_sessions::SqliteStore::open(&path).await?;
+    let checked = store.quick_check().await;
+    store.close().await;
+    let problems = checked?;
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&str> = problems.iter().take(5).map(String::as_str).collect();
+    let message = format!(
+        "the session database {} failed its integrity check ({}{}): restore a backup with `flynn restore <archive>`, or save what is readable with `sqlite3 {} .recover | sqlite3 recovered.db` and put recovered.db in its place",
+        path.display(),
+        shown.join("; "),
+        if problems.len() > shown.len() {
+            "; ..."
+        } else {
+            ""
+        },
+        path.display()
+    );
+    tracing::error!("{message}");
+    Err(Error::Backup(message))
+}
+
 fn raise_file_limit() {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     let limit = getrlimit(Resource::Nofile);

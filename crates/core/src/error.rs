@@ -22,6 +22,10 @@ pub enum Error {
     /// token file cannot be written).
     #[error("{0}")]
     Serve(String),
+    /// A backup or restore could not be made, or the database failed its
+    /// integrity check.
+    #[error("{0}")]
+    Backup(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -40,6 +44,7 @@ impl Error {
             Error::Memory(_) => ErrorCode::Storage,
             Error::Turn(error) => error.code(),
             Error::Serve(_) => ErrorCode::Internal,
+            Error::Backup(_) => ErrorCode::Storage,
         }
     }
 }

@@ -24,11 +24,13 @@
 //! # Ok(()) }
 //! ```
 
+pub mod backup;
 mod builder;
 pub mod channels;
 #[cfg(feature = "daemon")]
 pub mod daemon;
 mod error;
+pub mod retention;
 
 pub use builder::{Flynn, FlynnBuilder, open_memory};
 pub use error::{Error, Result};

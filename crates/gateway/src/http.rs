@@ -59,15 +59,20 @@ pub(crate) async fn read_body(gateway: &Gateway, body: Body) -> Result<Bytes, Bo
 
 /// `GET /metrics`: Prometheus text.
 pub(crate) async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
-    let tiers = gateway
-        .manager
-        .store()
-        .usage_by_tier(None)
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(tier, total)| (tier.as_str().to_owned(), total))
-        .collect();
+    // A store that cannot be read leaves the usage series out (zeros
+    // would read as a counter reset) and says so in `flynn_store_up`.
+    let tiers = match gateway.manager.store().usage_by_tier(None).await {
+        Ok(tiers) => Some(
+            tiers
+                .into_iter()
+                .map(|(tier, total)| (tier.as_str().to_owned(), total))
+                .collect(),
+        ),
+        Err(error) => {
+            tracing::warn!(%error, "/metrics: cannot read usage from the session store");
+            None
+        }
+    };
     let snapshot = Snapshot {
         tiers,
         active_sessions: gateway.manager.active_lanes(),

@@ -236,12 +236,19 @@ impl Metrics {
             self.tool_calls_failed.load(Ordering::Relaxed)
         );
 
+        gauge(
+            &mut out,
+            "flynn_store_up",
+            "Whether the session store answered this scrape's usage query (1) or failed (0: the usage series are left out; the daemon's log says why).",
+            if now.tiers.is_some() { 1.0 } else { 0.0 },
+        );
+        let tiers = now.tiers.as_deref().unwrap_or_default();
         counter(
             &mut out,
             "flynn_model_calls_total",
             "Model calls recorded, by tier (from the session store).",
         );
-        for (tier, usage) in &now.tiers {
+        for (tier, usage) in tiers {
             let _ = writeln!(
                 out,
                 "flynn_model_calls_total{{tier=\"{tier}\"}} {}",
@@ -253,7 +260,7 @@ impl Metrics {
             "flynn_tokens_total",
             "Tokens used, by tier and direction (from the session store).",
         );
-        for (tier, usage) in &now.tiers {
+        for (tier, usage) in tiers {
             for (direction, value) in [
                 ("input", usage.usage.input_tokens),
                 ("output", usage.usage.output_tokens),
@@ -271,7 +278,7 @@ impl Metrics {
             "flynn_cost_usd_total",
             "Cost in USD of priced model calls, by tier.",
         );
-        for (tier, usage) in &now.tiers {
+        for (tier, usage) in tiers {
             let _ = writeln!(
                 out,
                 "flynn_cost_usd_total{{tier=\"{tier}\"}} {}",
@@ -378,7 +385,8 @@ impl Metrics {
 /// Values read at scrape time.
 #[derive(Debug, Default)]
 pub(crate) struct Snapshot {
-    pub tiers: Vec<(String, flynn_sessions::UsageTotal)>,
+    /// Usage per tier; `None` when the store could not be read.
+    pub tiers: Option<Vec<(String, flynn_sessions::UsageTotal)>>,
     pub active_sessions: usize,
     pub running_turns: usize,
     pub pending_confirmations: usize,

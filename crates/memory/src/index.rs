@@ -232,7 +232,11 @@ impl MemoryIndex {
         if version == SCHEMA_VERSION {
             return Ok(());
         }
-        let mut tx = self.pool.begin().await.map_err(self.fail())?;
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(self.fail())?;
         for statement in [
             "DROP TABLE IF EXISTS chunks_vec",
             "DROP TABLE IF EXISTS chunks_fts",
@@ -278,7 +282,11 @@ impl MemoryIndex {
     /// files (vectors come from the cache where the text is unchanged).
     pub async fn clear(&self) -> Result<()> {
         let _guard = self.sync_lock.lock().await;
-        let mut tx = self.pool.begin().await.map_err(self.fail())?;
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(self.fail())?;
         for statement in [
             "DROP TABLE IF EXISTS chunks_vec",
             "DELETE FROM chunks_fts",
@@ -364,7 +372,11 @@ impl MemoryIndex {
             })
             .await
             .unwrap_or_default();
-            let mut tx = self.pool.begin().await.map_err(self.fail())?;
+            let mut tx = self
+                .pool
+                .begin_with("BEGIN IMMEDIATE")
+                .await
+                .map_err(self.fail())?;
             let has_vectors = table_exists(&mut tx, "chunks_vec")
                 .await
                 .map_err(self.fail())?;
@@ -465,7 +477,11 @@ impl MemoryIndex {
         let current = self.embedder.as_ref().map(|e| e.id().to_owned());
         let stored = self.meta("embedder").await?;
         if stored != current {
-            let mut tx = self.pool.begin().await.map_err(self.fail())?;
+            let mut tx = self
+                .pool
+                .begin_with("BEGIN IMMEDIATE")
+                .await
+                .map_err(self.fail())?;
             for statement in [
                 "DROP TABLE IF EXISTS chunks_vec",
                 "DELETE FROM meta WHERE key IN ('embedder', 'dimensions')",
@@ -569,7 +585,11 @@ impl MemoryIndex {
             if vectors.is_empty() && fresh.is_empty() {
                 continue;
             }
-            let mut tx = self.pool.begin().await.map_err(self.fail())?;
+            let mut tx = self
+                .pool
+                .begin_with("BEGIN IMMEDIATE")
+                .await
+                .map_err(self.fail())?;
             let dimensions = match vectors.values().next().or(fresh.first().map(|(_, _, v)| v)) {
                 Some(vector) => vector.len(),
                 None => continue,

@@ -6,12 +6,60 @@ use std::sync::Arc;
 use flynn_models::{ModelRequest, ModelRouter, PriceTable};
 use flynn_protocol::config::{
     AgentsConfig, DelegationConfig, FlynnConfig, ModelRef, SessionAccess, SubagentsConfig,
+    TokenCounting,
 };
 use flynn_protocol::{Message, Purpose, SessionKey, Tier, Usage};
 use flynn_sessions::{SessionStore, UsageRecord};
 use tokio_util::sync::CancellationToken;
 
 use crate::{Error, Result};
+
+/// Records a usage row when dropped while it still holds one: a delegated
+/// call that ended before its answer was in, with its input tokens
+/// estimated. The row is written on a task of its own, since the call's
+/// future may be dropped at any await.
+struct CutShortUsage {
+    store: Arc<dyn SessionStore>,
+    pending: Option<CutShort>,
+}
+
+struct CutShort {
+    record: UsageRecord,
+    call: ModelRequest,
+    counting: TokenCounting,
+    /// USD per input token, when the model's price is known.
+    input_price: Option<f64>,
+}
+
+impl Drop for CutShortUsage {
+    fn drop(&mut self) {
+        let Some(CutShort {
+            mut record,
+            call,
+            counting,
+            input_price,
+        }) = self.pending.take()
+        else {
+            return;
+        };
+        let counter = flynn_models::token_counter(counting, &record.model);
+        let input = counter.count_request(call.system.as_deref(), &call.messages, &call.tools);
+        record.usage.input_tokens = u64::try_from(input).unwrap_or(u64::MAX);
+        #[allow(clippy::cast_precision_loss)]
+        let tokens = input as f64;
+        record.cost_usd = input_price.map(|price| price * tokens);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(session = %record.session, "no runtime left to record the usage of a delegated call cut short");
+            return;
+        };
+        let store = self.store.clone();
+        runtime.spawn(async move {
+            if let Err(error) = store.record_usage(&record).await {
+                tracing::error!(session = %record.session, %error, "cannot record the usage of a delegated call cut short");
+            }
+        });
+    }
+}
 
 /// What the runtime needs to know about delegation, sub-agents and
 /// escalation (`agents.*`), and about condensing long tool output.
@@ -181,29 +229,47 @@ impl AgentOrchestrator {
         let routed = tokio::select! {
             biased;
             () = cancel.cancelled() => return Err(Error::Cancelled),
-            routed = self.router.stream(tier, call) => routed?,
+            routed = self.router.stream(tier, call.clone()) => routed?,
         };
         let model = routed.model.clone();
         let provider = model.provider().to_owned();
+        let record = |usage: Usage, partial: bool| UsageRecord {
+            session: request.session.clone(),
+            provider: provider.clone(),
+            model: model.model().to_owned(),
+            tier,
+            purpose: request.purpose,
+            usage,
+            cost_usd: self.prices.cost(model.provider(), model.model(), &usage),
+            partial,
+        };
+        // Until the answer is in, the call's usage is recorded (marked
+        // partial) however it ends: cancelled, failed, or dropped by a
+        // caller's timeout (the summariser's, a sub-agent's).
+        let per_million = Usage {
+            input_tokens: 1_000_000,
+            ..Usage::default()
+        };
+        let mut guard = CutShortUsage {
+            store: self.store.clone(),
+            pending: Some(CutShort {
+                input_price: record(per_million, true)
+                    .cost_usd
+                    .map(|cost| cost / 1_000_000.0),
+                record: record(Usage::default(), true),
+                call,
+                counting: self.router.token_counting(),
+            }),
+        };
         let response = tokio::select! {
             biased;
             () = cancel.cancelled() => return Err(Error::Cancelled),
             response = flynn_models::drain(&provider, routed.stream) => response?,
         };
-        let cost_usd = self
-            .prices
-            .cost(model.provider(), model.model(), &response.usage);
-        self.store
-            .record_usage(&UsageRecord {
-                session: request.session,
-                provider,
-                model: model.model().to_owned(),
-                tier,
-                purpose: request.purpose,
-                usage: response.usage,
-                cost_usd,
-            })
-            .await?;
+        guard.pending = None;
+        let done = record(response.usage, false);
+        let cost_usd = done.cost_usd;
+        self.store.record_usage(&done).await?;
         tracing::debug!(
             purpose = %request.purpose,
             %tier,

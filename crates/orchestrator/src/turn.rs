@@ -257,18 +257,9 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome
             let compacting = Instant::now();
             compact_if_needed(job, &route, &system, &tools, &mut history, false).await?;
             timing.compaction_us += micros(compacting);
-            let request = |messages: Vec<Message>, tools: Vec<ToolSpec>| ModelRequest {
-                model: String::new(),
-                system: Some(system.clone()),
-                messages,
-                // Tools found with `tools.search` join the offer.
-                tools,
-                max_tokens: shared.max_tokens,
-                temperature: None,
-            };
             let calling = Instant::now();
-            let step = match call_model(job, &route, request(history.clone(), tools.clone())).await
-            {
+            // Tools found with `tools.search` join the offer.
+            let step = match call_model(job, &route, &system, &history, &tools).await {
                 Err(Error::Model(error)) if error.is_context_overflow() => {
                     // The window was smaller than thought (or the estimate
                     // low): compact now and try once more.
@@ -282,7 +273,7 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome
                         return Err(Error::Model(error));
                     }
                     let calling = Instant::now();
-                    let step = call_model(job, &route, request(history.clone(), tools)).await?;
+                    let step = call_model(job, &route, &system, &history, &tools).await?;
                     timing.model_calls_us.push(micros(calling));
                     step
                 }
@@ -317,6 +308,7 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome
                         purpose: route.purpose,
                         usage: step.response.usage,
                         cost_usd: call_cost,
+                        partial: false,
                     },
                 )
                 .await?;
@@ -499,7 +491,68 @@ async fn compact_if_needed(
     }
 }
 
-async fn call_model(job: &TurnJob, route: &Route, request: ModelRequest) -> Result<Step> {
+/// One model call with the session's history. A call cut short after its
+/// answer began (cancelled, or its stream broke) still leaves a usage row,
+/// marked partial: its input as estimated, its output as streamed so far.
+async fn call_model(
+    job: &TurnJob,
+    route: &Route,
+    system: &str,
+    history: &[Message],
+    tools: &[ToolSpec],
+) -> Result<Step> {
+    let shared = &job.shared;
+    let request = ModelRequest {
+        model: String::new(),
+        system: Some(system.to_owned()),
+        messages: history.to_vec(),
+        tools: tools.to_vec(),
+        max_tokens: shared.max_tokens,
+        temperature: None,
+    };
+    let mut cut = None;
+    let result = stream_model(job, route, request, &mut cut).await;
+    if let Some(CutShort { model, streamed }) = cut {
+        let counter = flynn_models::token_counter(shared.router.token_counting(), model.model());
+        let usage = Usage {
+            input_tokens: count(counter.count_request(Some(system), history, tools)),
+            output_tokens: count(counter.count_text(&streamed)),
+            ..Usage::default()
+        };
+        let record = UsageRecord {
+            session: job.session.clone(),
+            provider: model.provider().to_owned(),
+            model: model.model().to_owned(),
+            tier: route.tier,
+            purpose: route.purpose,
+            usage,
+            cost_usd: shared.prices.cost(model.provider(), model.model(), &usage),
+            partial: true,
+        };
+        if let Err(error) = shared.store.record_usage(&record).await {
+            tracing::error!(session = %job.session, %error, "cannot record the usage of a model call cut short");
+        }
+    }
+    result
+}
+
+fn count(tokens: usize) -> u64 {
+    u64::try_from(tokens).unwrap_or(u64::MAX)
+}
+
+/// A model call whose answer began but did not complete.
+struct CutShort {
+    model: ModelRef,
+    /// The text and thinking streamed before it ended.
+    streamed: String,
+}
+
+async fn stream_model(
+    job: &TurnJob,
+    route: &Route,
+    request: ModelRequest,
+    cut: &mut Option<CutShort>,
+) -> Result<Step> {
     let router = &job.shared.router;
     let cancel = &job.cancel;
     let routed = tokio::select! {
@@ -525,31 +578,36 @@ async fn call_model(job: &TurnJob, route: &Route, request: ModelRequest) -> Resu
             ),
         });
     }
-    loop {
+    let mut streamed = String::new();
+    let error: Error = loop {
         let event = tokio::select! {
             biased;
-            () = cancel.cancelled() => return Err(Error::Cancelled),
+            () = cancel.cancelled() => break Error::Cancelled,
             event = stream.next() => event,
         };
         match event {
             Some(Ok(StreamEvent::TextDelta(text))) => {
+                streamed.push_str(&text);
                 job.events.publish(AgentEvent::ContentDelta { text });
             }
             Some(Ok(StreamEvent::ThinkingDelta(text))) => {
+                streamed.push_str(&text);
                 job.events.publish(AgentEvent::Thinking { text });
             }
             Some(Ok(StreamEvent::ToolUseStart { .. })) => {}
             Some(Ok(StreamEvent::Completed(response))) => return Ok(Step { response, model }),
-            Some(Err(error)) => return Err(error.into()),
+            Some(Err(error)) => break error.into(),
             None => {
-                return Err(flynn_models::Error::Stream {
+                break flynn_models::Error::Stream {
                     provider: model.provider().to_owned(),
                     message: "the stream ended before the answer was complete".to_owned(),
                 }
-                .into());
+                .into();
             }
         }
-    }
+    };
+    *cut = Some(CutShort { model, streamed });
+    Err(error)
 }
 
 /// Runs the calls, in order; consecutive calls of tools that may run in
@@ -586,7 +644,10 @@ async fn run_tools(
             });
         }
         let done = futures::future::join_all(batch.iter().map(|call| async move {
-            let result = executor.execute(call, ctx).await;
+            let result = match flynn_protocol::invalid_arguments(&call.arguments) {
+                Some(text) => not_json(call, text),
+                None => executor.execute(call, ctx).await,
+            };
             job.events.publish(AgentEvent::ToolEnd {
                 id: call.id.clone(),
                 name: call.name.clone(),
@@ -610,6 +671,23 @@ async fn run_tools(
         start = end;
     }
     results
+}
+
+/// The error result of a call whose arguments the model wrote as
+/// something other than JSON: the tool does not run, and the model learns
+/// why and can try again.
+fn not_json(call: &ToolCall, text: &str) -> ToolResult {
+    let error = serde_json::from_str::<serde_json::Value>(text)
+        .err()
+        .map_or_else(String::new, |error| format!(" ({error})"));
+    ToolResult {
+        tool_use_id: call.id.clone(),
+        content: format!(
+            "invalid arguments for {}: they are not valid JSON{error}: {text}; call the tool again with its arguments as one JSON object",
+            call.name
+        ),
+        is_error: true,
+    }
 }
 
 /// Instructions for condensing a tool's output.

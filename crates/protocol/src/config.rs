@@ -1561,6 +1561,12 @@ pub struct SessionsConfig {
     /// cached state) before the lane is dropped.
     #[serde(default = "default_lane_idle_secs")]
     pub lane_idle_secs: u64,
+    /// Days after its last activity a session is deleted, with its
+    /// messages, turns and kept tool outputs (usage rows stay), and chat
+    /// attachments older than that leave `<workspace>/inbox`; the daemon
+    /// prunes at start-up and daily. Unset (the default): kept forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_days: Option<u64>,
 }
 
 impl Default for SessionsConfig {
@@ -1570,6 +1576,7 @@ impl Default for SessionsConfig {
             database: None,
             interrupted_turns: InterruptedTurns::default(),
             queue_limit: default_queue_limit(),
+            retention_days: None,
             lane_idle_secs: default_lane_idle_secs(),
         }
     }

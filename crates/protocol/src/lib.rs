@@ -25,7 +25,7 @@ pub use message::{ContentBlock, ImageSource, Message, Role};
 pub use principal::{Principal, PrincipalError};
 pub use session::{SessionKey, SessionKeyError};
 pub use tier::{Tier, UnknownTier};
-pub use tool::{ToolCall, ToolResult, ToolSpec};
+pub use tool::{INVALID_ARGUMENTS_KEY, ToolCall, ToolResult, ToolSpec, invalid_arguments};
 pub use tool_names::{BUILTIN_TOOL_FAMILIES, ToolNameMap, is_builtin_tool};
 pub use untrusted::{is_untrusted, message_is_untrusted, strip_untrusted, wrap_untrusted};
 pub use usage::{Purpose, Usage};

@@ -11,6 +11,22 @@ pub struct ToolSpec {
     pub input_schema: Value,
 }
 
+/// The one key of the object a model client puts in place of a tool
+/// call's arguments that are not valid JSON; its value is the text the
+/// model sent. The turn answers such a call with an error result saying
+/// so (the model can try again) instead of running the tool or failing.
+pub const INVALID_ARGUMENTS_KEY: &str = "$invalid_json";
+
+/// The text of arguments a model sent that were not valid JSON, when
+/// `arguments` is the stand-in object (see [`INVALID_ARGUMENTS_KEY`]).
+pub fn invalid_arguments(arguments: &Value) -> Option<&str> {
+    let object = arguments.as_object()?;
+    if object.len() != 1 {
+        return None;
+    }
+    object.get(INVALID_ARGUMENTS_KEY)?.as_str()
+}
+
 /// A tool call the model asked for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolCall {

@@ -32,6 +32,11 @@ pub enum Error {
         "cannot bring the session database {location} up to this version's schema: {message} (a newer Flynn may have written it: upgrade Flynn, or point sessions.url at another file)"
     )]
     Migrate { location: String, message: String },
+    /// The file is damaged, or is not a SQLite database at all.
+    #[error(
+        "the session database {location} is damaged or is not a SQLite database: {message} (restore a backup with `flynn restore <archive>`, or move the file aside and Flynn starts an empty one)"
+    )]
+    Damaged { location: String, message: String },
     /// The store is busy (another writer holds it, or every connection is
     /// in use); trying again may work.
     #[error("the session database is busy: {message} (another process may be writing; try again)")]
@@ -99,6 +104,18 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Whether SQLite said the file is damaged (`SQLITE_CORRUPT`, 11) or not
+/// a database (`SQLITE_NOTADB`, 26).
+pub(crate) fn is_damage(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Database(db) => db
+            .code()
+            .and_then(|code| code.parse::<i64>().ok())
+            .is_some_and(|code| matches!(code & 0xff, 11 | 26)),
+        _ => false,
+    }
+}
+
 impl Error {
     /// Whether retrying the same operation may succeed (a busy store).
     pub fn is_retryable(&self) -> bool {
@@ -111,6 +128,14 @@ impl Error {
 /// are `Busy`; anything else is `Backend`.
 impl From<sqlx::Error> for Error {
     fn from(error: sqlx::Error) -> Self {
+        if matches!(error, sqlx::Error::PoolTimedOut) {
+            return Error::Busy {
+                message: format!(
+                    "no database connection was free within {} s (every one of the store's connections was in use)",
+                    crate::retry::ACQUIRE_TIMEOUT.as_secs()
+                ),
+            };
+        }
         let busy = match &error {
             // SQLITE_BUSY (5) and SQLITE_LOCKED (6); sqlx reports extended
             // codes, whose low byte is the primary code.
@@ -118,7 +143,6 @@ impl From<sqlx::Error> for Error {
                 .code()
                 .and_then(|code| code.parse::<i64>().ok())
                 .is_some_and(|code| matches!(code & 0xff, 5 | 6)),
-            sqlx::Error::PoolTimedOut => true,
             _ => false,
         };
         let message = error.to_string();
@@ -137,7 +161,12 @@ mod tests {
 
     #[test]
     fn busy_and_locked_are_retryable_and_other_failures_are_not() {
-        assert!(Error::from(sqlx::Error::PoolTimedOut).is_retryable());
+        let timed_out = Error::from(sqlx::Error::PoolTimedOut);
+        assert!(timed_out.is_retryable());
+        assert_eq!(
+            timed_out.to_string(),
+            "the session database is busy: no database connection was free within 10 s (every one of the store's connections was in use) (another process may be writing; try again)"
+        );
         assert!(!Error::from(sqlx::Error::RowNotFound).is_retryable());
         assert!(
             !Error::UnknownTurn { turn: TurnId(3) }.is_retryable(),

@@ -20,6 +20,7 @@
 pub mod automation;
 mod error;
 pub mod pairing;
+pub mod retry;
 mod sqlite;
 mod store;
 

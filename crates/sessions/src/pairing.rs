@@ -22,6 +22,10 @@ pub const CODE_LEN: usize = 6;
 pub const CODE_TTL_MS: i64 = 60 * 60 * 1000;
 /// Pending codes kept per channel.
 pub const MAX_PENDING: usize = 100;
+/// Fresh codes tried for one request before giving up (each collides
+/// with a pending code of the channel with odds of at most 100 in 887
+/// million).
+pub const CODE_ATTEMPTS: u32 = 16;
 
 /// A code waiting for the owner.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -82,18 +86,21 @@ pub enum PairingError {
         pending: usize,
         frees_at: i64,
     },
+    /// No code could be made: the OS's random source failed, or every
+    /// code tried was taken.
+    #[error("cannot make a pairing code on {channel}: {reason}; the sender may write again later")]
+    NoCode { channel: String, reason: String },
 }
 
-/// A fresh random code.
-pub fn new_code() -> String {
+/// A fresh random code; an error when the OS's random source fails (a
+/// guessable code would let anyone in whom the owner approves by mistake).
+pub fn new_code() -> Result<String, getrandom::Error> {
     let mut bytes = [0u8; CODE_LEN];
-    // Without the OS's randomness (never seen in practice) the code is
-    // still a code, only guessable; pairing also needs the owner.
-    let _ = getrandom::fill(&mut bytes);
-    bytes
+    getrandom::fill(&mut bytes)?;
+    Ok(bytes
         .iter()
         .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
-        .collect()
+        .collect())
 }
 
 /// A code as the owner typed it, in the stored form.

@@ -1,6 +1,6 @@
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use flynn_protocol::config::{CronJobConfig, ModelRef};
@@ -16,15 +16,59 @@ use crate::automation::{
     JobKind, JobRuns, LastRun, RunOutcome, StoredCronJob, missed_as_str, missed_from,
 };
 use crate::pairing::{
-    ApprovedPeer, MAX_PENDING, PairingError, PairingTicket, PendingPairing, new_code,
-    normalize_code,
+    ApprovedPeer, CODE_ATTEMPTS, MAX_PENDING, PairingError, PairingTicket, PendingPairing,
+    new_code, normalize_code,
 };
+use crate::retry;
 use crate::{
     DayUsage, Error, Result, SessionInfo, SessionMeta, SessionStore, StoredMessage, ToolOutput,
     TurnOrigin, TurnRecord, TurnStatus, UsageLine, UsageRecord, UsageTotal,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+macro_rules! info_select {
+    ($tail:literal) => {
+        concat!(
+            "SELECT s.key, s.created_at, s.updated_at, s.agent, s.tier, s.model, s.title,
+                s.last_channel, s.taint,
+                (SELECT COUNT(*) FROM messages m WHERE m.session_key = s.key) AS message_count
+             FROM sessions s ",
+            $tail
+        )
+    };
+}
+
+macro_rules! message_select {
+    ($tail:literal) => {
+        concat!(
+            "SELECT seq, turn_id, role, content, created_at,
+                (SELECT principal FROM turns WHERE turns.id = messages.turn_id) AS principal
+             FROM messages ",
+            $tail
+        )
+    };
+}
+
+macro_rules! turn_select {
+    ($tail:literal) => {
+        concat!(
+            "SELECT id, session_key, status, content, agent, owner_pid, message_seq, created_at,
+                updated_at, external_id, principal FROM turns ",
+            $tail
+        )
+    };
+}
+
+macro_rules! runs_select {
+    ($tail:literal) => {
+        concat!(
+            "SELECT kind, name, since, scheduled_for, started_at, finished_at, outcome, error,
+                session_key, turn_id FROM automation_runs ",
+            $tail
+        )
+    };
+}
 
 /// Creates `dir` (its missing parents as usual) as a directory only its
 /// owner may enter, unless it exists.
@@ -117,20 +161,41 @@ impl SqliteStore {
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
+            // FULL: a commit is on disk when it returns, so a message
+            // acknowledged to its platform survives a power cut (NORMAL
+            // leaves WAL commits unsynced until the next checkpoint).
+            .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(5));
+            .busy_timeout(retry::BUSY_TIMEOUT);
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
+            .acquire_timeout(retry::ACQUIRE_TIMEOUT)
             .connect_with(options)
             .await
-            .map_err(|e| Error::Open {
+            .map_err(|e| {
+                if crate::error::is_damage(&e) {
+                    Error::Damaged {
+                        location: location.clone(),
+                        message: e.to_string(),
+                    }
+                } else {
+                    Error::Open {
+                        location: location.clone(),
+                        message: e.to_string(),
+                    }
+                }
+            })?;
+        MIGRATOR.run(&pool).await.map_err(|e| match &e {
+            sqlx::migrate::MigrateError::Execute(inner) if crate::error::is_damage(inner) => {
+                Error::Damaged {
+                    location: location.clone(),
+                    message: e.to_string(),
+                }
+            }
+            _ => Error::Migrate {
                 location: location.clone(),
                 message: e.to_string(),
-            })?;
-        MIGRATOR.run(&pool).await.map_err(|e| Error::Migrate {
-            location,
-            message: e.to_string(),
+            },
         })?;
         Ok(SqliteStore {
             pool,
@@ -141,6 +206,54 @@ impl SqliteStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Writes a consistent copy of the whole database to `dest` (which
+    /// must not exist) while the store stays in use: SQLite's `VACUUM
+    /// INTO`, one read transaction, so writers go on and the copy holds
+    /// every commit before it began and none after. The copy is a plain
+    /// database (no WAL), compacted; it is created 0600.
+    pub async fn snapshot(&self, dest: &Path) -> Result<()> {
+        let text = dest.to_str().ok_or_else(|| Error::Backend {
+            message: format!(
+                "cannot copy the session database to {}: the path is not UTF-8",
+                dest.display()
+            ),
+        })?;
+        sqlx::query("VACUUM INTO ?1")
+            .bind(text)
+            .execute(&self.pool)
+            .await?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dest, std::fs::Permissions::from_mode(0o600)).map_err(
+                |e| Error::Backend {
+                    message: format!("cannot make {} private: {e}", dest.display()),
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// SQLite's `PRAGMA quick_check`: the problems found in the file
+    /// (damaged pages, broken indexes, ...), none when it is sound. It
+    /// reads every page, so it takes a moment on a large database.
+    pub async fn quick_check(&self) -> Result<Vec<String>> {
+        let lines: Vec<String> = sqlx::query_scalar("PRAGMA quick_check")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| {
+                if crate::error::is_damage(&e) {
+                    Error::Damaged {
+                        location: self.path.display().to_string(),
+                        message: e.to_string(),
+                    }
+                } else {
+                    e.into()
+                }
+            })?;
+        Ok(lines.into_iter().filter(|line| line != "ok").collect())
     }
 
     /// Closes every connection, checkpointing the WAL.
@@ -167,8 +280,18 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Appends messages, marked as `turn`'s when given, in one transaction.
+    /// Appends messages, marked as `turn`'s when given, in one transaction
+    /// (tried again while the database is busy).
     async fn append_as(
+        &self,
+        key: &SessionKey,
+        turn: Option<TurnId>,
+        messages: &[Message],
+    ) -> Result<Vec<u64>> {
+        retry::on_busy(|| self.append_once(key, turn, messages)).await
+    }
+
+    async fn append_once(
         &self,
         key: &SessionKey,
         turn: Option<TurnId>,
@@ -178,6 +301,231 @@ impl SqliteStore {
         let seqs = Self::insert(&mut tx, key, turn, messages, now_millis()).await?;
         tx.commit().await?;
         Ok(seqs)
+    }
+
+    async fn append_answer_once(
+        &self,
+        key: &SessionKey,
+        turn: Option<TurnId>,
+        message: &Message,
+        usage: &UsageRecord,
+    ) -> Result<u64> {
+        let now = now_millis();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let seqs = Self::insert(&mut tx, key, turn, std::slice::from_ref(message), now).await?;
+        insert_usage(&mut tx, usage, now).await?;
+        tx.commit().await?;
+        Ok(seqs.first().copied().unwrap_or_default())
+    }
+
+    async fn accept_once(
+        &self,
+        key: &SessionKey,
+        content: &[ContentBlock],
+        origin: &TurnOrigin,
+    ) -> Result<TurnRecord> {
+        let now = now_millis();
+        let encoded = encode(content)?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        if let Some(external_id) = &origin.external_id {
+            let seen: Option<i64> = sqlx::query_scalar(
+                "SELECT id FROM turns WHERE session_key = ?1 AND external_id = ?2",
+            )
+            .bind(key.as_str())
+            .bind(external_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(turn) = seen {
+                return Err(Error::Duplicate {
+                    session: key.to_string(),
+                    external_id: external_id.clone(),
+                    turn: TurnId(to_u64(turn)),
+                });
+            }
+        }
+        // `touch`, also recording the channel, in one statement.
+        sqlx::query(
+            "INSERT INTO sessions (key, created_at, updated_at, last_channel)
+             SELECT ?1, stamp, stamp, ?3
+             FROM (SELECT MAX(?2, COALESCE((SELECT MAX(updated_at) FROM sessions), 0) + 1) AS stamp)
+             WHERE true
+             ON CONFLICT (key) DO UPDATE SET updated_at = excluded.updated_at,
+                 last_channel = excluded.last_channel",
+        )
+        .bind(key.as_str())
+        .bind(now)
+        .bind(key.channel())
+        .execute(&mut *tx)
+        .await?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO turns (session_key, status, content, agent, owner_pid, created_at, updated_at,
+                 external_id, principal)
+             VALUES (?1, 'pending', ?2, ?3, ?4, ?5, ?5, ?6, ?7) RETURNING id",
+        )
+        .bind(key.as_str())
+        .bind(encoded)
+        .bind(&origin.agent)
+        .bind(i64::from(origin.owner_pid))
+        .bind(now)
+        .bind(&origin.external_id)
+        .bind(origin.principal.to_string())
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(TurnRecord {
+            id: TurnId(to_u64(id)),
+            session: key.clone(),
+            status: TurnStatus::Pending,
+            content: content.to_vec(),
+            origin: origin.clone(),
+            message_seq: None,
+            created_at: now,
+            updated_at: now,
+        })
+    }
+
+    async fn start_turn_once(&self, turn: TurnId, owner_pid: u32) -> Result<u64> {
+        let now = now_millis();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let sql = turn_select!("WHERE id = ?1");
+        let row = sqlx::query(sql)
+            .bind(to_i64(turn.0))
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(record) = row.as_ref().map(turn_from_row).transpose()?.flatten() else {
+            return Err(Error::UnknownTurn { turn });
+        };
+        let seq = match (record.status, record.message_seq) {
+            (TurnStatus::Running, Some(seq)) => seq,
+            (TurnStatus::Pending | TurnStatus::Running, _) => {
+                let message = Message {
+                    role: Role::User,
+                    content: record.content,
+                };
+                let seqs =
+                    Self::insert(&mut tx, &record.session, Some(turn), &[message], now).await?;
+                seqs.first().copied().unwrap_or_default()
+            }
+            (status, _) => {
+                return Err(Error::TurnFinished { turn, status });
+            }
+        };
+        sqlx::query(
+            "UPDATE turns SET status = 'running', message_seq = ?2, owner_pid = ?3, updated_at = ?4
+             WHERE id = ?1",
+        )
+        .bind(to_i64(turn.0))
+        .bind(to_i64(seq))
+        .bind(i64::from(owner_pid))
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(seq)
+    }
+
+    async fn finish_turn_once(&self, turn: TurnId, status: TurnStatus) -> Result<()> {
+        let done = sqlx::query("UPDATE turns SET status = ?2, updated_at = ?3 WHERE id = ?1")
+            .bind(to_i64(turn.0))
+            .bind(status.as_str())
+            .bind(now_millis())
+            .execute(&self.pool)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(Error::UnknownTurn { turn });
+        }
+        Ok(())
+    }
+
+    /// [`SessionStore::pairing_request`], with fresh codes from `codes`.
+    async fn pairing_request_with(
+        &self,
+        channel: &str,
+        sender: &str,
+        name: Option<&str>,
+        now: i64,
+        ttl_ms: i64,
+        codes: &mut (dyn FnMut() -> std::result::Result<String, getrandom::Error> + Send),
+    ) -> Result<PairingTicket> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query("DELETE FROM pairing_codes WHERE expires_at <= ?1")
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        let pending: Option<(String, i64)> = sqlx::query_as(
+            "SELECT code, expires_at FROM pairing_codes WHERE channel = ?1 AND sender = ?2",
+        )
+        .bind(channel)
+        .bind(sender)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some((code, expires_at)) = pending {
+            tx.commit().await?;
+            return Ok(PairingTicket {
+                code,
+                fresh: false,
+                expires_at,
+            });
+        }
+        // A full channel refuses new codes; the ones given keep waiting
+        // (a flood of accounts must not push out a real request).
+        let (pending, frees_at): (i64, Option<i64>) = sqlx::query_as(
+            "SELECT COUNT(*), MIN(expires_at) FROM pairing_codes WHERE channel = ?1",
+        )
+        .bind(channel)
+        .fetch_one(&mut *tx)
+        .await?;
+        let pending = usize::try_from(pending).unwrap_or(usize::MAX);
+        if pending >= MAX_PENDING {
+            tx.commit().await?;
+            return Err(PairingError::Full {
+                channel: channel.to_owned(),
+                pending,
+                frees_at: frees_at.unwrap_or(now),
+            }
+            .into());
+        }
+        let expires_at = now.saturating_add(ttl_ms.max(1));
+        let no_code = |reason: String| -> Error {
+            PairingError::NoCode {
+                channel: channel.to_owned(),
+                reason,
+            }
+            .into()
+        };
+        let mut code = None;
+        for _ in 0..CODE_ATTEMPTS {
+            let fresh = codes().map_err(|e| {
+                no_code(format!("the operating system's random source failed ({e})"))
+            })?;
+            let inserted = sqlx::query(
+                "INSERT INTO pairing_codes (channel, code, sender, name, created_at, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+            )
+            .bind(channel)
+            .bind(&fresh)
+            .bind(sender)
+            .bind(name)
+            .bind(now)
+            .bind(expires_at)
+            .execute(&mut *tx)
+            .await?;
+            if inserted.rows_affected() == 1 {
+                code = Some(fresh);
+                break;
+            }
+        }
+        let Some(code) = code else {
+            return Err(no_code(format!(
+                "the {CODE_ATTEMPTS} codes tried were all taken"
+            )));
+        };
+        tx.commit().await?;
+        Ok(PairingTicket {
+            code,
+            fresh: true,
+            expires_at,
+        })
     }
 
     /// Inserts messages at the end of the session (position = sequence).
@@ -364,49 +712,6 @@ fn turn_from_row(row: &SqliteRow) -> Result<Option<TurnRecord>> {
     }))
 }
 
-macro_rules! info_select {
-    ($tail:literal) => {
-        concat!(
-            "SELECT s.key, s.created_at, s.updated_at, s.agent, s.tier, s.model, s.title,
-                s.last_channel, s.taint,
-                (SELECT COUNT(*) FROM messages m WHERE m.session_key = s.key) AS message_count
-             FROM sessions s ",
-            $tail
-        )
-    };
-}
-
-macro_rules! message_select {
-    ($tail:literal) => {
-        concat!(
-            "SELECT seq, turn_id, role, content, created_at,
-                (SELECT principal FROM turns WHERE turns.id = messages.turn_id) AS principal
-             FROM messages ",
-            $tail
-        )
-    };
-}
-
-macro_rules! turn_select {
-    ($tail:literal) => {
-        concat!(
-            "SELECT id, session_key, status, content, agent, owner_pid, message_seq, created_at,
-                updated_at, external_id, principal FROM turns ",
-            $tail
-        )
-    };
-}
-
-macro_rules! runs_select {
-    ($tail:literal) => {
-        concat!(
-            "SELECT kind, name, since, scheduled_for, started_at, finished_at, outcome, error,
-                session_key, turn_id FROM automation_runs ",
-            $tail
-        )
-    };
-}
-
 /// A run record; `None` for a row whose kind this version does not know.
 fn runs_from_row(row: &SqliteRow) -> Result<Option<JobRuns>> {
     let kind: String = row.try_get("kind")?;
@@ -457,12 +762,7 @@ impl SessionStore for SqliteStore {
         message: &Message,
         usage: &UsageRecord,
     ) -> Result<u64> {
-        let now = now_millis();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let seqs = Self::insert(&mut tx, key, turn, std::slice::from_ref(message), now).await?;
-        insert_usage(&mut tx, usage, now).await?;
-        tx.commit().await?;
-        Ok(seqs.first().copied().unwrap_or_default())
+        retry::on_busy(|| self.append_answer_once(key, turn, message, usage)).await
     }
 
     async fn append_for_turn(
@@ -785,64 +1085,7 @@ impl SessionStore for SqliteStore {
         content: &[ContentBlock],
         origin: &TurnOrigin,
     ) -> Result<TurnRecord> {
-        let now = now_millis();
-        let encoded = encode(content)?;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        if let Some(external_id) = &origin.external_id {
-            let seen: Option<i64> = sqlx::query_scalar(
-                "SELECT id FROM turns WHERE session_key = ?1 AND external_id = ?2",
-            )
-            .bind(key.as_str())
-            .bind(external_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if let Some(turn) = seen {
-                return Err(Error::Duplicate {
-                    session: key.to_string(),
-                    external_id: external_id.clone(),
-                    turn: TurnId(to_u64(turn)),
-                });
-            }
-        }
-        // `touch`, also recording the channel, in one statement.
-        sqlx::query(
-            "INSERT INTO sessions (key, created_at, updated_at, last_channel)
-             SELECT ?1, stamp, stamp, ?3
-             FROM (SELECT MAX(?2, COALESCE((SELECT MAX(updated_at) FROM sessions), 0) + 1) AS stamp)
-             WHERE true
-             ON CONFLICT (key) DO UPDATE SET updated_at = excluded.updated_at,
-                 last_channel = excluded.last_channel",
-        )
-        .bind(key.as_str())
-        .bind(now)
-        .bind(key.channel())
-        .execute(&mut *tx)
-        .await?;
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO turns (session_key, status, content, agent, owner_pid, created_at, updated_at,
-                 external_id, principal)
-             VALUES (?1, 'pending', ?2, ?3, ?4, ?5, ?5, ?6, ?7) RETURNING id",
-        )
-        .bind(key.as_str())
-        .bind(encoded)
-        .bind(&origin.agent)
-        .bind(i64::from(origin.owner_pid))
-        .bind(now)
-        .bind(&origin.external_id)
-        .bind(origin.principal.to_string())
-        .fetch_one(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(TurnRecord {
-            id: TurnId(to_u64(id)),
-            session: key.clone(),
-            status: TurnStatus::Pending,
-            content: content.to_vec(),
-            origin: origin.clone(),
-            message_seq: None,
-            created_at: now,
-            updated_at: now,
-        })
+        retry::on_busy(|| self.accept_once(key, content, origin)).await
     }
 
     async fn peer_owner(&self, channel: &str, sender: &str) -> Result<bool> {
@@ -885,69 +1128,8 @@ impl SessionStore for SqliteStore {
         now: i64,
         ttl_ms: i64,
     ) -> Result<PairingTicket> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query("DELETE FROM pairing_codes WHERE expires_at <= ?1")
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        let pending: Option<(String, i64)> = sqlx::query_as(
-            "SELECT code, expires_at FROM pairing_codes WHERE channel = ?1 AND sender = ?2",
-        )
-        .bind(channel)
-        .bind(sender)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some((code, expires_at)) = pending {
-            tx.commit().await?;
-            return Ok(PairingTicket {
-                code,
-                fresh: false,
-                expires_at,
-            });
-        }
-        // A full channel refuses new codes; the ones given keep waiting
-        // (a flood of accounts must not push out a real request).
-        let (pending, frees_at): (i64, Option<i64>) = sqlx::query_as(
-            "SELECT COUNT(*), MIN(expires_at) FROM pairing_codes WHERE channel = ?1",
-        )
-        .bind(channel)
-        .fetch_one(&mut *tx)
-        .await?;
-        let pending = usize::try_from(pending).unwrap_or(usize::MAX);
-        if pending >= MAX_PENDING {
-            tx.commit().await?;
-            return Err(PairingError::Full {
-                channel: channel.to_owned(),
-                pending,
-                frees_at: frees_at.unwrap_or(now),
-            }
-            .into());
-        }
-        let expires_at = now.saturating_add(ttl_ms.max(1));
-        let code = loop {
-            let code = new_code();
-            let inserted = sqlx::query(
-                "INSERT INTO pairing_codes (channel, code, sender, name, created_at, expires_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
-            )
-            .bind(channel)
-            .bind(&code)
-            .bind(sender)
-            .bind(name)
-            .bind(now)
-            .bind(expires_at)
-            .execute(&mut *tx)
-            .await?;
-            if inserted.rows_affected() == 1 {
-                break code;
-            }
-        };
-        tx.commit().await?;
-        Ok(PairingTicket {
-            code,
-            fresh: true,
-            expires_at,
-        })
+        self.pairing_request_with(channel, sender, name, now, ttl_ms, &mut new_code)
+            .await
     }
 
     async fn pairing_approve(
@@ -1206,56 +1388,11 @@ impl SessionStore for SqliteStore {
     }
 
     async fn start_turn(&self, turn: TurnId, owner_pid: u32) -> Result<u64> {
-        let now = now_millis();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let sql = turn_select!("WHERE id = ?1");
-        let row = sqlx::query(sql)
-            .bind(to_i64(turn.0))
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(record) = row.as_ref().map(turn_from_row).transpose()?.flatten() else {
-            return Err(Error::UnknownTurn { turn });
-        };
-        let seq = match (record.status, record.message_seq) {
-            (TurnStatus::Running, Some(seq)) => seq,
-            (TurnStatus::Pending | TurnStatus::Running, _) => {
-                let message = Message {
-                    role: Role::User,
-                    content: record.content,
-                };
-                let seqs =
-                    Self::insert(&mut tx, &record.session, Some(turn), &[message], now).await?;
-                seqs.first().copied().unwrap_or_default()
-            }
-            (status, _) => {
-                return Err(Error::TurnFinished { turn, status });
-            }
-        };
-        sqlx::query(
-            "UPDATE turns SET status = 'running', message_seq = ?2, owner_pid = ?3, updated_at = ?4
-             WHERE id = ?1",
-        )
-        .bind(to_i64(turn.0))
-        .bind(to_i64(seq))
-        .bind(i64::from(owner_pid))
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(seq)
+        retry::on_busy(|| self.start_turn_once(turn, owner_pid)).await
     }
 
     async fn finish_turn(&self, turn: TurnId, status: TurnStatus) -> Result<()> {
-        let done = sqlx::query("UPDATE turns SET status = ?2, updated_at = ?3 WHERE id = ?1")
-            .bind(to_i64(turn.0))
-            .bind(status.as_str())
-            .bind(now_millis())
-            .execute(&self.pool)
-            .await?;
-        if done.rows_affected() == 0 {
-            return Err(Error::UnknownTurn { turn });
-        }
-        Ok(())
+        retry::on_busy(|| self.finish_turn_once(turn, status)).await
     }
 
     async fn turn(&self, turn: TurnId) -> Result<Option<TurnRecord>> {
@@ -1265,6 +1402,30 @@ impl SessionStore for SqliteStore {
             .fetch_optional(&self.pool)
             .await?;
         Ok(row.as_ref().map(turn_from_row).transpose()?.flatten())
+    }
+
+    async fn prune_idle(&self, before: i64) -> Result<Vec<SessionKey>> {
+        let keys: Vec<String> = retry::on_busy(|| async {
+            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+            let keys = sqlx::query_scalar(
+                "DELETE FROM sessions WHERE updated_at < ?1 AND NOT EXISTS (
+                     SELECT 1 FROM turns t WHERE t.session_key = sessions.key
+                         AND t.status IN ('pending', 'running'))
+                 RETURNING key",
+            )
+            .bind(before)
+            .fetch_all(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(keys)
+        })
+        .await?;
+        let mut keys: Vec<SessionKey> = keys
+            .iter()
+            .filter_map(|key| SessionKey::from_str(key).ok())
+            .collect();
+        keys.sort();
+        Ok(keys)
     }
 
     async fn open_turns(&self, session: Option<&SessionKey>) -> Result<Vec<TurnRecord>> {
@@ -1277,8 +1438,22 @@ impl SessionStore for SqliteStore {
             .fetch_all(&self.pool)
             .await?;
         let mut out = Vec::with_capacity(rows.len());
+        let mut unreadable = Vec::new();
         for row in &rows {
-            out.extend(turn_from_row(row)?);
+            match turn_from_row(row) {
+                Ok(turn) => out.extend(turn),
+                // One turn this version cannot read (written by a newer
+                // Flynn, or damaged) must not hold up the others: it is
+                // marked failed and left out.
+                Err(Error::CorruptTurn { turn, source }) => {
+                    tracing::error!(%turn, error = %source, "an accepted turn cannot be read; marking it failed");
+                    unreadable.push(turn);
+                }
+                Err(other) => return Err(other),
+            }
+        }
+        for turn in unreadable {
+            self.finish_turn(turn, TurnStatus::Failed).await?;
         }
         Ok(out)
     }
@@ -1292,8 +1467,8 @@ async fn insert_usage(
     let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     sqlx::query(
         "INSERT INTO usage (session_key, provider, model, tier, purpose, input_tokens,
-             output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+             output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, created_at, partial)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     )
     .bind(record.session.as_str())
     .bind(&record.provider)
@@ -1306,6 +1481,7 @@ async fn insert_usage(
     .bind(count(record.usage.cache_write_tokens))
     .bind(record.cost_usd)
     .bind(now)
+    .bind(record.partial)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -1326,4 +1502,72 @@ fn usage_total(row: &sqlx::sqlite::SqliteRow) -> Result<UsageTotal> {
         cost_usd: row.try_get("cost")?,
         unpriced_calls: count("unpriced")?,
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn every_pooled_connection_syncs_each_commit_to_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("sessions.db"))
+            .await
+            .unwrap();
+        // Hold every connection the pool may open at once, so each one is
+        // looked at, not the same one four times.
+        let mut held = Vec::new();
+        for _ in 0..store.pool.options().get_max_connections() {
+            held.push(store.pool.acquire().await.unwrap());
+        }
+        let mut modes = Vec::new();
+        for conn in &mut held {
+            let mode: i64 = sqlx::query_scalar("PRAGMA synchronous")
+                .fetch_one(&mut **conn)
+                .await
+                .unwrap();
+            modes.push(mode);
+        }
+        // 2 is FULL: a commit is on disk before it returns, so what was
+        // acknowledged survives a power cut.
+        assert_eq!(modes, vec![2; held.len()]);
+    }
+
+    #[tokio::test]
+    async fn pairing_gives_up_when_no_fresh_code_can_be_had() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("sessions.db"))
+            .await
+            .unwrap();
+        let same = &mut || Ok("AAAAAA".to_owned());
+        let first = store
+            .pairing_request_with("telegram", "1", None, 0, 60_000, same)
+            .await
+            .unwrap();
+        assert_eq!(first.code, "AAAAAA");
+        // Every code tried is taken: an error, not a loop holding the
+        // write lock forever.
+        let second = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            store.pairing_request_with("telegram", "2", None, 0, 60_000, same),
+        )
+        .await
+        .expect("the request gave up");
+        assert_eq!(
+            second.unwrap_err().to_string(),
+            "cannot make a pairing code on telegram: the 16 codes tried were all taken; the sender may write again later"
+        );
+        let broken = &mut || Err(getrandom::Error::UNSUPPORTED);
+        let third = store
+            .pairing_request_with("telegram", "3", None, 0, 60_000, broken)
+            .await
+            .unwrap_err();
+        assert!(
+            third
+                .to_string()
+                .starts_with("cannot make a pairing code on telegram: the operating system's random source failed ("),
+            "{third}"
+        );
+    }
 }

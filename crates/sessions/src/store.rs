@@ -73,6 +73,10 @@ pub struct UsageRecord {
     pub usage: Usage,
     /// USD; `None` when the model's price is unknown.
     pub cost_usd: Option<f64>,
+    /// The call was cut short (cancelled, timed out, or its stream broke):
+    /// the tokens are what was known or estimated when it ended.
+    #[serde(default)]
+    pub partial: bool,
 }
 
 /// Usage of one tier for one purpose.
@@ -402,4 +406,10 @@ pub trait SessionStore: Send + Sync {
     /// Every pending or running turn, of one session or (with `None`) of
     /// every session, oldest first.
     async fn open_turns(&self, session: Option<&SessionKey>) -> Result<Vec<TurnRecord>>;
+
+    /// Deletes every session last active before `before` (milliseconds
+    /// since the epoch) with its messages, turns and kept tool outputs,
+    /// unless it has a turn still pending or running; returns the keys
+    /// deleted. Usage rows stay (spending stays accountable).
+    async fn prune_idle(&self, before: i64) -> Result<Vec<SessionKey>>;
 }

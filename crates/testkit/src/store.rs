@@ -109,6 +109,11 @@ impl RealTimeStore {
 
 #[async_trait]
 impl SessionStore for RealTimeStore {
+    async fn prune_idle(&self, before: i64) -> Result<Vec<SessionKey>> {
+        self.run(move |s| async move { s.prune_idle(before).await })
+            .await
+    }
+
     async fn append(&self, key: &SessionKey, messages: &[Message]) -> Result<Vec<u64>> {
         let (key, messages) = (key.clone(), messages.to_vec());
         self.run(|s| async move { s.append(&key, &messages).await })

@@ -3,6 +3,7 @@
 
 #[cfg(feature = "telegram")]
 mod automation;
+mod backup;
 #[cfg(any(feature = "telegram", feature = "whatsapp"))]
 mod channels;
 #[cfg(all(feature = "telegram", feature = "whatsapp"))]

@@ -155,6 +155,7 @@ sessions:
             interrupted_turns: InterruptedTurns::Rerun,
             queue_limit: 8,
             lane_idle_secs: 60,
+            retention_days: None,
         }
     );
 }

@@ -452,6 +452,18 @@ fn sessions_url_and_database_are_alternatives() {
 }
 
 #[test]
+fn session_retention_is_one_day_to_a_century() {
+    assert_error(
+        "sessions:\n  retention_days: 0\n",
+        "config.yaml:2:19: sessions.retention_days: 0 is out of range, expected 1 to 36500",
+    );
+    assert_error(
+        "sessions:\n  retention_days: 100000\n",
+        "config.yaml:2:19: sessions.retention_days: 100000 is out of range, expected 1 to 36500",
+    );
+}
+
+#[test]
 fn session_lane_limits_are_at_least_one() {
     assert_error(
         "sessions:\n  queue_limit: 0\n  lane_idle_secs: 0\n  interrupted_turns: report\n",

@@ -267,3 +267,92 @@ fn server_tool_count(offered: &[String]) -> usize {
         .filter(|name| name.starts_with("calc_"))
         .count()
 }
+
+#[tokio::test]
+async fn tool_arguments_that_are_not_json_are_an_error_the_model_sees_not_a_failed_turn() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::RawSse(
+        concat!(
+            r#"data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_x","type":"function","function":{"name":"file_read","arguments":"{\"a\":"}}]},"finish_reason":"tool_calls"}]}"#,
+            "\n\ndata: [DONE]\n\n"
+        )
+        .into(),
+    ));
+    fake.push(Reply::Text("Sorry, trying again later.".into()));
+    let home = tempfile::tempdir().unwrap();
+    let flynn = Flynn::builder()
+        .config(config(&fake, Some(vec!["file.read"])))
+        .home(home.path())
+        .workspace(home.path())
+        .build()
+        .await
+        .unwrap();
+    let outcome = flynn
+        .send(
+            TurnRequest::text("app:user".parse().unwrap(), "read it"),
+            CancellationToken::new(),
+            &mut |_| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome.reply, "Sorry, trying again later.");
+    let requests = fake.requests();
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    let result = messages.last().unwrap();
+    assert_eq!(
+        result,
+        &json!({
+            "role": "tool",
+            "tool_call_id": "call_x",
+            "content": "invalid arguments for file.read: they are not valid JSON (EOF while parsing a value at line 1 column 5): {\"a\":; call the tool again with its arguments as one JSON object"
+        })
+    );
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_model_call_cancelled_mid_answer_still_leaves_a_usage_row() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::Stall(
+        "data: {\"choices\":[{\"delta\":{\"content\":\"Once upon\"}}]}\n\n".into(),
+    ));
+    let home = tempfile::tempdir().unwrap();
+    let flynn = Flynn::builder()
+        .config(config(&fake, None))
+        .home(home.path())
+        .workspace(home.path())
+        .build()
+        .await
+        .unwrap();
+    let cancel = CancellationToken::new();
+    let result = flynn
+        .send(
+            TurnRequest::text("app:user".parse().unwrap(), "tell me a story"),
+            cancel.clone(),
+            &mut |event| {
+                if matches!(event, AgentEvent::ContentDelta { .. }) {
+                    cancel.cancel();
+                }
+            },
+        )
+        .await;
+    assert!(result.is_err(), "{result:?}");
+    let usage = flynn
+        .manager()
+        .store()
+        .usage_by_purpose(Some(&"app:user".parse().unwrap()))
+        .await
+        .unwrap();
+    let calls: Vec<(u64, bool, bool)> = usage
+        .iter()
+        .map(|line| {
+            (
+                line.total.calls,
+                line.total.usage.input_tokens > 0,
+                line.total.usage.output_tokens > 0,
+            )
+        })
+        .collect();
+    assert_eq!(calls, vec![(1, true, true)]);
+    flynn.shutdown().await;
+}

@@ -361,6 +361,44 @@ async fn a_signed_webhook_becomes_a_message_and_a_forged_one_is_refused() {
 }
 
 #[tokio::test]
+async fn metrics_leave_out_usage_the_store_cannot_read_and_say_so() {
+    use sqlx::ConnectOptions;
+
+    let fake = FakeOpenAi::start().await;
+    let mut harness = Harness::start(&fake).await;
+    let scrape = || async {
+        reqwest::Client::new()
+            .get(harness.url("/metrics"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let healthy = scrape().await;
+    assert!(healthy.contains("\nflynn_store_up 1\n"), "{healthy}");
+    // The usage table goes missing behind the daemon's back.
+    let mut raw = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(harness._home.path().join("data/sessions.db"))
+        .connect()
+        .await
+        .unwrap();
+    sqlx::query("DROP TABLE usage")
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    let broken = scrape().await;
+    assert!(broken.contains("\nflynn_store_up 0\n"), "{broken}");
+    assert!(
+        !broken.contains("flynn_tokens_total{") && !broken.contains("flynn_cost_usd_total{"),
+        "{broken}"
+    );
+    harness.stop().await;
+}
+
+#[tokio::test]
 async fn metrics_count_turns_tokens_and_refusals() {
     let fake = FakeOpenAi::start().await;
     fake.push(Reply::Text("counted".into()));

@@ -460,3 +460,27 @@ async fn memory_files_directories_and_index_are_private() {
         .unwrap();
     assert_eq!(mode(&root.join("user.md")), 0o600);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_syncing_one_index_both_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("memory");
+    let index_path = dir.path().join("index.db");
+    // Two handles with their own connections, as the daemon and the CLI.
+    let first = MemoryIndex::open(&index_path, None).await.unwrap();
+    let second = MemoryIndex::open(&index_path, None).await.unwrap();
+    let store = MemoryStore::new(&root);
+    for round in 0..20 {
+        for file in 0..5 {
+            write(
+                &root,
+                &format!("notes/{file}.md"),
+                &format!("Round {round} of file {file}: the heron fishes at dawn.\n"),
+            );
+        }
+        let (a, b) = tokio::join!(first.sync(&store), second.sync(&store));
+        assert!(a.is_ok() && b.is_ok(), "round {round}: {a:?} {b:?}");
+    }
+    first.close().await;
+    second.close().await;
+}

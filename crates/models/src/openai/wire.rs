@@ -508,12 +508,17 @@ impl Assembler for ChatAssembler {
             let input = if call.arguments.trim().is_empty() {
                 Value::Object(serde_json::Map::new())
             } else {
-                serde_json::from_str(&call.arguments).map_err(|error| {
-                    self.protocol(format!(
-                        "the arguments of tool call '{name}' ({id}) are not valid JSON ({error}): {}",
-                        crate::http::quote(&call.arguments)
-                    ))
-                })?
+                // Arguments that are not JSON (small local models write
+                // them often) fail that one call, not the answer: the turn
+                // answers it with an error the model can act on.
+                serde_json::from_str(&call.arguments).unwrap_or_else(|_| {
+                    let mut stand_in = serde_json::Map::new();
+                    stand_in.insert(
+                        flynn_protocol::INVALID_ARGUMENTS_KEY.to_owned(),
+                        Value::String(call.arguments.clone()),
+                    );
+                    Value::Object(stand_in)
+                })
             };
             content.push(ContentBlock::ToolUse { id, name, input });
         }
@@ -788,7 +793,7 @@ data: {"choices":[],"usage":{"prompt_tokens":30,"completion_tokens":5,"prompt_to
     }
 
     #[test]
-    fn empty_arguments_are_an_empty_object_and_bad_ones_an_error() {
+    fn empty_arguments_are_an_empty_object_and_bad_ones_a_stand_in_for_the_turn_to_refuse() {
         let ok = r#"data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c1","function":{"name":"ping","arguments":""}}]},"finish_reason":"tool_calls"}]}
 data: [DONE]
 "#;
@@ -806,11 +811,12 @@ data: [DONE]
 "#;
         let (_, response) = assemble(bad, ToolNameMap::default());
         assert_eq!(
-            response,
-            Err(Error::Protocol {
-                provider: "openai".into(),
-                message: "the arguments of tool call 'ping' (c1) are not valid JSON (EOF while parsing a value at line 1 column 5): {\"a\":".into(),
-            })
+            response.map(|r| r.message.content),
+            Ok(vec![ContentBlock::ToolUse {
+                id: "c1".into(),
+                name: "ping".into(),
+                input: json!({"$invalid_json": "{\"a\":"}),
+            }])
         );
     }
 

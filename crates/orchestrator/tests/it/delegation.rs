@@ -553,3 +553,40 @@ impl flynn_tools::Approver for Person {
         flynn_tools::Decision::Approve
     }
 }
+
+#[tokio::test]
+async fn a_delegated_call_dropped_by_a_timeout_still_leaves_a_usage_row() {
+    let main = Scripted::echo("m");
+    let fast = Scripted::new("f", vec![Script::Hang("summar".into())]);
+    let h = Harness::new(vec![main, fast.clone()], three_tiers()).await;
+    let k = key("cli:a");
+    // As the summariser's timeout does: the call is dropped half-way.
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(200),
+        h.manager.orchestrator().delegate(
+            SubAgentRequest::new(Purpose::Compaction, k, "Summarise.", "a long talk"),
+            &CancellationToken::new(),
+        ),
+    )
+    .await;
+    assert!(dropped.is_err(), "the hanging call answered: {dropped:?}");
+    assert_eq!(fast.requests().len(), 1);
+    // The row is written on a task of its own, soon after.
+    let recorded = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let lines = h.store.usage_by_purpose(None).await.unwrap();
+            if let Some(line) = lines.first() {
+                break (
+                    line.tier,
+                    line.purpose,
+                    line.total.calls,
+                    line.total.usage.input_tokens > 0,
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("no usage row for the dropped call");
+    assert_eq!(recorded, (Tier::Fast, Purpose::Compaction, 1, true));
+}

@@ -8,6 +8,7 @@ mod factory;
 mod history;
 mod metadata;
 mod migration;
+mod operations;
 mod turns;
 mod usage;
 

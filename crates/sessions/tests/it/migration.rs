@@ -208,3 +208,23 @@ async fn a_database_from_a_newer_flynn_is_refused_with_a_hint() {
         )
     );
 }
+
+#[tokio::test]
+async fn a_file_that_is_not_a_database_is_called_damaged_not_newer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    std::fs::write(&path, "these are my notes, not a database\n".repeat(200)).unwrap();
+
+    let error = SqliteStore::open(&path).await.unwrap_err();
+    assert!(matches!(error, Error::Damaged { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.starts_with(&format!(
+            "the session database {} is damaged or is not a SQLite database: ",
+            path.display()
+        )) && message.ends_with(
+            "(restore a backup with `flynn restore <archive>`, or move the file aside and Flynn starts an empty one)"
+        ),
+        "{message}"
+    );
+}

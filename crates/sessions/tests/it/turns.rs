@@ -241,3 +241,30 @@ async fn unknown_turns_are_a_clear_error() {
     );
     assert_eq!(store.turn(TurnId(7)).await.unwrap(), None);
 }
+
+#[tokio::test]
+async fn an_unreadable_open_turn_is_marked_failed_and_the_others_recover() {
+    let (_dir, store) = open().await;
+    let k = key("cli:default");
+    let text = |t: &str| vec![ContentBlock::text(t)];
+    let good = store.accept(&k, &text("fine"), &origin(1)).await.unwrap();
+    let bad = store.accept(&k, &text("later"), &origin(1)).await.unwrap();
+    // A content block this version does not know (a newer Flynn wrote it).
+    sqlx::query("UPDATE turns SET content = '[{\"type\":\"hologram\"}]' WHERE id = ?1")
+        .bind(i64::try_from(bad.id.0).unwrap())
+        .execute(&mut crate::raw(store.path()).await)
+        .await
+        .unwrap();
+
+    let open = store.open_turns(None).await.unwrap();
+    assert_eq!(
+        open.iter().map(|t| (t.id, t.status)).collect::<Vec<_>>(),
+        vec![(good.id, TurnStatus::Pending)]
+    );
+    let status: String = sqlx::query_scalar("SELECT status FROM turns WHERE id = ?1")
+        .bind(i64::try_from(bad.id.0).unwrap())
+        .fetch_one(&mut crate::raw(store.path()).await)
+        .await
+        .unwrap();
+    assert_eq!(status, "failed");
+}

@@ -21,6 +21,7 @@ fn record(session: &str, tier: Tier, input: u64, cost: Option<f64>) -> UsageReco
             cache_write_tokens: 2,
         },
         cost_usd: cost,
+        partial: false,
     }
 }
 
@@ -236,4 +237,78 @@ async fn an_answer_whose_usage_cannot_be_stored_is_not_stored_either() {
         vec![(1, "hi".to_owned())]
     );
     assert_eq!(store.usage_by_tier(None).await.unwrap(), vec![]);
+}
+
+#[tokio::test]
+async fn an_answer_waits_out_a_writer_that_holds_the_database_past_the_busy_timeout() {
+    use sqlx::Connection;
+
+    let (_dir, store) = open().await;
+    let k = key("cli:locked");
+    // Another process takes the write lock and keeps it longer than
+    // SQLite's busy timeout.
+    let mut holder = crate::raw(store.path()).await;
+    let mut lock = holder.begin_with("BEGIN EXCLUSIVE").await.unwrap();
+    sqlx::query("UPDATE sessions SET title = title")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let answer = Message::assistant("paid for");
+    let appending = {
+        let store = store.clone();
+        let k = k.clone();
+        let answer = answer.clone();
+        tokio::spawn(async move {
+            store
+                .append_answer(
+                    &k,
+                    None,
+                    &answer,
+                    &record("cli:locked", Tier::Default, 100, Some(0.1)),
+                )
+                .await
+        })
+    };
+    tokio::time::sleep(flynn_sessions::retry::BUSY_TIMEOUT + std::time::Duration::from_millis(500))
+        .await;
+    assert!(
+        !appending.is_finished(),
+        "the answer gave up while the lock was held"
+    );
+    lock.rollback().await.unwrap();
+
+    let seq = appending.await.unwrap().unwrap();
+    let history = store.history(&k).await.unwrap();
+    assert_eq!(
+        history
+            .iter()
+            .map(|m| (m.seq, m.message.clone()))
+            .collect::<Vec<_>>(),
+        vec![(seq, answer)]
+    );
+    let usage = store.usage_by_purpose(Some(&k)).await.unwrap();
+    assert_eq!(
+        usage
+            .iter()
+            .map(|l| (l.total.calls, l.total.usage.input_tokens))
+            .collect::<Vec<_>>(),
+        vec![(1, 100)]
+    );
+}
+
+#[tokio::test]
+async fn usage_since_a_day_reads_through_the_time_index() {
+    let (_dir, store) = open().await;
+    let mut raw = crate::raw(store.path()).await;
+    let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(
+        "EXPLAIN QUERY PLAN SELECT COUNT(*) FROM usage WHERE created_at >= 0 GROUP BY tier",
+    )
+    .fetch_all(&mut raw)
+    .await
+    .unwrap();
+    assert!(
+        plan.iter()
+            .any(|(_, _, _, detail)| detail.contains("USING INDEX usage_by_time")),
+        "{plan:?}"
+    );
 }
