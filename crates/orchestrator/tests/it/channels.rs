@@ -791,3 +791,41 @@ async fn a_slow_compact_blocks_neither_other_chats_nor_its_own_lane() {
         .unwrap();
     assert!(compacted_at < answered, "{out:#?}");
 }
+
+#[tokio::test]
+async fn a_redelivered_reset_runs_once_and_keeps_what_came_after_it() {
+    let model = Scripted::echo("m");
+    let h = Harness::new(vec![model.clone()], Setup::default()).await;
+    let adapter = Memory::new(4096);
+    let config = telegram(|c| c.allow_from = vec!["42".into()]);
+    let _router = router(&h, adapter.clone(), &config).await;
+
+    assert_eq!(
+        adapter.deliver(dm("c1", "42", "/reset")).await,
+        Disposition::Accepted
+    );
+    assert_eq!(
+        adapter.deliver(dm("u2", "42", "remember me")).await,
+        Disposition::Accepted
+    );
+    adapter
+        .until(|out| {
+            out.iter().any(|o| {
+                matches!(o, Out::Send { text, .. } | Out::Edit { text, .. } if text == "re: remember me")
+            })
+        })
+        .await;
+    // The platform delivers the /reset again (a retry, out of order).
+    assert_eq!(
+        adapter.deliver(dm("c1", "42", "/reset")).await,
+        Disposition::Duplicate
+    );
+    let history = h.history(&key("telegram:42")).await;
+    assert_eq!(
+        history,
+        vec![
+            Message::user("remember me"),
+            Message::assistant("re: remember me")
+        ]
+    );
+}
