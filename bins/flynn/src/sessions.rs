@@ -133,7 +133,21 @@ impl Source {
 
     async fn reset(&self, key: &SessionKey) -> Result<bool, Failure> {
         match self {
-            Source::Local(store) => store.clear(key).await.map_err(storage_error),
+            Source::Local(store) => {
+                // Without the daemon's lane, a turn still open would keep
+                // writing into the emptied session: refuse.
+                let open = store.open_turns(Some(key)).await.map_err(storage_error)?;
+                if !open.is_empty() {
+                    return Err(Failure::from_code(
+                        flynn_core::ErrorCode::Refused,
+                        format!(
+                            "session {key} has {} unfinished turns (a running daemon's, or left by one that stopped); reset it through the daemon with --gateway (or FLYNN_GATEWAY_URL), which stops them first, or start the daemon so it settles them",
+                            open.len()
+                        ),
+                    ));
+                }
+                store.clear(key).await.map_err(storage_error)
+            }
             Source::Remote(target, client) => {
                 let result: ResetResult =
                     remote::call(target, client, "sessions.reset", json!({"session": key})).await?;

@@ -2,11 +2,17 @@
 //! and learn whether it is safe to acknowledge it to the platform.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
 use crate::adapter::InboundEvent;
 use crate::registry::StatusCell;
+
+/// The longest [`Inbound::deliver`] waits for the daemon's verdict; then
+/// the delivery is left for the platform to deliver again
+/// ([`Disposition::Retry`]).
+pub const DELIVER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What the daemon did with a delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,17 +99,63 @@ impl Inbound {
             event,
             verdict,
         };
-        if self.tx.send(delivery).await.is_err() {
-            return Disposition::Retry("the daemon is shutting down".to_owned());
-        }
-        answer
+        let waited = async {
+            if self.tx.send(delivery).await.is_err() {
+                return Disposition::Retry("the daemon is shutting down".to_owned());
+            }
+            answer.await.unwrap_or_else(|_| {
+                Disposition::Retry("the daemon dropped the delivery".to_owned())
+            })
+        };
+        tokio::time::timeout(DELIVER_TIMEOUT, waited)
             .await
-            .unwrap_or_else(|_| Disposition::Retry("the daemon dropped the delivery".to_owned()))
+            .unwrap_or_else(|_| {
+                Disposition::Retry(format!(
+                    "the daemon gave no verdict within {} s; the platform delivers it again (a message stored meanwhile is answered once)",
+                    DELIVER_TIMEOUT.as_secs()
+                ))
+            })
     }
 
     /// Reports that the platform accepted the credentials and events
     /// flow; `detail` names the bot as the platform knows it (`@flynn_bot`).
     pub fn connected(&self, detail: impl Into<String>) {
         self.status.connected(detail.into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapter::{Action, Conversation, Sender};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delivery_nobody_decides_is_left_to_the_platform_after_the_timeout() {
+        let (inbound, mut deliveries) = Inbound::detached("test");
+        // The daemon takes the delivery but never settles it.
+        let held = tokio::spawn(async move {
+            let delivery = deliveries.recv().await;
+            std::future::pending::<()>().await;
+            drop(delivery);
+        });
+        let press = InboundEvent::Action(Action {
+            id: "a1".into(),
+            sender: Sender {
+                id: "1".into(),
+                name: None,
+            },
+            conversation: Conversation::direct("1"),
+            message: None,
+            data: "y:t".into(),
+            reply: None,
+        });
+        let started = tokio::time::Instant::now();
+        let disposition = inbound.deliver(press).await;
+        assert_eq!(started.elapsed(), DELIVER_TIMEOUT);
+        assert!(
+            matches!(&disposition, Disposition::Retry(why) if why.contains("no verdict within 60 s")),
+            "{disposition:?}"
+        );
+        held.abort();
     }
 }

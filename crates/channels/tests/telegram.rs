@@ -131,17 +131,28 @@ fn webhook_request(post: WebhookPost) -> WebhookRequest {
     }
 }
 
+/// Queues a message for `getUpdates`; returns its `update_id` and the id
+/// the adapter gives it: `<chat id>:<message id>`.
+fn push(fake: &FakeTelegram, incoming: Incoming) -> (i64, String) {
+    let update = fake.update(incoming);
+    let id = format!(
+        "{}:{}",
+        update["message"]["chat"]["id"], update["message"]["message_id"]
+    );
+    (fake.push_update(update), id)
+}
+
 #[tokio::test]
 async fn a_direct_message_is_delivered_acknowledged_after_settling_and_answered() {
     let fake = FakeTelegram::start().await;
     let mut running = start(&polling_config(&fake));
-    let id = fake.push(Incoming::private(&alice(), "hello there"));
+    let (update_id, id) = push(&fake, Incoming::private(&alice(), "hello there"));
 
     let delivery = running.next().await;
     assert_eq!(
         delivery.event,
         InboundEvent::Message(InboundMessage {
-            id: id.to_string(),
+            id: id.clone(),
             conversation: Conversation::direct("111"),
             sender: Sender {
                 id: "111".into(),
@@ -154,11 +165,11 @@ async fn a_direct_message_is_delivered_acknowledged_after_settling_and_answered(
         })
     );
     // Not confirmed while the daemon has not answered.
-    assert_eq!(fake.pending_updates(), vec![id]);
-    assert!(fake.confirmed_offset() <= id);
+    assert_eq!(fake.pending_updates(), vec![update_id]);
+    assert!(fake.confirmed_offset() <= update_id);
     delivery.settle(Disposition::Accepted);
     assert!(
-        fake.wait(WAIT, |f| f.confirmed_offset() == id + 1
+        fake.wait(WAIT, |f| f.confirmed_offset() == update_id + 1
             && f.pending_updates().is_empty())
             .await
     );
@@ -233,12 +244,12 @@ async fn group_messages_are_mentioned_only_when_they_address_the_bot() {
         ("/reset@flynn_bot", true, "/reset"),
     ];
     for (text, mentioned, cleaned) in cases {
-        let id = fake.push(Incoming::group(GROUP, "Team", &carol(), text));
+        let (_, id) = push(&fake, Incoming::group(GROUP, "Team", &carol(), text));
         let delivery = running.next().await;
         assert_eq!(
             message(&delivery),
             InboundMessage {
-                id: id.to_string(),
+                id: id.clone(),
                 conversation: group.clone(),
                 sender: Sender {
                     id: "333".into(),
@@ -273,10 +284,13 @@ async fn group_messages_are_mentioned_only_when_they_address_the_bot() {
     delivery.settle(Disposition::Accepted);
 
     // A forum topic is a conversation of its own, and answers go there.
-    let id = fake.push(Incoming::group(GROUP, "Team", &carol(), "@flynn_bot in here").in_topic(42));
+    let (_, id) = push(
+        &fake,
+        Incoming::group(GROUP, "Team", &carol(), "@flynn_bot in here").in_topic(42),
+    );
     let delivery = running.next().await;
     let topic = message(&delivery);
-    assert_eq!(topic.id, id.to_string());
+    assert_eq!(topic.id, id);
     assert_eq!(
         topic.conversation,
         Conversation {
@@ -535,17 +549,20 @@ async fn a_refused_request_is_rejected_and_the_fake_names_it() {
 async fn an_update_the_daemon_could_not_take_comes_again_with_the_same_id() {
     let fake = FakeTelegram::start().await;
     let mut running = start(&polling_config(&fake));
-    let id = fake.push(Incoming::private(&alice(), "remember this"));
+    let (update_id, id) = push(&fake, Incoming::private(&alice(), "remember this"));
 
     let first = running.next().await;
     let first_event = first.event.clone();
     first.settle(Disposition::Retry("the disk is full".into()));
     let second = running.next().await;
     assert_eq!(second.event, first_event);
-    assert_eq!(message(&second).id, id.to_string());
-    assert_eq!(fake.pending_updates(), vec![id]);
+    assert_eq!(message(&second).id, id);
+    assert_eq!(fake.pending_updates(), vec![update_id]);
     second.settle(Disposition::Accepted);
-    assert!(fake.wait(WAIT, |f| f.confirmed_offset() == id + 1).await);
+    assert!(
+        fake.wait(WAIT, |f| f.confirmed_offset() == update_id + 1)
+            .await
+    );
     assert_eq!(fake.violations(), Vec::<String>::new());
     running.finish().await.unwrap();
 }
@@ -574,7 +591,10 @@ async fn webhook_deliveries_need_the_secret_and_are_answered_after_settling() {
     } = running;
 
     let update = fake.update(Incoming::private(&alice(), "via webhook"));
-    let id = update["update_id"].as_i64().unwrap().to_string();
+    let id = format!(
+        "{}:{}",
+        update["message"]["chat"]["id"], update["message"]["message_id"]
+    );
     let post = |secret: Option<&str>| {
         let request = webhook_request(fake.webhook_post(&update, secret));
         let adapter = Arc::clone(&adapter);
@@ -757,10 +777,15 @@ async fn bots_and_service_messages_are_skipped_and_confirmed() {
         "new_chat_members",
         json!([{"id": 777, "is_bot": false, "first_name": "Dan"}]),
     ));
-    let real = fake.push(Incoming::private(&alice(), "a real one"));
+    let update = fake.update(Incoming::private(&alice(), "a real one"));
+    let real_id = format!(
+        "{}:{}",
+        update["message"]["chat"]["id"], update["message"]["message_id"]
+    );
+    let real = fake.push_update(update);
 
     let delivery = running.next().await;
-    assert_eq!(message(&delivery).id, real.to_string());
+    assert_eq!(message(&delivery).id, real_id);
     delivery.settle(Disposition::Accepted);
     assert!(fake.wait(WAIT, |f| f.confirmed_offset() == real + 1).await);
     assert!(running.rx.try_recv().is_err());
@@ -823,15 +848,18 @@ async fn polling_resumes_after_bad_gateways_under_a_registry() {
         .await;
     // Three failed polls end the connection; the registry connects again.
     assert!(fake.wait_for_calls("getMe", 2, WAIT).await);
-    let id = fake.push(Incoming::private(&alice(), "are you back?"));
+    let (update_id, id) = push(&fake, Incoming::private(&alice(), "are you back?"));
     let delivery = tokio::time::timeout(WAIT, rx.recv())
         .await
         .unwrap()
         .unwrap();
     assert_eq!(delivery.channel, "telegram");
-    assert_eq!(message(&delivery).id, id.to_string());
+    assert_eq!(message(&delivery).id, id);
     delivery.settle(Disposition::Accepted);
-    assert!(fake.wait(WAIT, |f| f.confirmed_offset() == id + 1).await);
+    assert!(
+        fake.wait(WAIT, |f| f.confirmed_offset() == update_id + 1)
+            .await
+    );
 
     let status = registry.status().pop().unwrap();
     assert_eq!(status.state, ChannelState::Connected);

@@ -440,6 +440,13 @@ impl Flynn {
         Ok(self.manager.recover().await?)
     }
 
+    /// [`recover`](Self::recover), returning what was done with each turn
+    /// (see [`SessionManager::recover_turns`]): the daemon hands them to
+    /// the channel router, which tells the chats they came from.
+    pub async fn recover_turns(&self) -> Result<Vec<flynn_orchestrator::RecoveredTurn>> {
+        Ok(self.manager.recover_turns().await?)
+    }
+
     /// Stops running cron jobs and the heartbeat (runs going on are
     /// cancelled), cancels running turns, waits for every lane to stop,
     /// then shuts the tools down (background processes are killed).

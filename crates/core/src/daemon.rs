@@ -219,10 +219,11 @@ impl Daemon {
         stack.push("runtime", move || async move { runtime.shutdown().await });
 
         // Turns a previous process left unfinished.
-        let recovered = flynn.recover().await?;
+        // Those of chats are told there once the channels are up.
+        let recovered = flynn.recover_turns().await?;
         if !recovered.is_empty() {
             tracing::warn!(
-                sessions = recovered.len(),
+                turns = recovered.len(),
                 "found turns a previous run left unfinished"
             );
         }
@@ -289,6 +290,7 @@ impl Daemon {
                     }
                 }
             }
+            router.follow_recovered(recovered);
             let stopping = registry.clone();
             stack.push("channels", move || async move {
                 stopping.shutdown().await;

@@ -22,6 +22,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use flynn_orchestrator::{Submitted, TurnRequest};
 use flynn_protocol::{AgentEvent, Message, RunState, SessionKey, Tier, TurnOutcome};
+use futures::FutureExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -372,8 +373,30 @@ pub(crate) async fn chat_completions(
             })
         };
         yield Ok::<_, Infallible>(sse(&chunk(json!({"role": "assistant", "content": ""}), None)));
-        let mut ended = false;
-        while let Some(event) = events.next().await {
+        // The outcome ends the stream too: the terminal event may be lost
+        // to lag. Events already published come first.
+        let outcome = handle.outcome();
+        tokio::pin!(outcome);
+        let mut result = None;
+        let outcome = loop {
+            let event = match &result {
+                None => tokio::select! {
+                    event = events.next() => event,
+                    ended = &mut outcome => {
+                        result = Some(ended);
+                        continue;
+                    }
+                },
+                // The outcome is in: what it left in the buffer was
+                // published before it.
+                Some(_) => events.next().now_or_never().flatten(),
+            };
+            let Some(event) = event else {
+                break match result {
+                    Some(result) => result,
+                    None => outcome.await,
+                };
+            };
             let Ok(envelope) = event else { continue };
             if envelope.turn != Some(turn_id) {
                 continue;
@@ -383,13 +406,14 @@ pub(crate) async fn chat_completions(
                     yield Ok(sse(&chunk(json!({"content": text}), None)));
                 }
                 AgentEvent::RunState { state: RunState::Complete | RunState::Cancelled | RunState::Error } => {
-                    ended = true;
-                    break;
+                    break match result {
+                        Some(result) => result,
+                        None => outcome.await,
+                    };
                 }
                 _ => {}
             }
-        }
-        let outcome = handle.outcome().await;
+        };
         match outcome {
             Ok(outcome) => {
                 yield Ok(sse(&chunk(json!({}), Some("stop"))));
@@ -405,7 +429,6 @@ pub(crate) async fn chat_completions(
                 yield Ok(sse(&json!({"error": {"message": e.to_string(), "type": "server_error", "param": null, "code": null}})));
             }
         }
-        let _ = ended;
         yield Ok(bytes::Bytes::from_static(b"data: [DONE]\n\n"));
     };
     let mut response = Response::new(axum::body::Body::from_stream(stream));

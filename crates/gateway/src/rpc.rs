@@ -297,8 +297,8 @@ async fn agent_send(
     let Ok(sink) = pending.accept().await else {
         return;
     };
-    let turn = match submitted {
-        Submitted::Turn(handle) => handle.turn,
+    let handle = match submitted {
+        Submitted::Turn(handle) => handle,
         Submitted::Command { name, reply } => {
             // The lane published the command's reply before answering.
             let mut sent = false;
@@ -327,35 +327,122 @@ async fn agent_send(
             return;
         }
     };
-    loop {
-        tokio::select! {
+    let turn = handle.turn;
+    // The turn's outcome ends the stream too: its terminal events may be
+    // lost to lag (a client that fell behind); they are then sent from
+    // the outcome, after the events published before it.
+    let outcome = handle.outcome();
+    tokio::pin!(outcome);
+    let result = loop {
+        let event = tokio::select! {
             () = sink.closed() => return,
-            event = events.next() => {
-                let Some(event) = event else { return };
-                let end = match &event {
-                    Ok(envelope) => {
-                        let ours = envelope.turn == Some(turn);
-                        let report = matches!(envelope.event, AgentEvent::Interrupted { .. });
-                        if !ours && !report {
-                            continue;
-                        }
-                        ours && matches!(
-                            envelope.event,
-                            AgentEvent::RunState {
-                                state: RunState::Complete | RunState::Cancelled | RunState::Error
-                            }
-                        )
-                    }
-                    Err(_) => false,
-                };
-                if sink.send(json(&notification(event, Some(&session)))).await.is_err() {
-                    return;
-                }
-                if end {
-                    return;
-                }
-            }
+            event = events.next() => event,
+            result = &mut outcome => break result,
+        };
+        let Some(event) = event else { return };
+        match forward(&sink, &session, turn, event).await {
+            Forwarded::Ended | Forwarded::Gone => return,
+            Forwarded::Sent | Forwarded::Skipped => {}
         }
+    };
+    // Published before the outcome: still in the subscription's buffer.
+    while let Some(Some(event)) = events.next().now_or_never() {
+        match forward(&sink, &session, turn, event).await {
+            Forwarded::Ended | Forwarded::Gone => return,
+            Forwarded::Sent | Forwarded::Skipped => {}
+        }
+    }
+    for event in ending(&result) {
+        let envelope = EventEnvelope {
+            session: session.clone(),
+            turn: Some(turn),
+            seq: 0,
+            time_ms: crate::approver::now_millis(),
+            event,
+        };
+        if sink
+            .send(json(&Notification::Event(Box::new(envelope))))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// What [`forward`] did with one event.
+enum Forwarded {
+    /// Sent; the turn goes on.
+    Sent,
+    /// Another turn's: not sent.
+    Skipped,
+    /// Sent, and it was the turn's last.
+    Ended,
+    /// The client is gone.
+    Gone,
+}
+
+/// Sends one event of the session to an `agent.send` subscriber, if it is
+/// the turn's (or a recovery report, or a lag notice).
+async fn forward(
+    sink: &jsonrpsee::SubscriptionSink,
+    session: &SessionKey,
+    turn: flynn_protocol::TurnId,
+    event: Result<EventEnvelope, Lagged>,
+) -> Forwarded {
+    let end = match &event {
+        Ok(envelope) => {
+            let ours = envelope.turn == Some(turn);
+            let report = matches!(envelope.event, AgentEvent::Interrupted { .. });
+            if !ours && !report {
+                return Forwarded::Skipped;
+            }
+            ours && matches!(
+                envelope.event,
+                AgentEvent::RunState {
+                    state: RunState::Complete | RunState::Cancelled | RunState::Error
+                }
+            )
+        }
+        Err(_) => false,
+    };
+    if sink
+        .send(json(&notification(event, Some(session))))
+        .await
+        .is_err()
+    {
+        return Forwarded::Gone;
+    }
+    if end {
+        Forwarded::Ended
+    } else {
+        Forwarded::Sent
+    }
+}
+
+/// The events a turn ends with, as its lane publishes them.
+fn ending(result: &flynn_orchestrator::Result<TurnOutcome>) -> Vec<AgentEvent> {
+    match result {
+        Ok(outcome) => vec![
+            AgentEvent::Done {
+                outcome: outcome.clone(),
+            },
+            AgentEvent::RunState {
+                state: RunState::Complete,
+            },
+        ],
+        Err(flynn_orchestrator::Error::Cancelled) => vec![AgentEvent::RunState {
+            state: RunState::Cancelled,
+        }],
+        Err(error) => vec![
+            AgentEvent::Error {
+                code: error.code(),
+                message: error.to_string(),
+            },
+            AgentEvent::RunState {
+                state: RunState::Error,
+            },
+        ],
     }
 }
 
@@ -605,12 +692,12 @@ async fn sessions_reset(
 ) -> RpcResult<ResetResult> {
     let params: SessionParams = parse_required(&params)?;
     own(&client, &params.session)?;
+    // Through the lane, so a running turn stops before the history goes.
     let existed = state
         .manager
-        .store()
-        .clear(&params.session)
+        .reset(&params.session)
         .await
-        .map_err(|e| error::storage(&e))?;
+        .map_err(|e| error::from_orchestrator(&e))?;
     Ok(ResetResult { existed })
 }
 

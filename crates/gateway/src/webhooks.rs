@@ -14,6 +14,13 @@
 //!   week in memory (up to 100,000): a restart forgets them, so prefer the
 //!   timestamped form where the sender can.
 //!
+//! A delivery id (`X-Flynn-Delivery`, else `X-GitHub-Delivery`) is also
+//! stored with the message, in either form: a sender's retry of an
+//! accepted delivery is answered `409 replayed` even after a restart,
+//! and runs no second turn. A delivery that could not be stored for now
+//! (the database busy, the session's queue full, shutting down) gets
+//! `503` with `Retry-After`, so the sender tries it again.
+//!
 //! An unknown name, another method or a bad signature get the same
 //! answer, so what is configured cannot be found out.
 
@@ -45,6 +52,8 @@ pub const TIMESTAMP_WINDOW: Duration = Duration::from_secs(300);
 const DELIVERY_KEPT: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Deliveries remembered at most (the oldest are forgotten first).
 const MAX_SEEN: usize = 100_000;
+/// What a `503` asks the sender to wait before trying again.
+const RETRY_AFTER_SECS: u64 = 30;
 
 /// Whether `signature` (`sha256=<hex>` or bare hex) is the HMAC-SHA256 of
 /// `body` under `secret`; compared in constant time.
@@ -206,10 +215,11 @@ pub(crate) async fn receive(
                 "X-Flynn-Timestamp is more than 5 minutes from the gateway's clock: sign each request when it is sent (and keep the clocks in sync)",
             );
         }
-        (
-            vec![format!("{name}:sig:{}", signature_key(signature))],
-            at.saturating_add(window),
-        )
+        let mut keys = vec![format!("{name}:sig:{}", signature_key(signature))];
+        if let Some(delivery) = header(headers, &DELIVERY_HEADERS).filter(|d| !d.is_empty()) {
+            keys.push(format!("{name}:id:{delivery}"));
+        }
+        (keys, at.saturating_add(window))
     } else {
         if !verify_signature(secret, &body, signature) {
             tracing::warn!(webhook = %name, "refused a webhook with a bad signature");
@@ -274,6 +284,10 @@ pub(crate) async fn receive(
     request.approver = Some(Arc::new(gateway.approver.clone()));
     request.untrusted = Some(source);
     request.principal = flynn_protocol::Principal::automation(format!("webhook:{name}"));
+    // Stored with the message: a retry after a restart is still known.
+    request.external_id = header(headers, &DELIVERY_HEADERS)
+        .filter(|d| !d.is_empty())
+        .map(|delivery| format!("webhook:{delivery}"));
     match gateway.manager.submit(request).await {
         Ok(Submitted::Turn(handle)) => (
             StatusCode::ACCEPTED,
@@ -289,16 +303,46 @@ pub(crate) async fn receive(
             Json(serde_json::json!({ "session": session, "reply": reply })),
         )
             .into_response(),
+        Err(flynn_orchestrator::Error::Storage(flynn_sessions::Error::Duplicate { .. })) => {
+            tracing::warn!(webhook = %name, "refused a webhook delivery stored before (a retry or a replay)");
+            refusal(
+                StatusCode::CONFLICT,
+                "replayed",
+                "this delivery (its delivery id) was received before",
+            )
+        }
         Err(error) => {
             // Not taken: the sender may try the same delivery again.
             gateway.deliveries.forget(&keys);
-            let status = if matches!(error, flynn_orchestrator::Error::ShuttingDown) {
-                StatusCode::SERVICE_UNAVAILABLE
-            } else {
-                StatusCode::UNPROCESSABLE_ENTITY
-            };
-            refusal(status, "refused", &error.to_string())
+            if for_now(&error) {
+                let mut response = refusal(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    &error.to_string(),
+                );
+                response.headers_mut().insert(
+                    axum::http::header::RETRY_AFTER,
+                    axum::http::HeaderValue::from(RETRY_AFTER_SECS),
+                );
+                return response;
+            }
+            refusal(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "refused",
+                &error.to_string(),
+            )
         }
+    }
+}
+
+/// Whether a refusal is for now only: the same delivery may succeed later.
+fn for_now(error: &flynn_orchestrator::Error) -> bool {
+    use flynn_orchestrator::Error;
+    match error {
+        Error::ShuttingDown | Error::QueueFull { .. } | Error::LaneBusy { .. } => true,
+        // Not the sender's fault: a busy or failing database.
+        Error::Storage(_) => true,
+        _ => false,
     }
 }
 

@@ -286,6 +286,9 @@ struct Inner {
     /// The jobs changed: the loop brings its scheduler in line.
     changed: Notify,
     in_flight: Mutex<InFlight>,
+    /// Where the next heartbeat looks back from when a due task's message
+    /// was refused (a busy database, a full queue): the task is due again.
+    heartbeat_retry: Mutex<Option<DateTime<Utc>>>,
     runner: Mutex<Option<JoinHandle<()>>>,
     tasks: TaskTracker,
     stop: CancellationToken,
@@ -390,6 +393,7 @@ impl Automation {
                 registry: OnceLock::new(),
                 changed: Notify::new(),
                 in_flight: Mutex::new(HashMap::new()),
+                heartbeat_retry: Mutex::new(None),
                 runner: Mutex::new(None),
                 tasks: TaskTracker::new(),
                 stop: CancellationToken::new(),
@@ -812,7 +816,7 @@ fn check_channel(channels: &[String], to: &SessionKey) -> Result<(), JobError> {
 
 /// Where a `<channel>:<peer>` key's messages go: the peer's chat, and its
 /// thread after a second `:` (as the channel router names sessions).
-fn target_of(key: &SessionKey) -> Target {
+pub(crate) fn target_of(key: &SessionKey) -> Target {
     let (chat, thread) = match key.peer().split_once(':') {
         Some((chat, thread)) => (chat.to_owned(), Some(thread.to_owned())),
         None => (key.peer().to_owned(), None),
@@ -838,6 +842,9 @@ struct RunSpec {
     agent: String,
     session: SessionKey,
     deliver_to: Option<SessionKey>,
+    /// The heartbeat's: where the next beat looks back from if this
+    /// run's message is refused.
+    retry_from: Option<DateTime<Utc>>,
 }
 
 /// The heartbeat's state in the loop.
@@ -944,6 +951,7 @@ impl Inner {
                 .unwrap_or_else(|| manager.agents().default_agent().name.clone()),
             session: job.session.clone(),
             deliver_to: job.deliver_to.clone(),
+            retry_from: None,
         };
         self.tasks.spawn(self.clone().run_once(spec, scheduled_for));
     }
@@ -987,10 +995,12 @@ impl Inner {
             }
             beat.problems = problems;
         }
-        let message = beat
-            .settings
-            .heartbeat
-            .check(&contents, now, Some(beat.last));
+        // A refused run is looked for again from where it was due.
+        let since = match lock(&self.heartbeat_retry).take() {
+            Some(retry) => retry.min(beat.last),
+            None => beat.last,
+        };
+        let message = beat.settings.heartbeat.check(&contents, now, Some(since));
         beat.last = now;
         let (Some(message), Some(manager)) = (message, self.manager.get()) else {
             return;
@@ -1007,6 +1017,7 @@ impl Inner {
             agent: manager.agents().default_agent().name.clone(),
             session,
             deliver_to: beat.settings.deliver_to.clone(),
+            retry_from: Some(since),
         };
         // Marked in flight before the task starts, so the next beat waits.
         lock(&self.in_flight).insert(key, None);
@@ -1058,6 +1069,11 @@ impl Inner {
             session: Some(spec.session.clone()),
             turn: None,
         };
+        // Recorded as running before the message is submitted: a crash
+        // right after it is accepted leaves a run interrupted (its turn
+        // recovered with the session), not a missed one to run again.
+        let previous = self.last_run(&spec).await;
+        self.record(&spec, &run).await;
         let answer = match manager.submit(request).await {
             Ok(Submitted::Command { reply, .. }) => Ok(reply),
             Ok(Submitted::Turn(handle)) => {
@@ -1073,12 +1089,23 @@ impl Inner {
                 })
             }
             Err(Error::ShuttingDown) => {
-                // Not recorded: the missed-run policy sees it at the next
-                // start.
+                // Not accepted: the run before it is the last again, so
+                // the missed-run policy sees this one at the next start.
                 tracing::info!(job = %spec.name, "not run: Flynn is shutting down");
+                run.finished_at = Some(millis(self.clock.now()));
+                run.outcome = RunOutcome::Interrupted;
+                run.error = Some("Flynn was shutting down".to_owned());
+                self.record(&spec, previous.as_ref().unwrap_or(&run)).await;
                 return;
             }
-            Err(error) => Err(error),
+            Err(error) => {
+                // Not accepted: the heartbeat's task is due again.
+                if let Some(retry_from) = spec.retry_from {
+                    let mut retry = lock(&self.heartbeat_retry);
+                    *retry = Some(retry.map_or(retry_from, |r| r.min(retry_from)));
+                }
+                Err(error)
+            }
         };
         run.finished_at = Some(millis(self.clock.now()));
         match answer {
@@ -1116,6 +1143,21 @@ impl Inner {
             }
         }
         self.record(&spec, &run).await;
+    }
+
+    /// The job's last recorded run, if any (and readable).
+    async fn last_run(&self, spec: &RunSpec) -> Option<LastRun> {
+        let manager = self.manager.get()?;
+        match manager.store().job_runs().await {
+            Ok(runs) => runs
+                .into_iter()
+                .find(|runs| runs.kind == spec.kind && runs.name == spec.name)
+                .and_then(|runs| runs.last),
+            Err(error) => {
+                tracing::warn!(job = %spec.name, %error, "cannot read the job's last run");
+                None
+            }
+        }
     }
 
     async fn record(&self, spec: &RunSpec, run: &LastRun) {

@@ -31,8 +31,8 @@ use bytes::Bytes;
 use flynn_channels::outbound::{self, Sent};
 use flynn_channels::ratelimit::{RateLimiter, Verdict};
 use flynn_channels::{
-    Action, Attachment, AttachmentKind, Button, ButtonStyle, ChannelAdapter, ChatKind, Delivery,
-    Disposition, InboundEvent, InboundMessage, Registry, Target,
+    Action, Attachment, AttachmentKind, Button, ButtonStyle, ChannelAdapter, ChannelState,
+    ChatKind, Delivery, Disposition, InboundEvent, InboundMessage, Registry, Target,
 };
 use flynn_protocol::config::{ChannelAccess, ChannelsConfig, DmPolicy, GuestApprovals};
 use flynn_protocol::{AgentEvent, ContentBlock, ImageSource, Principal, SessionKey, TurnOutcome};
@@ -43,7 +43,10 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
+use crate::automation::target_of;
+use crate::commands::Command;
 use crate::events::EventStream;
+use crate::lane::{RecoveredTurn, Recovery};
 use crate::runtime::{SessionManager, Submitted, TurnHandle, TurnRequest};
 use crate::{Error, Result};
 
@@ -62,6 +65,11 @@ const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(120);
 const TYPING_EVERY: Duration = Duration::from_secs(4);
 /// Button presses remembered to answer a redelivered press once.
 const RECENT_ACTIONS: usize = 1024;
+/// Chat commands remembered (by the platform's message id) to run a
+/// redelivered one once.
+const RECENT_COMMANDS: usize = 1024;
+/// How long a recovered answer waits for its channel to come up.
+const RECOVERED_WAIT: Duration = Duration::from_secs(60);
 
 /// Routes deliveries from a [`Registry`]'s adapters into sessions and
 /// answers back. Cheap to clone.
@@ -80,6 +88,12 @@ struct Inner {
     /// confirmations are asked there.
     owner_chats: Mutex<HashMap<String, Target>>,
     recent_actions: Mutex<VecDeque<String>>,
+    /// Commands handled, by `<session> <message id>`: a redelivered
+    /// `/reset` must not wipe what came after it.
+    recent_commands: Mutex<VecDeque<String>>,
+    /// Deliveries waiting for their chat's earlier ones, by chat: chats
+    /// are handled concurrently, each one's deliveries in order.
+    lines: Mutex<HashMap<String, VecDeque<Delivery>>>,
     tasks: TaskTracker,
     /// Where files from chats are saved (`<workspace>/inbox/<channel>/`).
     workspace: PathBuf,
@@ -146,6 +160,8 @@ impl ChannelRouter {
                 confirmations: Mutex::new(HashMap::new()),
                 owner_chats: Mutex::new(HashMap::new()),
                 recent_actions: Mutex::new(VecDeque::new()),
+                recent_commands: Mutex::new(VecDeque::new()),
+                lines: Mutex::new(HashMap::new()),
                 tasks: TaskTracker::new(),
                 workspace,
                 in_flight: Mutex::new(HashMap::new()),
@@ -153,14 +169,101 @@ impl ChannelRouter {
         }
     }
 
-    /// Handles deliveries until every sender of `deliveries` is gone.
+    /// Handles deliveries until every sender of `deliveries` is gone:
+    /// different chats at once, the messages of one chat in the order
+    /// they came (a button press at once).
     pub fn spawn(&self, mut deliveries: mpsc::Receiver<Delivery>) -> JoinHandle<()> {
         let router = self.clone();
         tokio::spawn(async move {
             while let Some(delivery) = deliveries.recv().await {
-                router.handle(delivery).await;
+                router.dispatch(delivery);
             }
         })
+    }
+
+    /// Starts handling one delivery: behind its chat's earlier ones, if
+    /// any are still being handled.
+    fn dispatch(&self, delivery: Delivery) {
+        let line = match &delivery.event {
+            InboundEvent::Message(message) => {
+                format!("{}\n{}", delivery.channel, message.conversation.peer())
+            }
+            InboundEvent::Action(_) => {
+                let router = self.clone();
+                self.inner
+                    .tasks
+                    .spawn(async move { router.handle(delivery).await });
+                return;
+            }
+        };
+        {
+            let mut lines = lock(&self.inner.lines);
+            if let Some(waiting) = lines.get_mut(&line) {
+                waiting.push_back(delivery);
+                return;
+            }
+            lines.insert(line.clone(), VecDeque::new());
+        }
+        let router = self.clone();
+        self.inner.tasks.spawn(async move {
+            let mut next = Some(delivery);
+            while let Some(delivery) = next {
+                router.handle(delivery).await;
+                let mut lines = lock(&router.inner.lines);
+                next = lines.get_mut(&line).and_then(VecDeque::pop_front);
+                if next.is_none() {
+                    lines.remove(&line);
+                }
+            }
+        });
+    }
+
+    /// Tells the chats that turns recovered after a restart came from:
+    /// a reported turn's note (send the message again), a rerun turn's
+    /// answer. Each waits (up to a minute) for its channel's adapter to
+    /// connect. Turns of other sessions are left alone.
+    pub fn follow_recovered(&self, recovered: Vec<RecoveredTurn>) {
+        for recovered in recovered {
+            let channel = recovered.session.channel().to_owned();
+            if !self.inner.access.contains_key(&channel) {
+                continue;
+            }
+            let target = target_of(&recovered.session);
+            let router = self.clone();
+            self.inner.tasks.spawn(async move {
+                let Some(adapter) = router.adapter_when_up(&channel).await else {
+                    tracing::warn!(session = %recovered.session, turn = %recovered.turn, "the channel of a recovered turn is not running; its sender was not told");
+                    return;
+                };
+                match recovered.action {
+                    Recovery::Reported { note } => {
+                        if let Err(e) = outbound::send(adapter.as_ref(), &target, &note, &[]).await {
+                            tracing::warn!(channel = adapter.name(), error = %e, "could not tell a chat its message was interrupted");
+                        }
+                    }
+                    Recovery::Rerun(handle) => {
+                        let events = router.inner.manager.subscribe(&recovered.session);
+                        router.respond(adapter, target, handle, events).await;
+                    }
+                }
+            });
+        }
+    }
+
+    /// The adapter of `channel` once it is connected (or after
+    /// [`RECOVERED_WAIT`], whatever its state).
+    async fn adapter_when_up(&self, channel: &str) -> Option<Arc<dyn ChannelAdapter>> {
+        let deadline = tokio::time::Instant::now() + RECOVERED_WAIT;
+        loop {
+            let connected =
+                self.inner.registry.status().iter().any(|status| {
+                    status.name == channel && status.state == ChannelState::Connected
+                });
+            if connected || tokio::time::Instant::now() >= deadline {
+                return self.inner.registry.get(channel);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Waits (up to `grace`) for answers being sent to finish.
@@ -340,6 +443,11 @@ impl ChannelRouter {
                 asked_for: None,
             }),
         });
+        if Command::parse(&request.content).is_some() {
+            return self
+                .command(channel, adapter, &target, &session, message, request)
+                .await;
+        }
         // Subscribe before submitting: the turn may start at once.
         let events = self.inner.manager.subscribe(&session);
         match self.inner.manager.submit(request).await {
@@ -361,11 +469,62 @@ impl ChannelRouter {
             }
             Err(Error::Storage(flynn_sessions::Error::Duplicate { .. })) => Disposition::Duplicate,
             Err(Error::ShuttingDown) => Disposition::Retry("shutting down".to_owned()),
-            Err(Error::Storage(e)) => Disposition::Retry(e.to_string()),
+            Err(e @ (Error::Storage(_) | Error::LaneBusy { .. })) => {
+                Disposition::Retry(e.to_string())
+            }
             Err(e) => {
                 // Refused before anything was stored (a full queue, no
                 // model for the tier): the sender is told why.
                 self.say(adapter, &target, format!("⚠️ {e}"));
+                Disposition::Ignored(e.to_string())
+            }
+        }
+    }
+
+    /// A chat command: settled as soon as its session's lane holds it (in
+    /// order with the chat's messages), answered from a task. A command
+    /// the platform delivers again (same message id) runs once.
+    async fn command(
+        &self,
+        channel: &str,
+        adapter: &Arc<dyn ChannelAdapter>,
+        target: &Target,
+        session: &SessionKey,
+        message: &InboundMessage,
+        request: TurnRequest,
+    ) -> Disposition {
+        let seen = format!("{session} {}", message.id);
+        if lock(&self.inner.recent_commands).contains(&seen) {
+            return Disposition::Duplicate;
+        }
+        match self.inner.manager.enqueue(request).await {
+            Ok(submission) => {
+                {
+                    let mut recent = lock(&self.inner.recent_commands);
+                    recent.push_back(seen);
+                    if recent.len() > RECENT_COMMANDS {
+                        recent.pop_front();
+                    }
+                }
+                let adapter = adapter.clone();
+                let target = target.clone();
+                let channel = channel.to_owned();
+                self.inner.tasks.spawn(async move {
+                    let text = match submission.settled().await {
+                        Ok(Submitted::Command { reply, .. }) => reply,
+                        Ok(Submitted::Turn(_)) => return,
+                        Err(e) => format!("⚠️ {e}"),
+                    };
+                    if let Err(e) = outbound::send(adapter.as_ref(), &target, &text, &[]).await {
+                        tracing::warn!(channel, error = %e, "could not send a command's answer");
+                    }
+                });
+                Disposition::Accepted
+            }
+            Err(Error::ShuttingDown) => Disposition::Retry("shutting down".to_owned()),
+            Err(e @ Error::LaneBusy { .. }) => Disposition::Retry(e.to_string()),
+            Err(e) => {
+                self.say(adapter, target, format!("⚠️ {e}"));
                 Disposition::Ignored(e.to_string())
             }
         }

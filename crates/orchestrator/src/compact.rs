@@ -149,9 +149,9 @@ pub(crate) async fn force(
     model: &ModelRef,
     system_tokens: usize,
     extract: bool,
+    cancel: &CancellationToken,
 ) -> Result<Option<CompactionReport>> {
-    let cancel = shared.shutdown.child_token();
-    let compactor = compactor(shared, session, 0, model, &cancel, extract);
+    let compactor = compactor(shared, session, 0, model, cancel, extract);
     let window = window_of(shared, model).await;
     compactor
         .compact(
@@ -162,7 +162,7 @@ pub(crate) async fn force(
                 overhead: system_tokens,
             },
             true,
-            &cancel,
+            cancel,
         )
         .await
         .map_err(|error| match error {

@@ -30,6 +30,16 @@ pub enum Error {
         "session {session} already has {limit} messages waiting (sessions.queue_limit); this one was not accepted, send it again later"
     )]
     QueueFull { session: SessionKey, limit: usize },
+    /// The session's lane took no more operations for `waited` (it is
+    /// stuck or flooded); this one was not accepted.
+    #[error(
+        "session {session} took nothing for {} s (too much is waiting for it); the message was not accepted, send it again later",
+        waited.as_secs()
+    )]
+    LaneBusy {
+        session: SessionKey,
+        waited: std::time::Duration,
+    },
     /// The message has nothing in it.
     #[error("the message is empty (expected text or an image)")]
     EmptyMessage,
@@ -59,9 +69,10 @@ impl Error {
             Error::Config(_) | Error::UnknownAgent { .. } | Error::EmptyMessage => {
                 ErrorCode::Config
             }
-            Error::QueueFull { .. } | Error::ShuttingDown | Error::DelegationTooDeep { .. } => {
-                ErrorCode::Refused
-            }
+            Error::QueueFull { .. }
+            | Error::LaneBusy { .. }
+            | Error::ShuttingDown
+            | Error::DelegationTooDeep { .. } => ErrorCode::Refused,
             Error::Lost(_) => ErrorCode::Internal,
         }
     }

@@ -59,6 +59,7 @@ impl TurnHost {
         parents.push(self.session.clone());
         Lineage {
             parents,
+            in_place: self.lineage.in_place,
             autonomy_cap: Some(ctx.policy.autonomy()),
             provenance: Some(ctx.provenance.clone()),
             policy_cap: Some(ctx.policy.clone()),
@@ -258,12 +259,18 @@ impl AgentHost for TurnHost {
             return Err(ToolError::failed(error.to_string()));
         }
         // At most `agents.subagents.max_concurrent` at once; wait for a
-        // place, but not past the parent's cancellation.
-        let permit = tokio::select! {
-            biased;
-            () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled { tool: "agents.spawn".to_owned() }),
-            permit = self.shared.subagents.clone().acquire_owned() => permit
-                .map_err(|_| ToolError::failed("Flynn is shutting down"))?,
+        // place, but not past the parent's cancellation. A sub-agent's own
+        // sub-agents run in its place: waiting for another while holding
+        // one deadlocks once every place is held by a waiting parent.
+        let permit = if self.lineage.in_place {
+            None
+        } else {
+            Some(tokio::select! {
+                biased;
+                () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled { tool: "agents.spawn".to_owned() }),
+                permit = self.shared.subagents.clone().acquire_owned() => permit
+                    .map_err(|_| ToolError::failed("Flynn is shutting down"))?,
+            })
         };
         let result = if request.tools {
             let child = self.child_session()?;
@@ -272,7 +279,10 @@ impl AgentHost for TurnHost {
             turn.agent = Some(agent.name.clone());
             turn.approver = Some(self.approver.clone());
             turn.principal = self.principal.clone();
-            turn.lineage = self.child_lineage(ctx);
+            turn.lineage = Lineage {
+                in_place: true,
+                ..self.child_lineage(ctx)
+            };
             let outcome = self.run_turn(turn, "the sub-agent", ctx).await?;
             let mut out = outcome.reply.clone();
             let _ = write!(

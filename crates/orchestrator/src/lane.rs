@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use flynn_protocol::config::{InterruptedTurns, ModelRef};
 use flynn_protocol::{
@@ -14,6 +15,7 @@ use flynn_sessions::{SessionMeta, TurnOrigin, TurnRecord, TurnStatus};
 use flynn_tools::{Approver, DenyAll};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::agents::AgentProfile;
 use crate::commands::{Command, HELP, ModelChoice};
@@ -42,14 +44,45 @@ pub(crate) enum LaneOp {
         principal: Principal,
         reply: oneshot::Sender<Result<Submitted>>,
     },
+    /// Empty the session: the running turn is cancelled (and waited
+    /// for), waiting turns are dropped, then the history is cleared.
+    /// Answers whether the session had anything.
+    Reset { done: oneshot::Sender<Result<bool>> },
     /// Drop a turn that is still waiting.
     CancelQueued {
         turn: TurnId,
         done: oneshot::Sender<bool>,
     },
-    /// Answered once the lane has recovered its session's open turns.
-    Recovered { done: oneshot::Sender<()> },
+    /// Answered once the lane has recovered its session's open turns,
+    /// with what it did with each (given once).
+    Recovered {
+        done: oneshot::Sender<Vec<RecoveredTurn>>,
+    },
 }
+
+/// A turn a previous process left unfinished, as its lane recovered it.
+#[derive(Debug)]
+pub struct RecoveredTurn {
+    pub session: SessionKey,
+    pub turn: TurnId,
+    pub action: Recovery,
+}
+
+/// What recovery did with an unfinished turn
+/// (`sessions.interrupted_turns`).
+#[derive(Debug)]
+pub enum Recovery {
+    /// Reported: `note` was stored in the history, for the sender to be
+    /// told as well.
+    Reported { note: String },
+    /// Run again: its outcome, for whoever should hear the answer.
+    Rerun(TurnHandle),
+}
+
+/// Times a lane tries to load its session before it runs turns anyway.
+const LOAD_ATTEMPTS: u32 = 5;
+/// The first wait between two attempts; each next one doubles.
+const LOAD_RETRY: Duration = Duration::from_secs(1);
 
 /// A turn waiting for its lane.
 struct Queued {
@@ -68,8 +101,17 @@ pub(crate) struct Lane {
     handle: LaneHandle,
     rx: mpsc::Receiver<LaneOp>,
     queue: VecDeque<Queued>,
+    /// The running turn's task, or the `/compact` running in its place:
+    /// turns wait for either.
     running: Option<JoinHandle<()>>,
+    /// Cancels the `/compact` in `running`, when that is what runs.
+    compacting: Option<CancellationToken>,
     meta: SessionMeta,
+    /// Failed attempts to load the session (metadata and open turns);
+    /// `None` once loaded. Turns wait for it, up to [`LOAD_ATTEMPTS`].
+    load_failures: Option<u32>,
+    /// What recovery did, until [`LaneOp::Recovered`] asks.
+    recovered: Vec<RecoveredTurn>,
     /// What tainted the session (`SessionMeta::taint`), shared with its
     /// running turn, which records new taint here and in the store.
     taint: Arc<Mutex<Option<String>>>,
@@ -89,21 +131,22 @@ impl Lane {
             rx,
             queue: VecDeque::new(),
             running: None,
+            compacting: None,
             meta: SessionMeta::default(),
+            load_failures: Some(0),
+            recovered: Vec::new(),
             taint: Arc::default(),
         }
     }
 
     pub(crate) async fn run(mut self) {
-        if let Err(error) = self.load().await {
-            tracing::error!(session = %self.key, %error, "cannot load the session");
-            self.warn(None, format!("cannot load session {}: {error}", self.key));
-        }
+        self.try_load().await;
         loop {
-            if self.running.is_none() {
+            if self.running.is_none() && self.may_start() {
                 self.start_next().await;
             }
             let idle = self.running.is_none() && self.queue.is_empty();
+            let retry = self.load_retry();
             tokio::select! {
                 biased;
                 () = self.shared.shutdown.cancelled() => {
@@ -113,7 +156,11 @@ impl Lane {
                 }
                 () = wait(&mut self.running) => {
                     self.running = None;
+                    self.compacting = None;
                     *lock(&self.handle.current) = None;
+                }
+                () = tokio::time::sleep(retry.unwrap_or_default()), if retry.is_some() => {
+                    self.try_load().await;
                 }
                 op = self.rx.recv() => match op {
                     Some(op) => self.handle(op).await,
@@ -155,6 +202,47 @@ impl Lane {
         }
     }
 
+    /// Loads the session, counting a failure; turns wait for the load
+    /// (so recovered turns run before newer ones) until it succeeds or
+    /// has failed [`LOAD_ATTEMPTS`] times.
+    async fn try_load(&mut self) {
+        let Some(failures) = self.load_failures else {
+            return;
+        };
+        match self.load().await {
+            Ok(()) => self.load_failures = None,
+            Err(error) => {
+                let failures = failures + 1;
+                self.load_failures = Some(failures);
+                let what = if failures < LOAD_ATTEMPTS {
+                    format!("trying again in {} s", retry_wait(failures).as_secs())
+                } else {
+                    "giving up: new messages run, unfinished earlier ones wait for the next start"
+                        .to_owned()
+                };
+                tracing::error!(session = %self.key, %error, attempt = failures, "cannot load the session; {what}");
+                self.warn(
+                    None,
+                    format!("cannot load session {}: {error}; {what}", self.key),
+                );
+            }
+        }
+    }
+
+    /// Whether turns may start: the session is loaded, or loading it has
+    /// failed too often to wait longer.
+    fn may_start(&self) -> bool {
+        self.load_failures
+            .is_none_or(|failures| failures >= LOAD_ATTEMPTS)
+    }
+
+    /// How long until the next attempt to load the session, if one is due.
+    fn load_retry(&self) -> Option<Duration> {
+        self.load_failures
+            .filter(|failures| (1..LOAD_ATTEMPTS).contains(failures))
+            .map(retry_wait)
+    }
+
     async fn load(&mut self) -> Result<()> {
         self.meta = self.shared.store.metadata(&self.key).await?;
         *lock(&self.taint) = self.meta.taint.clone();
@@ -164,7 +252,15 @@ impl Lane {
     /// Reports or reruns the turns a previous process left open.
     async fn recover(&mut self) -> Result<()> {
         let store = self.shared.store.clone();
+        let running = lock(&self.handle.current).as_ref().map(|r| r.turn);
+        // Rerun turns go before what the lane accepted meanwhile.
+        let mut rerun: VecDeque<Queued> = VecDeque::new();
         for record in store.open_turns(Some(&self.key)).await? {
+            // A retried load meets the turns this lane accepted meanwhile,
+            // and those an earlier attempt queued.
+            if running == Some(record.id) || self.queue.iter().any(|q| q.record.id == record.id) {
+                continue;
+            }
             let owner = record.origin.owner_pid;
             if owner != self.shared.pid && process_alive(owner) {
                 // Another live process is running it.
@@ -183,7 +279,7 @@ impl Lane {
                         "⚠ Interrupted: Flynn stopped before it finished answering \"{preview}\". Nothing more was done; send the message again if you still want it."
                     );
                     store
-                        .append_for_turn(&self.key, record.id, &[Message::assistant(note)])
+                        .append_for_turn(&self.key, record.id, &[Message::assistant(note.clone())])
                         .await?;
                     store
                         .finish_turn(record.id, TurnStatus::Interrupted)
@@ -199,6 +295,11 @@ impl Lane {
                             ),
                         },
                     );
+                    self.recovered.push(RecoveredTurn {
+                        session: self.key.clone(),
+                        turn: record.id,
+                        action: Recovery::Reported { note },
+                    });
                 }
                 InterruptedTurns::Rerun => {
                     self.publish(
@@ -212,17 +313,29 @@ impl Lane {
                             ),
                         },
                     );
-                    self.queue.push_back(Queued {
+                    let (tx, rx) = oneshot::channel();
+                    self.recovered.push(RecoveredTurn {
+                        session: self.key.clone(),
+                        turn: record.id,
+                        action: Recovery::Rerun(TurnHandle {
+                            turn: record.id,
+                            session: self.key.clone(),
+                            outcome: rx,
+                        }),
+                    });
+                    rerun.push_back(Queued {
                         record,
                         tier: None,
                         model: None,
                         approver: None,
                         lineage: Lineage::default(),
-                        outcome: None,
+                        outcome: Some(tx),
                     });
                 }
             }
         }
+        rerun.extend(self.queue.drain(..));
+        self.queue = rerun;
         Ok(())
     }
 
@@ -283,29 +396,28 @@ impl Lane {
                 }
             }
             LaneOp::Command {
+                command: Command::Compact,
+                principal,
+                reply,
+            } => self.compact(principal.is_owner(), reply).await,
+            LaneOp::Command {
                 command,
                 principal,
                 reply,
             } => {
                 let name = command.name().to_owned();
                 let result = self.command(command, &principal).await;
-                if let Ok(text) = &result {
-                    self.publish(
-                        None,
-                        AgentEvent::Command {
-                            name: name.clone(),
-                            reply: text.clone(),
-                        },
-                    );
-                }
-                let _ = reply.send(result.map(|reply| Submitted::Command { name, reply }));
+                answer(&self.handle.events, name, result, reply);
+            }
+            LaneOp::Reset { done } => {
+                let _ = done.send(self.reset().await);
             }
             LaneOp::CancelQueued { turn, done } => {
                 let found = self.cancel_queued(|id| id == turn).await;
                 let _ = done.send(found > 0);
             }
             LaneOp::Recovered { done } => {
-                let _ = done.send(());
+                let _ = done.send(std::mem::take(&mut self.recovered));
             }
         }
     }
@@ -496,11 +608,7 @@ impl Lane {
             Command::Help => Ok(HELP.to_owned()),
             Command::Status => self.status().await,
             Command::Reset => {
-                self.end_running().await;
-                self.cancel_queued(|_| true).await;
-                store.clear(&self.key).await?;
-                self.meta = SessionMeta::default();
-                *lock(&self.taint) = None;
+                self.reset().await?;
                 Ok("Conversation reset: this session starts afresh.".to_owned())
             }
             Command::Trust => {
@@ -514,7 +622,8 @@ impl Lane {
             }
             // `SessionManager::submit` answers /cancel without the queue.
             Command::Cancel => Ok("Nothing is running.".to_owned()),
-            Command::Compact => self.compact_now(principal.is_owner()).await,
+            // `handle` runs /compact as a task of the lane.
+            Command::Compact => Ok("Nothing was changed.".to_owned()),
             Command::Model(None) => Ok(self.describe_model()),
             Command::Model(Some(ModelChoice::Tier(tier))) => {
                 self.shared.router.check_tier(tier)?;
@@ -549,6 +658,17 @@ impl Lane {
                 Ok(format!("This session now talks to the agent '{name}'."))
             }
         }
+    }
+
+    /// Ends the running turn, drops the waiting ones and clears the
+    /// session; returns whether it had anything stored.
+    async fn reset(&mut self) -> Result<bool> {
+        self.end_running().await;
+        self.cancel_queued(|_| true).await;
+        let existed = self.shared.store.clear(&self.key).await?;
+        self.meta = SessionMeta::default();
+        *lock(&self.taint) = None;
+        Ok(existed)
     }
 
     /// Why a guest may not run `command`, if it may not: `/trust` is the
@@ -593,18 +713,27 @@ impl Lane {
         }
     }
 
-    /// `/compact`: summarises everything older than the kept turns now.
-    async fn compact_now(&mut self, extract: bool) -> Result<String> {
-        if self.running.is_some() {
-            return Ok(
-                "A turn is running; send /compact again when it has finished. Nothing was changed."
-                    .to_owned(),
-            );
-        }
-        if !self.shared.compaction.enabled {
-            return Ok(
-                "Compaction is off (compaction.enabled: false). Nothing was changed.".to_owned(),
-            );
+    /// `/compact`: summarises everything older than the kept turns, as a
+    /// task of the lane in the place of a turn. The lane keeps accepting
+    /// meanwhile; messages that arrive wait behind the compaction, like
+    /// behind a turn, and `/reset` cancels it.
+    async fn compact(&mut self, extract: bool, reply: oneshot::Sender<Result<Submitted>>) {
+        let name = Command::Compact.name().to_owned();
+        let events = self.handle.events.clone();
+        let refused = if self.compacting.is_some() {
+            Some("The conversation is being compacted already. Nothing more was changed.")
+        } else if self.running.is_some() {
+            Some(
+                "A turn is running; send /compact again when it has finished. Nothing was changed.",
+            )
+        } else if !self.shared.compaction.enabled {
+            Some("Compaction is off (compaction.enabled: false). Nothing was changed.")
+        } else {
+            None
+        };
+        if let Some(refused) = refused {
+            answer(&events, name, Ok(refused.to_owned()), reply);
+            return;
         }
         let agent = self.session_agent().clone();
         let (tier, model) = self.model_choice(&agent, None, None);
@@ -613,39 +742,56 @@ impl Lane {
             None => match self.shared.router.chain(tier).first() {
                 Some(model) => model.clone(),
                 None => {
-                    self.shared.router.check_tier(tier)?;
-                    return Ok("No model to compact for. Nothing was changed.".to_owned());
+                    let result = self
+                        .shared
+                        .router
+                        .check_tier(tier)
+                        .map_err(Error::from)
+                        .map(|()| "No model to compact for. Nothing was changed.".to_owned());
+                    answer(&events, name, result, reply);
+                    return;
                 }
             },
         };
-        let system = agent
-            .prompt
-            .build(&PromptContext {
-                session: &self.key,
-                agent: &agent.name,
-                workspace: agent.workspace(),
-                message: &[],
-                principal: &Principal::Owner,
-            })
-            .await;
-        let tools = self
-            .shared
-            .executor
-            .registry()
-            .specs_for(agent.policy_for(Some(model.provider())));
-        let counter =
-            flynn_models::token_counter(self.shared.router.token_counting(), model.model());
-        let overhead = counter.count_request(Some(&system), &[], &tools);
-        match compact::force(&self.shared, &self.key, &model, overhead, extract).await? {
-            Some(report) => {
-                self.publish(None, compact::event(&report));
-                Ok(compact::describe(&report))
-            }
-            None => Ok(format!(
-                "Nothing to compact: the conversation has no more than the last {} turns, which are always kept.",
-                self.shared.compaction.keep_turns
-            )),
-        }
+        let shared = self.shared.clone();
+        let key = self.key.clone();
+        let cancel = self.shared.shutdown.child_token();
+        self.compacting = Some(cancel.clone());
+        self.running = Some(self.shared.tracker.spawn(async move {
+            let system = agent
+                .prompt
+                .build(&PromptContext {
+                    session: &key,
+                    agent: &agent.name,
+                    workspace: agent.workspace(),
+                    message: &[],
+                    principal: &Principal::Owner,
+                })
+                .await;
+            let tools = shared
+                .executor
+                .registry()
+                .specs_for(agent.policy_for(Some(model.provider())));
+            let counter = flynn_models::token_counter(shared.router.token_counting(), model.model());
+            let overhead = counter.count_request(Some(&system), &[], &tools);
+            let result = match compact::force(&shared, &key, &model, overhead, extract, &cancel)
+                .await
+            {
+                Ok(Some(report)) => {
+                    events.publish(None, compact::event(&report));
+                    Ok(compact::describe(&report))
+                }
+                Ok(None) => Ok(format!(
+                    "Nothing to compact: the conversation has no more than the last {} turns, which are always kept.",
+                    shared.compaction.keep_turns
+                )),
+                Err(Error::Cancelled) => {
+                    Ok("Compaction was cancelled. Nothing was changed.".to_owned())
+                }
+                Err(error) => Err(error),
+            };
+            answer(&events, name, result, reply);
+        }));
     }
 
     fn describe_choice(&self) -> String {
@@ -726,6 +872,9 @@ impl Lane {
                     self.queue.len()
                 );
             }
+            None if self.compacting.is_some() => {
+                let _ = write!(out, "\nCompacting ({} messages waiting)", self.queue.len());
+            }
             None if !self.queue.is_empty() => {
                 let _ = write!(out, "\nWaiting: {} messages", self.queue.len());
             }
@@ -734,11 +883,15 @@ impl Lane {
         Ok(out)
     }
 
-    /// Cancels the running turn, if any, and waits until it has ended.
+    /// Cancels the running turn (or compaction), if any, and waits until
+    /// it has ended.
     async fn end_running(&mut self) {
         let running = lock(&self.handle.current).clone();
         if let Some(running) = running {
             running.cancel.cancel();
+        }
+        if let Some(compacting) = self.compacting.take() {
+            compacting.cancel();
         }
         if self.running.is_some() {
             wait(&mut self.running).await;
@@ -756,6 +909,30 @@ impl Lane {
     }
 }
 
+/// The wait after the `failures`th failed load: 1, 2, 4, 8 s.
+fn retry_wait(failures: u32) -> Duration {
+    LOAD_RETRY.saturating_mul(1 << failures.saturating_sub(1).min(5))
+}
+
+/// Sends a command's reply, publishing it for the session's listeners.
+fn answer(
+    events: &crate::events::SessionEvents,
+    name: String,
+    result: Result<String>,
+    reply: oneshot::Sender<Result<Submitted>>,
+) {
+    if let Ok(text) = &result {
+        events.publish(
+            None,
+            AgentEvent::Command {
+                name: name.clone(),
+                reply: text.clone(),
+            },
+        );
+    }
+    let _ = reply.send(result.map(|reply| Submitted::Command { name, reply }));
+}
+
 fn refuse(op: LaneOp, error: Error) {
     match op {
         LaneOp::Submit { accepted, .. } => {
@@ -764,11 +941,14 @@ fn refuse(op: LaneOp, error: Error) {
         LaneOp::Command { reply, .. } => {
             let _ = reply.send(Err(error));
         }
+        LaneOp::Reset { done } => {
+            let _ = done.send(Err(error));
+        }
         LaneOp::CancelQueued { done, .. } => {
             let _ = done.send(false);
         }
         LaneOp::Recovered { done } => {
-            let _ = done.send(());
+            let _ = done.send(Vec::new());
         }
     }
 }

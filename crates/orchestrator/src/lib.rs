@@ -59,10 +59,13 @@ pub use error::{Error, Result};
 pub use events::{EventStream, GLOBAL_CAPACITY, SESSION_CAPACITY};
 pub use flynn_protocol::{AgentEvent, EventEnvelope, Lagged};
 pub use host::SUBAGENT_PROMPT;
+pub use lane::{RecoveredTurn, Recovery};
 pub use memory::MemoryRuntime;
 pub use prompt::{
     DEFAULT_SYSTEM_PROMPT, PROMPT_FILE_LIMIT, PromptBuilder, PromptContext, PromptSlot,
 };
-pub use runtime::{RuntimeParts, SessionManager, Submitted, TurnHandle, TurnRequest};
+pub use runtime::{
+    LANE_SEND_TIMEOUT, RuntimeParts, SessionManager, Submission, Submitted, TurnHandle, TurnRequest,
+};
 pub use skills::SkillsRuntime;
 pub use turn::TOOL_SUMMARY_PROMPT;

@@ -27,7 +27,7 @@ use crate::agents::Agents;
 use crate::commands::Command;
 use crate::delegate::{AgentOrchestrator, DelegationSettings};
 use crate::events::{EventBus, EventStream, SessionEvents};
-use crate::lane::{Lane, LaneOp};
+use crate::lane::{Lane, LaneOp, RecoveredTurn};
 use crate::{Error, Result};
 
 /// One message to answer.
@@ -65,6 +65,11 @@ pub struct TurnRequest {
 pub(crate) struct Lineage {
     /// Sessions whose running turns wait on this one, outermost first.
     pub(crate) parents: Vec<SessionKey>,
+    /// Whether a sub-agent place (`agents.subagents.max_concurrent`) is
+    /// held for this turn by an ancestor: its own sub-agents run in that
+    /// place instead of waiting for one, which could never free while
+    /// they wait.
+    pub(crate) in_place: bool,
     /// A sub-agent may not do more than the agent that started it.
     pub(crate) autonomy_cap: Option<Autonomy>,
     /// The starting turn's provenance: what it read taints the turns it
@@ -118,6 +123,38 @@ impl TurnRequest {
             untrusted: None,
             principal: Principal::Owner,
             lineage: Lineage::default(),
+        }
+    }
+}
+
+/// A message its session's lane holds, in order with the session's other
+/// messages; [`settled`](Self::settled) waits for what became of it.
+#[derive(Debug)]
+pub struct Submission {
+    pending: Pending,
+}
+
+#[derive(Debug)]
+enum Pending {
+    Answered(Submitted),
+    Turn(oneshot::Receiver<Result<TurnHandle>>),
+    Command(oneshot::Receiver<Result<Submitted>>),
+}
+
+impl Submission {
+    /// Whether it is a chat command (answered by the lane, or at once).
+    pub fn is_command(&self) -> bool {
+        !matches!(self.pending, Pending::Turn(_))
+    }
+
+    /// Waits until the lane accepted (stored) or refused the message, or
+    /// answered the command.
+    pub async fn settled(self) -> Result<Submitted> {
+        let lost = || Error::Lost("the lane stopped".to_owned());
+        match self.pending {
+            Pending::Answered(submitted) => Ok(submitted),
+            Pending::Turn(rx) => Ok(Submitted::Turn(rx.await.unwrap_or_else(|_| Err(lost()))?)),
+            Pending::Command(rx) => rx.await.unwrap_or_else(|_| Err(lost())),
         }
     }
 }
@@ -231,6 +268,9 @@ pub(crate) struct Running {
 
 /// Operations a lane's channel holds; beyond that, senders wait.
 const LANE_OPS: usize = 64;
+/// The longest a sender waits for room in a lane's channel before the
+/// operation is refused ([`Error::LaneBusy`]).
+pub const LANE_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -269,19 +309,27 @@ impl Shared {
     }
 
     /// Sends an operation to the session's lane. A lane that retired
-    /// between lookup and send is replaced by a new one.
-    pub(crate) async fn send(self: &Arc<Self>, key: &SessionKey, mut op: LaneOp) -> Result<()> {
+    /// between lookup and send is replaced by a new one. A lane whose
+    /// channel stays full for [`LANE_SEND_TIMEOUT`] refuses it.
+    pub(crate) async fn send(self: &Arc<Self>, key: &SessionKey, op: LaneOp) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + LANE_SEND_TIMEOUT;
         loop {
             if self.shutdown.is_cancelled() {
                 return Err(Error::ShuttingDown);
             }
             let handle = self.lane(key);
-            match handle.tx.send(op).await {
-                Ok(()) => return Ok(()),
-                Err(mpsc::error::SendError(returned)) => {
-                    op = returned;
-                    self.forget(key, handle.generation);
+            let Ok(permit) = tokio::time::timeout_at(deadline, handle.tx.reserve()).await else {
+                return Err(Error::LaneBusy {
+                    session: key.clone(),
+                    waited: LANE_SEND_TIMEOUT,
+                });
+            };
+            match permit {
+                Ok(permit) => {
+                    permit.send(op);
+                    return Ok(());
                 }
+                Err(mpsc::error::SendError(())) => self.forget(key, handle.generation),
             }
         }
     }
@@ -440,6 +488,14 @@ impl SessionManager {
     /// accepted (stored durably, with a pending mark) before this returns,
     /// and its turn runs when the turns before it in the session are done.
     pub async fn submit(&self, request: TurnRequest) -> Result<Submitted> {
+        self.enqueue(request).await?.settled().await
+    }
+
+    /// Hands one message to its session's lane and returns as soon as the
+    /// lane holds it, in order with the session's other messages; what
+    /// became of it (accepted, refused, a command's reply) comes from the
+    /// [`Submission`]. Refusals that need no lane come at once.
+    pub async fn enqueue(&self, request: TurnRequest) -> Result<Submission> {
         if request.content.is_empty() {
             return Err(Error::EmptyMessage);
         }
@@ -459,9 +515,11 @@ impl SessionManager {
                         reply: reply.to_owned(),
                     },
                 );
-                return Ok(Submitted::Command {
-                    name: command.name().to_owned(),
-                    reply: reply.to_owned(),
+                return Ok(Submission {
+                    pending: Pending::Answered(Submitted::Command {
+                        name: command.name().to_owned(),
+                        reply: reply.to_owned(),
+                    }),
                 });
             }
             let (tx, rx) = oneshot::channel();
@@ -475,9 +533,9 @@ impl SessionManager {
                     },
                 )
                 .await?;
-            return rx
-                .await
-                .unwrap_or_else(|_| Err(Error::Lost("the lane stopped".to_owned())));
+            return Ok(Submission {
+                pending: Pending::Command(rx),
+            });
         }
         if self.shared.draining.load(Ordering::Acquire) {
             return Err(Error::ShuttingDown);
@@ -503,10 +561,9 @@ impl SessionManager {
                 },
             )
             .await?;
-        let handle = rx
-            .await
-            .unwrap_or_else(|_| Err(Error::Lost("the lane stopped".to_owned())))?;
-        Ok(Submitted::Turn(handle))
+        Ok(Submission {
+            pending: Pending::Turn(rx),
+        })
     }
 
     /// Cancels the session's running turn, if any; it ends within
@@ -520,6 +577,19 @@ impl SessionManager {
     /// Cancels one turn if it is running now; returns whether it was.
     pub(crate) fn cancel_turn_now(&self, session: &SessionKey, turn: TurnId) -> bool {
         self.cancel_where(session, |running| running == turn)
+    }
+
+    /// Empties a session through its lane, as `/reset` does: the running
+    /// turn is cancelled and waited for, waiting turns are dropped (each
+    /// recorded as cancelled), then the history and settings are cleared.
+    /// Returns whether the session had anything stored.
+    pub async fn reset(&self, session: &SessionKey) -> Result<bool> {
+        let (tx, rx) = oneshot::channel();
+        self.shared
+            .send(session, LaneOp::Reset { done: tx })
+            .await?;
+        rx.await
+            .unwrap_or_else(|_| Err(Error::Lost("the lane stopped".to_owned())))
     }
 
     /// Cancels one turn: running, or still waiting in the queue.
@@ -581,6 +651,20 @@ impl SessionManager {
     /// session when they start, so a session is repaired before its next
     /// turn even without this call. Returns the sessions concerned.
     pub async fn recover(&self) -> Result<Vec<SessionKey>> {
+        let mut sessions: Vec<SessionKey> = Vec::new();
+        for recovered in self.recover_turns().await? {
+            if !sessions.contains(&recovered.session) {
+                sessions.push(recovered.session);
+            }
+        }
+        Ok(sessions)
+    }
+
+    /// [`recover`](Self::recover), returning what was done with each turn:
+    /// the note of a reported one and the outcome of a rerun one, for
+    /// whoever should tell the sender (the channel router tells the chat
+    /// the message came from).
+    pub async fn recover_turns(&self) -> Result<Vec<RecoveredTurn>> {
         let open = self.shared.store.open_turns(None).await?;
         let mut sessions: Vec<SessionKey> = Vec::new();
         for turn in open {
@@ -588,14 +672,15 @@ impl SessionManager {
                 sessions.push(turn.session);
             }
         }
+        let mut recovered = Vec::new();
         for session in &sessions {
             let (tx, rx) = oneshot::channel();
             self.shared
                 .send(session, LaneOp::Recovered { done: tx })
                 .await?;
-            let _ = rx.await;
+            recovered.extend(rx.await.unwrap_or_default());
         }
-        Ok(sessions)
+        Ok(recovered)
     }
 
     /// Sessions with a lane right now.

@@ -25,6 +25,8 @@ use tokio::runtime::Runtime;
 /// A [`SqliteStore`] with the real migrations, run on its own runtime.
 pub struct RealTimeStore {
     inner: SqliteStore,
+    /// Calls to fail with `Busy`, by method name, and how many more times.
+    faults: std::sync::Mutex<std::collections::HashMap<&'static str, usize>>,
     runtime: Option<Runtime>,
     path: PathBuf,
     _dir: Option<tempfile::TempDir>,
@@ -73,9 +75,36 @@ impl RealTimeStore {
         .unwrap_or_else(|e| panic!("cannot open the store: {e}"));
         RealTimeStore {
             inner,
+            faults: std::sync::Mutex::default(),
             runtime: Some(runtime),
             path: path.to_path_buf(),
             _dir: None,
+        }
+    }
+
+    /// Makes the next `times` calls of `method` (`"metadata"` or
+    /// `"accept"`) fail as a busy database would.
+    pub fn fail_next(&self, method: &'static str, times: usize) {
+        self.faults
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(method, times);
+    }
+
+    /// A `Busy` error if a fault is set for `method`.
+    fn fault(&self, method: &'static str) -> Result<()> {
+        let mut faults = self
+            .faults
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match faults.get_mut(method) {
+            Some(left) if *left > 0 => {
+                *left -= 1;
+                Err(flynn_sessions::Error::Busy {
+                    message: format!("{method}: a fault the test asked for"),
+                })
+            }
+            _ => Ok(()),
         }
     }
 
@@ -191,6 +220,7 @@ impl SessionStore for RealTimeStore {
     }
 
     async fn metadata(&self, key: &SessionKey) -> Result<SessionMeta> {
+        self.fault("metadata")?;
         let key = key.clone();
         self.run(|s| async move { s.metadata(&key).await }).await
     }
@@ -344,6 +374,7 @@ impl SessionStore for RealTimeStore {
         content: &[ContentBlock],
         origin: &TurnOrigin,
     ) -> Result<TurnRecord> {
+        self.fault("accept")?;
         let (key, content, origin) = (key.clone(), content.to_vec(), origin.clone());
         self.run(|s| async move { s.accept(&key, &content, &origin).await })
             .await

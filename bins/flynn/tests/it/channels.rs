@@ -163,9 +163,18 @@ async fn a_stranger_on_whatsapp_is_paired_then_answered_through_the_daemon() {
             .status,
         200
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(chats(&model), 1);
-    assert_eq!(sent_to(&whatsapp, NUMBER, 2).await.len(), 2);
+    // A chat's deliveries are handled in order, and its turns too: once
+    // the next message is answered, a second turn for the redelivery
+    // would have asked the model before it.
+    model.push(Reply::Text("Six.".into()));
+    let next = whatsapp.text_message(NUMBER, "Alice", "and 3 + 3?");
+    assert_eq!(
+        whatsapp.post(&hook, &next, Signing::AppSecret).await.status,
+        200
+    );
+    let texts = sent_to(&whatsapp, NUMBER, 3).await;
+    assert_eq!(texts[1..], ["Four.", "Six."]);
+    assert_eq!(chats(&model), 2);
     assert_eq!(whatsapp.violations(), Vec::<String>::new());
 
     let sessions = env.run(&[
@@ -177,7 +186,9 @@ async fn a_stranger_on_whatsapp_is_paired_then_answered_through_the_daemon() {
     ]);
     assert_eq!(
         stdout(&sessions),
-        format!("guest:whatsapp:{NUMBER}: what is 2 + 2?\nassistant: Four.\n"),
+        format!(
+            "guest:whatsapp:{NUMBER}: what is 2 + 2?\nassistant: Four.\nguest:whatsapp:{NUMBER}: and 3 + 3?\nassistant: Six.\n"
+        ),
         "{}",
         daemon.log()
     );
@@ -316,4 +327,100 @@ channels:
         "{body}"
     );
     assert_eq!(telegram.violations(), Vec::<String>::new());
+}
+
+/// A Telegram message is accepted, the daemon is killed mid-answer and
+/// started again with `interrupted_turns: <mode>`; returns what the
+/// chat was sent after the restart.
+#[cfg(feature = "telegram")]
+async fn killed_mid_answer_on_telegram(mode: &str) -> Vec<String> {
+    use flynn_testkit::telegram::{self as tg, FakeTelegram, Incoming, TgUser};
+
+    const STALLED: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"working\"},\"finish_reason\":null}]}\n\n";
+    let model = FakeOpenAi::start().await;
+    model.push(Reply::Stall(STALLED.into()));
+    let telegram = FakeTelegram::start().await;
+    let env = Env::new();
+    let owner = TgUser::new(4242, "Owner");
+    let file = env.path().join("config.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "version: 1
+providers:
+  openai: {{kind: openai, base_url: {model}, api_key: sk-x}}
+models:
+  tiers:
+    default: [openai/gpt-4o-mini]
+sessions:
+  interrupted_turns: {mode}
+channels:
+  telegram:
+    bot_token: \"{token}\"
+    api_url: {api}
+    owners: [\"4242\"]
+",
+            model = model.base_url(),
+            token = tg::TOKEN,
+            api = telegram.api_url(),
+        ),
+    )
+    .unwrap();
+    let env = env.var("FLYNN_CONFIG", file.to_string_lossy());
+    let mut daemon = Daemon::start(&env);
+    telegram.push(Incoming::private(&owner, "write the report"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while chats(&model) < 1 {
+        assert!(Instant::now() < deadline, "{}", daemon.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    daemon.signal("KILL");
+    daemon.wait(Duration::from_secs(10));
+    let before = telegram.sent().len();
+
+    model.push(Reply::Text("late answer".into()));
+    let daemon = Daemon::start(&env);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let sent: Vec<String> = telegram
+            .sent()
+            .into_iter()
+            .skip(before)
+            .filter(|m| m.chat_id == 4242)
+            .map(|m| m.plain)
+            .collect();
+        if sent
+            .iter()
+            .any(|t| t.contains("late answer") || t.contains("Interrupted"))
+        {
+            assert_eq!(telegram.violations(), Vec::<String>::new());
+            return sent;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the chat was told nothing after the restart: {:#?}\n{}",
+            telegram.sent(),
+            daemon.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(feature = "telegram")]
+#[tokio::test]
+async fn a_telegram_turn_rerun_after_a_crash_is_answered_in_its_chat() {
+    let sent = killed_mid_answer_on_telegram("rerun").await;
+    assert!(sent.iter().any(|t| t == "late answer"), "{sent:?}");
+}
+
+#[cfg(feature = "telegram")]
+#[tokio::test]
+async fn a_telegram_turn_cut_off_by_a_crash_is_reported_in_its_chat() {
+    let sent = killed_mid_answer_on_telegram("report").await;
+    assert!(
+        sent.iter().any(|t| t.contains("Interrupted")
+            && t.contains("write the report")
+            && t.contains("send the message again")),
+        "{sent:?}"
+    );
 }

@@ -79,7 +79,7 @@ impl Daemon {
         self.wait(limit)
     }
 
-    fn signal(&self, name: &str) {
+    pub(crate) fn signal(&self, name: &str) {
         let status = std::process::Command::new("kill")
             .args([format!("-{name}"), self.child.id().to_string()])
             .status()
@@ -88,7 +88,7 @@ impl Daemon {
     }
 
     /// Waits for the process to exit, at most `limit`.
-    fn wait(&mut self, limit: Duration) -> ExitStatus {
+    pub(crate) fn wait(&mut self, limit: Duration) -> ExitStatus {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -297,6 +297,15 @@ async fn killed_mid_turn_the_restarted_daemon_keeps_the_message_and_continues() 
         stderr(&output).contains("cannot reach the daemon"),
         "{}",
         stderr(&output)
+    );
+    // Without the daemon's lane, the session with an unfinished turn is
+    // not emptied under it.
+    let reset = env.run(&["sessions", "reset", "web:crash"]);
+    assert_eq!(reset.status.code(), Some(4), "{}", stderr(&reset));
+    assert!(
+        stderr(&reset).contains("session web:crash has 1 unfinished turns"),
+        "{}",
+        stderr(&reset)
     );
 
     let daemon = Daemon::start(&env);

@@ -481,7 +481,7 @@ impl TelegramAdapter {
         };
         match update.content {
             UpdateContent::Message(message) => {
-                let Some(inbound) = parse::message(&update_id.to_string(), &message, me) else {
+                let Some(inbound) = parse::message(&message, me) else {
                     tracing::debug!(
                         channel = NAME,
                         update_id,

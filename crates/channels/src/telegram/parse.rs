@@ -25,7 +25,11 @@ pub(super) struct Me {
 /// for what Flynn does not answer: messages from bots, service messages
 /// (members joining, pins, title changes) and media it cannot use
 /// (stickers, voice notes without a caption).
-pub(super) fn message(update_id: &str, message: &Message, me: &Me) -> Option<InboundMessage> {
+///
+/// Its id is `<chat id>:<message id>`, which names one message for good;
+/// an `update_id` does not (after a week without updates Telegram starts
+/// them again from a random number, and a stored one could repeat).
+pub(super) fn message(message: &Message, me: &Me) -> Option<InboundMessage> {
     let from = message.from.as_deref()?;
     if from.is_bot {
         return None;
@@ -48,7 +52,7 @@ pub(super) fn message(update_id: &str, message: &Message, me: &Me) -> Option<Inb
         .is_some_and(|author| author.id == me.id);
     let mentioned = conversation.kind == ChatKind::Direct || named || replied_to_bot;
     let inbound = InboundMessage {
-        id: update_id.to_owned(),
+        id: format!("{}:{}", message.chat.id, message.message_id),
         conversation,
         sender: sender(from),
         mentioned,
@@ -371,6 +375,23 @@ mod tests {
     }
 
     #[test]
+    fn a_message_is_known_by_its_chat_and_message_id_not_its_update_id() {
+        let text = |chat: i64, id: i64| -> Message {
+            serde_json::from_value(serde_json::json!({
+                "message_id": id, "date": 0, "text": "hi",
+                "chat": {"id": chat, "type": "private", "first_name": "A"},
+                "from": {"id": chat, "is_bot": false, "first_name": "A"}
+            }))
+            .unwrap()
+        };
+        let ids: Vec<String> = [text(5, 7), text(5, 8), text(6, 7)]
+            .iter()
+            .map(|m| message(m, &me()).unwrap().id)
+            .collect();
+        assert_eq!(ids, ["5:7", "5:8", "6:7"]);
+    }
+
+    #[test]
     fn service_messages_and_bots_are_not_answered() {
         let chat = serde_json::json!({"id": 5, "type": "private", "first_name": "A"});
         let joined: Message = serde_json::from_value(serde_json::json!({
@@ -379,14 +400,14 @@ mod tests {
             "new_chat_members": [{"id": 6, "is_bot": false, "first_name": "B"}]
         }))
         .unwrap();
-        assert_eq!(message("1", &joined, &me()), None);
+        assert_eq!(message(&joined, &me()), None);
 
         let from_bot: Message = serde_json::from_value(serde_json::json!({
             "message_id": 2, "date": 0, "chat": chat, "text": "beep",
             "from": {"id": 7, "is_bot": true, "first_name": "Other"}
         }))
         .unwrap();
-        assert_eq!(message("2", &from_bot, &me()), None);
+        assert_eq!(message(&from_bot, &me()), None);
     }
 
     #[test]
@@ -405,7 +426,7 @@ mod tests {
         let names: Vec<_> = [spoof, real]
             .iter()
             .map(|m| {
-                let sender = message("1", m, &me()).unwrap().sender;
+                let sender = message(m, &me()).unwrap().sender;
                 (sender.id, sender.name)
             })
             .collect();

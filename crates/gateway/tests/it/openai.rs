@@ -190,3 +190,63 @@ async fn openai_clients_get_openai_errors() {
     assert!(fake.requests().is_empty());
     harness.stop().await;
 }
+
+#[tokio::test]
+async fn a_stream_that_fell_behind_past_its_turns_end_still_ends_and_the_lane_retires() {
+    let fake = FakeOpenAi::start().await;
+    // The first answer streams far more than the socket holds while its
+    // reader waits, and the second more than the session's event ring:
+    // the first turn's last events are gone by the time it reads on.
+    let long = "word ".repeat(100_000);
+    fake.push(Reply::Text(long.trim_end().to_owned()));
+    fake.push(Reply::Text("tick ".repeat(3_000).trim_end().to_owned()));
+    let mut config = config(&fake);
+    config.sessions.lane_idle_secs = 1;
+    // The long first answer stays in the history: no compaction for it.
+    config
+        .models
+        .context_windows
+        .insert("fake/m".into(), 100_000_000);
+    let mut harness = Harness::with(Options {
+        config,
+        tools: Vec::new(),
+        config_file: None,
+    })
+    .await;
+    let http = reqwest::Client::new();
+    let ask = |message: &str, stream: bool| {
+        http.post(harness.url("/v1/chat/completions"))
+            .bearer_auth(TOKEN)
+            .json(&json!({
+                "model": "main",
+                "stream": stream,
+                "messages": [{"role": "user", "content": message}],
+            }))
+            .send()
+    };
+    let first = ask("first", true).await.unwrap();
+    assert_eq!(first.status(), 200);
+    // Not read until the second turn has ended.
+    let second = ask("second", false).await.unwrap();
+    assert_eq!(second.status(), 200, "{:?}", second.text().await);
+
+    let body = tokio::time::timeout(std::time::Duration::from_secs(60), first.text())
+        .await
+        .expect("the lagging stream still ends")
+        .unwrap();
+    assert!(
+        body.contains("\"finish_reason\":\"stop\""),
+        "{}",
+        &body[body.len().saturating_sub(500)..]
+    );
+    assert!(body.ends_with("data: [DONE]\n\n"));
+    let manager = harness.flynn.manager().clone();
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while manager.active_lanes() > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the lane retires once nobody listens");
+    harness.stop().await;
+}

@@ -328,6 +328,68 @@ async fn cancel_stops_a_running_turn() {
 }
 
 #[tokio::test]
+async fn reset_stops_the_running_turn_drops_the_waiting_one_and_starts_afresh() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::Stall(
+        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"thinking...\"},\"finish_reason\":null}]}\n\n".into(),
+    ));
+    let mut harness = Harness::start(&fake).await;
+    let client = harness.ws().await;
+    let mut running: Subscription<Value> = client
+        .subscribe(
+            "agent.send",
+            params(json!({"session": "web:r", "message": "long job"})),
+            "agent.unsubscribe",
+        )
+        .await
+        .unwrap();
+    loop {
+        let event: Value = running.next().await.unwrap().unwrap();
+        if event["type"] == "content_delta" {
+            break;
+        }
+    }
+    let mut waiting: Subscription<Value> = client
+        .subscribe(
+            "agent.send",
+            params(json!({"session": "web:r", "message": "next job"})),
+            "agent.unsubscribe",
+        )
+        .await
+        .unwrap();
+
+    let reset = call(&client, "sessions.reset", json!({"session": "web:r"})).await;
+    assert_eq!(reset["existed"], true);
+    // Both turns ended before the history went: nothing of them is
+    // written into the emptied session.
+    let ran = collect_turn(&mut running).await;
+    assert_eq!(
+        kinds(&ran).last().map(String::as_str),
+        Some("run_state:cancelled")
+    );
+    let waited = collect_turn(&mut waiting).await;
+    assert_eq!(
+        kinds(&waited).last().map(String::as_str),
+        Some("run_state:cancelled")
+    );
+    let history = call(&client, "sessions.history", json!({"session": "web:r"})).await;
+    assert_eq!(history["messages"], json!([]));
+
+    fake.push(Reply::Text("fresh".into()));
+    send(&client, json!({"session": "web:r", "message": "again"})).await;
+    let history = call(&client, "sessions.history", json!({"session": "web:r"})).await;
+    let roles: Vec<&Value> = history["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["message"]["role"])
+        .collect();
+    assert_eq!(roles, [&json!("user"), &json!("assistant")]);
+    assert_eq!(fake.requests().len(), 2, "the dropped turn never ran");
+    harness.stop().await;
+}
+
+#[tokio::test]
 async fn dashboard_methods_report_usage_per_day_provider_health_and_logs() {
     let fake = FakeOpenAi::start().await;
     let mut options = Options {

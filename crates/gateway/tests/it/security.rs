@@ -475,3 +475,85 @@ fn binding_beyond_loopback_is_recognised() {
     assert!(flynn_gateway::binds_beyond_loopback("192.168.1.5:18800"));
     assert!(flynn_gateway::binds_beyond_loopback("myhost.lan:18800"));
 }
+
+#[tokio::test]
+async fn a_webhook_retried_under_its_delivery_id_runs_once_and_a_full_queue_asks_to_retry() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::Stall(
+        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"working\"},\"finish_reason\":null}]}\n\n".into(),
+    ));
+    let mut config = config(&fake);
+    config.sessions.queue_limit = 1;
+    config.gateway.webhooks.insert(
+        "ci".into(),
+        flynn_core::protocol::config::WebhookConfig {
+            secret: HOOK_SECRET.into(),
+            session: None,
+            agent: None,
+            template: None,
+        },
+    );
+    let mut harness = Harness::with(Options {
+        config,
+        tools: Vec::new(),
+        config_file: None,
+    })
+    .await;
+    let secret = HOOK_SECRET.as_bytes();
+    let signed = |at: i64, body: &str, delivery: &str| {
+        vec![
+            ("x-flynn-timestamp", at.to_string()),
+            (
+                "x-flynn-signature",
+                flynn_gateway::sign_timestamped(secret, at, body.as_bytes()),
+            ),
+            ("x-flynn-delivery", delivery.to_owned()),
+        ]
+    };
+    let now = now_secs();
+    let (status, answer) = hook(&harness, "ci", "build 1", &signed(now, "build 1", "d-1")).await;
+    assert_eq!(status, 202, "{answer}");
+    // The sender timed out and sends it again, signed anew: not a second turn.
+    let (status, answer) = hook(
+        &harness,
+        "ci",
+        "build 1",
+        &signed(now + 1, "build 1", "d-1"),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (409, Some("replayed")),
+        "{answer}"
+    );
+    // The first turn runs (stalled), the second waits, the third does not
+    // fit: the sender is asked to try again later, not told it failed.
+    let (status, answer) = hook(&harness, "ci", "build 2", &signed(now, "build 2", "d-2")).await;
+    assert_eq!(status, 202, "{answer}");
+    let body = "build 3";
+    let request = reqwest::Client::new()
+        .post(harness.url("/webhooks/ci"))
+        .body(body);
+    let request = signed(now, body, "d-3")
+        .into_iter()
+        .fold(request, |r, (name, value)| r.header(name, value));
+    let refused = request.send().await.unwrap();
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "30");
+    // Refused for now only: the same delivery is taken once there is room.
+    harness
+        .flynn
+        .manager()
+        .cancel(&"webhook:ci".parse().unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, answer) = hook(&harness, "ci", body, &signed(now, body, "d-3")).await;
+        if status == 202 {
+            break;
+        }
+        assert_eq!(status, 503, "{answer}");
+        assert!(std::time::Instant::now() < deadline, "{answer}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    harness.stop().await;
+}

@@ -69,8 +69,15 @@ async fn a_graceful_shutdown_lets_the_running_turn_finish_and_refuses_new_messag
         }
     }
     let manager = harness.flynn.manager().clone();
+    let draining = manager.clone();
     let drain = tokio::spawn(async move { manager.drain(Duration::from_secs(10)).await });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !draining.is_draining() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the drain started");
     let refused = other
         .request::<Value, _>(
             "sessions.send",

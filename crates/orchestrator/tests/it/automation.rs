@@ -801,3 +801,45 @@ async fn a_due_heartbeat_task_asks_the_agent_exactly_once() {
     );
     rig.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_heartbeat_task_whose_message_is_refused_is_due_again_at_the_next_beat() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("HEARTBEAT.md"),
+        "- [ ] daily 08:00: summarise my unread mail\n",
+    )
+    .unwrap();
+    let clock = PausedClock::starting_at(at("2026-05-05T07:45:00Z"));
+    let model = Scripted::replies("m", vec![Message::assistant("Two new mails.")]);
+    let rig = Rig::start(
+        dir.path(),
+        &clock,
+        model.clone(),
+        heartbeat_config(Some("telegram:42")),
+    )
+    .await;
+    // The beat after 08:00 finds the database busy: nothing is accepted.
+    rig.store.fail_next("accept", 1);
+    advance_to(&clock, "2026-05-05T08:20:00Z").await;
+    assert_eq!(model.requests().len(), 0);
+    let refused = rig.last_run(JobKind::Heartbeat, "heartbeat").await.unwrap();
+    assert_eq!(refused.outcome, RunOutcome::Failed);
+    // The next beat asks again.
+    advance_to(&clock, "2026-05-05T09:00:00Z").await;
+    let requests = model.requests();
+    assert_eq!(requests.len(), 1);
+    assert!(
+        last_user_text(&requests[0].messages).contains("summarise my unread mail"),
+        "{requests:?}"
+    );
+    // The chat was told of the refusal, then given the answer.
+    let out = rig.adapter.out();
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert!(
+        matches!(&out[0], Out::Send { text, .. } if text.starts_with("⚠️ the heartbeat failed: the session database is busy")),
+        "{out:?}"
+    );
+    assert_eq!(out[1], sent("42", "m1", "Two new mails."));
+    rig.stop().await;
+}

@@ -334,7 +334,7 @@ async fn an_unknown_sender_is_paired_and_then_answered() {
     let model = Scripted::echo("m");
     let h = Harness::new(vec![model.clone()], Setup::default()).await;
     let adapter = Memory::new(4096);
-    let _router = router(&h, adapter.clone(), &telegram(|_| {})).await;
+    let router = router(&h, adapter.clone(), &telegram(|_| {})).await;
 
     assert!(matches!(
         adapter.deliver(dm("p1", "99", "hi")).await,
@@ -358,8 +358,6 @@ async fn an_unknown_sender_is_paired_and_then_answered() {
         adapter.deliver(dm("p1b", "99", "hello?")).await,
         Disposition::Ignored(_)
     ));
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(sent_texts(&adapter.out()).len(), 1);
 
     let approved = h
         .store
@@ -382,6 +380,13 @@ async fn an_unknown_sender_is_paired_and_then_answered() {
         .await;
     // The message sent before approval never went to the model.
     assert_eq!(model.requests().len(), 1);
+    // Once everything the router sent is out: one code, then the answer.
+    router.close(Duration::from_secs(10)).await;
+    let codes = sent_texts(&adapter.out())
+        .iter()
+        .filter(|t| t.contains("flynn pairing approve"))
+        .count();
+    assert_eq!(codes, 1);
 }
 
 #[tokio::test]
@@ -390,12 +395,13 @@ async fn the_allowlist_policy_gives_strangers_nothing() {
     let h = Harness::new(vec![model.clone()], Setup::default()).await;
     let adapter = Memory::new(4096);
     let config = telegram(|c| c.dm_policy = DmPolicy::Allowlist);
-    let _router = router(&h, adapter.clone(), &config).await;
+    let router = router(&h, adapter.clone(), &config).await;
     assert!(matches!(
         adapter.deliver(dm("a1", "5", "hi")).await,
         Disposition::Ignored(_)
     ));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Whatever the router sends goes out in its tasks: all done now.
+    router.close(Duration::from_secs(10)).await;
     assert!(adapter.out().is_empty());
     assert!(h.store.pairing_pending(0).await.unwrap().is_empty());
 }
@@ -691,5 +697,135 @@ async fn a_symlinked_inbox_is_refused_and_the_message_still_arrives() {
              symbolic link, not a directory; chat files are saved only into real directories \
              in the workspace (remove it, and Flynn creates the directory)]"
         )
+    );
+}
+
+#[tokio::test]
+async fn a_slow_compact_blocks_neither_other_chats_nor_its_own_lane() {
+    // The summariser (the fast tier) stalls for the compaction's timeout.
+    let main = Scripted::echo("m");
+    let fast = Scripted::new("f", vec![crate::Script::Hang("thinking".into())]);
+    let mut models = crate::tiers(&["m/one"]);
+    models.tiers.fast = vec!["f/cheap".parse().unwrap()];
+    let mut setup = Setup {
+        models,
+        ..Setup::default()
+    };
+    setup.compaction.timeout_secs = 5;
+    let h = Harness::new(vec![main.clone(), fast.clone()], setup).await;
+    let adapter = Memory::new(4096);
+    let config = telegram(|c| c.allow_from = vec!["*".into()]);
+    let _router = router(&h, adapter.clone(), &config).await;
+    let a = key("telegram:A");
+    for i in 0..6 {
+        h.send(&a, &format!("message {i}")).await.0.unwrap();
+    }
+
+    let compacting = {
+        let adapter = adapter.clone();
+        tokio::spawn(async move { adapter.deliver(dm("c1", "A", "/compact")).await })
+    };
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while fast.requests().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the summariser is asked");
+
+    // Another chat is answered while the summariser stalls.
+    let other = tokio::time::timeout(Duration::from_secs(2), adapter.deliver(dm("b1", "B", "hi")))
+        .await
+        .expect("a message to another session is not held up by /compact");
+    assert_eq!(other, Disposition::Accepted);
+    adapter
+        .until(|out| {
+            out.iter().any(
+                |o| matches!(o, Out::Send { text, .. } | Out::Edit { text, .. } if text == "re: hi"),
+            )
+        })
+        .await;
+
+    // The compacting session still accepts: its message waits behind
+    // the compaction, and runs once it is done.
+    let queued = tokio::time::timeout(
+        Duration::from_secs(2),
+        adapter.deliver(dm("a1", "A", "after")),
+    )
+    .await
+    .expect("the compacting lane still accepts");
+    assert_eq!(queued, Disposition::Accepted);
+    assert_eq!(compacting.await.unwrap(), Disposition::Accepted);
+    assert_eq!(
+        adapter.deliver(dm("a2", "A", "/status")).await,
+        Disposition::Accepted
+    );
+    adapter
+        .until(|out| {
+            sent_texts(out)
+                .iter()
+                .any(|t| t.contains("Compacting (1 messages waiting)"))
+        })
+        .await;
+    let out = adapter
+        .until(|out| {
+            out.iter().any(
+                |o| matches!(o, Out::Send { text, .. } | Out::Edit { text, .. } if text == "re: after"),
+            )
+        })
+        .await;
+    let said = sent_texts(&out);
+    let compacted = said
+        .iter()
+        .position(|t| t.starts_with("Compacted "))
+        .expect("the compaction's reply");
+    let answered = out
+        .iter()
+        .position(
+            |o| matches!(o, Out::Send { text, .. } | Out::Edit { text, .. } if text == "re: after"),
+        )
+        .unwrap();
+    let compacted_at = out
+        .iter()
+        .position(|o| matches!(o, Out::Send { text, .. } if text == &said[compacted]))
+        .unwrap();
+    assert!(compacted_at < answered, "{out:#?}");
+}
+
+#[tokio::test]
+async fn a_redelivered_reset_runs_once_and_keeps_what_came_after_it() {
+    let model = Scripted::echo("m");
+    let h = Harness::new(vec![model.clone()], Setup::default()).await;
+    let adapter = Memory::new(4096);
+    let config = telegram(|c| c.allow_from = vec!["42".into()]);
+    let _router = router(&h, adapter.clone(), &config).await;
+
+    assert_eq!(
+        adapter.deliver(dm("c1", "42", "/reset")).await,
+        Disposition::Accepted
+    );
+    assert_eq!(
+        adapter.deliver(dm("u2", "42", "remember me")).await,
+        Disposition::Accepted
+    );
+    adapter
+        .until(|out| {
+            out.iter().any(|o| {
+                matches!(o, Out::Send { text, .. } | Out::Edit { text, .. } if text == "re: remember me")
+            })
+        })
+        .await;
+    // The platform delivers the /reset again (a retry, out of order).
+    assert_eq!(
+        adapter.deliver(dm("c1", "42", "/reset")).await,
+        Disposition::Duplicate
+    );
+    let history = h.history(&key("telegram:42")).await;
+    assert_eq!(
+        history,
+        vec![
+            Message::user("remember me"),
+            Message::assistant("re: remember me")
+        ]
     );
 }

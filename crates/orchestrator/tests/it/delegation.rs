@@ -590,3 +590,71 @@ async fn a_delegated_call_dropped_by_a_timeout_still_leaves_a_usage_row() {
     .expect("no usage row for the dropped call");
     assert_eq!(recorded, (Tier::Fast, Purpose::Compaction, 1, true));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_sub_agent_that_starts_its_own_runs_in_its_place_instead_of_waiting_forever() {
+    // One place: the child holds it, and its own sub-agent must not wait
+    // for it (that wait would last until agents.subagents.timeout_secs).
+    let main = Scripted::replies(
+        "m",
+        vec![
+            call(
+                "s1",
+                "agents.spawn",
+                json!({"task": "Ask a helper.", "tier": "fast", "tools": true}),
+            ),
+            Message::assistant("All done."),
+        ],
+    );
+    let fast = Scripted::replies(
+        "f",
+        vec![call(
+            "s2",
+            "agents.spawn",
+            json!({"task": "Help.", "tier": "fast", "tools": true}),
+        )],
+    );
+    let mut setup = three_tiers();
+    setup.agents.subagents.max_concurrent = 1;
+    // A store on a real-time runtime of its own: the paused clock moves
+    // only while the turn waits on a timer.
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        Arc::new(flynn_testkit::store::RealTimeStore::open_at(&dir.path().join("s.db")).await);
+    let clients = std::collections::HashMap::from([
+        (
+            "m".to_owned(),
+            main.clone() as Arc<dyn flynn_models::ModelClient>,
+        ),
+        (
+            "f".to_owned(),
+            fast.clone() as Arc<dyn flynn_models::ModelClient>,
+        ),
+    ]);
+    let manager = crate::manager_with(dir.path(), store, clients, setup);
+
+    let turn = async {
+        let submitted = manager
+            .submit(flynn_orchestrator::TurnRequest::text(
+                key("cli:a"),
+                "delegate twice",
+            ))
+            .await
+            .unwrap();
+        let flynn_orchestrator::Submitted::Turn(handle) = submitted else {
+            panic!("a turn");
+        };
+        handle.outcome().await
+    };
+    // The sub-agent timeout (300 s) would end the wait; well before it:
+    let outcome = tokio::time::timeout(Duration::from_secs(60), turn)
+        .await
+        .expect("the nested sub-agent did not wait for a place its parent holds");
+    assert_eq!(outcome.unwrap().reply, "All done.");
+    let (content, is_error) = result_for(&main, "s1");
+    assert!(!is_error, "{content}");
+    // The grandchild answered (an echo), then the child (an echo of the
+    // grandchild's result).
+    assert_eq!(fast.requests().len(), 3);
+    manager.shutdown().await;
+}

@@ -184,3 +184,57 @@ async fn turns_of_a_live_process_are_left_alone() {
         Some(TurnStatus::Running)
     );
 }
+
+#[tokio::test]
+async fn a_session_that_cannot_be_loaded_at_first_is_loaded_again_and_recovered_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(
+        flynn_testkit::store::RealTimeStore::open_at(&dir.path().join("s.db")).await,
+    );
+    let k = key("cli:flaky");
+    let origin = TurnOrigin {
+        agent: "main".into(),
+        owner_pid: dead_pid(),
+        external_id: None,
+        principal: Default::default(),
+    };
+    store
+        .accept(&k, &[ContentBlock::text("left waiting")], &origin)
+        .await
+        .unwrap();
+    let model = Scripted::echo("m");
+    let clients = std::collections::HashMap::from([(
+        "m".to_owned(),
+        model.clone() as std::sync::Arc<dyn flynn_models::ModelClient>,
+    )]);
+    let manager = crate::manager_with(
+        dir.path(),
+        store.clone(),
+        clients,
+        Setup {
+            sessions: SessionsConfig {
+                interrupted_turns: InterruptedTurns::Rerun,
+                ..SessionsConfig::default()
+            },
+            ..Setup::default()
+        },
+    );
+    // The lane's first look at the session fails: the database is busy.
+    store.fail_next("metadata", 1);
+    let submitted = manager
+        .submit(flynn_orchestrator::TurnRequest::text(k.clone(), "newer"))
+        .await
+        .unwrap();
+    let flynn_orchestrator::Submitted::Turn(handle) = submitted else {
+        panic!("a turn");
+    };
+    assert_eq!(handle.outcome().await.unwrap().reply, "re: newer");
+    // The recovered turn ran, and before the newer one.
+    let asked: Vec<String> = model
+        .requests()
+        .iter()
+        .map(|r| crate::last_user_text(&r.messages))
+        .collect();
+    assert_eq!(asked, ["left waiting", "newer"]);
+    manager.shutdown().await;
+}
