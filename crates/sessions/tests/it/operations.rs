@@ -71,6 +71,12 @@ async fn damage_an_index(store: &SqliteStore) -> Vec<String> {
     .fetch_one(&mut raw)
     .await
     .unwrap();
+    // Every page into the main file, whether or not closing the pool
+    // checkpoints the WAL: the damage is done to the file itself.
+    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+        .execute(&mut raw)
+        .await
+        .unwrap();
     drop(raw);
     store.close().await;
     let bytes = std::fs::read(store.path()).unwrap();
