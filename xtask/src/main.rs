@@ -1,9 +1,10 @@
-//! Project automation for Flynn: `cargo xtask <codegen|tidy|ci|bench>`.
+//! Project automation for Flynn: `cargo xtask <codegen|tidy|ci|bench|fuzz>`.
 
 use anyhow::{Result, bail};
 
 mod bench;
 mod codegen;
+mod fuzz;
 mod tidy;
 
 fn main() -> Result<()> {
@@ -13,8 +14,9 @@ fn main() -> Result<()> {
         Some("tidy") => tidy::run(),
         Some("bench") => bench::run(&args[1..]),
         Some("ci") => ci(),
+        Some("fuzz") => fuzz::run(&args[1..]),
         _ => bail!(
-            "usage: cargo xtask <command>\n\ncommands:\n  codegen  regenerate config/flynn.schema.json and docs/protocol.schema.json\n  tidy     check the layer table, lints and crate docs\n  ci       run everything CI runs (same as .ci/run)\n  bench    run the whole-process benchmarks and write docs/benchmarks.md"
+            "usage: cargo xtask <command>\n\ncommands:\n  codegen  regenerate config/flynn.schema.json and docs/protocol.schema.json\n  tidy     check the layer table, lints and crate docs\n  ci       run everything CI runs (same as .ci/run)\n  bench    run the whole-process benchmarks and write docs/benchmarks.md\n  fuzz     run the fuzz targets (nightly; --seconds N, --runs N, --target NAME)"
         ),
     }
 }
