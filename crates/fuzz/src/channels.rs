@@ -158,10 +158,13 @@ fn long_digit_run(data: &[u8]) -> bool {
         .any(|run| run.len() >= 12)
 }
 
+/// One platform's markdown formatter.
+type Formatter = fn(&str) -> String;
+
 /// A platform as `outbound::render` sees it.
 struct Platform {
     caps: Capabilities,
-    format: fn(&str) -> String,
+    format: Formatter,
 }
 
 #[async_trait]
@@ -286,7 +289,7 @@ pub fn format(data: &[u8]) {
     }
 
     let max_len = 320 + usize::from(a) * 4;
-    let platforms: [(Measure, fn(&str) -> String); 4] = [
+    let platforms: [(Measure, Formatter); 4] = [
         (Measure::Utf16, format::telegram_html),
         (Measure::Chars, format::slack_mrkdwn),
         (Measure::Chars, format::discord),
