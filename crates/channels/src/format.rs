@@ -405,6 +405,25 @@ pub fn whatsapp(markdown: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn plain_text_passes_every_formatter_unchanged(
+            text in "[a-zA-Z0-9é😀 ,?!\n]{0,300}",
+        ) {
+            let words = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+            for (name, format) in [
+                ("telegram", telegram_html as fn(&str) -> String),
+                ("slack", slack_mrkdwn),
+                ("discord", discord),
+                ("whatsapp", whatsapp),
+            ] {
+                let out = format(&text);
+                prop_assert_eq!(words(&out), words(&text), "{}: {:?}", name, out);
+            }
+        }
+    }
 
     const SAMPLE: &str = "# Plan\nUse **bold**, *italic*, ~~old~~ and `a<b>&c`.\n- see [docs](https://example.com/a?b=1&c=2)\n```rust\nif a < b && c > d {}\n```";
 

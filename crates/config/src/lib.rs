@@ -57,6 +57,8 @@ pub mod edit;
 mod env;
 mod error;
 mod expand;
+#[doc(hidden)]
+pub mod fuzzing;
 mod load;
 pub mod migrate;
 mod paths;

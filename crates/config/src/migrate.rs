@@ -303,7 +303,7 @@ fn find<'n>(root: &'n Node, path: &[&str]) -> Option<(&'n Key, &'n Node)> {
 }
 
 /// Renames the key at `path` to `to`, editing only the key's text.
-fn rename(text: &str, path: &str, to: &str) -> Result<String> {
+pub(crate) fn rename(text: &str, path: &str, to: &str) -> Result<String> {
     let doc = parse_own(text)?;
     let keys = split(path);
     let Some((key, _)) = find(&doc.root, &keys) else {

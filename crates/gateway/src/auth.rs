@@ -134,7 +134,11 @@ pub(crate) fn bearer(headers: &HeaderMap) -> Option<String> {
 
 /// The token a request presents: `Authorization: Bearer`, else, on a
 /// WebSocket upgrade only, `?token=`.
-fn presented_token(headers: &HeaderMap, query: Option<&str>, upgrade: bool) -> Option<String> {
+pub(crate) fn presented_token(
+    headers: &HeaderMap,
+    query: Option<&str>,
+    upgrade: bool,
+) -> Option<String> {
     if let Some(token) = bearer(headers) {
         return Some(token);
     }
@@ -151,7 +155,7 @@ fn query_token(query: Option<&str>) -> Option<String> {
     })
 }
 
-fn percent_decode(text: &str) -> String {
+pub(crate) fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -200,7 +204,7 @@ fn host_name(host: &str) -> &str {
 /// The page's origin a request carries, if it is one the gateway trusts:
 /// no origin (not a browser), the gateway's own address (the `Host` it
 /// was reached at), or one listed in `gateway.allowed_origins`.
-fn origin_allowed(headers: &HeaderMap, allowed: &[String], via: Via) -> bool {
+pub(crate) fn origin_allowed(headers: &HeaderMap, allowed: &[String], via: Via) -> bool {
     let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) else {
         return true;
     };

@@ -26,6 +26,8 @@ mod auth;
 mod channels;
 pub mod client;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod http;
 mod logs;
 mod mcp;

@@ -34,7 +34,7 @@ pub(crate) fn methods(state: Arc<State>) -> RpcModule<State> {
 
 /// Parses the parameters: an object, or nothing for methods whose
 /// parameters are all optional.
-fn parse<T: DeserializeOwned + Default>(params: &Params<'_>) -> RpcResult<T> {
+pub(crate) fn parse<T: DeserializeOwned + Default>(params: &Params<'_>) -> RpcResult<T> {
     if params
         .as_str()
         .is_none_or(|p| p.trim().is_empty() || p.trim() == "null")
@@ -44,7 +44,7 @@ fn parse<T: DeserializeOwned + Default>(params: &Params<'_>) -> RpcResult<T> {
     parse_required(params)
 }
 
-fn parse_required<T: DeserializeOwned>(params: &Params<'_>) -> RpcResult<T> {
+pub(crate) fn parse_required<T: DeserializeOwned>(params: &Params<'_>) -> RpcResult<T> {
     let text = params.as_str().unwrap_or("null");
     // `[{...}]` (positional, one object) is accepted like `{...}`.
     let value: serde_json::Value = serde_json::from_str(text)

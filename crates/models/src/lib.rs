@@ -20,6 +20,8 @@ pub mod bench;
 mod client;
 mod context_window;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod http;
 mod locality;
 mod openai;

@@ -170,7 +170,7 @@ fn copy_dir(from: &Path, dir: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-fn unpack(archive: &Path, to: &Path) -> Result<()> {
+pub(crate) fn unpack(archive: &Path, to: &Path) -> Result<()> {
     let file = File::open(archive).map_err(Error::io(archive))?;
     let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(file));
     let io = |e| Error::io(archive)(e);

@@ -15,6 +15,8 @@
 mod bundled;
 mod environment;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod install;
 pub mod manifest;
 mod permissions;

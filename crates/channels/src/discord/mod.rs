@@ -22,6 +22,8 @@
 //!   note) by [`answer_action`](ChannelAdapter::answer_action).
 
 mod convert;
+#[doc(hidden)]
+pub mod fuzzing;
 mod gateway;
 mod interaction;
 mod rest;

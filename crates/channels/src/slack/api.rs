@@ -180,7 +180,7 @@ fn check_status(method: &str, response: Response) -> Result<Response, ChannelErr
 }
 
 /// `Retry-After`, in seconds (Slack sends whole seconds).
-fn retry_after(response: &Response) -> Option<Duration> {
+pub(super) fn retry_after(response: &Response) -> Option<Duration> {
     seconds_hint(response.headers().get(RETRY_AFTER)?.to_str().ok()?)
 }
 

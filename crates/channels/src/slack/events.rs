@@ -20,7 +20,7 @@ use crate::signature::verify_hmac_sha256;
 pub const MAX_SKEW_SECS: i64 = 5 * 60;
 
 /// Why a signature was refused.
-fn verify(secret: &str, request: &WebhookRequest, now: i64) -> Result<(), &'static str> {
+pub(super) fn verify(secret: &str, request: &WebhookRequest, now: i64) -> Result<(), &'static str> {
     let header = |name: &str| {
         request
             .headers
@@ -58,7 +58,7 @@ fn unix_now() -> i64 {
 }
 
 /// A form body's fields as a JSON object of strings.
-fn form(body: &[u8]) -> Map<String, Value> {
+pub(super) fn form(body: &[u8]) -> Map<String, Value> {
     form_urlencoded::parse(body)
         .map(|(k, v)| (k.into_owned(), Value::String(v.into_owned())))
         .collect()

@@ -23,6 +23,8 @@
 mod api;
 mod blocks;
 mod events;
+#[doc(hidden)]
+pub mod fuzzing;
 mod socket;
 mod wire;
 

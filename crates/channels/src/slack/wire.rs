@@ -207,7 +207,7 @@ fn kind_of_channel(channel: &str) -> ChatKind {
 
 /// The text with the bot's mention (`<@U…>` or `<@U…|name>`) taken out,
 /// Slack's three escapes undone, and whether the mention was there.
-fn without_mention(text: &str, bot_user_id: &str) -> (String, bool) {
+pub(super) fn without_mention(text: &str, bot_user_id: &str) -> (String, bool) {
     let open = format!("<@{bot_user_id}");
     let mut out = String::with_capacity(text.len());
     let mut rest = text;

@@ -14,6 +14,8 @@
 //! inline keyboard buttons for confirmations, `editMessageText` to grow a
 //! streamed answer, `sendChatAction` for typing.
 
+#[doc(hidden)]
+pub mod fuzzing;
 mod parse;
 
 use std::future::Future;

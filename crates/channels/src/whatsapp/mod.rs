@@ -14,6 +14,8 @@
 //!   interactive reply buttons (at most 3, 20-character titles, under a
 //!   body of at most 1024 characters).
 
+#[doc(hidden)]
+pub mod fuzzing;
 mod graph;
 mod webhook;
 

@@ -5,6 +5,8 @@ mod cache;
 mod content;
 mod extract;
 mod fetch;
+#[doc(hidden)]
+pub mod fuzzing;
 mod guard;
 mod search;
 

@@ -77,10 +77,10 @@ pub struct WebSearchArgs {
 
 /// One result, whatever the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Hit {
-    title: String,
-    url: String,
-    snippet: String,
+pub(super) struct Hit {
+    pub(super) title: String,
+    pub(super) url: String,
+    pub(super) snippet: String,
 }
 
 #[async_trait]
@@ -369,7 +369,7 @@ fn json_hits(results: &Value, snippet: &str) -> Vec<Hit> {
 }
 
 /// Results from DuckDuckGo's HTML page, ads left out.
-fn duckduckgo_hits(page: &str) -> Vec<Hit> {
+pub(super) fn duckduckgo_hits(page: &str) -> Vec<Hit> {
     let doc = Document::from(page);
     let (Ok(result), Ok(link), Ok(snippet)) = (
         Matcher::new(".result:not(.result--ad)"),
@@ -416,7 +416,7 @@ fn unwrap_redirect(href: &str) -> Option<String> {
 
 /// Text without the markup some engines put in snippets (`<strong>`), with
 /// the common entities decoded and whitespace collapsed.
-fn plain(text: &str) -> String {
+pub(super) fn plain(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find('<') {
