@@ -221,7 +221,17 @@ async fn the_web_chat_streams_approves_denies_cancels_and_survives_a_restart() {
             last_text(".msg.assistant")
         ))
         .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // An image of the test's own that fails to load: once its error
+    // handler has run, one the model's text smuggled in would have run.
+    browser
+        .eval(
+            "const probe = document.createElement('img'); \
+             probe.onerror = () => { window.probed = true; }; \
+             probe.src = 'no-such-image-' + Date.now(); \
+             document.body.appendChild(probe); return null;",
+        )
+        .await;
+    browser.wait_for("window.probed === true").await;
     assert_eq!(
         browser.eval("return typeof window.pwned;").await,
         json!("undefined")

@@ -1,8 +1,9 @@
 //! A server the project did not write: `@modelcontextprotocol/server-everything`
 //! from npm, installed by `scripts/install-mcp-reference.sh` (which
 //! `scripts/test.sh` runs), its command named by `FLYNN_MCP_REFERENCE`.
-//! Without that variable these tests say so loudly and pass, so a bare
-//! `cargo test` needs neither Node nor the network.
+//! Without that variable these tests fail, naming the command that
+//! installs the server (a bare `cargo test` would otherwise pass without
+//! testing anything).
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -14,18 +15,15 @@ use tokio::io::AsyncBufReadExt;
 
 use crate::support::{Harness, ok};
 
-/// The reference server's command, or `None` after a loud note.
-fn reference(test: &str) -> Option<String> {
+/// The reference server's command; fails the test when it is not set.
+fn reference(test: &str) -> String {
     match std::env::var("FLYNN_MCP_REFERENCE") {
-        Ok(command) if !command.is_empty() => Some(command),
-        _ => {
-            eprintln!(
-                "\n*** SKIPPED {test}: FLYNN_MCP_REFERENCE is not set. Run \
-                 `export FLYNN_MCP_REFERENCE=$(scripts/install-mcp-reference.sh)` \
-                 (scripts/test.sh does) to test against the reference MCP server. ***\n"
-            );
-            None
-        }
+        Ok(command) if !command.is_empty() => command,
+        _ => panic!(
+            "{test} needs the reference MCP server and FLYNN_MCP_REFERENCE is not set: run \
+             `export FLYNN_MCP_REFERENCE=$(scripts/install-mcp-reference.sh)` (scripts/test.sh, \
+             the README's test command, does)"
+        ),
     }
 }
 
@@ -88,11 +86,7 @@ async fn check_reference_tools(harness: &Harness, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reference_server_over_stdio_lists_its_tools_and_answers_calls() {
-    let Some(command) =
-        reference("the_reference_server_over_stdio_lists_its_tools_and_answers_calls")
-    else {
-        return;
-    };
+    let command = reference("the_reference_server_over_stdio_lists_its_tools_and_answers_calls");
     let harness = Harness::new(|_| {
         json!({
             "everything": { "command": command, "args": ["stdio"], "startup_timeout_secs": 30, "trusted": true }
@@ -105,11 +99,8 @@ async fn the_reference_server_over_stdio_lists_its_tools_and_answers_calls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reference_server_over_streamable_http_lists_its_tools_and_answers_calls() {
-    let Some(command) =
-        reference("the_reference_server_over_streamable_http_lists_its_tools_and_answers_calls")
-    else {
-        return;
-    };
+    let command =
+        reference("the_reference_server_over_streamable_http_lists_its_tools_and_answers_calls");
     // A free port: bound, read, released for the server to take.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
