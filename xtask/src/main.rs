@@ -1,11 +1,11 @@
-//! Project automation for Flynn: `cargo xtask <codegen|tidy|ci|bench|chaos|fuzz>`.
+//! Project automation for Flynn: `cargo xtask <codegen|tidy|ci|bench|chaos|soak|fuzz>`.
 
 use anyhow::{Result, bail};
 
 mod bench;
-mod chaos;
 mod codegen;
 mod fuzz;
+mod reliability;
 mod tidy;
 
 fn main() -> Result<()> {
@@ -14,11 +14,12 @@ fn main() -> Result<()> {
         Some("codegen") => codegen::run(),
         Some("tidy") => tidy::run(),
         Some("bench") => bench::run(&args[1..]),
-        Some("chaos") => chaos::run(&args[1..]),
+        Some("chaos") => reliability::chaos(&args[1..]),
+        Some("soak") => reliability::soak(&args[1..]),
         Some("ci") => ci(),
         Some("fuzz") => fuzz::run(&args[1..]),
         _ => bail!(
-            "usage: cargo xtask <command>\n\ncommands:\n  codegen  regenerate config/flynn.schema.json and docs/protocol.schema.json\n  tidy     check the layer table, lints and crate docs\n  ci       run everything CI runs (same as .ci/run)\n  bench    run the whole-process benchmarks and write docs/benchmarks.md\n  chaos    the crash (SIGKILL) and panic tests against the release build [--rounds N] [--messages N]\n  fuzz     run the fuzz targets (nightly; --seconds N, --runs N, --target NAME)"
+            "usage: cargo xtask <command>\n\ncommands:\n  codegen  regenerate config/flynn.schema.json and docs/protocol.schema.json\n  tidy     check the layer table, lints and crate docs\n  ci       run everything CI runs (same as .ci/run)\n  bench    run the whole-process benchmarks and write docs/benchmarks.md\n  chaos    the crash (SIGKILL) and panic tests against the release build [--rounds N] [--messages N]\n  soak     30 minutes of mixed traffic against the release build, sampling memory, tasks and descriptors [--minutes N]\n  fuzz     run the fuzz targets (nightly; --seconds N, --runs N, --target NAME)"
         ),
     }
 }

@@ -296,9 +296,10 @@ pub async fn restore(layout: &Layout, from: &Path) -> Result<RestoreReport> {
             entry,
         ));
     }
-    // The old database with its WAL, and the index of the old memory.
+    // The old database with its WAL and its outbox marks, and the index
+    // of the old memory.
     let mut old: Vec<(PathBuf, String)> = Vec::new();
-    for suffix in ["", "-wal", "-shm"] {
+    for suffix in ["", "-wal", "-shm", "-delivered"] {
         let mut name = layout.database.as_os_str().to_owned();
         name.push(suffix);
         old.push((PathBuf::from(name), format!("sessions.db{suffix}")));

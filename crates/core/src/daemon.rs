@@ -220,6 +220,15 @@ impl Daemon {
 
         // Turns a previous process left unfinished.
         // Those of chats are told there once the channels are up.
+        // Answers stored just before the last process died, read before
+        // recovery finishes (and tells) the turns it left open.
+        let outbox = match flynn.manager().outbox().await {
+            Ok(outbox) => outbox,
+            Err(error) => {
+                tracing::error!(%error, "cannot read the answers the last run left unsent");
+                Vec::new()
+            }
+        };
         let recovered = flynn.recover_turns().await?;
         if !recovered.is_empty() {
             tracing::warn!(
@@ -290,6 +299,7 @@ impl Daemon {
                     }
                 }
             }
+            router.deliver_outbox(outbox);
             router.follow_recovered(recovered);
             let stopping = registry.clone();
             stack.push("channels", move || async move {

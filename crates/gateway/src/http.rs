@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use flynn_protocol::config::TokenScope;
 
-use crate::metrics::{Snapshot, rss_bytes};
+use crate::metrics::{Snapshot, open_fds, rss_bytes};
 use crate::server::State as Gateway;
 
 /// `GET /healthz`: 200 while serving, 503 while draining. Without a
@@ -79,6 +79,10 @@ pub(crate) async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
         running_turns: gateway.manager.running().len(),
         pending_confirmations: gateway.approver.len(),
         rss_bytes: rss_bytes(),
+        tasks: tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks(),
+        open_fds: open_fds(),
         uptime_secs: gateway.started.elapsed().as_secs_f64(),
     };
     (

@@ -334,6 +334,18 @@ impl Metrics {
         );
         gauge(
             &mut out,
+            "flynn_runtime_tasks",
+            "Asynchronous tasks alive in the daemon (a number that keeps growing is a leak).",
+            now.tasks as f64,
+        );
+        gauge(
+            &mut out,
+            "flynn_open_fds",
+            "File descriptors the daemon has open.",
+            now.open_fds as f64,
+        );
+        gauge(
+            &mut out,
             "flynn_uptime_seconds",
             "Seconds since the gateway started.",
             now.uptime_secs,
@@ -391,7 +403,16 @@ pub(crate) struct Snapshot {
     pub running_turns: usize,
     pub pending_confirmations: usize,
     pub rss_bytes: u64,
+    pub tasks: usize,
+    pub open_fds: usize,
     pub uptime_secs: f64,
+}
+
+/// The file descriptors this process has open, from `/proc/self/fd` (0
+/// where there is no procfs).
+pub fn open_fds() -> usize {
+    // The directory being read holds one descriptor itself.
+    std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count().saturating_sub(1))
 }
 
 /// The process's resident set size, from `/proc/self/statm` (0 where

@@ -35,7 +35,9 @@ use flynn_channels::{
     ChatKind, Delivery, Disposition, InboundEvent, InboundMessage, Registry, Target,
 };
 use flynn_protocol::config::{ChannelAccess, ChannelsConfig, DmPolicy, GuestApprovals};
-use flynn_protocol::{AgentEvent, ContentBlock, ImageSource, Principal, SessionKey, TurnOutcome};
+use flynn_protocol::{
+    AgentEvent, ContentBlock, ImageSource, Principal, SessionKey, TurnId, TurnOutcome,
+};
 use flynn_sessions::PairingError;
 use flynn_sessions::pairing::CODE_TTL_MS;
 use flynn_tools::{ApprovalRequest, Approver, Decision};
@@ -47,6 +49,7 @@ use crate::automation::target_of;
 use crate::commands::Command;
 use crate::events::EventStream;
 use crate::lane::{RecoveredTurn, Recovery};
+use crate::outbox::Undelivered;
 use crate::runtime::{SessionManager, Submitted, TurnHandle, TurnRequest};
 use crate::{Error, Result};
 
@@ -237,8 +240,11 @@ impl ChannelRouter {
                 };
                 match recovered.action {
                     Recovery::Reported { note } => {
-                        if let Err(e) = outbound::send(adapter.as_ref(), &target, &note, &[]).await {
-                            tracing::warn!(channel = adapter.name(), error = %e, "could not tell a chat its message was interrupted");
+                        match outbound::send(adapter.as_ref(), &target, &note, &[]).await {
+                            Ok(_) => router.delivered(recovered.turn).await,
+                            Err(e) => {
+                                tracing::warn!(channel = adapter.name(), error = %e, "could not tell a chat its message was interrupted");
+                            }
                         }
                     }
                     Recovery::Rerun(handle) => {
@@ -247,6 +253,43 @@ impl ChannelRouter {
                     }
                 }
             });
+        }
+    }
+
+    /// Sends what the outbox holds (answers stored just before the last
+    /// process died, see [`SessionManager::outbox`]) to the chats they
+    /// belong to, each once its channel's adapter is up, and marks each
+    /// sent. Turns of other sessions are left alone.
+    pub fn deliver_outbox(&self, undelivered: Vec<Undelivered>) {
+        for item in undelivered {
+            let channel = item.session.channel().to_owned();
+            if !self.inner.access.contains_key(&channel) {
+                continue;
+            }
+            let target = target_of(&item.session);
+            let router = self.clone();
+            self.inner.tasks.spawn(async move {
+                let Some(adapter) = router.adapter_when_up(&channel).await else {
+                    tracing::warn!(session = %item.session, turn = %item.turn, "the channel of an unsent answer is not running; it stays unsent");
+                    return;
+                };
+                match outbound::send(adapter.as_ref(), &target, &item.text, &[]).await {
+                    Ok(_) => {
+                        tracing::info!(session = %item.session, turn = %item.turn, "sent an answer the last run stored but did not send");
+                        router.delivered(item.turn).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(channel = adapter.name(), error = %e, turn = %item.turn, "could not send an answer the last run left unsent");
+                    }
+                }
+            });
+        }
+    }
+
+    /// Records that `turn`'s outcome reached its chat (the outbox's mark).
+    async fn delivered(&self, turn: TurnId) {
+        if let Err(e) = self.inner.manager.mark_delivered(turn).await {
+            tracing::warn!(%turn, error = %e, "could not record that an answer was sent; it may be sent again at the next start");
         }
     }
 
@@ -929,9 +972,15 @@ impl ChannelRouter {
             Err(Error::Cancelled) => "_Cancelled._".to_owned(),
             Err(e) => format!("⚠️ {e}"),
         };
+        // A test stops here as if the process died between storing the
+        // answer and sending it.
+        flynn_protocol::fault::point("answer.send");
         let mut current = sent.unwrap_or_default();
-        if let Err(e) = outbound::show(adapter.as_ref(), &target, &mut current, &text, &[]).await {
-            tracing::warn!(channel = adapter.name(), error = %e, "could not send the answer");
+        match outbound::show(adapter.as_ref(), &target, &mut current, &text, &[]).await {
+            Ok(()) => self.delivered(turn).await,
+            Err(e) => {
+                tracing::warn!(channel = adapter.name(), error = %e, "could not send the answer; it is sent again at the next start");
+            }
         }
     }
 }

@@ -965,7 +965,7 @@ async fn wait(running: &mut Option<JoinHandle<()>>) {
 }
 
 /// The start of a message's text, for reports.
-fn preview(content: &[ContentBlock]) -> String {
+pub(crate) fn preview(content: &[ContentBlock]) -> String {
     let text: String = content
         .iter()
         .filter_map(|block| match block {

@@ -43,6 +43,7 @@ mod events;
 mod host;
 mod lane;
 pub mod memory;
+mod outbox;
 mod prompt;
 mod runtime;
 mod skills;
@@ -61,6 +62,7 @@ pub use flynn_protocol::{AgentEvent, EventEnvelope, Lagged};
 pub use host::SUBAGENT_PROMPT;
 pub use lane::{RecoveredTurn, Recovery};
 pub use memory::MemoryRuntime;
+pub use outbox::{OUTBOX_WINDOW, Undelivered};
 pub use prompt::{
     DEFAULT_SYSTEM_PROMPT, PROMPT_FILE_LIMIT, PromptBuilder, PromptContext, PromptSlot,
 };

@@ -126,6 +126,16 @@ impl Error {
 /// Classifies a sqlx error at the boundary: SQLite's BUSY and LOCKED (with
 /// their extended codes) and a pool that had no free connection in time
 /// are `Busy`; anything else is `Backend`.
+/// A file beside the database (the outbox's marks) could not be read or
+/// written.
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Backend {
+            message: e.to_string(),
+        }
+    }
+}
+
 impl From<sqlx::Error> for Error {
     fn from(error: sqlx::Error) -> Self {
         if matches!(error, sqlx::Error::PoolTimedOut) {

@@ -18,6 +18,7 @@
 //! embedded in the binary.
 
 pub mod automation;
+mod delivered;
 mod error;
 pub mod pairing;
 pub mod retry;

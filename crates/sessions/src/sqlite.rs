@@ -15,6 +15,7 @@ use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 use crate::automation::{
     JobKind, JobRuns, LastRun, RunOutcome, StoredCronJob, missed_as_str, missed_from,
 };
+use crate::delivered::DeliveredLog;
 use crate::pairing::{
     ApprovedPeer, CODE_ATTEMPTS, MAX_PENDING, PairingError, PairingTicket, PendingPairing,
     new_code, normalize_code,
@@ -134,6 +135,8 @@ fn make_private(_path: &Path) -> std::io::Result<()> {
 pub struct SqliteStore {
     pool: SqlitePool,
     path: PathBuf,
+    /// The outbox's marks (see [`crate::delivered`]).
+    delivered: std::sync::Arc<DeliveredLog>,
 }
 
 impl SqliteStore {
@@ -200,7 +203,39 @@ impl SqliteStore {
         Ok(SqliteStore {
             pool,
             path: path.to_path_buf(),
+            delivered: std::sync::Arc::new(DeliveredLog::beside(path)),
         })
+    }
+
+    /// Moves the outbox's marks from their file into the database.
+    async fn fold_delivered(&self) -> Result<()> {
+        let location = self.delivered.path().display().to_string();
+        self.delivered
+            .fold(|turns| async move {
+                retry::on_busy(|| async {
+                    let now = now_millis();
+                    let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+                    for turn in &turns {
+                        sqlx::query(
+                            "UPDATE turns SET delivered_at = ?2 WHERE id = ?1 AND delivered_at IS NULL",
+                        )
+                        .bind(to_i64(turn.0))
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    tx.commit().await?;
+                    Ok(())
+                })
+                .await
+            })
+            .await
+            .map_err(|e| match e {
+                Error::Backend { message } => Error::Backend {
+                    message: format!("{location}: {message}"),
+                },
+                other => other,
+            })
     }
 
     /// The database file.
@@ -214,6 +249,7 @@ impl SqliteStore {
     /// every commit before it began and none after. The copy is a plain
     /// database (no WAL), compacted; it is created 0600.
     pub async fn snapshot(&self, dest: &Path) -> Result<()> {
+        self.fold_delivered().await?;
         let text = dest.to_str().ok_or_else(|| Error::Backend {
             message: format!(
                 "cannot copy the session database to {}: the path is not UTF-8",
@@ -1454,6 +1490,39 @@ impl SessionStore for SqliteStore {
         }
         for turn in unreadable {
             self.finish_turn(turn, TurnStatus::Failed).await?;
+        }
+        Ok(out)
+    }
+
+    async fn mark_delivered(&self, turn: TurnId) -> Result<()> {
+        self.delivered
+            .append(turn)
+            .await
+            .map_err(|e| Error::Backend {
+                message: format!(
+                    "cannot record that turn {turn}'s answer was sent in {}: {e}",
+                    self.delivered.path().display()
+                ),
+            })
+    }
+
+    async fn undelivered_turns(&self, since: i64) -> Result<Vec<TurnRecord>> {
+        self.fold_delivered().await?;
+        let sql = turn_select!(
+            "WHERE delivered_at IS NULL AND external_id IS NOT NULL AND updated_at >= ?1
+                AND status NOT IN ('pending', 'running')
+             ORDER BY id"
+        );
+        let rows = sqlx::query(sql).bind(since).fetch_all(&self.pool).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match turn_from_row(row) {
+                Ok(turn) => out.extend(turn),
+                Err(Error::CorruptTurn { turn, source }) => {
+                    tracing::error!(%turn, error = %source, "a finished turn cannot be read; its answer is not sent again");
+                }
+                Err(other) => return Err(other),
+            }
         }
         Ok(out)
     }

@@ -407,6 +407,18 @@ pub trait SessionStore: Send + Sync {
     /// every session, oldest first.
     async fn open_turns(&self, session: Option<&SessionKey>) -> Result<Vec<TurnRecord>>;
 
+    /// Records that a chat message's turn has its outcome (answer, error
+    /// or interruption note) handed to its channel: the outbox's "sent".
+    /// Quick (it does not wait for the database's writer), and harmless
+    /// for a turn marked before or one the store does not have.
+    async fn mark_delivered(&self, turn: TurnId) -> Result<()>;
+
+    /// The outbox: finished turns of chat messages (turns with an external
+    /// id) last updated at or after `since` (Unix milliseconds) whose
+    /// outcome was never handed to their channel, because the process
+    /// stopped in between. Oldest first.
+    async fn undelivered_turns(&self, since: i64) -> Result<Vec<TurnRecord>>;
+
     /// Deletes every session last active before `before` (milliseconds
     /// since the epoch) with its messages, turns and kept tool outputs,
     /// unless it has a turn still pending or running; returns the keys

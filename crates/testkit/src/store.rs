@@ -399,4 +399,14 @@ impl SessionStore for RealTimeStore {
         self.run(|s| async move { s.open_turns(session.as_ref()).await })
             .await
     }
+
+    async fn mark_delivered(&self, turn: TurnId) -> Result<()> {
+        self.run(move |s| async move { s.mark_delivered(turn).await })
+            .await
+    }
+
+    async fn undelivered_turns(&self, since: i64) -> Result<Vec<TurnRecord>> {
+        self.run(move |s| async move { s.undelivered_turns(since).await })
+            .await
+    }
 }

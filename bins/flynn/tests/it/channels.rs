@@ -424,3 +424,103 @@ async fn a_telegram_turn_cut_off_by_a_crash_is_reported_in_its_chat() {
         "{sent:?}"
     );
 }
+
+/// The outbox: a turn whose answer was stored but not yet sent when the
+/// daemon died (here the sending task stops at an injected fault, then
+/// the daemon is killed) has the answer sent at the next start, once.
+#[cfg(feature = "telegram")]
+#[tokio::test]
+async fn a_telegram_answer_stored_as_the_daemon_died_is_sent_at_the_next_start() {
+    use flynn_testkit::telegram::{self as tg, FakeTelegram, Incoming, TgUser};
+
+    let model = FakeOpenAi::start().await;
+    model.push(Reply::Text("the stored answer".into()));
+    let telegram = FakeTelegram::start().await;
+    let env = Env::new();
+    let file = env.path().join("config.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "version: 1
+providers:
+  openai: {{kind: openai, base_url: {model}, api_key: sk-x}}
+models:
+  tiers:
+    default: [openai/gpt-4o-mini]
+channels:
+  telegram:
+    bot_token: \"{token}\"
+    api_url: {api}
+    owners: [\"4242\"]
+",
+            model = model.base_url(),
+            token = tg::TOKEN,
+            api = telegram.api_url(),
+        ),
+    )
+    .unwrap();
+    let env = env
+        .var("FLYNN_CONFIG", file.to_string_lossy())
+        .var("FLYNN_FAULTS", "answer.send");
+    let answers = || {
+        telegram
+            .sent()
+            .into_iter()
+            .filter(|m| m.chat_id == 4242 && m.plain == "the stored answer")
+            .count()
+    };
+    let mut daemon = Daemon::start(&env);
+    telegram.push(Incoming::private(&TgUser::new(4242, "Owner"), "hello"));
+    // The answer is stored, and its sending task has stopped.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let shown = env.run(&[
+            "sessions",
+            "show",
+            "--json",
+            "--gateway",
+            &daemon.url,
+            "telegram:4242",
+        ]);
+        let stored = stdout(&shown).contains("the stored answer");
+        if stored && daemon.log().contains("injected fault at answer.send") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", daemon.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(answers(), 0, "{:#?}", telegram.sent());
+    daemon.signal("KILL");
+    daemon.wait(Duration::from_secs(10));
+
+    let mut daemon = Daemon::start(&env);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while answers() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the stored answer never reached the chat: {:#?}\n{}",
+            telegram.sent(),
+            daemon.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    daemon.stop(Duration::from_secs(30));
+    assert_eq!(answers(), 1, "{:#?}", telegram.sent());
+    // Sent once: the next start has nothing left to send.
+    let mut daemon = Daemon::start(&env);
+    telegram.push(Incoming::private(&TgUser::new(4242, "Owner"), "again"));
+    model.push(Reply::Text("a later answer".into()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !daemon.log().contains("injected fault at answer.send") {
+        assert!(Instant::now() < deadline, "{}", daemon.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    daemon.stop(Duration::from_secs(30));
+    assert_eq!(answers(), 1, "{:#?}", telegram.sent());
+    assert!(
+        !daemon.log().contains("did not send"),
+        "the answer was sent again: {}",
+        daemon.log()
+    );
+    assert_eq!(telegram.violations(), Vec::<String>::new());
+}

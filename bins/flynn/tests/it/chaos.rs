@@ -1,8 +1,11 @@
-//! Chaos: messages in flight on Telegram (polling) and WhatsApp
-//! (webhooks), the daemon killed with SIGKILL at random points and
-//! started again, round after round. At the end every message accepted
-//! was answered, or its chat told that its turn was interrupted, exactly
-//! once; none was lost and none answered twice; every session still works.
+//! Chaos: messages in flight on Telegram (polling), WhatsApp (webhooks),
+//! Slack (Socket Mode) and the gateway (`agent.send` over WebSocket), the
+//! daemon killed with SIGKILL at random points and started again, round
+//! after round. At the end every message accepted was answered, or its
+//! chat told that its turn was interrupted, exactly once; none was lost
+//! and none answered twice; every session still works. (A gateway client
+//! is not told after a restart: it reads the history, where the answer or
+//! the note is.)
 //!
 //! `FLYNN_CHAOS_ROUNDS` (default 1) and `FLYNN_CHAOS_MESSAGES` (messages
 //! per round, default 20) size the run; `cargo xtask chaos` runs 10 rounds
@@ -12,15 +15,44 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use flynn_testkit::slack::{self as sl, FakeSlack};
 use flynn_testkit::telegram::{self as tg, FakeTelegram, Incoming, TgUser};
 use flynn_testkit::whatsapp::{self as wa, FakeWhatsApp, Signing};
 use flynn_testkit::{FakeOpenAi, Reply};
+
+use jsonrpsee::core::client::SubscriptionClientT;
+use jsonrpsee::ws_client::WsClientBuilder;
 
 use crate::daemon::Daemon;
 use crate::{Env, stderr};
 
 const TELEGRAM_CHATS: [i64; 3] = [4242, 4243, 4244];
 const WHATSAPP_NUMBERS: [&str; 3] = ["15550000001", "15550000002", "15550000003"];
+const GATEWAY_SESSIONS: [&str; 2] = ["api:chaos-1", "api:chaos-2"];
+const TOKEN: &str = "chaos-gateway-token-0123456789abcdef";
+
+/// Sends `text` to `session` with `agent.send`: `true` once the daemon
+/// said it is stored (the subscription's id came back), `false` if the
+/// connection broke first (it may or may not have been stored).
+async fn agent_send(url: &str, session: &str, text: &str) -> bool {
+    let mut headers = jsonrpsee::ws_client::HeaderMap::new();
+    headers.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let ws = url.replacen("http://", "ws://", 1);
+    let Ok(client) = WsClientBuilder::default()
+        .set_headers(headers)
+        .build(format!("{ws}/rpc"))
+        .await
+    else {
+        return false;
+    };
+    let mut params = jsonrpsee::core::params::ObjectParams::new();
+    params.insert("session", session).unwrap();
+    params.insert("message", text).unwrap();
+    let subscribed: Result<jsonrpsee::core::client::Subscription<serde_json::Value>, _> = client
+        .subscribe("agent.send", params, "agent.unsubscribe")
+        .await;
+    subscribed.is_ok()
+}
 
 fn setting(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -43,8 +75,15 @@ impl Rng {
 }
 
 /// The chats send far faster than a person, so the per-sender rate limit
-/// (which drops a flood on purpose) is off.
-fn config(model: &FakeOpenAi, telegram: &FakeTelegram, whatsapp: &FakeWhatsApp) -> String {
+/// (which drops a flood on purpose) is off, and a session may have more
+/// messages waiting than the 32 that would refuse more (killed rounds
+/// leave their turns for the next start).
+fn config(
+    model: &FakeOpenAi,
+    telegram: &FakeTelegram,
+    whatsapp: &FakeWhatsApp,
+    slack: &FakeSlack,
+) -> String {
     let owners_tg: Vec<String> = TELEGRAM_CHATS
         .iter()
         .map(|id| format!("\"{id}\""))
@@ -57,6 +96,8 @@ fn config(model: &FakeOpenAi, telegram: &FakeTelegram, whatsapp: &FakeWhatsApp) 
         "version: 1
 gateway:
   rate_limit_per_minute: 100000
+sessions:
+  queue_limit: 1000
 providers:
   openai: {{kind: openai, base_url: {model}, api_key: sk-x}}
 models:
@@ -76,6 +117,12 @@ channels:
     api_url: {wa_api}
     owners: [{owners_wa}]
     rate_limit: {{messages: 0}}
+  slack:
+    bot_token: {sl_bot}
+    app_token: {sl_app}
+    api_url: {sl_api}
+    owners: [\"{sl_owner}\"]
+    rate_limit: {{messages: 0}}
 ",
         model = model.base_url(),
         tg_token = tg::TOKEN,
@@ -87,11 +134,19 @@ channels:
         verify = wa::VERIFY_TOKEN,
         wa_api = whatsapp.base_url(),
         owners_wa = owners_wa.join(", "),
+        sl_bot = sl::BOT_TOKEN,
+        sl_app = sl::APP_TOKEN,
+        sl_api = slack.api_url(),
+        sl_owner = sl::OWNER,
     )
 }
 
 /// What each chat was sent, in order, by chat.
-fn outbox(telegram: &FakeTelegram, whatsapp: &FakeWhatsApp) -> BTreeMap<String, Vec<String>> {
+fn outbox(
+    telegram: &FakeTelegram,
+    whatsapp: &FakeWhatsApp,
+    slack: &FakeSlack,
+) -> BTreeMap<String, Vec<String>> {
     let mut sent: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for message in telegram.sent() {
         sent.entry(format!("telegram:{}", message.chat_id))
@@ -103,23 +158,35 @@ fn outbox(telegram: &FakeTelegram, whatsapp: &FakeWhatsApp) -> BTreeMap<String, 
             .or_default()
             .push(message.text().to_owned());
     }
+    for message in slack.messages() {
+        sent.entry(format!("slack:{}", message.channel))
+            .or_default()
+            .push(message.text);
+    }
     sent
 }
 
 const NOTE: &str = "⚠ Interrupted";
+/// What the outbox sends for a turn that failed while the daemon died.
+const FAILED_NOTE: &str = "⚠️ Flynn restarted before it could send";
 
-/// Answers and interruption notes per chat: each inbound message ends in
-/// one of them. (Telegram streams an answer into a message it edits, so a
+/// Different answers and interruption notes per chat: each inbound
+/// message ends in one of them. (Telegram streams an answer into a message it edits, so a
 /// turn cut off mid-answer leaves that partial message and then a note;
 /// the partial message is not counted.)
-fn answers(telegram: &FakeTelegram, whatsapp: &FakeWhatsApp) -> BTreeMap<String, usize> {
-    outbox(telegram, whatsapp)
+fn answers(
+    telegram: &FakeTelegram,
+    whatsapp: &FakeWhatsApp,
+    slack: &FakeSlack,
+) -> BTreeMap<String, usize> {
+    outbox(telegram, whatsapp, slack)
         .into_iter()
         .map(|(chat, texts)| {
             let ends = texts
                 .iter()
-                .filter(|t| t.starts_with(NOTE) || is_answer(t))
-                .count();
+                .filter(|t| t.starts_with(NOTE) || t.starts_with(FAILED_NOTE) || is_answer(t))
+                .collect::<std::collections::BTreeSet<_>>()
+                .len();
             (chat, ends)
         })
         .collect()
@@ -129,6 +196,13 @@ fn answers(telegram: &FakeTelegram, whatsapp: &FakeWhatsApp) -> BTreeMap<String,
 /// after them (a turn cut off mid-answer has its partial answer and its
 /// note), as the daemon at `url` has them stored.
 fn history(env: &Env, url: &str, chat: &str) -> (usize, usize) {
+    let (users, ends) = stored_messages(env, url, chat);
+    (users.len(), ends)
+}
+
+/// The messages from the chat in `chat`'s history, and the count of
+/// answers and notes.
+fn stored_messages(env: &Env, url: &str, chat: &str) -> (Vec<String>, usize) {
     let output = env.run(&["sessions", "show", "--json", "--gateway", url, chat]);
     let shown: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
     let messages = shown["messages"].as_array().cloned().unwrap_or_default();
@@ -141,7 +215,8 @@ fn history(env: &Env, url: &str, chat: &str) -> (usize, usize) {
     let users = messages
         .iter()
         .filter(|m| m["role"] == "user" && text(m).contains("round "))
-        .count();
+        .map(text)
+        .collect();
     let ends = messages
         .iter()
         .filter(|m| m["role"] == "assistant" && !text(m).is_empty())
@@ -170,30 +245,71 @@ async fn killed_at_random_points_no_accepted_message_is_lost_or_answered_twice()
     for number in WHATSAPP_NUMBERS {
         whatsapp.customer_wrote(number);
     }
+    let slack = FakeSlack::start().await;
+    // Slack sends an event again a while after it went unacknowledged
+    // (the fake's 3 s stands for Slack's minutes), at most three times: a
+    // daemon killed every second or two would use them all up in 9 s.
+    slack.set_redelivery_after(Duration::from_secs(10));
     let env = Env::new();
     let file = env.path().join("config.yaml");
-    std::fs::write(&file, config(&model, &telegram, &whatsapp)).unwrap();
-    let env = env.var("FLYNN_CONFIG", file.to_string_lossy());
+    std::fs::write(&file, config(&model, &telegram, &whatsapp, &slack)).unwrap();
+    let env = env
+        .var("FLYNN_CONFIG", file.to_string_lossy())
+        .var("FLYNN_GATEWAY_TOKEN", TOKEN)
+        .var(
+            "FLYNN_LOG",
+            std::env::var("FLYNN_CHAOS_LOG").unwrap_or_else(|_| "info".to_owned()),
+        );
 
     // Where WhatsApp posts: the daemon's address changes at each start,
     // and Meta retries a delivery until it gets a 200, as here.
     let hook: Arc<Mutex<Option<String>>> = Arc::default();
     let mut posting = Vec::new();
+    // Gateway messages in flight, and per session (stored for sure, sent).
+    let mut gateway = Vec::new();
+    let mut api: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let mut sent: BTreeMap<String, usize> = BTreeMap::new();
+    let mut texts_sent: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // Each killed daemon's log, written out if the run fails.
+    let mut logs: Vec<String> = Vec::new();
     let started = Instant::now();
     for round in 0..rounds {
         let daemon = Daemon::start(&env);
         *hook.lock().unwrap() = Some(format!("{}/channels/whatsapp/webhook", daemon.url));
         for n in 0..per_round {
             let text = format!("round {round} message {n}");
-            if n % 2 == 0 {
-                let chat = TELEGRAM_CHATS[n / 2 % TELEGRAM_CHATS.len()];
+            if n % 4 == 3 {
+                let session = GATEWAY_SESSIONS[n / 4 % GATEWAY_SESSIONS.len()];
+                let (url, text) = (daemon.url.clone(), text.clone());
+                gateway.push(tokio::spawn(async move {
+                    (session, agent_send(&url, session, &text).await)
+                }));
+            } else if n % 4 == 0 {
+                let chat = TELEGRAM_CHATS[n / 4 % TELEGRAM_CHATS.len()];
                 telegram.push(Incoming::private(&TgUser::new(chat, "Owner"), &text));
                 *sent.entry(format!("telegram:{chat}")).or_default() += 1;
+                texts_sent
+                    .entry(format!("telegram:{chat}"))
+                    .or_default()
+                    .push(text.clone());
+            } else if n % 4 == 2 {
+                // Slack holds an unacknowledged event and sends it again
+                // to the next connection.
+                let event = slack.message_event(sl::DM, sl::OWNER, &text);
+                slack.push_event(event, &format!("Ev{round}x{n}"));
+                *sent.entry(format!("slack:{}", sl::DM)).or_default() += 1;
+                texts_sent
+                    .entry(format!("slack:{}", sl::DM))
+                    .or_default()
+                    .push(text.clone());
             } else {
-                let number = WHATSAPP_NUMBERS[n / 2 % WHATSAPP_NUMBERS.len()];
+                let number = WHATSAPP_NUMBERS[n / 4 % WHATSAPP_NUMBERS.len()];
                 let notification = whatsapp.text_message(number, "Owner", &text);
                 *sent.entry(format!("whatsapp:{number}")).or_default() += 1;
+                texts_sent
+                    .entry(format!("whatsapp:{number}"))
+                    .or_default()
+                    .push(text.clone());
                 let (whatsapp, hook) = (whatsapp.clone(), hook.clone());
                 posting.push(tokio::spawn(async move {
                     loop {
@@ -222,7 +338,14 @@ async fn killed_at_random_points_no_accepted_message_is_lost_or_answered_twice()
         let wait = Duration::from_millis(50 + rng.below(1500));
         tokio::time::sleep(wait).await;
         *hook.lock().unwrap() = None;
+        logs.push(format!("== round {round}\n{}", daemon.log()));
         drop(daemon); // SIGKILL
+        for sending in gateway.drain(..) {
+            let (session, stored) = sending.await.unwrap();
+            let counts = api.entry(session.to_owned()).or_default();
+            counts.0 += usize::from(stored);
+            counts.1 += 1;
+        }
     }
 
     // The last start: everything accepted is answered or reported, and
@@ -237,18 +360,60 @@ async fn killed_at_random_points_no_accepted_message_is_lost_or_answered_twice()
             .keys()
             .map(|chat| (chat.clone(), history(&env, &daemon.url, chat)))
             .collect();
-        let settled = posting.iter().all(tokio::task::JoinHandle::is_finished)
+        let reached = answers(&telegram, &whatsapp, &slack);
+        // A gateway message is stored once if the daemon said so, at most
+        // once if the connection broke first; each has its answer or note.
+        let through_gateway: BTreeMap<String, (usize, usize)> = api
+            .keys()
+            .map(|session| (session.clone(), history(&env, &daemon.url, session)))
+            .collect();
+        let gateway_settled = api.iter().all(|(session, (acked, tried))| {
+            through_gateway
+                .get(session)
+                .is_some_and(|(users, ends)| acked <= users && users <= tried && ends >= users)
+        });
+        let settled = gateway_settled
+            && posting.iter().all(tokio::task::JoinHandle::is_finished)
             && sent.iter().all(|(chat, n)| {
                 stored
                     .get(chat)
                     .is_some_and(|(users, ends)| users == n && ends >= n)
+                    && reached.get(chat).is_some_and(|got| got >= n)
             });
         if settled {
             break;
         }
+        if Instant::now() >= deadline {
+            let status = reqwest::Client::new()
+                .post(format!("{}/rpc", daemon.url))
+                .bearer_auth(TOKEN)
+                .json(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "agent.status", "params": {}}))
+                .send()
+                .await;
+            let status = match status {
+                Ok(answer) => answer.text().await.unwrap_or_default(),
+                Err(e) => e.to_string(),
+            };
+            eprintln!("chaos: agent.status {status}");
+            let file = std::env::temp_dir().join(format!("flynn-chaos-{}.log", std::process::id()));
+            logs.push(format!("== the last start\n{}", daemon.log()));
+            let _ = std::fs::write(&file, logs.join("\n"));
+            eprintln!("chaos: the daemons' logs are in {}", file.display());
+            for (chat, texts) in &texts_sent {
+                let (users, _) = stored_messages(&env, &daemon.url, chat);
+                let missing: Vec<&String> = texts.iter().filter(|t| !users.contains(t)).collect();
+                let mut twice = users.clone();
+                twice.sort();
+                twice.dedup();
+                eprintln!(
+                    "chaos: {chat}: not stored {missing:?}; stored more than once: {}",
+                    users.len() - twice.len()
+                );
+            }
+        }
         assert!(
             Instant::now() < deadline,
-            "not every message was stored once and answered: sent {sent:?}, (stored, answered) {stored:?}, deliveries still posting {}\n{}",
+            "not every message was stored once and answered in its chat: sent {sent:?}, (stored, answered) {stored:?}, answers and notes in the chats {reached:?}, gateway (acknowledged, sent) {api:?} against (stored, answered) {through_gateway:?}, deliveries still posting {}\n{}",
             posting.iter().filter(|p| !p.is_finished()).count(),
             daemon.log()
         );
@@ -256,48 +421,64 @@ async fn killed_at_random_points_no_accepted_message_is_lost_or_answered_twice()
     }
     // Stopped, nothing more can be sent: the counts are final.
     daemon.stop(Duration::from_secs(60));
-    let got = answers(&telegram, &whatsapp);
-    let texts = outbox(&telegram, &whatsapp);
-    // No chat got more answers and notes than it sent messages, no answer
-    // of the model reached a chat twice, and anything else sent is the
-    // partial message of a turn cut off mid-answer.
-    let mut seen = std::collections::BTreeSet::new();
+    if std::env::var_os("FLYNN_CHAOS_LOG").is_some() {
+        let file = std::env::temp_dir().join(format!("flynn-chaos-{}.log", std::process::id()));
+        logs.push(format!("== the last start\n{}", daemon.log()));
+        let _ = std::fs::write(&file, logs.join("\n"));
+        eprintln!("chaos: the daemons' logs are in {}", file.display());
+    }
+    let texts = outbox(&telegram, &whatsapp, &slack);
+    // Per chat: its answers and notes, each counted once, and the ones
+    // that came twice. Anything else sent is the partial message of a
+    // turn cut off mid-answer.
+    let mut twice = 0usize;
+    let mut unsent = 0usize;
     for (chat, texts) in &texts {
-        assert!(
-            got[chat] <= sent[chat],
-            "{chat} was answered twice: {} answers and notes for {} messages: {texts:#?}",
-            got[chat],
-            sent[chat]
-        );
+        let mut ends = std::collections::BTreeSet::new();
         for text in texts {
-            if is_answer(text) {
-                assert!(
-                    seen.insert(text.clone()),
-                    "{chat} got {text} twice: {texts:#?}"
-                );
+            if is_answer(text) || text.starts_with(NOTE) || text.starts_with(FAILED_NOTE) {
+                if !ends.insert(text.clone()) {
+                    eprintln!("chaos: {chat} got {text:?} twice");
+                    twice += 1;
+                }
             } else {
                 assert!(
-                    text.starts_with(NOTE) || text.starts_with("answer"),
+                    text.starts_with("answer"),
                     "{chat} got {text:?}, neither an answer, a note nor a partial answer"
                 );
             }
         }
+        let expected = sent.get(chat).copied().unwrap_or_default();
+        assert!(
+            ends.len() <= expected,
+            "{chat} got {} different answers and notes for {expected} messages: {texts:#?}",
+            ends.len()
+        );
+        unsent += expected - ends.len();
     }
     // A turn that finished just as the daemon was killed has its answer
-    // in the history but not in the chat (nothing re-sends it yet): count
-    // them, and hold them to 1 % of the messages (one, in runs of up to a
-    // hundred).
+    // sent by the outbox at the next start: every message reached its
+    // chat. An answer reaches its chat twice only if the daemon died
+    // between the platform taking it and the outbox's mark (a few
+    // microseconds after the reply): allowed once in 500 messages.
     let total: usize = sent.values().sum();
-    let unsent: usize = sent.iter().map(|(chat, n)| n - got[chat]).sum();
+    let (acked, tried) = api
+        .values()
+        .fold((0, 0), |(a, t), (acked, tried)| (a + acked, t + tried));
     eprintln!(
-        "chaos: {unsent} of {total} answers finished as the daemon died and did not reach their chat"
+        "chaos: {total} chat messages, {unsent} answers did not reach their chat, {twice} reached it twice; gateway: {tried} sent, {acked} acknowledged as stored, all stored at most once and answered"
+    );
+    assert_eq!(
+        unsent, 0,
+        "{unsent} of {total} answers did not reach their chat: {texts:#?}"
     );
     assert!(
-        unsent * 100 <= total.max(100),
-        "{unsent} of {total} answers did not reach their chat: {texts:#?}"
+        twice <= (total / 500).max(1),
+        "{twice} of {total} answers reached their chat twice: {texts:#?}"
     );
     assert_eq!(telegram.violations(), Vec::<String>::new());
     assert_eq!(whatsapp.violations(), Vec::<String>::new());
+    assert_eq!(slack.violations(), Vec::<String>::new());
     eprintln!(
         "chaos: {rounds} rounds, {} messages, {} chats, {:.1} s",
         rounds * per_round,

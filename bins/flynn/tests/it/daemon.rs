@@ -68,6 +68,11 @@ impl Daemon {
         Daemon { child, url, log }
     }
 
+    #[cfg_attr(not(all(feature = "telegram", feature = "whatsapp")), allow(dead_code))]
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub(crate) fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }

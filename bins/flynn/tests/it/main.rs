@@ -6,7 +6,7 @@ mod automation;
 mod backup;
 #[cfg(any(feature = "telegram", feature = "whatsapp"))]
 mod channels;
-#[cfg(all(feature = "telegram", feature = "whatsapp"))]
+#[cfg(all(feature = "telegram", feature = "whatsapp", feature = "slack"))]
 mod chaos;
 mod config;
 mod crash;
@@ -21,6 +21,8 @@ mod panics;
 mod send;
 mod sessions;
 mod skills;
+#[cfg(all(feature = "telegram", feature = "whatsapp"))]
+mod soak;
 mod taint;
 
 use std::path::Path;

@@ -463,6 +463,17 @@ async fn metrics_count_turns_tokens_and_refusals() {
         .find_map(|l| l.strip_prefix("flynn_resident_memory_bytes "))
         .unwrap();
     assert!(rss.parse::<f64>().unwrap() > 1_000_000.0, "{rss}");
+    let gauge = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .parse()
+            .unwrap()
+    };
+    // The accept loop and this connection's task at least; stdin, out
+    // and err, the listener and the database at least.
+    assert!(gauge("flynn_runtime_tasks") >= 2.0, "{text}");
+    assert!(gauge("flynn_open_fds") >= 5.0, "{text}");
     harness.stop().await;
 }
 

@@ -268,3 +268,85 @@ async fn an_unreadable_open_turn_is_marked_failed_and_the_others_recover() {
         .unwrap();
     assert_eq!(status, "failed");
 }
+
+#[tokio::test]
+async fn the_outbox_holds_finished_chat_turns_until_they_are_marked_sent() {
+    let (_dir, store) = open().await;
+    let chat = key("telegram:4242");
+    let from_chat = |id: &str| TurnOrigin {
+        external_id: Some(id.to_owned()),
+        ..origin(1)
+    };
+    let text = |t: &str| vec![ContentBlock::text(t)];
+    let answered = store
+        .accept(&chat, &text("a"), &from_chat("1"))
+        .await
+        .unwrap();
+    let failed = store
+        .accept(&chat, &text("b"), &from_chat("2"))
+        .await
+        .unwrap();
+    let running = store
+        .accept(&chat, &text("c"), &from_chat("3"))
+        .await
+        .unwrap();
+    // Not from a chat (the CLI, the gateway): nothing to send it to.
+    let cli = store
+        .accept(&key("cli:x"), &text("d"), &origin(1))
+        .await
+        .unwrap();
+    for turn in [answered.id, failed.id, running.id, cli.id] {
+        store.start_turn(turn, 1).await.unwrap();
+    }
+    store
+        .finish_turn(answered.id, TurnStatus::Completed)
+        .await
+        .unwrap();
+    store
+        .finish_turn(failed.id, TurnStatus::Failed)
+        .await
+        .unwrap();
+    store
+        .finish_turn(cli.id, TurnStatus::Completed)
+        .await
+        .unwrap();
+
+    let ids = |turns: Vec<TurnRecord>| turns.iter().map(|t| (t.id, t.status)).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.undelivered_turns(0).await.unwrap()),
+        vec![
+            (answered.id, TurnStatus::Completed),
+            (failed.id, TurnStatus::Failed)
+        ]
+    );
+    // Only what finished since the cut-off.
+    assert_eq!(
+        ids(store.undelivered_turns(i64::MAX).await.unwrap()),
+        vec![]
+    );
+    store.mark_delivered(answered.id).await.unwrap();
+    // Marking twice, or a turn the store does not have, is harmless.
+    store.mark_delivered(answered.id).await.unwrap();
+    store.mark_delivered(TurnId(99)).await.unwrap();
+    assert_eq!(
+        ids(store.undelivered_turns(0).await.unwrap()),
+        vec![(failed.id, TurnStatus::Failed)]
+    );
+    // The running turn joins the outbox once it finishes.
+    store
+        .finish_turn(running.id, TurnStatus::Interrupted)
+        .await
+        .unwrap();
+    store.mark_delivered(failed.id).await.unwrap();
+    assert_eq!(
+        ids(store.undelivered_turns(0).await.unwrap()),
+        vec![(running.id, TurnStatus::Interrupted)]
+    );
+    // The marks outlive the process: another store on the same file (the
+    // next start) sees them.
+    store.mark_delivered(running.id).await.unwrap();
+    let path = store.path().to_path_buf();
+    drop(store);
+    let again = flynn_sessions::SqliteStore::open(&path).await.unwrap();
+    assert_eq!(ids(again.undelivered_turns(0).await.unwrap()), vec![]);
+}
