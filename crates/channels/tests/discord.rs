@@ -105,12 +105,70 @@ impl Harness {
             .unwrap()
             .unwrap();
         assert_eq!(outcome, Ok(()));
+        // Not 1000 / 1001, which would end the session: a restart
+        // resumes it.
         self.fake
             .wait_until("the close frame", |f| {
-                (f.gateway_frames().last() == Some(&json!({"close": 1000}))).then_some(())
+                (f.gateway_frames().last() == Some(&json!({"close": 4000}))).then_some(())
             })
             .await;
         assert_eq!(self.fake.violations(), Vec::<String>::new());
+    }
+}
+
+/// An adapter keeping its gateway state in `state`, started against an
+/// already running fake (a daemon started again).
+struct Running {
+    rx: mpsc::Receiver<Delivery>,
+    stop: CancellationToken,
+    task: JoinHandle<Result<(), ChannelError>>,
+}
+
+impl Running {
+    async fn start(fake: &FakeDiscord, state: &std::path::Path) -> Running {
+        let adapter = Arc::new(
+            DiscordAdapter::new(&config(fake, &fake.token()))
+                .unwrap()
+                .with_state_file(state.to_path_buf()),
+        );
+        let (sink, rx) = flynn_channels::Inbound::detached("discord");
+        let stop = CancellationToken::new();
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move { adapter.connect(sink, stop).await }
+        });
+        fake.wait_connected().await;
+        Running { rx, stop, task }
+    }
+
+    async fn next_message(&mut self) -> (InboundMessage, Delivery) {
+        let delivery = tokio::time::timeout(WAIT, self.rx.recv())
+            .await
+            .expect("a delivery within 10 s")
+            .expect("the adapter is running");
+        match &delivery.event {
+            InboundEvent::Message(message) => (message.clone(), delivery),
+            other => panic!("expected a message, got {other:?}"),
+        }
+    }
+
+    /// Stops the adapter; the session is left to be resumed.
+    async fn stop(self, fake: &FakeDiscord) {
+        self.stop.cancel();
+        let outcome = tokio::time::timeout(WAIT, self.task)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(outcome, Ok(()));
+        fake.wait_until("the connection to end", |f| {
+            (!f.is_connected()).then_some(())
+        })
+        .await;
+        assert_eq!(
+            fake.gateway_frames().last(),
+            Some(&json!({"close": 4000})),
+            "closed without ending the session"
+        );
     }
 }
 
@@ -722,6 +780,160 @@ async fn a_dropped_connection_is_resumed_and_missed_events_arrive_once() {
     let (message, delivery) = h.next_message().await;
     assert_eq!(message.text, "after", "the missed message came once");
     delivery.settle(Disposition::Accepted);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_message_sent_while_stopped_arrives_once_after_a_restart_by_resuming() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("channels").join("discord.json");
+    let fake = FakeDiscord::start().await;
+    let dm = fake.dm_channel(&alice());
+
+    let mut first = Running::start(&fake, &state).await;
+    fake.post(dm, &alice(), "before").send();
+    let (message, delivery) = first.next_message().await;
+    assert_eq!(message.text, "before");
+    delivery.settle(Disposition::Accepted);
+    let session = fake.session_id().unwrap();
+    first.stop(&fake).await;
+
+    let missed = fake.post(dm, &alice(), "while stopped").send();
+    let mut second = Running::start(&fake, &state).await;
+    let (message, delivery) = second.next_message().await;
+    assert_eq!(message.id, missed.to_string());
+    assert_eq!(message.text, "while stopped");
+    delivery.settle(Disposition::Accepted);
+    let resumes = fake.resumes();
+    assert_eq!(resumes.len(), 1, "{resumes:?}");
+    assert_eq!(resumes[0].session_id, session);
+    assert_eq!(resumes[0].replayed, vec![resumes[0].seq + 1]);
+    assert_eq!(fake.identifies(), 1, "resumed, not identified again");
+    assert_eq!(fake.history_reads(), Vec::new(), "nothing to backfill");
+
+    fake.post(dm, &alice(), "after").send();
+    let (message, delivery) = second.next_message().await;
+    assert_eq!(message.text, "after", "the missed message came once");
+    delivery.settle(Disposition::Accepted);
+    second.stop(&fake).await;
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn an_expired_session_identifies_again_and_the_missed_message_is_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("discord.json");
+    let fake = FakeDiscord::start().await;
+    let dm = fake.dm_channel(&alice());
+    let room = fake.guild_channel();
+
+    let mut first = Running::start(&fake, &state).await;
+    let before = fake.post(dm, &alice(), "before").send();
+    let (_, delivery) = first.next_message().await;
+    delivery.settle(Disposition::Accepted);
+    let in_room = fake
+        .post(room, &bob(), &format!("<@{BOT_ID}> in the room"))
+        .send();
+    let (_, delivery) = first.next_message().await;
+    delivery.settle(Disposition::Accepted);
+    let expired = fake.session_id().unwrap();
+    first.stop(&fake).await;
+
+    fake.expire_session();
+    let missed = fake.post(dm, &alice(), "while the session expired").send();
+    let missed_in_room = fake
+        .post(room, &bob(), &format!("<@{BOT_ID}> are you there?"))
+        .send();
+    let mut second = Running::start(&fake, &state).await;
+    let (message, delivery) = second.next_message().await;
+    delivery.settle(Disposition::Accepted);
+    let (other, delivery) = second.next_message().await;
+    delivery.settle(Disposition::Accepted);
+    let mut got = vec![
+        (message.id, message.text, message.conversation.kind),
+        (other.id, other.text, other.conversation.kind),
+    ];
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut want = vec![
+        (
+            missed.to_string(),
+            "while the session expired".to_owned(),
+            ChatKind::Direct,
+        ),
+        (
+            missed_in_room.to_string(),
+            "are you there?".to_owned(),
+            ChatKind::Group,
+        ),
+    ];
+    want.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(got, want);
+    assert_eq!(
+        fake.identifies(),
+        2,
+        "the refused RESUME fell back to IDENTIFY"
+    );
+    let resume = fake
+        .gateway_frames()
+        .into_iter()
+        .find(|f| f["op"] == 6)
+        .expect("a RESUME was tried first");
+    assert_eq!(resume["d"]["session_id"], json!(expired));
+    assert_ne!(fake.session_id(), Some(expired));
+    let mut reads: Vec<(u64, Option<u64>)> = fake
+        .history_reads()
+        .iter()
+        .map(|r| (r.channel, r.after))
+        .collect();
+    reads.sort();
+    let mut expected = vec![(dm, Some(before)), (room, Some(in_room))];
+    expected.sort();
+    assert_eq!(reads, expected);
+
+    fake.post(dm, &alice(), "after").send();
+    let (message, delivery) = second.next_message().await;
+    assert_eq!(message.text, "after", "each missed message came once");
+    delivery.settle(Disposition::Accepted);
+    second.stop(&fake).await;
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_flood_past_the_queue_is_replayed_by_resuming_not_held_or_lost() {
+    const FLOOD: usize = 300;
+    let mut h = Harness::start().await;
+    let dm = h.fake.dm_channel(&alice());
+    h.fake.post(dm, &alice(), "0").send();
+    // The daemon holds the first delivery while the flood arrives.
+    let (_, held) = h.next_message().await;
+    for i in 1..=FLOOD {
+        h.fake.post(dm, &alice(), &i.to_string()).send();
+    }
+    let last = h.fake.sequence();
+    h.fake.request_heartbeat();
+    h.fake
+        .wait_until("the adapter to have read the flood", |f| {
+            f.gateway_frames()
+                .iter()
+                .any(|frame| frame["op"] == 1 && frame["d"] == json!(last))
+                .then_some(())
+        })
+        .await;
+    held.settle(Disposition::Accepted);
+    for i in 1..=FLOOD {
+        let (message, delivery) = h.next_message().await;
+        assert_eq!(message.text, i.to_string(), "in order, once each");
+        delivery.settle(Disposition::Accepted);
+    }
+    // What did not fit behind the held delivery was not kept in memory:
+    // Discord sent it again.
+    let resumes = h.fake.resumes();
+    assert_eq!(resumes.len(), 1, "{resumes:?}");
+    assert_eq!(
+        resumes[0].replayed.len(),
+        FLOOD - flynn_channels::discord::MAX_QUEUED
+    );
+    assert_eq!(h.fake.identifies(), 1);
     h.finish().await;
 }
 

@@ -1,6 +1,7 @@
 //! The chat channels a config asks for, built with the adapters this
 //! binary was compiled with.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use flynn_channels::ChannelAdapter;
@@ -38,8 +39,13 @@ fn not_built(name: &str) -> Built {
     ))
 }
 
-/// Every enabled channel of `config`, by name, in a fixed order.
-pub fn build(config: &ChannelsConfig) -> Vec<(&'static str, Built)> {
+/// Where the Discord adapter keeps its gateway session, under
+/// `FLYNN_HOME`.
+pub const DISCORD_STATE: &str = "channels/discord.json";
+
+/// Every enabled channel of `config`, by name, in a fixed order; state an
+/// adapter keeps across restarts goes under `home` (`FLYNN_HOME`).
+pub fn build(config: &ChannelsConfig, home: &Path) -> Vec<(&'static str, Built)> {
     let mut built = Vec::new();
     if let Some(c) = config.telegram.as_ref().filter(|c| c.enabled) {
         #[cfg(feature = "telegram")]
@@ -61,13 +67,15 @@ pub fn build(config: &ChannelsConfig) -> Vec<(&'static str, Built)> {
         built.push((
             "discord",
             match flynn_channels::discord::DiscordAdapter::new(c) {
-                Ok(adapter) => Built::Adapter(Arc::new(adapter)),
+                Ok(adapter) => {
+                    Built::Adapter(Arc::new(adapter.with_state_file(home.join(DISCORD_STATE))))
+                }
                 Err(e) => Built::Unavailable(e.to_string()),
             },
         ));
         #[cfg(not(feature = "discord"))]
         {
-            let _ = c;
+            let _ = (c, home);
             built.push(("discord", not_built("discord")));
         }
     }

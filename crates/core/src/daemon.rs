@@ -291,7 +291,7 @@ impl Daemon {
             let router =
                 ChannelRouter::new(flynn.manager().clone(), registry.clone(), &config.channels);
             let routing = router.spawn(deliveries);
-            for (name, built) in crate::channels::build(&config.channels) {
+            for (name, built) in crate::channels::build(&config.channels, &options.home) {
                 match built {
                     crate::channels::Built::Adapter(adapter) => registry.start(adapter).await,
                     crate::channels::Built::Unavailable(reason) => {

@@ -11,8 +11,14 @@
 //! text in server messages that do not mention the bot. One session at a
 //! time.
 //!
-//! REST answers the routes a chat bot uses (messages, typing, global
-//! commands, interaction callbacks and webhooks), requires
+//! A session outlives its connection, as Discord's does: dispatches
+//! for it are kept (and replayed on RESUME) while the bot is away, until
+//! the client closes with 1000 / 1001 or the test expires it
+//! ([`FakeDiscord::expire_session`]); then RESUME gets INVALID SESSION
+//! (`d: false`) and what was sent in it is never delivered.
+//!
+//! REST answers the routes a chat bot uses (messages and channel history,
+//! typing, global commands, interaction callbacks and webhooks), requires
 //! `Authorization: Bot <token>` where Discord does, validates bodies
 //! (content 1-2000 characters, at most 5 action rows of 5 buttons,
 //! `custom_id` 1-100 characters and unique) and answers problems in
@@ -188,6 +194,18 @@ pub struct ResumeRecord {
     pub replayed: Vec<u64>,
 }
 
+/// A `GET /channels/{id}/messages` the fake answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryRead {
+    pub channel: u64,
+    /// The `after` snowflake, when given.
+    pub after: Option<u64>,
+    /// The `limit` asked for (Discord's default: 50).
+    pub limit: u64,
+    /// The ids answered, in the order sent (newest first, as Discord).
+    pub answered: Vec<u64>,
+}
+
 /// An interaction the fake dispatched.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PushedInteraction {
@@ -275,6 +293,7 @@ struct Inner {
     connections: u64,
     identifies: u32,
     resumes: Vec<ResumeRecord>,
+    history_reads: Vec<HistoryRead>,
     failures: VecDeque<Failure>,
     files: HashMap<String, (String, Bytes)>,
     commands: Vec<Value>,
@@ -338,6 +357,7 @@ impl FakeDiscord {
                 connections: 0,
                 identifies: 0,
                 resumes: Vec::new(),
+                history_reads: Vec::new(),
                 failures: VecDeque::new(),
                 files: HashMap::new(),
                 commands: Vec::new(),
@@ -461,6 +481,30 @@ impl FakeDiscord {
         });
     }
 
+    /// Ends the session the way Discord times one out a while after its
+    /// connection went: a RESUME of it gets INVALID SESSION (`d: false`),
+    /// and the dispatches sent in it meanwhile are never delivered.
+    pub fn expire_session(&self) {
+        self.state.with(|inner| {
+            if let Some(session) = inner.session.as_mut() {
+                session.resumable = false;
+            }
+        });
+    }
+
+    /// Asks the client for a heartbeat now (op 1 from the gateway), as
+    /// Discord may. A client answers it after reading every payload sent
+    /// before it, so its answer marks how far the client has read.
+    pub fn request_heartbeat(&self) {
+        self.state.with(|inner| {
+            if let Some(connection) = &inner.connection {
+                let _ = connection.tx.send(Out::Text(
+                    json!({"op": 1, "s": null, "t": null, "d": null}).to_string(),
+                ));
+            }
+        });
+    }
+
     /// While held, new gateway connections wait before HELLO (so events
     /// can be pushed while the bot is away).
     pub fn hold_connections(&self, hold: bool) {
@@ -559,6 +603,16 @@ impl FakeDiscord {
 
     pub fn resumes(&self) -> Vec<ResumeRecord> {
         self.state.lock().resumes.clone()
+    }
+
+    /// Every channel history read (`GET /channels/{id}/messages`).
+    pub fn history_reads(&self) -> Vec<HistoryRead> {
+        self.state.lock().history_reads.clone()
+    }
+
+    /// The current session's last sequence number (0 before READY).
+    pub fn sequence(&self) -> u64 {
+        self.state.lock().session.as_ref().map_or(0, |s| s.seq)
     }
 
     /// The current session's id, once READY was sent.
@@ -1301,7 +1355,7 @@ async fn rest(AxumState(state): AxumState<Arc<State>>, request: Request) -> Resp
             ));
             return error(400, "The request body contains invalid JSON.", 50109);
         }
-        answer(inner, &request)
+        answer(inner, &request, &received.query)
     })
 }
 
@@ -1325,7 +1379,7 @@ fn refuse(
     error(status, message, code)
 }
 
-fn answer(inner: &mut Inner, request: &CapturedRequest) -> Response {
+fn answer(inner: &mut Inner, request: &CapturedRequest, query: &str) -> Response {
     if request.path.starts_with("/attachments/") {
         return cdn(inner, request);
     }
@@ -1377,7 +1431,7 @@ fn answer(inner: &mut Inner, request: &CapturedRequest) -> Response {
             put_commands(inner, request)
         }
         ["channels", channel, "messages"] => {
-            if method != "POST" {
+            if !matches!(method, "POST" | "GET") {
                 return refuse(inner, request, 405, "405: Method Not Allowed", 0);
             }
             if let Some(refusal) = authorize(inner, request) {
@@ -1386,6 +1440,9 @@ fn answer(inner: &mut Inner, request: &CapturedRequest) -> Response {
             let Some(channel) = known_channel(inner, channel) else {
                 return refuse(inner, request, 404, "Unknown Channel", 10003);
             };
+            if method == "GET" {
+                return history(inner, request, channel, query);
+            }
             if let Some(refusal) = check_message(inner, request, false, false) {
                 return refusal;
             }
@@ -1893,6 +1950,117 @@ fn put_commands(inner: &mut Inner, request: &CapturedRequest) -> Response {
 }
 
 /// Stores a bot message from a request body; returns the message object.
+/// `GET /channels/{id}/messages`: at most `limit` (1-100, default 50)
+/// messages, newest first; with `after`, the ones right after it, as
+/// Discord answers. Message objects from REST carry no `guild_id` and no
+/// `member` (those come with gateway events only).
+fn history(inner: &mut Inner, request: &CapturedRequest, channel: u64, query: &str) -> Response {
+    let mut after = None;
+    let mut limit = 50;
+    let mut anchors = 0;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let snowflake = || value.parse::<u64>().ok();
+        match key {
+            "after" | "before" | "around" => {
+                anchors += 1;
+                let Some(id) = snowflake() else {
+                    return refuse_form(
+                        inner,
+                        request,
+                        key,
+                        &format!("Value \"{value}\" is not snowflake."),
+                    );
+                };
+                if key != "after" {
+                    return refuse(
+                        inner,
+                        request,
+                        400,
+                        &format!("the fake answers `after` only, not `{key}`"),
+                        0,
+                    );
+                }
+                after = Some(id);
+            }
+            "limit" => match value.parse::<u64>() {
+                Ok(n @ 1..=100) => limit = n,
+                _ => {
+                    return refuse_form(
+                        inner,
+                        request,
+                        key,
+                        "int value should be between 1 and 100.",
+                    );
+                }
+            },
+            _ => {
+                return refuse(
+                    inner,
+                    request,
+                    400,
+                    &format!("unknown query parameter `{key}`"),
+                    0,
+                );
+            }
+        }
+    }
+    if anchors > 1 {
+        return refuse(
+            inner,
+            request,
+            400,
+            "only one of around, before and after may be given",
+            50035,
+        );
+    }
+    let mut page: Vec<Value> = inner
+        .messages
+        .range(after.map_or(0, |a| a.saturating_add(1))..)
+        .filter(|(_, m)| m.channel == channel)
+        .take(limit as usize)
+        .map(|(_, m)| {
+            let mut json = m.json.clone();
+            if let Some(object) = json.as_object_mut() {
+                object.remove("guild_id");
+                object.remove("member");
+                object.remove("allowed_mentions");
+            }
+            if let Some(mentions) = json["mentions"].as_array_mut() {
+                for mention in mentions {
+                    if let Some(object) = mention.as_object_mut() {
+                        object.remove("member");
+                    }
+                }
+            }
+            json
+        })
+        .collect();
+    page.reverse();
+    inner.history_reads.push(HistoryRead {
+        channel,
+        after,
+        limit,
+        answered: page
+            .iter()
+            .filter_map(|m| m["id"].as_str()?.parse().ok())
+            .collect(),
+    });
+    server::json(200, &Value::Array(page))
+}
+
+/// A 400 form error about one query parameter.
+fn refuse_form(inner: &mut Inner, request: &CapturedRequest, key: &str, why: &str) -> Response {
+    inner.violations.push(format!(
+        "{} {}: query {key}: {why}",
+        request.method, request.path
+    ));
+    server::json(
+        400,
+        &json!({"message": "Invalid Form Body", "code": 50035, "errors": {key: {"_errors": [{"code": "BASE_TYPE_BAD", "message": why}]}}}),
+    )
+}
+
 fn create_message(
     inner: &mut Inner,
     channel_id: u64,

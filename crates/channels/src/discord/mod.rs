@@ -17,6 +17,11 @@
 //!   interaction's context; it is acknowledged with a deferred response
 //!   once the daemon settled it, and answers sent with that context edit
 //!   the deferred response, then follow up.
+//! - Across restarts (with [`DiscordAdapter::with_state_file`]): the
+//!   session is kept in a file and RESUMEd on the next start, so Discord
+//!   replays what was sent meanwhile; stopping closes with 4000, which
+//!   leaves it resumable. When it can no longer be resumed, the messages
+//!   missed in the channels the bot heard from are read back over REST.
 //! - Buttons are message components; a press arrives as an
 //!   [`Action`] and is answered with a deferred update (or an ephemeral
 //!   note) by [`answer_action`](ChannelAdapter::answer_action).
@@ -27,7 +32,11 @@ pub mod fuzzing;
 mod gateway;
 mod interaction;
 mod rest;
+mod saved;
 
+pub use gateway::MAX_QUEUED;
+
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -46,6 +55,7 @@ use crate::inbound::Inbound;
 use convert::Identity;
 use interaction::{Ack, Context, Interactions, Kind};
 use rest::Rest;
+use saved::{Saved, SavedSession};
 
 /// The channel's name in config, session keys and errors.
 pub(crate) const CHANNEL: &str = "discord";
@@ -81,6 +91,9 @@ pub struct DiscordAdapter {
     interactions: Arc<Interactions>,
     /// Answers to button presses the daemon did not answer in time.
     tasks: TaskTracker,
+    /// Where the gateway session is kept across restarts.
+    state_file: Option<PathBuf>,
+    saved: Mutex<Saved>,
 }
 
 impl DiscordAdapter {
@@ -115,7 +128,75 @@ impl DiscordAdapter {
             identity: Mutex::new(None),
             interactions: Arc::new(Interactions::default()),
             tasks: TaskTracker::new(),
+            state_file: None,
+            saved: Mutex::new(Saved::empty(token)),
         })
+    }
+
+    /// Keeps the gateway session, the bot's identity and the last message
+    /// taken per channel in `path` (read now, written as they change), so
+    /// that a restart RESUMEs the session or, failing that, reads back
+    /// the missed messages. A file that cannot be read is reported and
+    /// started afresh.
+    pub fn with_state_file(mut self, path: PathBuf) -> Self {
+        let saved = Saved::load(&path, &self.token);
+        if let Some(identity) = saved.identity() {
+            *lock(&self.identity) = Some(identity);
+        }
+        self.saved = Mutex::new(saved);
+        self.state_file = Some(path);
+        self
+    }
+
+    fn saved(&self) -> MutexGuard<'_, Saved> {
+        lock(&self.saved)
+    }
+
+    /// The kept session to resume, if any.
+    fn saved_resume(&self) -> Option<gateway::Resume> {
+        let saved = self.saved().session.clone()?;
+        Some(gateway::Resume {
+            session: twilight_gateway::Session::new(saved.seq, saved.id),
+            url: saved.resume_url,
+        })
+    }
+
+    fn remember_session(&self, id: &str, seq: u64, resume_url: Option<&str>) {
+        self.saved().session = Some(SavedSession {
+            id: id.to_owned(),
+            seq,
+            resume_url: resume_url.map(str::to_owned),
+        });
+    }
+
+    fn forget_session(&self) {
+        self.saved().session = None;
+    }
+
+    fn forget_resume_url(&self) {
+        if let Some(session) = self.saved().session.as_mut() {
+            session.resume_url = None;
+        }
+    }
+
+    fn mark(&self, channel: u64, message: u64, guild: Option<u64>) {
+        self.saved().mark(channel, message, guild);
+    }
+
+    /// Writes the kept state to the state file (when there is one).
+    async fn save(&self) {
+        let Some(path) = self.state_file.clone() else {
+            return;
+        };
+        let saved = self.saved().clone();
+        let shown = path.display().to_string();
+        let stored = tokio::task::spawn_blocking(move || saved.store(&path)).await;
+        let error = match stored {
+            Ok(Ok(())) => return,
+            Ok(Err(error)) => error.to_string(),
+            Err(error) => error.to_string(),
+        };
+        tracing::warn!(channel = CHANNEL, path = %shown, %error, "cannot save the Discord gateway session; a restart starts a new one and reads back only as far as the file last written says");
     }
 
     fn identity(&self) -> Option<Identity> {
@@ -123,6 +204,7 @@ impl DiscordAdapter {
     }
 
     fn set_identity(&self, identity: Identity) {
+        self.saved().set_identity(&identity);
         *lock(&self.identity) = Some(identity);
     }
 
@@ -213,6 +295,11 @@ fn snowflake<'a>(what: &str, id: &'a str) -> Result<&'a str, ChannelError> {
             detail: format!("'{id}' is not a Discord {what} id"),
         })
     }
+}
+
+/// A snowflake as Discord writes it (a string of digits).
+fn snowflake_of(value: &Value) -> Option<u64> {
+    value.as_str()?.parse().ok()
 }
 
 /// Buttons as action rows of at most five.
