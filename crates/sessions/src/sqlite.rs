@@ -1041,12 +1041,14 @@ impl SessionStore for SqliteStore {
         .bind(now)
         .execute(&mut *tx)
         .await?;
-        sqlx::query(
+        // A call id already kept keeps its output: a later call that
+        // repeats the id (a server numbering its calls afresh in every
+        // answer) must not take an earlier call's place. The same output
+        // again (a retried write) is fine.
+        let inserted = sqlx::query(
             "INSERT INTO tool_outputs (session_key, call_id, tool, content, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (session_key, call_id)
-             DO UPDATE SET tool = excluded.tool, content = excluded.content,
-                           created_at = excluded.created_at",
+             ON CONFLICT (session_key, call_id) DO NOTHING",
         )
         .bind(key.as_str())
         .bind(&output.call_id)
@@ -1055,6 +1057,24 @@ impl SessionStore for SqliteStore {
         .bind(output.created_at)
         .execute(&mut *tx)
         .await?;
+        if inserted.rows_affected() == 0 {
+            let same: bool = sqlx::query_scalar(
+                "SELECT tool = ?3 AND content = ?4 FROM tool_outputs
+                 WHERE session_key = ?1 AND call_id = ?2",
+            )
+            .bind(key.as_str())
+            .bind(&output.call_id)
+            .bind(&output.tool)
+            .bind(&output.content)
+            .fetch_one(&mut *tx)
+            .await?;
+            if !same {
+                return Err(Error::ToolOutputTaken {
+                    session: key.to_string(),
+                    call_id: output.call_id.clone(),
+                });
+            }
+        }
         tx.commit().await?;
         Ok(())
     }

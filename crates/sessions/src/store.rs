@@ -301,7 +301,10 @@ pub trait SessionStore: Send + Sync {
     async fn usage_by_day(&self, since: i64) -> Result<Vec<DayUsage>>;
 
     /// Keeps a whole tool output of a session, by the call's id (the model
-    /// was shown a summary). Storing the same call again replaces it.
+    /// was shown a summary). Storing the same output again changes
+    /// nothing; another output under a call id already kept fails with
+    /// [`Error::ToolOutputTaken`](crate::Error::ToolOutputTaken) and the
+    /// kept one stays.
     async fn put_tool_output(&self, key: &SessionKey, output: &ToolOutput) -> Result<()>;
 
     /// A tool output kept with [`put_tool_output`](Self::put_tool_output).
