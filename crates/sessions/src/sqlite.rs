@@ -781,7 +781,9 @@ impl SessionStore for SqliteStore {
     }
 
     async fn history_since(&self, key: &SessionKey, after: u64) -> Result<Vec<StoredMessage>> {
-        let sql = message_select!("WHERE session_key = ?1 AND seq > ?2 ORDER BY pos");
+        // Appended messages have `pos = seq`; what `replace_history` wrote
+        // (a summary) has a new number at an old position, below it.
+        let sql = message_select!("WHERE session_key = ?1 AND seq > ?2 AND pos = seq ORDER BY pos");
         self.read_messages(key, sqlx::query(sql).bind(key.as_str()).bind(to_i64(after)))
             .await
     }

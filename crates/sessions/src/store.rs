@@ -233,8 +233,11 @@ pub trait SessionStore: Send + Sync {
     /// The whole history of a session, in order; empty if unknown.
     async fn history(&self, key: &SessionKey) -> Result<Vec<StoredMessage>>;
 
-    /// The messages stored after sequence number `after` (a cursor from
-    /// an earlier read), in history order.
+    /// The messages appended after sequence number `after` (a cursor from
+    /// an earlier read), in history order. What compaction wrote in place
+    /// of older messages (a summary) is not among them, though its number
+    /// is newer: it restates what a reader of the cursor saw already. A
+    /// whole or paged read starts with it.
     async fn history_since(&self, key: &SessionKey, after: u64) -> Result<Vec<StoredMessage>>;
 
     /// One page of history, in order: the last `limit` messages before
