@@ -337,7 +337,13 @@ impl Transport {
                 });
             });
         }
-        sse_stream(provider, read_timeout, response.bytes_stream(), assembler)
+        sse_stream(
+            provider,
+            read_timeout,
+            Some(read_timeout),
+            response.bytes_stream(),
+            assembler,
+        )
     }
 }
 
@@ -464,13 +470,15 @@ fn carries_data(event: &Event) -> bool {
 /// first error. The one loop every provider's stream goes through (and the
 /// one the SSE benchmark measures).
 ///
-/// `read_timeout` bounds the silence between two events that carry data:
-/// keep-alive comments and `ping` events reset the socket's read timeout
-/// but not this one, so a server that only pings is given up on. One event
-/// may take at most [`MAX_EVENT_BYTES`].
+/// `idle` (the provider's read timeout; `None` only where no Tokio timer
+/// runs, as in the fuzz target) bounds the silence between two events that
+/// carry data: keep-alive comments and `ping` events reset the socket's
+/// read timeout but not this one, so a server that only pings is given up
+/// on. One event may take at most [`MAX_EVENT_BYTES`].
 pub(crate) fn sse_stream<S, A>(
     provider: String,
     read_timeout: Duration,
+    idle: Option<Duration>,
     body: S,
     mut assembler: A,
 ) -> ModelStream
@@ -481,19 +489,25 @@ where
     Box::pin(async_stream::stream! {
         let mut events = std::pin::pin!(metered(body).eventsource());
         let mut out = Vec::new();
-        let mut quiet_until = tokio::time::Instant::now() + read_timeout;
+        let mut quiet_until = idle.map(|idle| tokio::time::Instant::now() + idle);
         loop {
-            let Ok(next) = tokio::time::timeout_at(quiet_until, events.next()).await else {
-                yield Err(Error::Timeout {
-                    provider: provider.clone(),
-                    after: read_timeout,
-                });
-                return;
+            let next = match quiet_until {
+                Some(until) => match tokio::time::timeout_at(until, events.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        yield Err(Error::Timeout {
+                            provider: provider.clone(),
+                            after: idle.unwrap_or(read_timeout),
+                        });
+                        return;
+                    }
+                },
+                None => events.next().await,
             };
             match next {
                 Some(Ok(event)) => {
-                    if carries_data(&event) {
-                        quiet_until = tokio::time::Instant::now() + read_timeout;
+                    if let Some(idle) = idle.filter(|_| carries_data(&event)) {
+                        quiet_until = Some(tokio::time::Instant::now() + idle);
                     }
                     let fed = assembler.feed(&event, &mut out);
                     for delta in out.drain(..) {
