@@ -39,56 +39,64 @@ pub fn prepare(history: Vec<Message>) -> Vec<Message> {
 /// next message gets a synthetic error result ([`INTERRUPTED_RESULT`]),
 /// placed first in that message (or in a new user message), and a
 /// `tool_result` that answers no call of the previous message is dropped.
+///
+/// Call ids are made unique too (providers refuse a history that repeats
+/// one, and a server that numbers its calls afresh in every answer repeats
+/// them): a call whose id came earlier is renamed `<id>_<n>`, and so is the
+/// result that answers it (the n-th result with an id answers the n-th call
+/// with it). A second result for one call is dropped.
 pub fn repair(history: Vec<Message>) -> Vec<Message> {
     repair_reporting(history).0
 }
 
-/// [`repair`], also returning the ids of the calls given a synthetic result.
+/// [`repair`], also returning the ids of the calls given a synthetic result
+/// (as renamed).
 pub fn repair_reporting(history: Vec<Message>) -> (Vec<Message>, Vec<String>) {
+    let mut ids = CallIds::new(&history);
     let mut out: Vec<Message> = Vec::with_capacity(history.len() + 1);
     let mut interrupted = Vec::new();
-    let mut asked: Vec<String> = Vec::new();
+    // The calls of the previous message: (id as stored, id as sent).
+    let mut asked: Vec<(String, String)> = Vec::new();
     let mut iter = history.into_iter().peekable();
     while let Some(mut message) = iter.next() {
         match message.role {
             Role::Assistant => {
-                asked = message
-                    .tool_uses()
-                    .map(|(id, _, _)| id.to_owned())
-                    .collect();
+                asked.clear();
+                for block in &mut message.content {
+                    if let ContentBlock::ToolUse { id, .. } = block {
+                        let unique = ids.claim(id);
+                        asked.push((std::mem::replace(id, unique.clone()), unique));
+                    }
+                }
                 out.push(message);
                 let next_is_user = iter.peek().is_some_and(|m| m.role == Role::User);
                 if !asked.is_empty() && !next_is_user {
                     // The results never arrived and nothing followed.
-                    let content = synthetic(&asked, &mut interrupted);
+                    let content = synthetic(asked.drain(..), &mut interrupted);
                     out.push(Message {
                         role: Role::User,
                         content,
                     });
-                    asked.clear();
                 }
             }
             Role::User => {
-                let answered: HashSet<String> = message
-                    .content
-                    .iter()
-                    .filter_map(|block| match block {
-                        ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id.clone()),
-                        _ => None,
-                    })
-                    .collect();
-                // Drop results that answer nothing the previous message asked.
-                message.content.retain(|block| match block {
-                    ContentBlock::ToolResult { tool_use_id, .. } => asked.contains(tool_use_id),
+                // Each result answers the first call not answered yet that
+                // has its id; a result that answers none is dropped.
+                let mut open = std::mem::take(&mut asked);
+                message.content.retain_mut(|block| match block {
+                    ContentBlock::ToolResult { tool_use_id, .. } => {
+                        match open.iter().position(|(stored, _)| stored == tool_use_id) {
+                            Some(at) => {
+                                *tool_use_id = open.remove(at).1;
+                                true
+                            }
+                            None => false,
+                        }
+                    }
                     _ => true,
                 });
-                let missing: Vec<String> = asked
-                    .iter()
-                    .filter(|id| !answered.contains(*id))
-                    .cloned()
-                    .collect();
-                if !missing.is_empty() {
-                    let mut content = synthetic(&missing, &mut interrupted);
+                if !open.is_empty() {
+                    let mut content = synthetic(open.into_iter(), &mut interrupted);
                     // Results first, as Anthropic requires.
                     let (results, rest): (Vec<_>, Vec<_>) = message
                         .content
@@ -99,7 +107,6 @@ pub fn repair_reporting(history: Vec<Message>) -> (Vec<Message>, Vec<String>) {
                     merged.extend(rest);
                     message.content = merged;
                 }
-                asked.clear();
                 if !message.content.is_empty() {
                     out.push(message);
                 }
@@ -109,12 +116,52 @@ pub fn repair_reporting(history: Vec<Message>) -> (Vec<Message>, Vec<String>) {
     (out, interrupted)
 }
 
-fn synthetic(ids: &[String], interrupted: &mut Vec<String>) -> Vec<ContentBlock> {
-    ids.iter()
-        .map(|id| {
+/// The call ids of one history, handed out once each.
+struct CallIds {
+    /// Every id a call has in the history as stored: a new name must not
+    /// take one that a later call has.
+    stored: HashSet<String>,
+    /// Ids given out so far.
+    given: HashSet<String>,
+}
+
+impl CallIds {
+    fn new(history: &[Message]) -> Self {
+        CallIds {
+            stored: history
+                .iter()
+                .flat_map(|message| message.tool_uses().map(|(id, _, _)| id.to_owned()))
+                .collect(),
+            given: HashSet::new(),
+        }
+    }
+
+    /// `id` the first time; `<id>_<n>`, with the smallest free `n` from 2,
+    /// after that.
+    fn claim(&mut self, id: &str) -> String {
+        if self.given.insert(id.to_owned()) {
+            return id.to_owned();
+        }
+        let mut n: u64 = 2;
+        loop {
+            let candidate = format!("{id}_{n}");
+            if !self.stored.contains(&candidate) && self.given.insert(candidate.clone()) {
+                return candidate;
+            }
+            n = n.saturating_add(1);
+        }
+    }
+}
+
+fn synthetic(
+    calls: impl Iterator<Item = (String, String)>,
+    interrupted: &mut Vec<String>,
+) -> Vec<ContentBlock> {
+    calls
+        .map(|(_, id)| {
             interrupted.push(id.clone());
             ContentBlock::ToolResult {
-                tool_use_id: id.clone(),
+                tool_use_id: id,
                 content: INTERRUPTED_RESULT.to_owned(),
                 is_error: true,
             }
@@ -228,6 +275,61 @@ mod tests {
         assert_eq!(
             repair(orphan),
             vec![Message::user("hi"), Message::assistant("hello")]
+        );
+    }
+
+    #[test]
+    fn repeated_call_ids_are_renamed_with_their_results() {
+        // `call_0` again in a later turn, and twice in one message: each
+        // repeat is renamed, and so is the result that answers it (the
+        // n-th result of an id answers the n-th call with it).
+        let history = vec![
+            Message::user("go"),
+            assistant(vec![call("call_0")]),
+            user(vec![result("call_0", "first", false)]),
+            assistant(vec![call("call_0"), call("call_0"), call("call_0_2")]),
+            user(vec![
+                result("call_0", "second", false),
+                result("call_0_2", "fourth", false),
+                result("call_0", "third", false),
+                result("call_0", "a fourth answer to a pair", false),
+            ]),
+            Message::assistant("done"),
+        ];
+        assert_eq!(
+            repair(history),
+            vec![
+                Message::user("go"),
+                assistant(vec![call("call_0")]),
+                user(vec![result("call_0", "first", false)]),
+                assistant(vec![call("call_0_3"), call("call_0_4"), call("call_0_2")]),
+                user(vec![
+                    result("call_0_3", "second", false),
+                    result("call_0_2", "fourth", false),
+                    result("call_0_4", "third", false),
+                ]),
+                Message::assistant("done"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_repeated_id_cut_off_at_the_end_is_renamed_before_its_interrupted_result() {
+        let history = vec![
+            assistant(vec![call("t1")]),
+            user(vec![result("t1", "ok", false)]),
+            assistant(vec![call("t1")]),
+        ];
+        let (repaired, ids) = repair_reporting(history);
+        assert_eq!(ids, ["t1_2"]);
+        assert_eq!(
+            repaired,
+            vec![
+                assistant(vec![call("t1")]),
+                user(vec![result("t1", "ok", false)]),
+                assistant(vec![call("t1_2")]),
+                user(vec![result("t1_2", INTERRUPTED_RESULT, true)]),
+            ]
         );
     }
 

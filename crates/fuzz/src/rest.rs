@@ -289,6 +289,7 @@ pub fn history(data: &[u8]) {
     let _ = flynn_context::normalize(history.clone());
     let _ = flynn_context::repair(history.clone());
     let prepared = flynn_context::prepare(history);
+    let mut seen = std::collections::HashSet::new();
     for (i, message) in prepared.iter().enumerate() {
         let calls: Vec<&str> = message
             .content
@@ -298,8 +299,12 @@ pub fn history(data: &[u8]) {
                 _ => None,
             })
             .collect();
-        // Not asserted: a call id used twice in one message (a model
-        // repeating `call_0`) survives `prepare`; see docs/fuzzing.md.
+        for id in &calls {
+            assert!(
+                seen.insert(*id),
+                "call id {id} of message {i} was used before: {prepared:?}"
+            );
+        }
         let answered = |j: usize| -> Vec<&str> {
             prepared.get(j).map_or_else(Vec::new, |m| {
                 m.content

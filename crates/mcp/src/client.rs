@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use flynn_protocol::config::{McpConfig, McpServerConfig, McpStart, McpTransport};
 use flynn_tools::sandbox::inherited_env;
 use flynn_tools::{Tool, ToolSource};
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+use rmcp::model::{ClientCapabilities, ClientConfig, ClientRequest, Implementation};
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService, ServiceExt};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -133,7 +133,17 @@ pub struct McpServer {
     stderr: Arc<Mutex<VecDeque<String>>>,
     /// The task reading the current process's stderr into `stderr`.
     stderr_reader: Mutex<Option<JoinHandle<()>>>,
+    refresh: Mutex<Refresh>,
     me: Weak<McpServer>,
+}
+
+/// Listing the tools again after `notifications/tools/list_changed`.
+#[derive(Debug, Default)]
+struct Refresh {
+    /// A listing runs.
+    running: bool,
+    /// A notification arrived while it ran: list once more after it.
+    pending: bool,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -159,6 +169,7 @@ impl McpServer {
             supervisor: Mutex::new(None),
             stderr: Arc::new(Mutex::new(VecDeque::new())),
             stderr_reader: Mutex::new(None),
+            refresh: Mutex::new(Refresh::default()),
             me: me.clone(),
         })
     }
@@ -360,10 +371,11 @@ impl McpServer {
         }
     }
 
-    /// Holds the server up until it dies or Flynn stops; returns why it
-    /// ended.
+    /// Holds the server up until it dies, stops answering pings, or Flynn
+    /// stops; returns why it ended.
     async fn run(&self, running: RunningService<RoleClient, Handler>) -> String {
         let cancel = running.cancellation_token();
+        let peer = running.peer().clone();
         let waiting = running.waiting();
         tokio::pin!(waiting);
         tokio::select! {
@@ -371,10 +383,43 @@ impl McpServer {
                 Ok(_) => "the connection closed (the server exited)".to_owned(),
                 Err(error) => format!("its connection task failed: {error}"),
             },
+            hung = self.watch(&peer) => {
+                // Closing the connection ends (kills) the process; it is
+                // started again like one that died.
+                cancel.cancel();
+                let _ = tokio::time::timeout(STOP_GRACE, waiting).await;
+                hung
+            }
             () = self.stop.cancelled() => {
                 cancel.cancel();
                 let _ = tokio::time::timeout(STOP_GRACE * 2, waiting).await;
                 "stopped".to_owned()
+            }
+        }
+    }
+
+    /// Pings the server every `ping_interval_secs` (0: never) and returns
+    /// once one is not answered within that time: the process may be
+    /// alive, but it is hung. Any answer counts, an error too (a server
+    /// that knows no `ping` still answers).
+    async fn watch(&self, peer: &Peer<RoleClient>) -> String {
+        let every = Duration::from_secs(self.config.ping_interval_secs);
+        if every.is_zero() {
+            return std::future::pending().await;
+        }
+        loop {
+            tokio::time::sleep(every).await;
+            let ping = peer.send_request(ClientRequest::PingRequest(Default::default()));
+            match tokio::time::timeout(every, ping).await {
+                Ok(Ok(_) | Err(ServiceError::McpError(_))) => {}
+                Ok(Err(error)) => return format!("a ping failed: {error}"),
+                Err(_) => {
+                    return format!(
+                        "it did not answer a ping within {}s (mcp.servers.{}.ping_interval_secs): it seems hung",
+                        every.as_secs(),
+                        self.name
+                    );
+                }
             }
         }
     }
@@ -464,15 +509,64 @@ impl McpServer {
         Ok(seen.into_values().collect())
     }
 
-    /// Lists the tools again (the server said they changed).
-    async fn refresh(&self, peer: Peer<RoleClient>) {
-        match self.list_tools(&peer).await {
-            Ok(tools) => {
+    /// Lists the tools again soon (the server said they changed): at most
+    /// one listing runs at a time, and notifications that arrive while it
+    /// runs ask for one more after it, however many they are.
+    fn request_refresh(&self, peer: Peer<RoleClient>) {
+        {
+            let mut refresh = self.lock_refresh();
+            if refresh.running {
+                refresh.pending = true;
+                return;
+            }
+            refresh.running = true;
+        }
+        let Some(me) = self.me.upgrade() else {
+            return;
+        };
+        // Not on the connection's own task: listing needs it to read the
+        // answer.
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = me.refresh(&peer) => {}
+                    () = me.stop.cancelled() => {}
+                }
+                let mut refresh = me.lock_refresh();
+                if !refresh.pending || me.stop.is_cancelled() {
+                    *refresh = Refresh::default();
+                    return;
+                }
+                refresh.pending = false;
+            }
+        });
+    }
+
+    fn lock_refresh(&self) -> std::sync::MutexGuard<'_, Refresh> {
+        self.refresh
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Lists the tools again, within `startup_timeout_secs`; the tools
+    /// known stay when that fails.
+    async fn refresh(&self, peer: &Peer<RoleClient>) {
+        let limit = Duration::from_secs(self.config.startup_timeout_secs.max(1));
+        match tokio::time::timeout(limit, self.list_tools(peer)).await {
+            Ok(Ok(tools)) => {
                 tracing::info!(server = %self.name, tools = tools.len(), "MCP tool list changed");
                 self.update(|state| state.tools = tools);
             }
-            Err(error) => {
+            Ok(Err(error)) => {
                 tracing::warn!(server = %self.name, %error, "cannot list the changed MCP tools");
+            }
+            Err(_) => {
+                tracing::warn!(
+                    server = %self.name,
+                    "the changed MCP tools were not listed within {}s (mcp.servers.{}.startup_timeout_secs); keeping the tools it had",
+                    limit.as_secs(),
+                    self.name
+                );
             }
         }
     }
@@ -605,9 +699,7 @@ struct Handler {
 impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
         if let Some(server) = self.server.upgrade() {
-            // Not on the connection's own task: listing needs it to read
-            // the answer.
-            tokio::spawn(async move { server.refresh(context.peer).await });
+            server.request_refresh(context.peer);
         }
     }
 

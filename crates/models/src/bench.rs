@@ -32,12 +32,18 @@ pub async fn parse(wire: Wire, chunks: Vec<Bytes>) -> Result<usize> {
         Wire::OpenAi => sse_stream(
             provider,
             timeout,
+            // No idle timer: the fuzz target runs this without a Tokio
+            // runtime.
+            None,
             body,
             ChatAssembler::new("bench", "bench-model", ToolNameMap::default()),
         ),
         Wire::Anthropic => sse_stream(
             provider,
             timeout,
+            // No idle timer: the fuzz target runs this without a Tokio
+            // runtime.
+            None,
             body,
             MessagesAssembler::new("bench", "bench-model", ToolNameMap::default()),
         ),

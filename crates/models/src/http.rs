@@ -337,7 +337,13 @@ impl Transport {
                 });
             });
         }
-        sse_stream(provider, read_timeout, response.bytes_stream(), assembler)
+        sse_stream(
+            provider,
+            read_timeout,
+            Some(read_timeout),
+            response.bytes_stream(),
+            assembler,
+        )
     }
 }
 
@@ -366,13 +372,113 @@ fn redirect_error(provider: &str, response: &reqwest::Response) -> Error {
     }
 }
 
+/// The most bytes one server-sent event may take before the blank line
+/// that ends it. An event is one chunk of an answer; a stream that never
+/// ends its event (no `\n\n`) would otherwise be buffered for ever.
+pub(crate) const MAX_EVENT_BYTES: usize = 1024 * 1024;
+
+/// Why reading a stream's body stopped below the SSE parser.
+#[derive(Debug)]
+pub(crate) enum BodyError {
+    Transport(reqwest::Error),
+    /// An event grew past [`MAX_EVENT_BYTES`].
+    EventTooLarge,
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyError::Transport(error) => write!(f, "{}", chain(error)),
+            BodyError::EventTooLarge => write!(
+                f,
+                "an event grew past {} MiB without ending",
+                MAX_EVENT_BYTES >> 20
+            ),
+        }
+    }
+}
+
+/// Counts the bytes of the event being received, across chunks: an event
+/// ends at a blank line (two line ends in a row; a line ends with `\r\n`,
+/// `\n` or `\r`).
+#[derive(Debug, Default)]
+struct EventMeter {
+    /// Bytes since the last blank line.
+    pending: usize,
+    /// Bytes of the current line (its end not counted).
+    line: usize,
+    /// The last byte was a `\r` (a `\n` after it ends nothing more).
+    after_cr: bool,
+}
+
+impl EventMeter {
+    /// Reads one chunk; false when the event in progress is now too long.
+    fn read(&mut self, chunk: &[u8]) -> bool {
+        for &byte in chunk {
+            let after_cr = std::mem::replace(&mut self.after_cr, byte == b'\r');
+            match byte {
+                b'\n' if after_cr => {}
+                b'\n' | b'\r' => {
+                    if self.line == 0 {
+                        self.pending = 0;
+                    } else {
+                        self.line = 0;
+                        self.pending += 1;
+                    }
+                }
+                _ => {
+                    self.line += 1;
+                    self.pending += 1;
+                }
+            }
+            if self.pending > MAX_EVENT_BYTES {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// `body`, failing with [`BodyError::EventTooLarge`] as soon as an event
+/// grows past [`MAX_EVENT_BYTES`].
+fn metered<S>(
+    body: S,
+) -> impl futures::Stream<Item = std::result::Result<bytes::Bytes, BodyError>> + Send + 'static
+where
+    S: futures::Stream<Item = std::result::Result<bytes::Bytes, reqwest::Error>> + Send + 'static,
+{
+    let mut meter = EventMeter::default();
+    let mut over = false;
+    body.map(move |chunk| match chunk {
+        Ok(bytes) if !over && meter.read(&bytes) => Ok(bytes),
+        Ok(_) => {
+            over = true;
+            Err(BodyError::EventTooLarge)
+        }
+        Err(error) => Err(BodyError::Transport(error)),
+    })
+}
+
+/// Whether an event says something: anything but a keep-alive `ping`
+/// event (comments, the other keep-alive, never reach the assembler).
+fn carries_data(event: &Event) -> bool {
+    event.event != "ping"
+}
+
 /// Parses a body of server-sent events as it arrives, feeding each event to
 /// `assembler`: the deltas as they come, then the assembled response, or the
 /// first error. The one loop every provider's stream goes through (and the
 /// one the SSE benchmark measures).
+///
+/// `idle` (the provider's read timeout; `None` only where no Tokio timer
+/// runs, as in the fuzz target) bounds the silence between two events that
+/// carry data: keep-alive comments and `ping` events reset the socket's
+/// read timeout but not this one, so a server that only pings is given up
+/// on. One event may take at most [`MAX_EVENT_BYTES`].
 pub(crate) fn sse_stream<S, A>(
     provider: String,
     read_timeout: Duration,
+    idle: Option<Duration>,
     body: S,
     mut assembler: A,
 ) -> ModelStream
@@ -381,11 +487,28 @@ where
     A: Assembler,
 {
     Box::pin(async_stream::stream! {
-        let mut events = std::pin::pin!(body.eventsource());
+        let mut events = std::pin::pin!(metered(body).eventsource());
         let mut out = Vec::new();
+        let mut quiet_until = idle.map(|idle| tokio::time::Instant::now() + idle);
         loop {
-            match events.next().await {
+            let next = match quiet_until {
+                Some(until) => match tokio::time::timeout_at(until, events.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        yield Err(Error::Timeout {
+                            provider: provider.clone(),
+                            after: idle.unwrap_or(read_timeout),
+                        });
+                        return;
+                    }
+                },
+                None => events.next().await,
+            };
+            match next {
                 Some(Ok(event)) => {
+                    if let Some(idle) = idle.filter(|_| carries_data(&event)) {
+                        quiet_until = Some(tokio::time::Instant::now() + idle);
+                    }
                     let fed = assembler.feed(&event, &mut out);
                     for delta in out.drain(..) {
                         yield Ok(delta);
@@ -434,19 +557,24 @@ pub(crate) trait Assembler: Send + 'static {
     fn finish(&mut self, marked: bool) -> Result<ModelResponse>;
 }
 
-fn sse_error(
-    provider: &str,
-    read_timeout: Duration,
-    error: &EventStreamError<reqwest::Error>,
-) -> Error {
+fn sse_error(provider: &str, read_timeout: Duration, error: &EventStreamError<BodyError>) -> Error {
     match error {
-        EventStreamError::Transport(error) if error.is_timeout() => Error::Timeout {
-            provider: provider.to_owned(),
-            after: read_timeout,
-        },
-        EventStreamError::Transport(error) => Error::Stream {
+        EventStreamError::Transport(BodyError::Transport(error)) if error.is_timeout() => {
+            Error::Timeout {
+                provider: provider.to_owned(),
+                after: read_timeout,
+            }
+        }
+        EventStreamError::Transport(BodyError::Transport(error)) => Error::Stream {
             provider: provider.to_owned(),
             message: format!("reading the stream failed: {}", chain(error)),
+        },
+        EventStreamError::Transport(BodyError::EventTooLarge) => Error::Protocol {
+            provider: provider.to_owned(),
+            message: format!(
+                "an event grew past {} MiB without ending (no blank line after it): the server is not sending events Flynn can read",
+                MAX_EVENT_BYTES >> 20
+            ),
         },
         EventStreamError::Utf8(error) => Error::Stream {
             provider: provider.to_owned(),
@@ -637,6 +765,25 @@ mod tests {
             map.insert(*name, HeaderValue::from_static(value));
         }
         map
+    }
+
+    #[test]
+    fn the_event_meter_counts_from_each_blank_line_whatever_the_line_ends() {
+        let over = "a".repeat(MAX_EVENT_BYTES + 1);
+        let under = "a".repeat(MAX_EVENT_BYTES / 2);
+        // Two halves of the limit, each ended by a blank line of another
+        // style, split across chunks anywhere: never over.
+        for end in ["\n\n", "\r\n\r\n", "\r\r", "\r\n\n"] {
+            let mut meter = EventMeter::default();
+            let body = format!("data: {under}{end}data: {under}{end}data: {under}{end}");
+            let (first, rest) = body.as_bytes().split_at(MAX_EVENT_BYTES / 2 + 7);
+            assert!(meter.read(first) && meter.read(rest), "{end:?}");
+        }
+        // One line end is not the end of an event.
+        let mut meter = EventMeter::default();
+        assert!(meter.read(format!("data: {under}\r\n").as_bytes()));
+        assert!(!meter.read(format!("data: {under}\r\n").as_bytes()));
+        assert!(!EventMeter::default().read(over.as_bytes()));
     }
 
     #[test]

@@ -2445,6 +2445,10 @@ pub struct McpServerConfig {
     /// How long one tool call may run.
     #[serde(default = "default_mcp_timeout_secs")]
     pub timeout_secs: u64,
+    /// How often a running server is pinged; one that does not answer
+    /// within as long is taken for hung and restarted. 0: never pinged.
+    #[serde(default = "default_mcp_ping_interval_secs")]
+    pub ping_interval_secs: u64,
     /// Trust what this server says: its tools' `readOnlyHint` and
     /// `openWorldHint` are honoured and its output does not taint the
     /// session. Off by default: every tool counts as acting on the world
@@ -2544,4 +2548,8 @@ fn default_mcp_startup_secs() -> u64 {
 
 fn default_mcp_timeout_secs() -> u64 {
     60
+}
+
+fn default_mcp_ping_interval_secs() -> u64 {
+    30
 }

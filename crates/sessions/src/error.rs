@@ -73,6 +73,12 @@ pub enum Error {
         external_id: String,
         turn: TurnId,
     },
+    /// Another tool output is kept under this call id already: call ids
+    /// must be unique within a session, and the earlier output stays.
+    #[error(
+        "session '{session}' keeps another output for tool call {call_id} already (call ids must be unique within a session; the earlier output is kept)"
+    )]
+    ToolOutputTaken { session: String, call_id: String },
     /// A turn id the store does not know.
     #[error("there is no turn {turn} in the session store")]
     UnknownTurn { turn: TurnId },

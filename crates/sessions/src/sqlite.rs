@@ -817,7 +817,9 @@ impl SessionStore for SqliteStore {
     }
 
     async fn history_since(&self, key: &SessionKey, after: u64) -> Result<Vec<StoredMessage>> {
-        let sql = message_select!("WHERE session_key = ?1 AND seq > ?2 ORDER BY pos");
+        // Appended messages have `pos = seq`; what `replace_history` wrote
+        // (a summary) has a new number at an old position, below it.
+        let sql = message_select!("WHERE session_key = ?1 AND seq > ?2 AND pos = seq ORDER BY pos");
         self.read_messages(key, sqlx::query(sql).bind(key.as_str()).bind(to_i64(after)))
             .await
     }
@@ -1077,12 +1079,14 @@ impl SessionStore for SqliteStore {
         .bind(now)
         .execute(&mut *tx)
         .await?;
-        sqlx::query(
+        // A call id already kept keeps its output: a later call that
+        // repeats the id (a server numbering its calls afresh in every
+        // answer) must not take an earlier call's place. The same output
+        // again (a retried write) is fine.
+        let inserted = sqlx::query(
             "INSERT INTO tool_outputs (session_key, call_id, tool, content, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (session_key, call_id)
-             DO UPDATE SET tool = excluded.tool, content = excluded.content,
-                           created_at = excluded.created_at",
+             ON CONFLICT (session_key, call_id) DO NOTHING",
         )
         .bind(key.as_str())
         .bind(&output.call_id)
@@ -1091,6 +1095,24 @@ impl SessionStore for SqliteStore {
         .bind(output.created_at)
         .execute(&mut *tx)
         .await?;
+        if inserted.rows_affected() == 0 {
+            let same: bool = sqlx::query_scalar(
+                "SELECT tool = ?3 AND content = ?4 FROM tool_outputs
+                 WHERE session_key = ?1 AND call_id = ?2",
+            )
+            .bind(key.as_str())
+            .bind(&output.call_id)
+            .bind(&output.tool)
+            .bind(&output.content)
+            .fetch_one(&mut *tx)
+            .await?;
+            if !same {
+                return Err(Error::ToolOutputTaken {
+                    session: key.to_string(),
+                    call_id: output.call_id.clone(),
+                });
+            }
+        }
         tx.commit().await?;
         Ok(())
     }

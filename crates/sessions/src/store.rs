@@ -233,8 +233,11 @@ pub trait SessionStore: Send + Sync {
     /// The whole history of a session, in order; empty if unknown.
     async fn history(&self, key: &SessionKey) -> Result<Vec<StoredMessage>>;
 
-    /// The messages stored after sequence number `after` (a cursor from
-    /// an earlier read), in history order.
+    /// The messages appended after sequence number `after` (a cursor from
+    /// an earlier read), in history order. What compaction wrote in place
+    /// of older messages (a summary) is not among them, though its number
+    /// is newer: it restates what a reader of the cursor saw already. A
+    /// whole or paged read starts with it.
     async fn history_since(&self, key: &SessionKey, after: u64) -> Result<Vec<StoredMessage>>;
 
     /// One page of history, in order: the last `limit` messages before
@@ -301,7 +304,10 @@ pub trait SessionStore: Send + Sync {
     async fn usage_by_day(&self, since: i64) -> Result<Vec<DayUsage>>;
 
     /// Keeps a whole tool output of a session, by the call's id (the model
-    /// was shown a summary). Storing the same call again replaces it.
+    /// was shown a summary). Storing the same output again changes
+    /// nothing; another output under a call id already kept fails with
+    /// [`Error::ToolOutputTaken`](crate::Error::ToolOutputTaken) and the
+    /// kept one stays.
     async fn put_tool_output(&self, key: &SessionKey, output: &ToolOutput) -> Result<()>;
 
     /// A tool output kept with [`put_tool_output`](Self::put_tool_output).

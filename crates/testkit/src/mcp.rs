@@ -15,18 +15,22 @@
 //! | `extra` | exists only while toggled on |
 //! | `getenv {name}` | the value of an environment variable of the server, or `unset` |
 //! | `crash` | stdio only: exits with status 3 in the middle of the call |
+//! | `freeze` | stdio only: stops its own process (`SIGSTOP`): alive, but answering nothing, pings included |
+//! | `list_delay {secs}` | stdio only: from now on, `tools/list` takes that long to answer |
+//! | `notify {times}` | stdio only: sends `notifications/tools/list_changed` that many times |
 //! | `whoami` | HTTP only: the `Authorization` header of the request, or `none` |
 //!
 //! Everything the server sees goes to an [`EventLog`]: in memory for the
 //! HTTP fixture, a file named by [`LOG_ENV`] for the binary. Lines:
 //! `started pid <pid>`, `call <tool> <id> <arguments>`, `cancelled <id>`
 //! (a `slow` call noticed its cancellation), `notified cancelled <id>`
-//! (`notifications/cancelled` arrived), `done slow <id>`, and for HTTP
+//! (`notifications/cancelled` arrived), `done slow <id>`, `list` and
+//! `listed` (a `tools/list` began and was answered), and for HTTP
 //! `refused <method> <path> authorization=<value or none>`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -160,6 +164,8 @@ pub struct FixtureServer {
     log: EventLog,
     transport: Transport,
     extra: Arc<AtomicBool>,
+    /// How long `tools/list` takes, in milliseconds.
+    list_delay: Arc<AtomicU64>,
 }
 
 impl FixtureServer {
@@ -168,6 +174,7 @@ impl FixtureServer {
             log,
             transport,
             extra: Arc::new(AtomicBool::new(false)),
+            list_delay: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -214,11 +221,28 @@ impl FixtureServer {
             ),
         ];
         match self.transport {
-            Transport::Stdio => tools.push(Tool::new(
-                "crash",
-                "Exits the server process in the middle of the call.",
-                schema(json!({})),
-            )),
+            Transport::Stdio => tools.extend([
+                Tool::new(
+                    "crash",
+                    "Exits the server process in the middle of the call.",
+                    schema(json!({})),
+                ),
+                Tool::new(
+                    "freeze",
+                    "Stops the server process: it stays alive but answers nothing.",
+                    schema(json!({})),
+                ),
+                Tool::new(
+                    "list_delay",
+                    "From now on, listing the tools takes `secs` seconds.",
+                    schema(json!({"secs": {"type": "number"}})),
+                ),
+                Tool::new(
+                    "notify",
+                    "Says the tool list changed, `times` times.",
+                    schema(json!({"times": {"type": "number"}})),
+                ),
+            ]),
             Transport::Http => tools.push(Tool::new(
                 "whoami",
                 "The Authorization header the server received.",
@@ -288,6 +312,34 @@ impl FixtureServer {
                     std::env::var(&name).unwrap_or_else(|_| "unset".to_owned()),
                 ))
             }
+            "freeze" if self.transport == Transport::Stdio => {
+                let pid = std::process::id().to_string();
+                self.log.record(format!("freezing pid {pid}"));
+                let stopped = tokio::process::Command::new("kill")
+                    .args(["-STOP", &pid])
+                    .status()
+                    .await;
+                // Only reached if the stop failed, or once continued.
+                Ok(text(format!("not frozen: {stopped:?}")))
+            }
+            "list_delay" if self.transport == Transport::Stdio => {
+                let secs = number(args, "secs")?.as_f64().unwrap_or_default();
+                let delay = Duration::try_from_secs_f64(secs)
+                    .map_err(|error| ErrorData::invalid_params(format!("secs: {error}"), None))?;
+                let millis = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+                self.list_delay.store(millis, Ordering::SeqCst);
+                Ok(text(format!("listing takes {secs}s")))
+            }
+            "notify" if self.transport == Transport::Stdio => {
+                let times = number(args, "times")?.as_u64().unwrap_or_default();
+                for _ in 0..times {
+                    if let Err(error) = context.peer.notify_tool_list_changed().await {
+                        self.log
+                            .record(format!("cannot send tools/list_changed: {error}"));
+                    }
+                }
+                Ok(text(format!("notified {times} times")))
+            }
             "crash" if self.transport == Transport::Stdio => {
                 eprintln!("{BINARY}: crashing on purpose");
                 std::process::exit(3);
@@ -324,7 +376,14 @@ impl ServerHandler for FixtureServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools()))
+        self.log.record("list");
+        let delay = self.list_delay.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        let tools = self.tools();
+        self.log.record("listed");
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(

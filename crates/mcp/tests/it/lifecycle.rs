@@ -46,7 +46,7 @@ async fn a_lazy_server_starts_when_prepared_and_stop_ends_its_process() {
     // What a turn does before listing an agent's tools.
     harness.registry.prepare(&ToolPolicy::allow_all()).await;
     let lazy = harness.server("lazy").status();
-    assert_eq!((lazy.phase, lazy.tools), (Phase::Running, 7), "{lazy:?}");
+    assert_eq!((lazy.phase, lazy.tools), (Phase::Running, 10), "{lazy:?}");
     assert_eq!(
         harness.call("lazy.add", json!({"a": 1, "b": 2})).await,
         crate::support::ok("3")

@@ -32,7 +32,7 @@ async fn the_fixtures_tools_are_offered_as_server_dot_tool_with_their_schemas_an
         status.server.as_deref(),
         Some(concat!("flynn-mcp-fixture ", env!("CARGO_PKG_VERSION")))
     );
-    assert_eq!((status.tools, status.restarts, status.error), (7, 0, None));
+    assert_eq!((status.tools, status.restarts, status.error), (10, 0, None));
     assert_eq!(
         harness.names(),
         [
@@ -40,7 +40,10 @@ async fn the_fixtures_tools_are_offered_as_server_dot_tool_with_their_schemas_an
             "fixture.crash",
             "fixture.echo",
             "fixture.fail",
+            "fixture.freeze",
             "fixture.getenv",
+            "fixture.list_delay",
+            "fixture.notify",
             "fixture.slow",
             "fixture.toggle"
         ]
@@ -300,7 +303,7 @@ async fn a_tool_list_change_adds_and_removes_tools() {
         offers_extra(&harness)
     })
     .await;
-    assert_eq!(harness.server("fixture").status().tools, 8);
+    assert_eq!(harness.server("fixture").status().tools, 11);
     assert_eq!(
         harness.call("fixture.extra", json!({})).await,
         untrusted("fixture.extra", "extra")
@@ -319,5 +322,114 @@ async fn a_tool_list_change_adds_and_removes_tools() {
         gone.is_error && gone.content.starts_with("unknown tool 'fixture.extra'"),
         "{gone:?}"
     );
+    harness.stop().await;
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stops_answering_is_restarted_after_a_ping_goes_unanswered() {
+    let (harness, log) = started(json!({"ping_interval_secs": 1, "timeout_secs": 60})).await;
+    let first = pids(&log);
+    assert_eq!(first.len(), 1);
+    // The call never gets its answer: the process stops itself, alive but
+    // deaf. Only a ping can tell.
+    let frozen = tokio::spawn({
+        let executor = harness.executor.clone();
+        let ctx = harness.context();
+        async move {
+            let call = flynn_protocol::ToolCall {
+                id: "call_1".to_owned(),
+                name: "fixture.freeze".to_owned(),
+                arguments: json!({}),
+            };
+            executor.execute(&call, &ctx).await
+        }
+    });
+    let restarting = harness
+        .phase("fixture", Phase::Restarting, Duration::from_secs(15))
+        .await;
+    assert_eq!(
+        restarting.error.as_deref(),
+        Some(
+            "it did not answer a ping within 1s (mcp.servers.fixture.ping_interval_secs): it seems hung"
+        ),
+        "{restarting:?}"
+    );
+    let running = harness
+        .phase("fixture", Phase::Running, Duration::from_secs(15))
+        .await;
+    assert_eq!((running.restarts, running.error), (1, None));
+    assert_eq!(
+        harness.call("fixture.add", json!({"a": 2, "b": 3})).await,
+        ok("5")
+    );
+    let all = pids(&log);
+    assert_eq!(all.len(), 2, "{:?}", log.events());
+    assert_ne!(all[0], all[1]);
+    // The frozen call ended with the connection, not at its timeout.
+    let ended = tokio::time::timeout(Duration::from_secs(10), frozen)
+        .await
+        .expect("the call to the frozen server never ended")
+        .unwrap();
+    assert!(ended.is_error, "{ended:?}");
+    harness.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_list_changes_lists_the_tools_at_most_twice() {
+    let (harness, log) = started(json!({})).await;
+    let lists = |log: &EventLog, what: &str| log.events().iter().filter(|e| *e == what).count();
+    assert_eq!(lists(&log, "list"), 1, "{:?}", log.events());
+    assert_eq!(
+        harness.call("fixture.list_delay", json!({"secs": 1})).await,
+        untrusted("fixture.list_delay", "listing takes 1s")
+    );
+    assert_eq!(
+        harness.call("fixture.notify", json!({"times": 20})).await,
+        untrusted("fixture.notify", "notified 20 times")
+    );
+    // One listing for the first notification; the other 19 arrive while
+    // it runs (it takes a second) and ask for one more, together.
+    wait_until(Duration::from_secs(15), "a second listing to end", || {
+        lists(&log, "listed") >= 3
+    })
+    .await;
+    assert_eq!(lists(&log, "list"), 3, "{:?}", log.events());
+    harness.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_that_never_ends_is_given_up_and_later_changes_are_still_listed() {
+    let (harness, log) = started(json!({"startup_timeout_secs": 3})).await;
+    let offers_extra = |harness: &Harness| harness.names().contains(&"fixture.extra".to_owned());
+    assert_eq!(
+        harness
+            .call("fixture.list_delay", json!({"secs": 3600}))
+            .await,
+        untrusted("fixture.list_delay", "listing takes 3600s")
+    );
+    assert_eq!(
+        harness.call("fixture.toggle", json!({})).await,
+        untrusted("fixture.toggle", "extra on")
+    );
+    wait_until(Duration::from_secs(5), "the hung listing to begin", || {
+        log.events().iter().filter(|e| *e == "list").count() == 2
+    })
+    .await;
+    // Listing is quick again; the change is seen once the hung listing is
+    // given up (after startup_timeout_secs), not never.
+    assert_eq!(
+        harness.call("fixture.list_delay", json!({"secs": 0})).await,
+        untrusted("fixture.list_delay", "listing takes 0s")
+    );
+    assert_eq!(
+        harness.call("fixture.notify", json!({"times": 1})).await,
+        untrusted("fixture.notify", "notified 1 times")
+    );
+    wait_until(Duration::from_secs(15), "fixture.extra to appear", || {
+        offers_extra(&harness)
+    })
+    .await;
+    assert_eq!(harness.server("fixture").status().phase, Phase::Running);
     harness.stop().await;
 }

@@ -421,7 +421,7 @@ impl ChatAssembler {
                     && let Some(name) = &partial.name
                 {
                     partial.announced = true;
-                    let id = partial.id.clone().unwrap_or_else(|| call_id(index));
+                    let id = partial.id.get_or_insert_with(fresh_call_id).clone();
                     out.push(StreamEvent::ToolUseStart {
                         id,
                         name: self.names.from_wire(name).to_owned(),
@@ -433,9 +433,12 @@ impl ChatAssembler {
     }
 }
 
-/// An id for a tool call the server sent without one.
-fn call_id(index: usize) -> String {
-    format!("call_{index}")
+/// An id for a tool call the server sent without one. Unique, not the
+/// call's index: an index repeats in every answer, and a session's call
+/// ids must not (a result is matched to its call, and a kept output found,
+/// by the id).
+fn fresh_call_id() -> String {
+    format!("call_{}", uuid::Uuid::now_v7().simple())
 }
 
 impl ChatAssembler {
@@ -504,7 +507,7 @@ impl Assembler for ChatAssembler {
                 return Err(self.protocol(format!("tool call {index} arrived without a name")));
             };
             let name = self.names.from_wire(&wire).to_owned();
-            let id = call.id.unwrap_or_else(|| call_id(index));
+            let id = call.id.unwrap_or_else(fresh_call_id);
             let input = if call.arguments.trim().is_empty() {
                 Value::Object(serde_json::Map::new())
             } else {
@@ -818,6 +821,41 @@ data: [DONE]
                 input: json!({"$invalid_json": "{\"a\":"}),
             }])
         );
+    }
+
+    #[test]
+    fn calls_sent_without_ids_get_ids_that_do_not_repeat_across_answers() {
+        // Two answers of a server that numbers its calls but names none,
+        // as some local servers do: every call needs an id of its own, or
+        // a later call's result is taken for an earlier one's.
+        let sse = r#"data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"ping","arguments":"{}"}},{"index":1,"function":{"name":"ping","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}
+data: [DONE]
+"#;
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let (deltas, response) = assemble(sse, ToolNameMap::default());
+            let announced: Vec<String> = deltas
+                .into_iter()
+                .filter_map(|delta| match delta {
+                    StreamEvent::ToolUseStart { id, .. } => Some(id),
+                    _ => None,
+                })
+                .collect();
+            let answered: Vec<String> = response
+                .map(|r| {
+                    r.message
+                        .tool_uses()
+                        .map(|(id, _, _)| id.to_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            assert_eq!(announced, answered, "the announced ids are the answer's");
+            assert_eq!(answered.len(), 2);
+            ids.extend(answered);
+        }
+        let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
+        assert_eq!(distinct.len(), 4, "ids repeat: {ids:?}");
+        assert!(ids.iter().all(|id| id.starts_with("call_")), "{ids:?}");
     }
 
     #[test]

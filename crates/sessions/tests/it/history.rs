@@ -82,18 +82,28 @@ async fn history_since_returns_what_was_stored_after_a_cursor() {
     assert_eq!(since(0).await.len(), 4);
     assert_eq!(since(5).await, vec![]);
 
-    // After a compaction the replacement has new numbers, so a reader
-    // holding an old cursor sees it, in history order.
+    // A compaction's summary has a new number, but it restates messages
+    // a reader has seen already: a reader following the cursor sees each
+    // message once, and the summary never as a new one.
     store
         .replace_history(&k, 2, &[Message::user("[summary] a, b")])
         .await
         .unwrap();
+    assert_eq!(since(5).await, vec![]);
     assert_eq!(
         since(2).await,
+        vec![(4, "c".to_owned()), (5, "d".to_owned())]
+    );
+    store.append(&k, &[Message::user("e")]).await.unwrap();
+    assert_eq!(since(5).await, vec![(7, "e".to_owned())]);
+    // Read whole, the history starts with the summary.
+    assert_eq!(
+        numbered(&store.history(&k).await.unwrap()),
         vec![
             (6, "[summary] a, b".to_owned()),
             (4, "c".to_owned()),
-            (5, "d".to_owned())
+            (5, "d".to_owned()),
+            (7, "e".to_owned())
         ]
     );
 }

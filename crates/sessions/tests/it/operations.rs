@@ -159,3 +159,31 @@ async fn idle_sessions_go_with_their_turns_and_tool_outputs_and_busy_ones_stay()
             .unwrap();
     assert_eq!(rows, 0);
 }
+
+#[tokio::test]
+async fn a_kept_tool_output_is_not_replaced_by_another_calls_output_under_the_same_id() {
+    let (_dir, store) = open().await;
+    let k = key("cli:ids");
+    let output = |content: &str| flynn_sessions::ToolOutput {
+        call_id: "call_0".into(),
+        tool: "shell.exec".into(),
+        content: content.into(),
+        created_at: 1,
+    };
+    store.put_tool_output(&k, &output("first")).await.unwrap();
+    // Keeping the same output again (a retried write) is fine.
+    store.put_tool_output(&k, &output("first")).await.unwrap();
+    // A later call that reuses the id (a server that numbers its calls
+    // afresh each answer) must not take the first one's place.
+    let refused = store.put_tool_output(&k, &output("second")).await;
+    match refused {
+        Err(flynn_sessions::Error::ToolOutputTaken { session, call_id }) => {
+            assert_eq!((session.as_str(), call_id.as_str()), ("cli:ids", "call_0"));
+        }
+        other => panic!("expected ToolOutputTaken, got {other:?}"),
+    }
+    assert_eq!(
+        store.tool_output(&k, "call_0").await.unwrap(),
+        Some(output("first"))
+    );
+}
