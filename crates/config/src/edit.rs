@@ -125,9 +125,23 @@ pub fn set_in_text(
                 "an empty path: name the key to set, like `models.tiers.default`".to_owned(),
             ));
         }
+        if let Some(bad) = keys.iter().find(|k| !is_plain_key(k)) {
+            return Err(PathError(format!(
+                "'{}' in the path '{}' cannot be written as a key: expected letters, digits, '_', '-' or '/'",
+                bad.escape_debug(),
+                path.escape_debug()
+            )));
+        }
         text = set_one(&text, &keys, value)?;
     }
     Ok(text)
+}
+
+/// Whether a path segment can be written as a YAML key as it is: no
+/// line break, comment, quote or indicator can slip into the file.
+fn is_plain_key(key: &str) -> bool {
+    key.chars()
+        .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '/'))
 }
 
 /// Applies the changes to the file, validates the result as a config
@@ -490,13 +504,10 @@ fn add_under(
     let Some((first_key, _)) = entries.first() else {
         return Err(PathError("cannot add to an empty map".to_owned()));
     };
-    let indent = if top {
-        0
-    } else {
-        usize::try_from(first_key.column)
-            .unwrap_or(1)
-            .saturating_sub(1)
-    };
+    // At the top too: a file may indent its top-level keys.
+    let indent = usize::try_from(first_key.column)
+        .unwrap_or(1)
+        .saturating_sub(1);
     let first_line_start = offset_of_line(text, first_key.line);
     if !top && text[first_line_start..].trim_start().starts_with('{') {
         return Err(PathError(
@@ -557,6 +568,44 @@ mod tests {
         assert!(
             out.ends_with("# the end\ngateway:\n  bind: \"0.0.0.0:18800\"\n"),
             "{out}"
+        );
+    }
+
+    #[test]
+    fn a_key_yaml_cannot_hold_bare_is_refused() {
+        // Found by the `config_edit` fuzz target: a path segment holding a
+        // line break and a comment was written into the file as it was.
+        let text = "agent:\n  other: 1\n";
+        for path in [
+            "agentx # trailing\n  .model",
+            "a: b.c",
+            "[x]",
+            " agent.model",
+        ] {
+            let Err(error) = set_in_text(text, &[(path.to_owned(), json!("x"))]) else {
+                panic!("{path:?} was accepted");
+            };
+            assert!(
+                error.0.contains("expected letters"),
+                "{path:?}: {}",
+                error.0
+            );
+        }
+        assert!(set_in_text(text, &[("agent.my-box_2".to_owned(), json!(1))]).is_ok());
+    }
+
+    #[test]
+    fn a_top_level_key_is_added_at_the_indent_of_an_indented_root() {
+        // Found by the `config_edit` fuzz target: a file whose top-level
+        // keys are indented got the new key at column 1, which is not YAML.
+        let out = set("\n  tiers:\n    default: x\n", "gateway.port", json!(707));
+        assert_eq!(
+            out,
+            "\n  tiers:\n    default: x\n  gateway:\n    port: 707\n"
+        );
+        assert_eq!(
+            unexpanded(&out).unwrap_or_else(|e| panic!("{e}: {out}")),
+            json!({"tiers": {"default": "x"}, "gateway": {"port": 707}})
         );
     }
 

@@ -169,12 +169,20 @@ fn synthetic(
         .collect()
 }
 
-/// Makes a stored history safe to send: merges consecutive messages of the
-/// same role (left behind when a turn failed before the model answered)
-/// and drops empty messages.
+/// Makes a stored history safe to send: drops tool results from the
+/// assistant's messages and tool calls from the user's (a call is the
+/// model's, its result the user's side), merges consecutive messages of the same role (left behind when a
+/// turn failed before the model answered) and drops empty messages.
 pub fn normalize(history: Vec<Message>) -> Vec<Message> {
     let mut out: Vec<Message> = Vec::with_capacity(history.len());
-    for message in history {
+    for mut message in history {
+        // A call is the model's and its result the user's side: one in
+        // the other's message is answered by nothing, or answers nothing.
+        message.content.retain(|block| match block {
+            ContentBlock::ToolResult { .. } => message.role == Role::User,
+            ContentBlock::ToolUse { .. } => message.role == Role::Assistant,
+            _ => true,
+        });
         if message.content.is_empty() {
             continue;
         }
@@ -330,6 +338,42 @@ mod tests {
                 assistant(vec![call("t1_2")]),
                 user(vec![result("t1_2", INTERRUPTED_RESULT, true)]),
             ]
+        );
+    }
+
+    #[test]
+    fn a_result_inside_an_assistant_message_is_dropped() {
+        // Found by the `history` fuzz target: a result stored in the
+        // assistant's own message answers nothing, and providers refuse it.
+        let history = vec![
+            Message::user("go"),
+            assistant(vec![result("t1", "done", false), call("t1")]),
+            user(vec![result("t1", "ok", false)]),
+            assistant(vec![result("t2", "done", false)]),
+            Message::user("next"),
+        ];
+        assert_eq!(
+            prepare(history),
+            vec![
+                Message::user("go"),
+                assistant(vec![call("t1")]),
+                user(vec![result("t1", "ok", false), ContentBlock::text("next")]),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_call_inside_a_user_message_is_dropped() {
+        // Found by the `history` fuzz target: a call stored in the user's
+        // message is no call of the model's, and nothing answers it.
+        let history = vec![
+            user(vec![ContentBlock::text("hi"), call("t1")]),
+            Message::assistant("hello"),
+            user(vec![call("t2")]),
+        ];
+        assert_eq!(
+            prepare(history),
+            vec![Message::user("hi"), Message::assistant("hello")]
         );
     }
 
