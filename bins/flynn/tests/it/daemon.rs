@@ -78,6 +78,10 @@ impl Daemon {
     }
 
     /// SIGTERM, then waits for the exit, at most `limit`.
+    #[cfg_attr(
+        not(any(target_os = "linux", all(feature = "telegram", feature = "whatsapp"))),
+        allow(dead_code)
+    )]
     pub(crate) fn stop(&mut self, limit: Duration) -> ExitStatus {
         self.signal("TERM");
         self.wait(limit)

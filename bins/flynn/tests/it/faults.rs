@@ -116,6 +116,7 @@ impl Sandbox {
 
     /// Writes zeros to `file` (a path inside the namespace) until its file
     /// system is full.
+    #[cfg_attr(not(feature = "telegram"), allow(dead_code))]
     fn fill(&self, file: &Path) {
         let mut out = std::fs::File::create(self.outside(file)).unwrap();
         let chunk = vec![0u8; 1 << 16];
