@@ -102,6 +102,10 @@ struct Inner {
     workspace: PathBuf,
     /// Each channel's download budget, in bytes ([`MAX_BYTES_IN_FLIGHT`]).
     in_flight: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Why each channel's deliveries are being refused, and how many were,
+    /// since the last one accepted: a store that cannot write refuses
+    /// every redelivery, and the reason is logged once, not each time.
+    refusing: Mutex<HashMap<String, (String, u64)>>,
 }
 
 /// A confirmation waiting for a button press.
@@ -164,6 +168,7 @@ impl ChannelRouter {
                 owner_chats: Mutex::new(HashMap::new()),
                 recent_actions: Mutex::new(VecDeque::new()),
                 recent_commands: Mutex::new(VecDeque::new()),
+                refusing: Mutex::new(HashMap::new()),
                 lines: Mutex::new(HashMap::new()),
                 tasks: TaskTracker::new(),
                 workspace,
@@ -332,9 +337,27 @@ impl ChannelRouter {
                 tracing::debug!(channel = %delivery.channel, why = %why, "inbound ignored");
             }
             Disposition::Retry(why) => {
-                tracing::warn!(channel = %delivery.channel, why = %why, "inbound not accepted; the platform will deliver it again");
+                let first = {
+                    let mut refusing = lock(&self.inner.refusing);
+                    let refusal = refusing
+                        .entry(delivery.channel.clone())
+                        .or_insert_with(|| (String::new(), 0));
+                    let first = refusal.0 != *why;
+                    refusal.0.clone_from(why);
+                    refusal.1 += 1;
+                    first
+                };
+                if first {
+                    tracing::warn!(channel = %delivery.channel, why = %why, "inbound not accepted; the platform will deliver it again (said once until one is accepted or the reason changes)");
+                } else {
+                    tracing::debug!(channel = %delivery.channel, why = %why, "inbound not accepted again");
+                }
             }
-            Disposition::Accepted | Disposition::Duplicate => {}
+            Disposition::Accepted | Disposition::Duplicate => {
+                if let Some((_, refused)) = lock(&self.inner.refusing).remove(&delivery.channel) {
+                    tracing::info!(channel = %delivery.channel, refused, "inbound accepted again after refusals");
+                }
+            }
         }
         delivery.settle(disposition);
     }

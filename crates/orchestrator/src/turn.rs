@@ -1,7 +1,7 @@
 //! One turn: model → tools → model until a text answer.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use flynn_context::{Budget, CompactionError};
 use flynn_models::{ModelRequest, ModelResponse, RoutedStream, StreamEvent};
@@ -89,7 +89,8 @@ pub(crate) async fn run(job: TurnJob) -> Result<TurnOutcome> {
     };
     // The turn's state is durable before anyone hears how it ended.
     if let Err(error) = job.shared.store.finish_turn(job.turn, status).await {
-        tracing::error!(turn = %job.turn, %error, "cannot record how the turn ended");
+        tracing::error!(turn = %job.turn, %error, "cannot record how the turn ended; trying again until it is");
+        record_end_later(job.shared.store.clone(), job.turn, status);
     }
     match &result {
         Ok(outcome) => {
@@ -114,6 +115,34 @@ pub(crate) async fn run(job: TurnJob) -> Result<TurnOutcome> {
         }
     }
     result
+}
+
+/// Records how `turn` ended once the store takes it (a full disk, a
+/// read-only database): until then it would stay open, and a shutdown
+/// would wait for it and the next start report it interrupted. Tries
+/// after 1 s, doubling up to 30 s, for as long as the process runs.
+fn record_end_later(
+    store: Arc<dyn flynn_sessions::SessionStore>,
+    turn: TurnId,
+    status: TurnStatus,
+) {
+    tokio::spawn(async move {
+        let mut wait = Duration::from_secs(1);
+        loop {
+            tokio::time::sleep(wait).await;
+            match store.finish_turn(turn, status).await {
+                Ok(()) => {
+                    tracing::info!(%turn, "recorded how the turn ended after all");
+                    return;
+                }
+                Err(
+                    flynn_sessions::Error::UnknownTurn { .. }
+                    | flynn_sessions::Error::TurnFinished { .. },
+                ) => return,
+                Err(_) => wait = (wait * 2).min(Duration::from_secs(30)),
+            }
+        }
+    });
 }
 
 /// What the sender of the message a turn answers wrote: its text without

@@ -8,7 +8,7 @@ use crate::TurnStatus;
 ///
 /// Callers branch on the variants and on [`Error::is_retryable`]; nothing
 /// here assumes a particular database: backend errors are classified where
-/// they arise (`Busy` or `Backend`), and no backend type appears in the
+/// they arise (`Busy`, `DiskFull`, `ReadOnly` or `Backend`), and no backend type appears in the
 /// public API.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -41,6 +41,18 @@ pub enum Error {
     /// in use); trying again may work.
     #[error("the session database is busy: {message} (another process may be writing; try again)")]
     Busy { message: String },
+    /// The disk holding the database is full (SQLite's `SQLITE_FULL`):
+    /// nothing more can be stored until there is room.
+    #[error(
+        "the session database cannot grow: the disk is full ({message}); free some space (what was stored is kept, and Flynn carries on once there is room)"
+    )]
+    DiskFull { message: String },
+    /// The database may not be written (SQLite's `SQLITE_READONLY`): a
+    /// read-only file, directory or file system.
+    #[error(
+        "the session database is read-only ({message}); make it, its directory and its file system writable for the user running Flynn (nothing stored is lost)"
+    )]
+    ReadOnly { message: String },
     /// Any other failure of the database.
     #[error("session database error: {message}")]
     Backend { message: String },
@@ -129,9 +141,6 @@ impl Error {
     }
 }
 
-/// Classifies a sqlx error at the boundary: SQLite's BUSY and LOCKED (with
-/// their extended codes) and a pool that had no free connection in time
-/// are `Busy`; anything else is `Backend`.
 /// A file beside the database (the outbox's marks) could not be read or
 /// written.
 impl From<std::io::Error> for Error {
@@ -142,6 +151,10 @@ impl From<std::io::Error> for Error {
     }
 }
 
+/// Classifies a sqlx error at the boundary: SQLite's BUSY and LOCKED (with
+/// their extended codes) and a pool that had no free connection in time
+/// are `Busy`, READONLY is `ReadOnly`, FULL is `DiskFull`; anything else
+/// is `Backend`.
 impl From<sqlx::Error> for Error {
     fn from(error: sqlx::Error) -> Self {
         if matches!(error, sqlx::Error::PoolTimedOut) {
@@ -152,20 +165,21 @@ impl From<sqlx::Error> for Error {
                 ),
             };
         }
-        let busy = match &error {
-            // SQLITE_BUSY (5) and SQLITE_LOCKED (6); sqlx reports extended
-            // codes, whose low byte is the primary code.
+        // sqlx reports extended codes, whose low byte is the primary code.
+        let code = match &error {
             sqlx::Error::Database(db) => db
                 .code()
                 .and_then(|code| code.parse::<i64>().ok())
-                .is_some_and(|code| matches!(code & 0xff, 5 | 6)),
-            _ => false,
+                .map(|code| code & 0xff),
+            _ => None,
         };
         let message = error.to_string();
-        if busy {
-            Error::Busy { message }
-        } else {
-            Error::Backend { message }
+        match code {
+            // SQLITE_BUSY and SQLITE_LOCKED.
+            Some(5 | 6) => Error::Busy { message },
+            Some(8) => Error::ReadOnly { message },
+            Some(13) => Error::DiskFull { message },
+            _ => Error::Backend { message },
         }
     }
 }

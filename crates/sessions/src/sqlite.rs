@@ -10,7 +10,7 @@ use flynn_protocol::{
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+use sqlx::{Connection, Row, Sqlite, SqlitePool, Transaction};
 
 use crate::automation::{
     JobKind, JobRuns, LastRun, RunOutcome, StoredCronJob, missed_as_str, missed_from,
@@ -130,6 +130,34 @@ fn make_private(_path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Refuses a database SQLite could open only for reading (a read-only
+/// file, directory or file system: SQLite then opens it read-only without
+/// a word), which would start and then refuse every message: a table is
+/// created in a transaction that is rolled back (in WAL mode a read-only
+/// file still lets a write transaction begin; its first write fails).
+async fn refuse_read_only(pool: &SqlitePool, location: &str) -> Result<()> {
+    let read_only = |message: String| Error::Open {
+        location: location.to_owned(),
+        message: format!(
+            "it can only be read ({message}): the file, its directory or its file system is read-only; make them writable for the user running Flynn, or point sessions.database at a writable place"
+        ),
+    };
+    let probe = async {
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+        let written = sqlx::query("CREATE TABLE flynn_write_probe (x)")
+            .execute(&mut *tx)
+            .await;
+        tx.rollback().await?;
+        written.map(|_| ())
+    };
+    match probe.await.map_err(Error::from) {
+        Err(Error::ReadOnly { message }) => Err(read_only(message)),
+        // Anything else (another writer holding the file past the busy
+        // timeout, say) is for the steps after this one to meet.
+        _ => Ok(()),
+    }
+}
+
 /// Sessions in a SQLite file (WAL mode, foreign keys on).
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
@@ -158,7 +186,11 @@ impl SqliteStore {
         let location = path.display().to_string();
         make_private(path).map_err(|e| Error::Open {
             location: location.clone(),
-            message: format!("cannot make it readable by this user only: {e}"),
+            message: if e.kind() == std::io::ErrorKind::ReadOnlyFilesystem {
+                "the file system holding it is read-only; remount it read-write or point sessions.database at a writable place".to_owned()
+            } else {
+                format!("cannot make it readable by this user only: {e}")
+            },
         })?;
         let options = SqliteConnectOptions::new()
             .filename(path)
@@ -173,6 +205,21 @@ impl SqliteStore {
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(retry::ACQUIRE_TIMEOUT)
+            // A COMMIT that fails on a full disk leaves SQLite with no
+            // transaction (it rolled back itself) while sqlx still counts
+            // one (its own ROLLBACK fails then), and every later BEGIN on
+            // that connection would be refused: such a connection is
+            // closed, not handed out again. (A transaction merely dropped
+            // has its rollback queued; the query lets it run first.)
+            .after_release(|connection, _| {
+                Box::pin(async move {
+                    if !connection.is_in_transaction() {
+                        return Ok(true);
+                    }
+                    sqlx::query("SELECT 1").execute(&mut *connection).await?;
+                    Ok(!connection.is_in_transaction())
+                })
+            })
             .connect_with(options)
             .await
             .map_err(|e| {
@@ -188,6 +235,7 @@ impl SqliteStore {
                     }
                 }
             })?;
+        refuse_read_only(&pool, &location).await?;
         MIGRATOR.run(&pool).await.map_err(|e| match &e {
             sqlx::migrate::MigrateError::Execute(inner) if crate::error::is_damage(inner) => {
                 Error::Damaged {

@@ -21,6 +21,9 @@
 //! 400 "message is not modified" for an edit that changes nothing, and the
 //! 409 that ends a long poll superseded by a newer one.
 //!
+//! A flaky network is [`FakeTelegram::cut_polls_after`]: a long poll still
+//! waiting after that long has its connection closed without an answer.
+//!
 //! Inbound traffic is built with [`Incoming`] (text, captions, photos,
 //! documents, forum topics, replies to the bot) and
 //! [`FakeTelegram::callback`], in the documented `Update` JSON, with
@@ -326,6 +329,10 @@ struct State {
     answers: Vec<CallbackAnswer>,
     files: HashMap<String, FileRecord>,
     failures: HashMap<String, VecDeque<Failure>>,
+    /// Long polls still waiting after this long lose their connection.
+    cut_polls_after: Option<Duration>,
+    /// Long polls cut so far.
+    cut_polls: u64,
 }
 
 #[derive(Debug)]
@@ -420,6 +427,20 @@ impl FakeTelegram {
             .entry(method.to_ascii_lowercase())
             .or_default()
             .push_back(failure);
+    }
+
+    /// From now on a `getUpdates` long poll that is still waiting for an
+    /// update after `after` ends with its connection closed, no answer
+    /// sent (a flaky network, or a proxy cutting idle connections); a poll
+    /// that has updates is answered at once as before. `None` stops it.
+    pub fn cut_polls_after(&self, after: Option<Duration>) {
+        self.inner.lock().cut_polls_after = after;
+        self.inner.bump();
+    }
+
+    /// How many long polls [`cut_polls_after`](Self::cut_polls_after) cut.
+    pub fn cut_polls(&self) -> u64 {
+        self.inner.lock().cut_polls
     }
 
     /// Every message the bot sent, as it stands now (after edits).
@@ -1186,12 +1207,22 @@ async fn get_updates(inner: &Inner, body: &Map<String, Value>) -> Result<Respons
         state.poll_generation
     };
     inner.bump();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
+    let started = tokio::time::Instant::now();
+    let deadline = started + Duration::from_secs(timeout);
     let mut changes = inner.changed.subscribe();
     loop {
         changes.borrow_and_update();
         {
             let mut state = inner.lock();
+            if let Some(after) = state.cut_polls_after
+                && started.elapsed() >= after
+                && state.updates.is_empty()
+            {
+                state.cut_polls += 1;
+                drop(state);
+                inner.bump();
+                return Ok(cut_connection());
+            }
             if state.poll_generation != generation {
                 return Err(ApiError {
                     code: 409,
@@ -1209,11 +1240,28 @@ async fn get_updates(inner: &Inner, body: &Map<String, Value>) -> Result<Respons
                 return Ok(ok(Value::Array(batch)));
             }
         }
-        match tokio::time::timeout_at(deadline, changes.changed()).await {
+        // Wake up for a change, the poll's end, or the moment it is cut.
+        let cut_at = inner.lock().cut_polls_after.map(|after| started + after);
+        let wake = cut_at.map_or(deadline, |cut| cut.min(deadline));
+        match tokio::time::timeout_at(wake, changes.changed()).await {
             Ok(Ok(())) => {}
+            Err(_) if cut_at.is_some_and(|cut| cut <= deadline) => {}
             Ok(Err(_)) | Err(_) => return Ok(ok(json!([]))),
         }
     }
+}
+
+/// A response that never reaches the client: its body fails before the
+/// first byte, so the server closes the connection without writing the
+/// status line (the client reads a connection closed mid-request).
+fn cut_connection() -> Response {
+    let failing = futures::stream::once(async {
+        Err::<bytes::Bytes, std::io::Error>(std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            "the fake cuts this long poll",
+        ))
+    });
+    Response::new(Body::from_stream(failing))
 }
 
 fn set_webhook(state: &mut State, body: &Map<String, Value>) -> Result<Response, ApiError> {

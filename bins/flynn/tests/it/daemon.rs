@@ -36,8 +36,13 @@ impl Daemon {
     fn start_with(env: &Env, extra: &[&str]) -> Daemon {
         let mut args = vec!["start", "--bind", "127.0.0.1:0"];
         args.extend_from_slice(extra);
-        let mut child = env
-            .command(&args)
+        Self::spawn(env.command(&args))
+    }
+
+    /// Runs `command` (a `flynn start`, perhaps wrapped) and waits for it
+    /// to listen.
+    pub(crate) fn spawn(mut command: std::process::Command) -> Daemon {
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -78,7 +83,10 @@ impl Daemon {
     }
 
     /// SIGTERM, then waits for the exit, at most `limit`.
-    #[cfg_attr(not(all(feature = "telegram", feature = "whatsapp")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(target_os = "linux", all(feature = "telegram", feature = "whatsapp"))),
+        allow(dead_code)
+    )]
     pub(crate) fn stop(&mut self, limit: Duration) -> ExitStatus {
         self.signal("TERM");
         self.wait(limit)

@@ -12,6 +12,8 @@ mod config;
 mod crash;
 mod daemon;
 mod doctor;
+#[cfg(target_os = "linux")]
+mod faults;
 mod live;
 mod mcp;
 mod memory;

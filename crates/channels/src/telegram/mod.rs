@@ -68,8 +68,13 @@ const POLL_ATTEMPTS: u32 = 3;
 const POLL_BACKOFF: Duration = Duration::from_millis(500);
 /// The longest rate-limit hint a poll waits out before giving up.
 const MAX_POLL_WAIT: Duration = Duration::from_secs(60);
-/// The pause before asking again for an update the daemon could not take.
+/// The pause before asking again for an update the daemon could not take;
+/// doubled each time the daemon refuses it again, up to
+/// [`MAX_RETRY_PAUSE`] (a full disk or a read-only database refuses every
+/// update until someone steps in).
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// The longest pause between two asks for an update the daemon refuses.
+const MAX_RETRY_PAUSE: Duration = Duration::from_secs(30);
 /// The longest `answerCallbackQuery` text.
 const MAX_NOTE_CHARS: usize = 200;
 /// The header Telegram sends the webhook secret in.
@@ -362,6 +367,8 @@ impl TelegramAdapter {
         me: &Me,
     ) -> Result<(), ChannelError> {
         let mut failures = 0;
+        // Refusals of the update asked for again, in a row.
+        let mut refusals: u32 = 0;
         loop {
             let offset = self.offset.load(Ordering::SeqCst);
             let params = GetUpdatesParams::builder()
@@ -420,14 +427,16 @@ impl TelegramAdapter {
                 };
                 match self.process(raw, update_id, sink, stop, me).await {
                     Step::Done => {
+                        refusals = 0;
                         self.offset.fetch_max(next, Ordering::SeqCst);
                     }
                     Step::Again(reason) => {
-                        tracing::debug!(channel = NAME, update_id, reason = %reason, "update not taken; asking for it again");
-                        if or_stop(stop, tokio::time::sleep(RETRY_PAUSE))
-                            .await
-                            .is_none()
-                        {
+                        let pause = RETRY_PAUSE
+                            .saturating_mul(2u32.saturating_pow(refusals))
+                            .min(MAX_RETRY_PAUSE);
+                        refusals = refusals.saturating_add(1);
+                        tracing::debug!(channel = NAME, update_id, reason = %reason, pause_ms = pause.as_millis() as u64, "update not taken; asking for it again");
+                        if or_stop(stop, tokio::time::sleep(pause)).await.is_none() {
                             return Ok(());
                         }
                         break;
