@@ -18,9 +18,9 @@ use anyhow::{Context, Result, bail};
 /// What to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
-    /// How long each target runs.
-    pub seconds: u64,
-    /// Stop each target after this many executions instead (when set).
+    /// How long each target runs (`--seconds`).
+    pub seconds: Option<u64>,
+    /// Stop each target after this many executions (`--runs`).
     pub runs: Option<u64>,
     /// The targets to run; every target when empty.
     pub targets: Vec<String>,
@@ -31,7 +31,7 @@ const USAGE: &str = "usage: cargo xtask fuzz [--seconds N] [--runs N] [--target 
 /// Reads the arguments after `fuzz`.
 pub fn parse_args(args: &[String]) -> Result<Options> {
     let mut options = Options {
-        seconds: 60,
+        seconds: None,
         runs: None,
         targets: Vec::new(),
     };
@@ -45,9 +45,10 @@ pub fn parse_args(args: &[String]) -> Result<Options> {
         match arg.as_str() {
             "--seconds" => {
                 let text = value("--seconds")?;
-                options.seconds = text
-                    .parse()
-                    .with_context(|| format!("--seconds {text}: expected a whole number"))?;
+                options.seconds = Some(
+                    text.parse()
+                        .with_context(|| format!("--seconds {text}: expected a whole number"))?,
+                );
             }
             "--runs" => {
                 let text = value("--runs")?;
@@ -61,6 +62,19 @@ pub fn parse_args(args: &[String]) -> Result<Options> {
         }
     }
     Ok(options)
+}
+
+impl Options {
+    /// How long each target may run: `--seconds`, else unbounded when
+    /// `--runs` is given (a million runs of a slow target take longer than
+    /// any default), else a minute.
+    pub fn time_limit(&self) -> Option<u64> {
+        match (self.seconds, self.runs) {
+            (Some(seconds), _) => Some(seconds),
+            (None, Some(_)) => None,
+            (None, None) => Some(60),
+        }
+    }
 }
 
 /// The targets under `fuzz/fuzz_targets/`, by name.
@@ -138,10 +152,12 @@ pub fn run(args: &[String]) -> Result<()> {
             .arg(&work)
             .arg(root.join("fuzz/corpus").join(name))
             .arg("--")
-            .arg(format!("-max_total_time={}", options.seconds))
             .arg("-timeout=10")
             .arg("-rss_limit_mb=4096")
             .arg("-print_final_stats=1");
+        if let Some(seconds) = options.time_limit() {
+            command.arg(format!("-max_total_time={seconds}"));
+        }
         if let Some(runs) = options.runs {
             command.arg(format!("-runs={runs}"));
         }
@@ -192,12 +208,18 @@ mod tests {
         assert_eq!(
             options,
             Options {
-                seconds: 5,
+                seconds: Some(5),
                 runs: Some(10),
                 targets: vec!["sse".to_owned(), "cron".to_owned()],
             }
         );
-        assert_eq!(parse_args(&[]).unwrap().seconds, 60);
+        // A minute by default; with --runs alone, as long as the runs take.
+        assert_eq!(parse_args(&[]).unwrap().time_limit(), Some(60));
+        assert_eq!(parse_args(&args("--runs 10")).unwrap().time_limit(), None);
+        assert_eq!(
+            parse_args(&args("--runs 10 --seconds 5")).unwrap().time_limit(),
+            Some(5)
+        );
         assert!(parse_args(&args("--seconds")).is_err());
         assert!(parse_args(&args("--seconds x")).is_err());
         assert!(parse_args(&args("--jobs 2")).is_err());
