@@ -217,7 +217,9 @@ mod tests {
         assert_eq!(parse_args(&[]).unwrap().time_limit(), Some(60));
         assert_eq!(parse_args(&args("--runs 10")).unwrap().time_limit(), None);
         assert_eq!(
-            parse_args(&args("--runs 10 --seconds 5")).unwrap().time_limit(),
+            parse_args(&args("--runs 10 --seconds 5"))
+                .unwrap()
+                .time_limit(),
             Some(5)
         );
         assert!(parse_args(&args("--seconds")).is_err());

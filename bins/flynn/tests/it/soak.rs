@@ -175,6 +175,20 @@ fn text_for(count: usize, n: usize) -> String {
     }
 }
 
+/// Takes the requests that are done out of `requests`, failing the test
+/// with the first one that failed.
+async fn finish(requests: &mut Vec<tokio::task::JoinHandle<()>>) {
+    let (done, open): (Vec<_>, Vec<_>) = requests.drain(..).partition(|r| r.is_finished());
+    *requests = open;
+    for request in done {
+        match request.await {
+            Ok(()) => {}
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => panic!("a request task ended: {e}"),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mixed_traffic_leaves_memory_tasks_and_descriptors_flat() {
     let seconds = std::env::var("FLYNN_SOAK_SECONDS")
@@ -211,7 +225,13 @@ async fn mixed_traffic_leaves_memory_tasks_and_descriptors_flat() {
     top_up(200);
     let daemon = Daemon::start(&env);
     let hook = format!("{}/channels/whatsapp/webhook", daemon.url);
-    let http = reqwest::Client::new();
+    // The gateway closes a keep-alive connection idle for
+    // `gateway.header_timeout_secs` (10 s); a client keeps its idle ones
+    // for less, or a request can go out on one as it is being closed.
+    let http = reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
     let started = Instant::now();
 
     let mut sent: BTreeMap<String, usize> = BTreeMap::new();
@@ -281,7 +301,7 @@ async fn mixed_traffic_leaves_memory_tasks_and_descriptors_flat() {
             }
         }
         n += 1;
-        requests.retain(|r| !r.is_finished());
+        finish(&mut requests).await;
         if Instant::now() >= next_sample {
             let s = sample(&http, &daemon, started, n).await;
             print("traffic", &s);
@@ -294,7 +314,7 @@ async fn mixed_traffic_leaves_memory_tasks_and_descriptors_flat() {
     // Every message answered, then the daemon idle.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        requests.retain(|r| !r.is_finished());
+        finish(&mut requests).await;
         let got = answered(&telegram, &whatsapp);
         let done = requests.is_empty()
             && sent
