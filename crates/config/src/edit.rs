@@ -281,10 +281,35 @@ fn create_temp(
 /// A value as YAML text on one line: scalars plain or double-quoted,
 /// maps and lists in flow style (JSON is valid YAML flow).
 fn inline(value: &Value) -> String {
-    match value {
+    let json = match value {
         Value::String(text) => serde_json::to_string(text).unwrap_or_default(),
         other => other.to_string(),
+    };
+    // JSON escapes the C0 controls but writes DEL, the C1 controls and a
+    // few more as they are, and YAML refuses those in a document even
+    // quoted (NEL and the Unicode line separators read as line breaks to
+    // YAML 1.1 readers). They can only be inside strings here, where
+    // `\uXXXX` means the same to both.
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if yaml_printable(c) {
+            out.push(c);
+        } else {
+            out.push_str(&format!("\\u{:04X}", u32::from(c)));
+        }
     }
+    out
+}
+
+/// Whether YAML takes `c` as it is inside a double-quoted scalar.
+fn yaml_printable(c: char) -> bool {
+    matches!(c,
+        ' '..='~'
+        | '\u{A0}'..='\u{2027}'
+        | '\u{202A}'..='\u{D7FF}'
+        | '\u{E000}'..='\u{FEFE}'
+        | '\u{FF00}'..='\u{FFFD}'
+        | '\u{10000}'..)
 }
 
 // Both search bytes, not `str`s: an offset from a span may fall inside a
@@ -628,6 +653,29 @@ mod tests {
             json!(["ä"]),
         );
         assert!(out.contains("tools: [\"ä\"]\n  other: ü\n"), "{out}");
+    }
+
+    #[test]
+    fn values_with_characters_yaml_refuses_raw_are_escaped_and_read_back() {
+        // Found by the `config_edit` fuzz target: DEL written raw inside
+        // double quotes made the edited file invalid YAML.
+        let value = "a\u{7f}b\u{85}c\u{9f}d\u{2028}e\u{feff}f\u{ffff}g é 日本";
+        for path in ["agents.main.title", "gateway.note"] {
+            let out = set(FILE, path, json!(value));
+            assert!(!out.contains('\u{7f}'), "{out}");
+            let read = unexpanded(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+            assert_eq!(
+                lookup(&read, path).unwrap_or_else(|e| panic!("{e}")),
+                &json!(value),
+                "{out}"
+            );
+        }
+        let out = set(FILE, "models.tiers.fast", json!(["x\u{7f}y"]));
+        let read = unexpanded(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        assert_eq!(
+            lookup(&read, "models.tiers.fast").unwrap_or_else(|e| panic!("{e}")),
+            &json!(["x\u{7f}y"])
+        );
     }
 
     #[test]
