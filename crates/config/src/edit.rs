@@ -366,10 +366,22 @@ fn block_lines(keys: &[&str], value: &Value, indent: usize) -> String {
 }
 
 /// The last byte of the text a node covers, through its whole last line.
+/// A block map's or list's span covers its first entry only: its end is
+/// that of its last entry.
 fn node_end(text: &str, node: &Node) -> Option<usize> {
-    let span = node.span.clone()?;
-    let last = span.end.max(span.start + 1).min(text.len());
-    Some(line_end(text, last.saturating_sub(1)))
+    let own = node.span.clone().map(|span| {
+        let last = span.end.max(span.start + 1).min(text.len());
+        line_end(text, last.saturating_sub(1))
+    });
+    let last_entry = match &node.kind {
+        NodeKind::Map(entries) => entries.last().map(|(key, value)| {
+            let key_end = line_end(text, offset_of_line(text, key.line));
+            key_end.max(node_end(text, value).unwrap_or(0))
+        }),
+        NodeKind::Seq(items) => items.last().and_then(|item| node_end(text, item)),
+        _ => None,
+    };
+    own.max(last_entry)
 }
 
 fn set_one(text: &str, keys: &[&str], value: &Value) -> std::result::Result<String, PathError> {
@@ -617,6 +629,38 @@ mod tests {
             );
         }
         assert!(set_in_text(text, &[("agent.my-box_2".to_owned(), json!(1))]).is_ok());
+    }
+
+    #[test]
+    fn a_key_goes_after_the_whole_of_a_nested_block_and_a_block_is_replaced_whole() {
+        // Found by the `config_edit` fuzz target: a map's extent was that of
+        // its first entry, so a key added beside a map of several entries
+        // went in after its first entry (here `tiers:` into `tierc:`, taking
+        // `fast` with it), and replacing such a map left its other entries
+        // behind.
+        let text = "models:\n  tierc:\n    default: x\n    fast: [a, b]\n    list:\n      - c\n      - d\nproviders: {}\n";
+        let out = set(text, "models.tiers.fast", json!(["e"]));
+        assert!(
+            out.starts_with(text.trim_end_matches("providers: {}\n")),
+            "{out}"
+        );
+        assert_eq!(
+            unexpanded(&out).unwrap_or_else(|e| panic!("{e}: {out}")),
+            json!({
+                "models": {
+                    "tierc": {"default": "x", "fast": ["a", "b"], "list": ["c", "d"]},
+                    "tiers": {"fast": ["e"]},
+                },
+                "providers": {},
+            })
+        );
+        let out = set(text, "models.tierc", json!("y"));
+        assert_eq!(out, "models:\n  tierc: \"y\"\nproviders: {}\n");
+        let out = set(FILE, "models.fallback", json!("z"));
+        assert!(
+            out.ends_with("      - local/qwen2.5\n  fallback: \"z\"\n# the end\n"),
+            "{out}"
+        );
     }
 
     #[test]
