@@ -351,8 +351,9 @@ pub(crate) fn offset_of_line(text: &str, line: u64) -> usize {
 }
 
 /// The indent of a map whose first key is `key`: that key's column, or
-/// the column of the tags and anchors written before it (`!tag key:` and
-/// `&anchor key:` start the map at the `!` or `&`).
+/// the column of the tags, anchors and explicit-key indicator written
+/// before it (`!tag key:`, `&anchor key:` and `? key` start the map at the
+/// `!`, `&` or `?`).
 fn entry_indent(text: &str, key: &crate::document::Key) -> usize {
     let column = usize::try_from(key.column).unwrap_or(1).saturating_sub(1);
     let start = offset_of_line(text, key.line).min(text.len());
@@ -364,7 +365,7 @@ fn entry_indent(text: &str, key: &crate::document::Key) -> usize {
         let trimmed = prefix.trim_end_matches([' ', '\t']);
         let token_start = trimmed.rfind([' ', '\t']).map_or(0, |i| i + 1);
         let token = &trimmed[token_start..];
-        if !(token.starts_with('!') || token.starts_with('&')) {
+        if !(token.starts_with('!') || token.starts_with('&') || token == "?") {
             return indent;
         }
         prefix = &trimmed[..token_start];
@@ -696,6 +697,24 @@ mod tests {
         assert_eq!(
             unexpanded(&out).unwrap_or_else(|e| panic!("{e}: {out}")),
             json!({"a": 1, "b": {"c": 2, "d": 3, "f": 5}})
+        );
+        // An explicit key (`? key`) starts the map at the `?`.
+        let out = set(
+            "  ?   k
+",
+            "a.b",
+            json!(true),
+        );
+        assert_eq!(
+            out,
+            "  ?   k
+  a:
+    b: true
+"
+        );
+        assert_eq!(
+            unexpanded(&out).unwrap_or_else(|e| panic!("{e}: {out}")),
+            json!({"k": null, "a": {"b": true}})
         );
     }
 
