@@ -350,6 +350,29 @@ pub(crate) fn offset_of_line(text: &str, line: u64) -> usize {
     text.len()
 }
 
+/// The indent of a map whose first key is `key`: that key's column, or
+/// the column of the tags, anchors and explicit-key indicator written
+/// before it (`!tag key:`, `&anchor key:` and `? key` start the map at the
+/// `!`, `&` or `?`).
+fn entry_indent(text: &str, key: &crate::document::Key) -> usize {
+    let column = usize::try_from(key.column).unwrap_or(1).saturating_sub(1);
+    let start = offset_of_line(text, key.line).min(text.len());
+    let line = &text[start..line_end(text, start)];
+    let before: String = line.chars().take(column).collect();
+    let mut prefix = before.as_str();
+    let mut indent = column;
+    loop {
+        let trimmed = prefix.trim_end_matches([' ', '\t']);
+        let token_start = trimmed.rfind([' ', '\t']).map_or(0, |i| i + 1);
+        let token = &trimmed[token_start..];
+        if !(token.starts_with('!') || token.starts_with('&') || token == "?") {
+            return indent;
+        }
+        prefix = &trimmed[..token_start];
+        indent = prefix.chars().count();
+    }
+}
+
 /// Lines for `keys` (the missing part of a path) set to `value`, in block
 /// style, starting at `indent`.
 fn block_lines(keys: &[&str], value: &Value, indent: usize) -> String {
@@ -542,9 +565,7 @@ fn add_under(
         return Err(PathError("cannot add to an empty map".to_owned()));
     };
     // At the top too: a file may indent its top-level keys.
-    let indent = usize::try_from(first_key.column)
-        .unwrap_or(1)
-        .saturating_sub(1);
+    let indent = entry_indent(text, first_key);
     let first_line_start = offset_of_line(text, first_key.line);
     if !top && text[first_line_start..].trim_start().starts_with('{') {
         return Err(PathError(
@@ -660,6 +681,40 @@ mod tests {
         assert!(
             out.ends_with("      - local/qwen2.5\n  fallback: \"z\"\n# the end\n"),
             "{out}"
+        );
+    }
+
+    #[test]
+    fn a_key_is_added_at_the_column_of_a_tag_written_before_the_first_key() {
+        // Found by the `config_edit` fuzz target: with `!tag key:` the map
+        // starts at the tag; the new key went in at the first key's
+        // column, right of the others, which is not YAML.
+        let text = " !t a: 1\n b:\n   &x c: 2\n   d: 3\n";
+        let out = set(text, "e", json!(4));
+        assert_eq!(out, " !t a: 1\n b:\n   &x c: 2\n   d: 3\n e: 4\n");
+        let out = set(text, "b.f", json!(5));
+        assert_eq!(out, " !t a: 1\n b:\n   &x c: 2\n   d: 3\n   f: 5\n");
+        assert_eq!(
+            unexpanded(&out).unwrap_or_else(|e| panic!("{e}: {out}")),
+            json!({"a": 1, "b": {"c": 2, "d": 3, "f": 5}})
+        );
+        // An explicit key (`? key`) starts the map at the `?`.
+        let out = set(
+            "  ?   k
+",
+            "a.b",
+            json!(true),
+        );
+        assert_eq!(
+            out,
+            "  ?   k
+  a:
+    b: true
+"
+        );
+        assert_eq!(
+            unexpanded(&out).unwrap_or_else(|e| panic!("{e}: {out}")),
+            json!({"k": null, "a": {"b": true}})
         );
     }
 
