@@ -457,6 +457,11 @@ pub enum ConfigCommand {
         /// Print JSON even for a single value.
         #[arg(long)]
         json: bool,
+        /// Say where each value came from: `file:line` (the config file or
+        /// the profile overlay), `environment: VAR`, or `default`; one line
+        /// per value (`path: value  (origin)`).
+        #[arg(long)]
+        origin: bool,
         /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
         #[arg(long)]
         config: Option<PathBuf>,

@@ -536,3 +536,78 @@ async fn the_configured_api_key_reaches_no_output_log_audit_record_or_history() 
     assert_eq!(record["gate"], "confirm");
     assert_eq!(record["outcome"], "ok");
 }
+
+#[tokio::test]
+async fn a_config_file_without_providers_takes_them_from_the_environment() {
+    // The file sets only the gateway; the provider comes from the
+    // environment, as it would with no file at all.
+    let fake = FakeOpenAi::start_with_key("sk-x").await;
+    fake.push(Reply::Text("From the environment's provider.".into()));
+    let env = openai_env(&fake);
+    let file = env.path().join("flynn.yaml");
+    std::fs::write(&file, "gateway:\n  bind: 127.0.0.1:18800\n").unwrap();
+    let file = file.to_str().unwrap();
+    let output = env.run(&["send", "--config", file, "hello"]);
+    assert_eq!(
+        (
+            output.status.code(),
+            stdout(&output).as_str(),
+            stderr(&output).as_str()
+        ),
+        (Some(0), "From the environment's provider.\n", "")
+    );
+    assert_eq!(fake.requests()[0].body["model"], "gpt-4o-mini");
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn the_file_wins_where_it_and_the_environment_both_set_a_value() {
+    // The file names the server; the environment's base URL points
+    // elsewhere and loses, while its key fills in the one the file left out.
+    let named = FakeOpenAi::start_with_key("sk-x").await;
+    named.push(Reply::Text("From the file's server.".into()));
+    let elsewhere = FakeOpenAi::start_with_key("sk-x").await;
+    let env = openai_env(&elsewhere);
+    let file = env.path().join("flynn.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "providers:\n  openai:\n    kind: openai-compatible\n    base_url: {}\nmodels:\n  tiers:\n    default: [openai/qwen2.5]\n",
+            named.base_url()
+        ),
+    )
+    .unwrap();
+    let output = env.run(&["send", "--config", file.to_str().unwrap(), "hello"]);
+    assert_eq!(
+        (output.status.code(), stdout(&output).as_str()),
+        (Some(0), "From the file's server.\n"),
+        "{}",
+        stderr(&output)
+    );
+    let requests = named.requests();
+    assert_eq!(requests[0].header("authorization"), Some("Bearer sk-x"));
+    assert_eq!(requests[0].body["model"], "qwen2.5");
+    assert_eq!(elsewhere.requests().len(), 0);
+}
+
+#[tokio::test]
+async fn no_model_chosen_names_the_providers_and_what_each_lacks() {
+    // ANTHROPIC_BASE_URL makes a provider, but without its key it cannot
+    // be called; the file's provider has no model named. The error says
+    // so, and suggests no variable that is already set.
+    let env = Env::new().var("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/");
+    let file = env.path().join("flynn.yaml");
+    std::fs::write(
+        &file,
+        "providers:\n  mybox: { kind: openai-compatible, base_url: \"http://127.0.0.1:9/v1\" }\n",
+    )
+    .unwrap();
+    let output = env.run(&["send", "--config", file.to_str().unwrap(), "hello"]);
+    assert_eq!(
+        (output.status.code(), stderr(&output).as_str()),
+        (
+            Some(2),
+            "error: no model is configured for the 'default' tier: providers anthropic (no API key: set ANTHROPIC_API_KEY or providers.anthropic.api_key), mybox are configured, but no tier names a model of theirs (list one under models.tiers.default in the config file, e.g. `default: [mybox/<model>]`, or set FLYNN_MODEL=mybox/<model>)\n"
+        )
+    );
+}
