@@ -288,7 +288,8 @@ pub struct UsageArgs {
 pub struct SendArgs {
     /// The message, or `-` to read it from stdin.
     pub message: String,
-    /// Conversation to continue.
+    /// Conversation to continue: a name (`work` is the CLI's `cli:work`)
+    /// or `channel:peer` (`telegram:12345`).
     #[arg(long, default_value = "cli:default")]
     pub session: String,
     /// Model tier: fast, default, complex or local.

@@ -12,12 +12,8 @@ use crate::exit::Failure;
 
 pub async fn run(args: SendArgs) -> Result<(), Failure> {
     let message = read_message(&args.message)?;
-    let session: SessionKey =
-        args.session
-            .parse()
-            .map_err(|e: flynn_core::protocol::SessionKeyError| {
-                Failure::usage(format!("--session: {e}"))
-            })?;
+    let session: SessionKey = crate::sessions::session_arg(&args.session)
+        .map_err(|e| Failure::usage(format!("--session: {e}")))?;
     if let Some(target) = crate::remote::target(args.gateway.as_deref(), args.config.as_deref())? {
         let params = SendParams {
             session,

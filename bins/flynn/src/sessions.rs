@@ -220,8 +220,18 @@ pub async fn run(args: SessionsArgs) -> Result<(), Failure> {
 }
 
 fn parse_key(key: &str) -> Result<SessionKey, Failure> {
-    key.parse()
-        .map_err(|e: flynn_core::protocol::SessionKeyError| Failure::usage(e.to_string()))
+    session_arg(key).map_err(Failure::usage)
+}
+
+/// A session as given on the command line: `channel:peer` as it is, a
+/// bare name as the CLI's own session (`work` is `cli:work`).
+pub(crate) fn session_arg(text: &str) -> Result<SessionKey, String> {
+    SessionKey::named(text, "cli").map_err(|e| {
+        format!(
+            "invalid session '{}': {} (expected a name such as 'work', the CLI's session cli:work, or 'channel:peer' such as 'telegram:12345')",
+            e.key, e.reason
+        )
+    })
 }
 
 fn storage_error(error: flynn_core::SessionsError) -> Failure {

@@ -270,12 +270,20 @@ async fn usage_errors_exit_2() {
         "{}",
         stderr(&output)
     );
-    let output = env.run(&["send", "--session", "nocolon", "hi"]);
+    let output = env.run(&["send", "--session", "my work", "hi"]);
     assert_eq!(
         (output.status.code(), stderr(&output).as_str()),
         (
             Some(2),
-            "error: --session: invalid session key 'nocolon': missing ':' between channel and peer (expected 'channel:peer', e.g. 'cli:default')\n"
+            "error: --session: invalid session 'my work': contains whitespace or control characters (expected a name such as 'work', the CLI's session cli:work, or 'channel:peer' such as 'telegram:12345')\n"
+        )
+    );
+    let output = env.run(&["send", "--session", ":x", "hi"]);
+    assert_eq!(
+        (output.status.code(), stderr(&output).as_str()),
+        (
+            Some(2),
+            "error: --session: invalid session ':x': empty channel (expected a name such as 'work', the CLI's session cli:work, or 'channel:peer' such as 'telegram:12345')\n"
         )
     );
     let output = env.run(&["send", "  "]);
@@ -610,4 +618,32 @@ async fn no_model_chosen_names_the_providers_and_what_each_lacks() {
             "error: no model is configured for the 'default' tier: providers anthropic (no API key: set ANTHROPIC_API_KEY or providers.anthropic.api_key), mybox are configured, but no tier names a model of theirs (list one under models.tiers.default in the config file, e.g. `default: [mybox/<model>]`, or set FLYNN_MODEL=mybox/<model>)\n"
         )
     );
+}
+
+#[tokio::test]
+async fn a_session_name_without_a_channel_is_the_clis_own() {
+    let fake = FakeOpenAi::start_with_key("sk-x").await;
+    fake.push(Reply::Text("one".into()));
+    fake.push(Reply::Text("two".into()));
+    let env = openai_env(&fake);
+    let output = env.run(&["send", "--json", "--session", "work", "hello"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let reply: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(reply["session"], "cli:work");
+    // `channel:peer` still names any conversation; here the same one.
+    let output = env.run(&["send", "--json", "--session", "cli:work", "again"]);
+    let reply: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(reply["session"], "cli:work");
+    let second = &fake.requests()[1].body["messages"];
+    let texts: Vec<&str> = second
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["hello", "one", "again"]);
+    let show = env.run(&["sessions", "show", "work", "--json"]);
+    assert_eq!(show.status.code(), Some(0), "{}", stderr(&show));
+    assert!(stdout(&show).contains("\"again\""), "{}", stdout(&show));
 }
