@@ -647,3 +647,60 @@ async fn a_session_name_without_a_channel_is_the_clis_own() {
     assert_eq!(show.status.code(), Some(0), "{}", stderr(&show));
     assert!(stdout(&show).contains("\"again\""), "{}", stdout(&show));
 }
+
+#[tokio::test]
+async fn a_deferred_tool_called_by_its_wire_name_runs_and_a_wrong_name_lists_wire_names() {
+    // `file.list` is deferred (found with tools.search); the model calls
+    // it by its wire name straight away.
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::ToolCalls(vec![("file_list".into(), json!({"path": "."}))]));
+    fake.push(Reply::ToolCalls(vec![("file_lister".into(), json!({}))]));
+    fake.push(Reply::Text("Done.".into()));
+    let env = openai_env(&fake);
+    // A workspace of its own (the home directory is never one).
+    let workspace = env.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    std::fs::write(workspace.join("notes.txt"), "x").unwrap();
+    let output = env
+        .command(&["send", "--yes", "--json", "what is here?"])
+        .current_dir(&workspace)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let reply: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(
+        reply["tool_calls"],
+        json!([{"name": "file.list", "ok": true}, {"name": "file_lister", "ok": false}])
+    );
+    let requests = fake.requests();
+    let last = |i: usize| {
+        let messages = requests[i].body["messages"].as_array().unwrap();
+        messages.last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(last(1).contains("notes.txt"), "{}", last(1));
+    // Found, it is offered from then on.
+    let offered = |i: usize| -> Vec<String> {
+        requests[i].body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(!offered(0).contains(&"file_list".to_owned()));
+    assert!(offered(1).contains(&"file_list".to_owned()));
+    // A name that is no tool: the error names tools as the model calls
+    // them, never dotted.
+    let error = last(2);
+    assert!(
+        error.starts_with("unknown tool 'file_lister' (tools you can call, by these names: "),
+        "{error}"
+    );
+    assert!(error.contains("file_list, "), "{error}");
+    assert!(error.contains("process_start"), "{error}");
+    assert!(!error.contains("file.list"), "{error}");
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
