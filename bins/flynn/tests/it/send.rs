@@ -704,3 +704,43 @@ async fn a_deferred_tool_called_by_its_wire_name_runs_and_a_wrong_name_lists_wir
     assert!(!error.contains("file.list"), "{error}");
     assert_eq!(fake.violations(), Vec::<String>::new());
 }
+
+#[tokio::test]
+async fn a_background_process_of_an_embedded_send_is_said_to_end_with_it() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::ToolCalls(vec![(
+        "process_start".into(),
+        json!({"command": "sleep 30"}),
+    )]));
+    fake.push(Reply::Text("Started it.".into()));
+    let env = openai_env(&fake);
+    let output = env.run(&["send", "--yes", "start a server"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "Started it.\n");
+    // The model was told, in the tool's result, that it will not last.
+    let requests = fake.requests();
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    let result = messages.last().unwrap()["content"].as_str().unwrap();
+    assert!(result.starts_with("started p1 (pid "), "{result}");
+    assert!(
+        result.contains("it runs only while this command runs and is killed when it ends"),
+        "{result}"
+    );
+    let start = requests[1].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "process_start")
+        .unwrap()["function"]["description"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(start.contains("killed when it ends"), "{start}");
+    // And the person is told which processes stop with the command.
+    assert_eq!(
+        stderr(&output),
+        "→ process.start {\"command\":\"sleep 30\"}\n\
+         ✓ process.start\n\
+         note: background process p1 (`sleep 30`) is stopped now: processes started by `flynn send` end with it (to keep them running, start the daemon with `flynn start` and send through it)\n"
+    );
+}
