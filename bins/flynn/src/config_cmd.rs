@@ -107,8 +107,8 @@ pub fn run(args: ConfigArgs) -> Result<(), Failure> {
 
 /// `config get --origin`: each value under `path` with where it came from.
 fn print_origins(loaded: &config::Loaded, path: &str, json: bool) -> Result<(), Failure> {
-    let values = config::origins(loaded, path)
-        .map_err(|e| Failure::usage(format!("config get: {e}")))?;
+    let values =
+        config::origins(loaded, path).map_err(|e| Failure::usage(format!("config get: {e}")))?;
     if json {
         let list: Vec<serde_json::Value> = values
             .iter()

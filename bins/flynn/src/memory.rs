@@ -4,10 +4,10 @@
 use flynn_core::config;
 
 use crate::env::CliEnv;
+use flynn_core::Memory;
 use flynn_core::memory::{
     Hit, IndexStatus, Namespace, Scope, SearchMode, SearchOptions, SyncReport,
 };
-use flynn_core::Memory;
 use serde_json::json;
 
 use crate::cli::{MemoryArgs, MemoryCommand};

@@ -311,7 +311,10 @@ impl ModelRouter {
         let (subject, owner) = if names.len() == 1 {
             ("provider", "is configured, but no tier names a model of it")
         } else {
-            ("providers", "are configured, but no tier names a model of theirs")
+            (
+                "providers",
+                "are configured, but no tier names a model of theirs",
+            )
         };
         Error::Config {
             message: format!(

@@ -64,9 +64,13 @@ mod tests {
             Some("a b c"),
             "whitespace collapsed"
         );
-        let long = "summarise the alerts of today and tell me which of them need a person to look at them";
+        let long =
+            "summarise the alerts of today and tell me which of them need a person to look at them";
         let title = from_text(long).unwrap_or_default();
-        assert_eq!(title, "summarise the alerts of today and tell me which of them…");
+        assert_eq!(
+            title,
+            "summarise the alerts of today and tell me which of them…"
+        );
         assert!(title.chars().count() <= MAX_CHARS);
         let word = "x".repeat(100);
         let title = from_text(&word).unwrap_or_default();

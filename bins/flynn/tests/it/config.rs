@@ -467,7 +467,14 @@ fn config_get_origin_says_file_line_environment_or_default() {
         stdout(&output),
         "models.tiers.default: [\"openai/gpt-4o-mini\"]  (environment: OPENAI_API_KEY)\n"
     );
-    let output = env.run(&["config", "get", "gateway.bind", "--origin", "--config", file]);
+    let output = env.run(&[
+        "config",
+        "get",
+        "gateway.bind",
+        "--origin",
+        "--config",
+        file,
+    ]);
     assert_eq!(
         stdout(&output),
         format!("gateway.bind: 127.0.0.1:18801  ({file}:2)\n")

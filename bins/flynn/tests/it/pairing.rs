@@ -147,9 +147,33 @@ fn config_profile_and_gateway_go_before_or_after_the_command() {
     .unwrap();
     let good = good.to_str().unwrap();
     for args in [
-        &["--config", good, "--profile", "other", "config", "get", "gateway.bind"][..],
-        &["config", "get", "gateway.bind", "--config", good, "--profile", "other"][..],
-        &["--profile", "other", "config", "get", "gateway.bind", "--config", good][..],
+        &[
+            "--config",
+            good,
+            "--profile",
+            "other",
+            "config",
+            "get",
+            "gateway.bind",
+        ][..],
+        &[
+            "config",
+            "get",
+            "gateway.bind",
+            "--config",
+            good,
+            "--profile",
+            "other",
+        ][..],
+        &[
+            "--profile",
+            "other",
+            "config",
+            "get",
+            "gateway.bind",
+            "--config",
+            good,
+        ][..],
     ] {
         let output = env.run(args);
         assert_eq!(
@@ -166,7 +190,12 @@ fn config_profile_and_gateway_go_before_or_after_the_command() {
         &["pairing", "list", "--gateway", "http://127.0.0.1:9"][..],
     ] {
         let output = env.run(args);
-        assert_eq!(output.status.code(), Some(4), "{args:?}: {}", stderr(&output));
+        assert_eq!(
+            output.status.code(),
+            Some(4),
+            "{args:?}: {}",
+            stderr(&output)
+        );
     }
     // A command that works on the files alone says it has no use for it.
     let output = env.run(&["--gateway", "http://127.0.0.1:9", "skills", "list"]);

@@ -653,7 +653,10 @@ async fn a_deferred_tool_called_by_its_wire_name_runs_and_a_wrong_name_lists_wir
     // `file.list` is deferred (found with tools.search); the model calls
     // it by its wire name straight away.
     let fake = FakeOpenAi::start().await;
-    fake.push(Reply::ToolCalls(vec![("file_list".into(), json!({"path": "."}))]));
+    fake.push(Reply::ToolCalls(vec![(
+        "file_list".into(),
+        json!({"path": "."}),
+    )]));
     fake.push(Reply::ToolCalls(vec![("file_lister".into(), json!({}))]));
     fake.push(Reply::Text("Done.".into()));
     let env = openai_env(&fake);

@@ -371,7 +371,8 @@ mod with_a_file {
 
     #[test]
     fn nothing_in_the_environment_changes_nothing() {
-        let text = "providers:\n  mybox: {kind: openai-compatible, base_url: \"http://127.0.0.1:9/v1\"}\n";
+        let text =
+            "providers:\n  mybox: {kind: openai-compatible, base_url: \"http://127.0.0.1:9/v1\"}\n";
         let (config, from_env) = filled(text, &[("PATH", "/bin")]);
         assert_eq!(
             config,

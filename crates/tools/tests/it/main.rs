@@ -193,7 +193,9 @@ async fn unknown_tools_and_bad_arguments_become_error_results() {
         None,
     ));
     assert_eq!(
-        executor.execute(&call("shell_run", json!({})), &narrow).await,
+        executor
+            .execute(&call("shell_run", json!({})), &narrow)
+            .await,
         err(
             "unknown tool 'shell_run' (tools you can call, by these names: file_edit, file_list, file_read, file_search, file_write, tool_output, tools_search)"
         )
