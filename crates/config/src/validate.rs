@@ -34,8 +34,13 @@ pub(crate) fn check_version(doc: &Document<'_>) -> Result<(), Located> {
     }
 }
 
-/// Every problem in a parsed config, in file order.
-pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located> {
+/// Every problem in a parsed config, in file order. Models may also name
+/// the providers in `from_env` (added from the environment when loaded).
+pub(crate) fn validate(
+    config: &FlynnConfig,
+    doc: &Document<'_>,
+    from_env: &[String],
+) -> Vec<Located> {
     let mut problems = Vec::new();
     let mut report = |path: KeyPath, problem: Problem| {
         let (line, column) = doc.locate(&path);
@@ -82,7 +87,13 @@ pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located>
         }
     }
 
-    let configured: Vec<String> = config.providers.keys().cloned().collect();
+    let mut configured: Vec<String> = config.providers.keys().cloned().collect();
+    for name in from_env {
+        if !configured.contains(name) {
+            configured.push(name.clone());
+        }
+    }
+    configured.sort();
     let mut check_refs = |path: KeyPath, models: &[ModelRef]| {
         for (index, model) in models.iter().enumerate() {
             if let Some(problem) = unknown_provider(model.provider(), &configured) {

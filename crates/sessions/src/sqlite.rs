@@ -437,18 +437,21 @@ impl SqliteStore {
                 });
             }
         }
-        // `touch`, also recording the channel, in one statement.
+        // `touch`, also recording the channel and giving an untitled
+        // session its title, in one statement.
         sqlx::query(
-            "INSERT INTO sessions (key, created_at, updated_at, last_channel)
-             SELECT ?1, stamp, stamp, ?3
+            "INSERT INTO sessions (key, created_at, updated_at, last_channel, title)
+             SELECT ?1, stamp, stamp, ?3, ?4
              FROM (SELECT MAX(?2, COALESCE((SELECT MAX(updated_at) FROM sessions), 0) + 1) AS stamp)
              WHERE true
              ON CONFLICT (key) DO UPDATE SET updated_at = excluded.updated_at,
-                 last_channel = excluded.last_channel",
+                 last_channel = excluded.last_channel,
+                 title = COALESCE(sessions.title, excluded.title)",
         )
         .bind(key.as_str())
         .bind(now)
         .bind(key.channel())
+        .bind(crate::title::from_content(content))
         .execute(&mut *tx)
         .await?;
         let id: i64 = sqlx::query_scalar(
