@@ -218,7 +218,8 @@ mod tests {
         let markdown = "```````\n\n```\n`````e`\n```\n````\n\u{18}``\n```\n````\n``` ```\n\
             `````lan\u{fffd}\u{fffd}\u{e9} \u{fffd}\u{600}\u{e9} \u{fffd}`e`\n```\n````\n\
             \u{18}``\n```\n````\n\u{1}\\lang\ncod`e\n";
-        let platforms: [(&str, fn(&str) -> String, Measure); 4] = [
+        type Formatter = fn(&str) -> String;
+        let platforms: [(&str, Formatter, Measure); 4] = [
             ("telegram", format::telegram_html, Measure::Utf16),
             ("slack", format::slack_mrkdwn, Measure::Chars),
             ("discord", format::discord, Measure::Chars),

@@ -567,7 +567,7 @@ fn add_under(
     // At the top too: a file may indent its top-level keys.
     let indent = entry_indent(text, first_key);
     let first_line_start = offset_of_line(text, first_key.line);
-    if !top && text[first_line_start..].trim_start().starts_with('{') {
+    if text[first_line_start..].trim_start().starts_with('{') {
         return Err(PathError(
             "the parent map is written in flow style ({...}); edit it by hand".to_owned(),
         ));
@@ -697,6 +697,14 @@ mod tests {
         assert_eq!(
             unexpanded(&out).unwrap_or_else(|e| panic!("{e}: {out}")),
             json!({"a": 1, "b": {"c": 2, "d": 3, "f": 5}})
+        );
+        // Found by the same target: a key added to a root written in flow
+        // style went below it, which is not YAML; it is refused instead,
+        // as it is under a flow map deeper down.
+        let refused = set_in_text("{A}\n", &[("b".to_owned(), json!("c"))]);
+        assert!(
+            refused.as_ref().is_err_and(|e| e.0.contains("flow style")),
+            "{refused:?}"
         );
         // An explicit key (`? key`) starts the map at the `?`.
         let out = set(
