@@ -84,7 +84,6 @@ pub enum Source {
 /// file is missing at the default path, the config comes from the
 /// environment alone ([`crate::from_env`]); when a file named by
 /// `explicit` or `FLYNN_CONFIG` is missing, that is [`Error::NotFound`].
-/// With no provider anywhere, [`no_provider_anywhere`] has the last word.
 pub fn load(explicit: Option<&Path>, env: &dyn Env) -> Result<Loaded> {
     let (paths, named) = paths::resolve(explicit, env)?;
     let profile = crate::env::non_empty(env, PROFILE_VAR);
@@ -135,9 +134,6 @@ pub fn load(explicit: Option<&Path>, env: &dyn Env) -> Result<Loaded> {
         }
     };
     let from_env = zero_config::fill_from_env(&mut config, env)?;
-    if config.providers.is_empty() {
-        no_provider_anywhere(&mut config, &paths, env)?;
-    }
     Ok(Loaded {
         config,
         source,
@@ -145,19 +141,6 @@ pub fn load(explicit: Option<&Path>, env: &dyn Env) -> Result<Loaded> {
         overlay,
         from_env,
     })
-}
-
-/// Decides what Flynn runs with when neither the config file nor the
-/// environment names a provider (`config.providers` is empty after
-/// [`crate::fill_from_env`]).
-///
-/// Today nothing is added: the model router's "no model is configured"
-/// error then tells the user the ways forward. A fallback that needs no
-/// provider configured (a local model found under `FLYNN_HOME`) belongs
-/// here, and only here, so that a provider configured anywhere always
-/// wins over it.
-fn no_provider_anywhere(_config: &mut FlynnConfig, _paths: &Paths, _env: &dyn Env) -> Result<()> {
-    Ok(())
 }
 
 /// Finds and reads the overlay of `profile`.
