@@ -9,6 +9,16 @@ use croner::parser::{CronParser, Seconds, Year};
 
 use crate::error::{Result, ScheduleError};
 
+/// The fields of a six-field expression; five fields start at minutes.
+const FIELD_NAMES: [&str; 6] = [
+    "seconds",
+    "minutes",
+    "hours",
+    "day-of-month",
+    "month",
+    "day-of-week",
+];
+
 /// A cron expression (5 fields, or 6 with seconds first) read in an IANA
 /// time zone. Daylight saving is the zone's: a time the clock skips runs
 /// when the clock jumps past it, a time the clock repeats runs once, at
@@ -46,9 +56,19 @@ impl Schedule {
             expr: expr.to_owned(),
             reason,
         };
-        let fields = expr.split_whitespace().count();
-        if !(5..=6).contains(&fields) {
-            return Err(invalid(format!("{fields} fields")));
+        let fields: Vec<&str> = expr.split_whitespace().collect();
+        if !(5..=6).contains(&fields.len()) {
+            return Err(invalid(format!("{} fields", fields.len())));
+        }
+        // croner reads an empty list item (`,` `1,,2` `5,`) as a field that
+        // never matches, and then searches a year of seconds for a run.
+        let names = &FIELD_NAMES[6 - fields.len()..];
+        for (field, name) in fields.iter().zip(names) {
+            if field.split(',').any(str::is_empty) {
+                return Err(invalid(format!(
+                    "the {name} field '{field}' has an empty item between commas"
+                )));
+            }
         }
         let cron = CronParser::builder()
             .seconds(Seconds::Optional)

@@ -403,6 +403,25 @@ pub trait ChannelAdapter: Send + Sync + 'static {
         buttons: &[Button],
     ) -> Result<MessageId, ChannelError>;
 
+    /// Sends like [`send`](Self::send), once per `key` where the platform
+    /// can see to it: a message sent again with the same key (the outbox
+    /// sending what a killed process sent but had not marked) returns the
+    /// message already there instead of posting a second one. `key` is
+    /// the same for every attempt at one message and different for any
+    /// other. Discord keeps such keys for a few minutes (a message
+    /// `nonce` with `enforce_nonce`); the default, for platforms with
+    /// nothing of the kind, sends.
+    async fn send_once(
+        &self,
+        to: &Target,
+        text: &str,
+        buttons: &[Button],
+        key: &str,
+    ) -> Result<MessageId, ChannelError> {
+        let _ = key;
+        self.send(to, text, buttons).await
+    }
+
     /// Replaces a sent message's text (and its buttons: an empty list
     /// removes them).
     async fn edit(

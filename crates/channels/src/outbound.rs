@@ -141,7 +141,23 @@ pub async fn send(
     buttons: &[Button],
 ) -> Result<Sent, ChannelError> {
     let mut sent = Sent::default();
-    show(adapter, to, &mut sent, markdown, buttons).await?;
+    show_keyed(adapter, to, &mut sent, markdown, buttons, None).await?;
+    Ok(sent)
+}
+
+/// Sends `markdown` like [`send`], each part once per `key` where the
+/// platform can see to it ([`ChannelAdapter::send_once`]; part `i` is
+/// keyed `key#i`): for what may have been sent already by a process that
+/// died before recording it.
+pub async fn send_once(
+    adapter: &dyn ChannelAdapter,
+    to: &Target,
+    markdown: &str,
+    buttons: &[Button],
+    key: &str,
+) -> Result<Sent, ChannelError> {
+    let mut sent = Sent::default();
+    show_keyed(adapter, to, &mut sent, markdown, buttons, Some(key)).await?;
     Ok(sent)
 }
 
@@ -154,6 +170,17 @@ pub async fn show(
     sent: &mut Sent,
     markdown: &str,
     buttons: &[Button],
+) -> Result<(), ChannelError> {
+    show_keyed(adapter, to, sent, markdown, buttons, None).await
+}
+
+async fn show_keyed(
+    adapter: &dyn ChannelAdapter,
+    to: &Target,
+    sent: &mut Sent,
+    markdown: &str,
+    buttons: &[Button],
+    key: Option<&str>,
 ) -> Result<(), ChannelError> {
     let caps = adapter.capabilities();
     let parts = render(adapter, markdown);
@@ -168,7 +195,13 @@ pub async fn show(
             retrying(|| adapter.edit(to, &id, text, part_buttons)).await?;
             sent.shown[i] = now;
         } else {
-            let id = retrying(|| adapter.send(to, text, part_buttons)).await?;
+            let id = match key {
+                Some(key) => {
+                    let key = format!("{key}#{i}");
+                    retrying(|| adapter.send_once(to, text, part_buttons, &key)).await?
+                }
+                None => retrying(|| adapter.send(to, text, part_buttons)).await?,
+            };
             sent.parts.push(id);
             sent.shown.push(now);
         }

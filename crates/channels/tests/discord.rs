@@ -374,6 +374,58 @@ async fn a_long_answer_is_cut_into_messages_discord_accepts() {
     h.finish().await;
 }
 
+/// A message sent again with the same key (after a crash between the
+/// send and its mark) is the one Discord already has: each part carries a
+/// nonce of at most 25 characters with `enforce_nonce`, the same for the
+/// same key and part, another for another key.
+#[tokio::test]
+async fn a_message_sent_once_per_key_is_created_once() {
+    let h = Harness::start().await;
+    let dm = h.fake.dm_channel(&alice());
+    let to = target(dm, ChatKind::Direct);
+    let long = "word ".repeat(600);
+    let first = outbound::send_once(&*h.adapter, &to, &long, &[], "discord:1 turn 7")
+        .await
+        .unwrap();
+    assert_eq!(first.parts.len(), 2);
+    let again = outbound::send_once(&*h.adapter, &to, &long, &[], "discord:1 turn 7")
+        .await
+        .unwrap();
+    assert_eq!(again.parts, first.parts);
+    assert_eq!(h.fake.messages_in(dm).len(), 2);
+    let other = outbound::send_once(&*h.adapter, &to, &long, &[], "discord:1 turn 8")
+        .await
+        .unwrap();
+    assert_eq!(h.fake.messages_in(dm).len(), 4);
+    assert!(other.parts.iter().all(|id| !first.parts.contains(id)));
+    // A plain send carries no nonce and is always created.
+    outbound::send(&*h.adapter, &to, "plain", &[])
+        .await
+        .unwrap();
+    assert_eq!(h.fake.messages_in(dm).len(), 5);
+
+    let bodies = posts_to(&h.fake, &format!("/api/v10/channels/{dm}/messages"));
+    let nonces: Vec<&str> = bodies
+        .iter()
+        .filter_map(|body| body["nonce"].as_str())
+        .collect();
+    assert_eq!(nonces.len(), 6, "{bodies:#?}");
+    assert!(nonces.iter().all(|n| !n.is_empty() && n.len() <= 25));
+    assert_eq!(
+        &nonces[..2],
+        &nonces[2..4],
+        "the same key gives the same nonces"
+    );
+    assert_ne!(nonces[0], nonces[1], "each part has its own");
+    assert!(!nonces[4..].iter().any(|n| nonces[..2].contains(n)));
+    assert!(
+        bodies[..6].iter().all(|body| body["enforce_nonce"] == true),
+        "{bodies:#?}"
+    );
+    assert!(bodies[6]["nonce"].is_null() && bodies[6]["enforce_nonce"].is_null());
+    h.finish().await;
+}
+
 #[tokio::test]
 async fn a_confirmation_is_pressed_and_answered() {
     let mut h = Harness::start().await;

@@ -299,8 +299,7 @@ impl Daemon {
                     }
                 }
             }
-            router.deliver_outbox(outbox);
-            router.follow_recovered(recovered);
+            router.follow_up(outbox, recovered);
             let stopping = registry.clone();
             stack.push("channels", move || async move {
                 stopping.shutdown().await;

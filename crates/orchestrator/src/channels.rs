@@ -226,73 +226,89 @@ impl ChannelRouter {
         });
     }
 
-    /// Tells the chats that turns recovered after a restart came from:
-    /// a reported turn's note (send the message again), a rerun turn's
-    /// answer. Each waits (up to a minute) for its channel's adapter to
-    /// connect. Turns of other sessions are left alone.
-    pub fn follow_recovered(&self, recovered: Vec<RecoveredTurn>) {
+    /// After a restart, tells each chat what the last process left it:
+    /// the outbox's answers (stored, never marked sent; see
+    /// [`SessionManager::outbox`]), then the notes of the turns recovery
+    /// reported, in turn order, one message at a time per chat, each
+    /// once its channel's adapter is up (waiting up to a minute). A turn
+    /// recovery runs again is answered as it finishes. Turns of other
+    /// sessions are left alone.
+    ///
+    /// Each message is sent with a key made from its turn
+    /// ([`outbound::send_once`]): where the platform keeps such keys
+    /// (Discord), a message the last process sent but was killed before
+    /// marking is not posted a second time. Elsewhere it can be, which one
+    /// message at a time per chat keeps to one message per chat and crash.
+    pub fn follow_up(&self, undelivered: Vec<Undelivered>, recovered: Vec<RecoveredTurn>) {
+        let mut notes: std::collections::BTreeMap<SessionKey, Vec<(TurnId, String)>> =
+            std::collections::BTreeMap::new();
+        for item in undelivered {
+            if self.inner.access.contains_key(item.session.channel()) {
+                notes
+                    .entry(item.session)
+                    .or_default()
+                    .push((item.turn, item.text));
+            }
+        }
         for recovered in recovered {
-            let channel = recovered.session.channel().to_owned();
-            if !self.inner.access.contains_key(&channel) {
+            if !self.inner.access.contains_key(recovered.session.channel()) {
                 continue;
             }
-            let target = target_of(&recovered.session);
+            match recovered.action {
+                Recovery::Reported { note } => notes
+                    .entry(recovered.session)
+                    .or_default()
+                    .push((recovered.turn, note)),
+                Recovery::Rerun(handle) => self.answer_rerun(recovered.session, handle),
+            }
+        }
+        for (session, mut notes) in notes {
+            notes.sort_by_key(|(turn, _)| *turn);
+            let channel = session.channel().to_owned();
+            let target = target_of(&session);
             let router = self.clone();
             self.inner.tasks.spawn(async move {
                 let Some(adapter) = router.adapter_when_up(&channel).await else {
-                    tracing::warn!(session = %recovered.session, turn = %recovered.turn, "the channel of a recovered turn is not running; its sender was not told");
+                    tracing::warn!(%session, left = notes.len(), "the channel of a chat the last run left answers for is not running; they stay unsent");
                     return;
                 };
-                match recovered.action {
-                    Recovery::Reported { note } => {
-                        match outbound::send(adapter.as_ref(), &target, &note, &[]).await {
-                            Ok(_) => router.delivered(recovered.turn).await,
-                            Err(e) => {
-                                tracing::warn!(channel = adapter.name(), error = %e, "could not tell a chat its message was interrupted");
-                            }
+                for (turn, text) in notes {
+                    let key = format!("{session} turn {turn}");
+                    match outbound::send_once(adapter.as_ref(), &target, &text, &[], &key).await {
+                        Ok(_) => {
+                            tracing::info!(%session, %turn, "sent what the last run left unsent");
+                            router.delivered(turn).await;
                         }
-                    }
-                    Recovery::Rerun(handle) => {
-                        let events = router.inner.manager.subscribe(&recovered.session);
-                        router.respond(adapter, target, handle, events).await;
+                        Err(e) => {
+                            tracing::warn!(channel = adapter.name(), error = %e, %turn, "could not send what the last run left unsent; it is tried again at the next start");
+                        }
                     }
                 }
             });
         }
     }
 
-    /// Sends what the outbox holds (answers stored just before the last
-    /// process died, see [`SessionManager::outbox`]) to the chats they
-    /// belong to, each once its channel's adapter is up, and marks each
-    /// sent. Turns of other sessions are left alone.
-    pub fn deliver_outbox(&self, undelivered: Vec<Undelivered>) {
-        for item in undelivered {
-            let channel = item.session.channel().to_owned();
-            if !self.inner.access.contains_key(&channel) {
-                continue;
-            }
-            let target = target_of(&item.session);
-            let router = self.clone();
-            self.inner.tasks.spawn(async move {
-                let Some(adapter) = router.adapter_when_up(&channel).await else {
-                    tracing::warn!(session = %item.session, turn = %item.turn, "the channel of an unsent answer is not running; it stays unsent");
-                    return;
-                };
-                match outbound::send(adapter.as_ref(), &target, &item.text, &[]).await {
-                    Ok(_) => {
-                        tracing::info!(session = %item.session, turn = %item.turn, "sent an answer the last run stored but did not send");
-                        router.delivered(item.turn).await;
-                    }
-                    Err(e) => {
-                        tracing::warn!(channel = adapter.name(), error = %e, turn = %item.turn, "could not send an answer the last run left unsent");
-                    }
-                }
-            });
-        }
+    /// Answers a turn recovery runs again in its chat, as it runs.
+    fn answer_rerun(&self, session: SessionKey, handle: TurnHandle) {
+        let channel = session.channel().to_owned();
+        let target = target_of(&session);
+        // Subscribed now: the turn may start before the adapter is up.
+        let events = self.inner.manager.subscribe(&session);
+        let router = self.clone();
+        self.inner.tasks.spawn(async move {
+            let Some(adapter) = router.adapter_when_up(&channel).await else {
+                tracing::warn!(%session, turn = %handle.turn, "the channel of a turn run again is not running; its answer is kept for the next start");
+                return;
+            };
+            router.respond(adapter, target, handle, events).await;
+        });
     }
 
     /// Records that `turn`'s outcome reached its chat (the outbox's mark).
     async fn delivered(&self, turn: TurnId) {
+        // A test stops here as if the process died between the chat
+        // getting the message and the mark.
+        flynn_protocol::fault::point("answer.mark");
         if let Err(e) = self.inner.manager.mark_delivered(turn).await {
             tracing::warn!(%turn, error = %e, "could not record that an answer was sent; it may be sent again at the next start");
         }

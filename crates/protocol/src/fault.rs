@@ -23,7 +23,7 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> &str {
 }
 
 /// The environment variable naming the points that panic, comma-separated:
-/// `turn`, `adapter.connect:1`, `webhook`, `automation`, `answer.send`.
+/// `turn`, `adapter.connect:1`, `webhook`, `automation`, `answer.send`, `answer.mark`.
 pub const FAULTS_VAR: &str = "FLYNN_FAULTS";
 
 /// Panics when fault injection is built in and `name` is listed in

@@ -241,7 +241,14 @@ struct StoredMessage {
     json: Value,
     interaction: Option<u64>,
     edits: u32,
+    /// The `nonce` it was created with, and when, if `enforce_nonce`
+    /// was set: another create with it within [`NONCE_WINDOW`] returns
+    /// this message.
+    enforced_nonce: Option<(String, Instant)>,
 }
+
+/// How long Discord holds an enforced nonce ("the past few minutes").
+const NONCE_WINDOW: Duration = Duration::from_secs(5 * 60);
 
 #[derive(Debug, Clone)]
 struct InteractionRecord {
@@ -781,6 +788,7 @@ impl Post<'_> {
                     json: message.clone(),
                     interaction: None,
                     edits: 0,
+                    enforced_nonce: None,
                 },
             );
             dispatch(inner, "MESSAGE_CREATE", message);
@@ -1446,6 +1454,9 @@ fn answer(inner: &mut Inner, request: &CapturedRequest, query: &str) -> Response
             if let Some(refusal) = check_message(inner, request, false, false) {
                 return refusal;
             }
+            if let Some(earlier) = enforced_nonce_message(inner, &request.body) {
+                return server::json(200, &earlier);
+            }
             let message = create_message(inner, channel, &request.body, None);
             server::json(200, &message)
         }
@@ -1714,6 +1725,28 @@ fn message_problems(body: &Value, interaction: bool) -> Vec<Problem> {
             "DICT_TYPE_CONVERT",
             "Only dictionaries may be used in a DictType".to_owned(),
         )),
+    }
+    match &body["nonce"] {
+        Value::Null => {}
+        Value::String(nonce) if nonce.chars().count() > 25 => problems.push((
+            path(&["nonce"]),
+            "BASE_TYPE_MAX_LENGTH",
+            "Must be 25 or fewer in length.".to_owned(),
+        )),
+        Value::String(_) => {}
+        Value::Number(n) if n.is_i64() || n.is_u64() => {}
+        _ => problems.push((
+            path(&["nonce"]),
+            "BASE_TYPE_STRING",
+            "Could not interpret as string or integer.".to_owned(),
+        )),
+    }
+    if !matches!(body["enforce_nonce"], Value::Null | Value::Bool(_)) {
+        problems.push((
+            path(&["enforce_nonce"]),
+            "BASE_TYPE_BOOLEAN",
+            "Must be either true or false.".to_owned(),
+        ));
     }
     if let Some(flags) = body["flags"].as_u64()
         && flags & 64 != 0
@@ -2061,6 +2094,31 @@ fn refuse_form(inner: &mut Inner, request: &CapturedRequest, key: &str, why: &st
     )
 }
 
+/// With `enforce_nonce`, the bot's message created with the same nonce in
+/// the last [`NONCE_WINDOW`], which Discord returns instead of creating
+/// another.
+fn enforced_nonce_message(inner: &Inner, body: &Value) -> Option<Value> {
+    if body["enforce_nonce"] != true {
+        return None;
+    }
+    let nonce = match &body["nonce"] {
+        Value::String(nonce) => nonce.clone(),
+        Value::Number(nonce) => nonce.to_string(),
+        _ => return None,
+    };
+    inner
+        .messages
+        .values()
+        .find(|stored| {
+            stored.author == BOT_ID
+                && stored
+                    .enforced_nonce
+                    .as_ref()
+                    .is_some_and(|(n, at)| *n == nonce && at.elapsed() < NONCE_WINDOW)
+        })
+        .map(|stored| stored.json.clone())
+}
+
 fn create_message(
     inner: &mut Inner,
     channel_id: u64,
@@ -2085,6 +2143,18 @@ fn create_message(
         components,
     );
     message["allowed_mentions"] = body["allowed_mentions"].clone();
+    // The nonce comes back in the message, as a string.
+    let nonce = match &body["nonce"] {
+        Value::String(nonce) => Some(nonce.clone()),
+        Value::Number(nonce) => Some(nonce.to_string()),
+        _ => None,
+    };
+    if let Some(nonce) = &nonce {
+        message["nonce"] = json!(nonce);
+    }
+    let enforced_nonce = nonce
+        .filter(|_| body["enforce_nonce"] == true)
+        .map(|nonce| (nonce, Instant::now()));
     if let Some(flags) = body["flags"].as_u64() {
         message["flags"] = json!(flags);
     }
@@ -2102,6 +2172,7 @@ fn create_message(
             json: message.clone(),
             interaction,
             edits: 0,
+            enforced_nonce,
         },
     );
     // Discord tells the bot about its own messages too.

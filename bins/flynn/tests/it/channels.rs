@@ -524,3 +524,170 @@ channels:
     );
     assert_eq!(telegram.violations(), Vec::<String>::new());
 }
+
+/// Discord, after a crash: the notes of interrupted turns reach the DM
+/// one at a time, in order, each keyed by its turn (a message `nonce`
+/// with `enforce_nonce`). A note the chat got from a daemon killed
+/// before it could mark it sent (here the mark stops at an injected
+/// fault) is sent again by the next start's outbox, and Discord hands
+/// back the message it already has instead of posting it twice.
+#[cfg(feature = "discord")]
+#[tokio::test]
+async fn a_discord_note_sent_before_a_crash_is_not_posted_again() {
+    use flynn_testkit::discord::{self as dc, DiscordUser, FakeDiscord};
+    use jsonrpsee::core::client::ClientT;
+    use jsonrpsee::ws_client::WsClientBuilder;
+
+    const STALLED: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"working\"},\"finish_reason\":null}]}\n\n";
+    const TOKEN: &str = "discord-notes-test-token-0123456789abcdef";
+    let model = FakeOpenAi::start().await;
+    model.push(Reply::Stall(STALLED.into()));
+    let discord = FakeDiscord::start().await;
+    let owner = DiscordUser::person(200_000_000_000_000_001, "owner", None);
+    let dm = discord.dm_channel(&owner);
+    let env = Env::new();
+    let file = env.path().join("config.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "version: 1
+providers:
+  openai: {{kind: openai, base_url: {model}, api_key: sk-x}}
+models:
+  tiers:
+    default: [openai/gpt-4o-mini]
+sessions:
+  interrupted_turns: report
+channels:
+  discord:
+    bot_token: \"{token}\"
+    api_url: {api}
+    gateway_url: {gateway}
+    owners: [\"{owner}\"]
+",
+            model = model.base_url(),
+            token = dc::TOKEN,
+            api = discord.api_url(),
+            gateway = discord.gateway_url(),
+            owner = owner.id,
+        ),
+    )
+    .unwrap();
+    let env = env
+        .var("FLYNN_CONFIG", file.to_string_lossy())
+        .var("FLYNN_GATEWAY_TOKEN", TOKEN);
+    let session = format!("discord:{dm}");
+    let notes = || -> Vec<String> {
+        discord
+            .messages_in(dm)
+            .into_iter()
+            .map(|m| m.content)
+            .filter(|text| text.starts_with("⚠ Interrupted"))
+            .collect()
+    };
+
+    // Three messages: the first stalls its turn, two wait behind it.
+    let mut daemon = Daemon::start(&env);
+    discord.post(dm, &owner, "first question").send();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while chats(&model) < 1 {
+        assert!(Instant::now() < deadline, "{}", daemon.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    discord.post(dm, &owner, "second question").send();
+    discord.post(dm, &owner, "third question").send();
+    let mut headers = jsonrpsee::ws_client::HeaderMap::new();
+    headers.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let client = WsClientBuilder::default()
+        .set_headers(headers)
+        .build(format!(
+            "{}/rpc",
+            daemon.url.replacen("http://", "ws://", 1)
+        ))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut params = jsonrpsee::core::params::ObjectParams::new();
+        params.insert("session", &session).unwrap();
+        let status: serde_json::Value = client.request("agent.status", params).await.unwrap();
+        if status["open_turns"].as_array().map_or(0, Vec::len) == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status}\n{}", daemon.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(client);
+    daemon.signal("KILL");
+    daemon.wait(Duration::from_secs(10));
+
+    // The next start sends the first note, and dies before marking it.
+    let env = env.var("FLYNN_FAULTS", "answer.mark");
+    let mut daemon = Daemon::start(&env);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while notes().is_empty() || !daemon.log().contains("injected fault at answer.mark") {
+        assert!(
+            Instant::now() < deadline,
+            "{:#?}\n{}",
+            notes(),
+            daemon.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    daemon.signal("KILL");
+    daemon.wait(Duration::from_secs(10));
+    assert_eq!(notes().len(), 1, "one note at a time: {:#?}", notes());
+
+    // The one after sends all three; the first is not posted again.
+    let env = env.var("FLYNN_FAULTS", "");
+    let mut daemon = Daemon::start(&env);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while daemon
+        .log()
+        .matches("sent what the last run left unsent")
+        .count()
+        < 3
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{:#?}\n{}",
+            notes(),
+            daemon.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    daemon.stop(Duration::from_secs(30));
+    let notes = notes();
+    assert_eq!(notes.len(), 3, "{notes:#?}");
+    for (note, question) in notes.iter().zip(["first", "second", "third"]) {
+        assert!(
+            note.contains(&format!("\"{question} question\"")),
+            "{notes:#?}"
+        );
+    }
+    // (The stalled answer's first words were streamed into a message of
+    // their own, with no nonce.)
+    let creates = discord
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with(&format!("/channels/{dm}/messages")))
+        .filter(|r| {
+            r.body["content"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("⚠ Interrupted"))
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(
+        creates.len(),
+        4,
+        "the first note is sent twice, created once"
+    );
+    assert!(
+        creates
+            .iter()
+            .all(|r| r.body["enforce_nonce"] == true && r.body["nonce"].is_string()),
+        "{creates:#?}"
+    );
+    assert_eq!(creates[0].body["nonce"], creates[1].body["nonce"]);
+    assert_eq!(discord.violations(), Vec::<String>::new());
+}

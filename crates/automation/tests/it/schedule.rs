@@ -123,3 +123,23 @@ fn times_are_shown_in_the_schedules_zone() {
         "2026-01-15 06:30:04 UTC"
     );
 }
+
+/// An empty item in a field's list (a fuzzed `*/2 , 5 * * *`) is refused
+/// with the field named; croner took it for a field that never matches
+/// and searched a year of seconds (14 s) for the next run.
+#[test]
+fn an_empty_list_item_is_refused_naming_the_field() {
+    for (expr, field) in [
+        ("*/2 , 5 * * *", "the minutes field ','"),
+        ("0 1,,2 * * *", "the hours field '1,,2'"),
+        ("0 9 * * MON,", "the day-of-week field 'MON,'"),
+        ("5 0 9 ,1 * *", "the day-of-month field ',1'"),
+    ] {
+        let error = Schedule::parse(expr, "UTC").unwrap_err().to_string();
+        assert!(
+            error.contains(&format!("{field} has an empty item between commas")),
+            "{expr}: {error}"
+        );
+    }
+    assert!(Schedule::parse("0 1,2 * * MON,FRI", "UTC").is_ok());
+}

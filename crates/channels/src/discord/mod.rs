@@ -346,6 +346,50 @@ fn message_body(text: &str, buttons: &[Button], edit: bool) -> Value {
     body
 }
 
+impl DiscordAdapter {
+    /// Creates a message with `body`: in answer to a slash command
+    /// through its interaction while that can be used, else in the
+    /// target's channel.
+    async fn create(&self, to: &Target, body: Value) -> Result<MessageId, ChannelError> {
+        if let Some(context) = to.reply.as_deref().and_then(Context::decode)
+            && context.kind == Kind::Command
+        {
+            // A follow-up through the interaction's webhook takes no nonce.
+            let mut plain = body.clone();
+            if let Some(fields) = plain.as_object_mut() {
+                fields.remove("nonce");
+                fields.remove("enforce_nonce");
+            }
+            if let Some(id) = self.send_to_interaction(&context, &plain).await? {
+                return Ok(id);
+            }
+        }
+        let channel = snowflake("channel", &to.conversation.chat)?;
+        let id = self
+            .rest
+            .message(
+                Method::POST,
+                &format!("/channels/{channel}/messages"),
+                &body,
+                true,
+            )
+            .await?;
+        Ok(MessageId(id))
+    }
+}
+
+/// The longest `nonce` Discord takes.
+const NONCE_LEN: usize = 25;
+
+/// A message nonce for `key`: the first [`NONCE_LEN`] hex digits of its
+/// SHA-256, so any key fits and equal keys give equal nonces.
+fn nonce(key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut nonce = hex::encode(Sha256::digest(key.as_bytes()));
+    nonce.truncate(NONCE_LEN);
+    nonce
+}
+
 #[async_trait]
 impl ChannelAdapter for DiscordAdapter {
     fn name(&self) -> &str {
@@ -400,24 +444,24 @@ impl ChannelAdapter for DiscordAdapter {
         text: &str,
         buttons: &[Button],
     ) -> Result<MessageId, ChannelError> {
-        let body = message_body(text, buttons, false);
-        if let Some(context) = to.reply.as_deref().and_then(Context::decode)
-            && context.kind == Kind::Command
-            && let Some(id) = self.send_to_interaction(&context, &body).await?
-        {
-            return Ok(id);
-        }
-        let channel = snowflake("channel", &to.conversation.chat)?;
-        let id = self
-            .rest
-            .message(
-                Method::POST,
-                &format!("/channels/{channel}/messages"),
-                &body,
-                true,
-            )
-            .await?;
-        Ok(MessageId(id))
+        self.create(to, message_body(text, buttons, false)).await
+    }
+
+    /// Sends with a `nonce` made from `key` and `enforce_nonce`: Discord
+    /// returns the message already created with that nonce in the last
+    /// few minutes instead of creating another. (Interaction follow-ups
+    /// have no nonce; they are sent as usual.)
+    async fn send_once(
+        &self,
+        to: &Target,
+        text: &str,
+        buttons: &[Button],
+        key: &str,
+    ) -> Result<MessageId, ChannelError> {
+        let mut body = message_body(text, buttons, false);
+        body["nonce"] = Value::String(nonce(key));
+        body["enforce_nonce"] = Value::Bool(true);
+        self.create(to, body).await
     }
 
     async fn edit(
