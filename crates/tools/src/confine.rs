@@ -21,7 +21,7 @@ impl ToolContext {
     /// when the workspace holds them.
     pub fn confine(&self, path: &str) -> Result<PathBuf, ToolError> {
         let resolved = confine(&self.workspace, path)?;
-        refuse_hidden(&self.hidden, path, &resolved)?;
+        refuse_hidden(&self.private_dirs(), path, &resolved)?;
         Ok(resolved)
     }
 
@@ -31,20 +31,28 @@ impl ToolContext {
         self.private_dirs().iter().any(|dir| path.starts_with(dir))
     }
 
-    /// The hidden directories, canonical: what walks skip.
+    /// The hidden directories, canonical: what walks skip. One that holds
+    /// the workspace (the default `FLYNN_HOME/workspace`) is left out: the
+    /// workspace is the tools' own, and the rest of that directory is
+    /// outside it anyway.
     pub fn private_dirs(&self) -> Vec<PathBuf> {
+        let workspace = self
+            .workspace
+            .canonicalize()
+            .unwrap_or_else(|_| self.workspace.clone());
         self.hidden
             .iter()
             .map(|dir| dir.canonicalize().unwrap_or_else(|_| dir.clone()))
+            .filter(|dir| !workspace.starts_with(dir))
             .collect()
     }
 }
 
-/// Refuses `resolved` when it lies in one of the `hidden` directories.
+/// Refuses `resolved` when it lies in one of the `hidden` directories
+/// (canonical).
 fn refuse_hidden(hidden: &[PathBuf], path: &str, resolved: &Path) -> Result<(), ToolError> {
     for dir in hidden {
-        let dir = dir.canonicalize().unwrap_or_else(|_| dir.clone());
-        if resolved.starts_with(&dir) {
+        if resolved.starts_with(dir) {
             return Err(ToolError::failed(format!(
                 "{path} is inside {}, where Flynn keeps its own data (keys, conversations); tools may not touch it",
                 dir.display()
@@ -201,6 +209,26 @@ mod tests {
         assert!(ctx.confine(".local/share/other.txt").is_ok());
         assert!(ctx.is_hidden(&home.canonicalize().unwrap().join("memory")));
         assert!(!ctx.is_hidden(&ws.canonicalize().unwrap().join("notes.md")));
+    }
+
+    /// The default workspace, `FLYNN_HOME/workspace`: open to the file
+    /// tools, the rest of FLYNN_HOME not.
+    #[test]
+    fn a_workspace_inside_flynn_home_is_open_and_the_rest_of_it_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("flynn");
+        let ws = home.join("workspace");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(home.join("sessions.db"), "s").unwrap();
+        let mut ctx = ToolContext::new(&ws);
+        ctx.hidden = vec![home.clone()].into();
+        assert!(ctx.confine("notes.md").is_ok());
+        assert!(ctx.confine("sub/new.md").is_ok());
+        assert!(!ctx.is_hidden(&ws.canonicalize().unwrap().join("notes.md")));
+        for path in ["../sessions.db", home.join("sessions.db").to_str().unwrap()] {
+            let error = ctx.confine(path).unwrap_err().to_string();
+            assert!(error.contains("is outside the workspace"), "{error}");
+        }
     }
 
     #[cfg(unix)]

@@ -356,3 +356,48 @@ async fn a_model_call_cancelled_mid_answer_still_leaves_a_usage_row() {
     assert_eq!(calls, vec![(1, true, true)]);
     flynn.shutdown().await;
 }
+
+/// Without a workspace named, tools work in `FLYNN_HOME/workspace`: the
+/// file tools reach it although the rest of FLYNN_HOME stays hidden.
+#[tokio::test]
+async fn the_default_workspace_inside_flynn_home_is_open_to_the_file_tools() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::ToolCalls(vec![(
+        "file_read".into(),
+        json!({"path": "notes.txt"}),
+    )]));
+    fake.push(Reply::ToolCalls(vec![(
+        "file_read".into(),
+        json!({"path": "../sessions.db"}),
+    )]));
+    fake.push(Reply::Text("Noted.".into()));
+    let home = tempfile::tempdir().unwrap();
+    let flynn = Flynn::builder()
+        .config(config(&fake, Some(vec!["file.*"])))
+        .home(home.path())
+        .build()
+        .await
+        .unwrap();
+    std::fs::write(home.path().join("workspace/notes.txt"), "milk").unwrap();
+    let mut ends = Vec::new();
+    flynn
+        .send(
+            TurnRequest::text("app:user".parse().unwrap(), "note milk"),
+            CancellationToken::new(),
+            &mut |event| {
+                if let AgentEvent::ToolEnd {
+                    name, ok, output, ..
+                } = event
+                {
+                    ends.push((name, ok, output));
+                }
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    assert!(ends[0].1 && ends[0].2.contains("milk"), "{ends:?}");
+    // The rest of FLYNN_HOME stays out of reach.
+    assert!(!ends[1].1, "{ends:?}");
+    assert!(ends[1].2.contains("outside the workspace"), "{ends:?}");
+}
