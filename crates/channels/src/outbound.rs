@@ -174,6 +174,20 @@ pub async fn show(
     show_keyed(adapter, to, sent, markdown, buttons, None).await
 }
 
+/// [`show`] with each part sent once per key, as [`send_once`] does: for
+/// an answer that may have reached the chat already from a process that
+/// died before recording it.
+pub async fn show_once(
+    adapter: &dyn ChannelAdapter,
+    to: &Target,
+    sent: &mut Sent,
+    markdown: &str,
+    buttons: &[Button],
+    key: &str,
+) -> Result<(), ChannelError> {
+    show_keyed(adapter, to, sent, markdown, buttons, Some(key)).await
+}
+
 async fn show_keyed(
     adapter: &dyn ChannelAdapter,
     to: &Target,

@@ -423,6 +423,29 @@ async fn a_message_sent_once_per_key_is_created_once() {
         "{bodies:#?}"
     );
     assert!(bodies[6]["nonce"].is_null() && bodies[6]["enforce_nonce"].is_null());
+
+    // An answer streamed into a message before a crash: sent again whole
+    // with the same key, the message it has is brought up to date.
+    let mut draft = outbound::Sent::default();
+    outbound::show_once(
+        &*h.adapter,
+        &to,
+        &mut draft,
+        "Thinking it over …",
+        &[],
+        "turn 9",
+    )
+    .await
+    .unwrap();
+    let whole = outbound::send_once(&*h.adapter, &to, "The answer is 42.", &[], "turn 9")
+        .await
+        .unwrap();
+    assert_eq!(whole.parts, draft.parts);
+    let messages = h.fake.messages_in(dm);
+    assert_eq!(messages.len(), 6);
+    let last = messages.last().unwrap();
+    assert_eq!(last.content, "The answer is 42.");
+    assert_eq!(last.edits, 1);
     h.finish().await;
 }
 

@@ -273,7 +273,7 @@ impl ChannelRouter {
                     return;
                 };
                 for (turn, text) in notes {
-                    let key = format!("{session} turn {turn}");
+                    let key = turn_key(&session, turn);
                     match outbound::send_once(adapter.as_ref(), &target, &text, &[], &key).await {
                         Ok(_) => {
                             tracing::info!(%session, %turn, "sent what the last run left unsent");
@@ -940,6 +940,9 @@ impl ChannelRouter {
     ) {
         let caps = adapter.capabilities();
         let turn = handle.turn;
+        // The outbox sends the answer with the same key if this process
+        // dies before marking it (see `follow_up`).
+        let key = turn_key(&handle.session, turn);
         let outcome = handle.outcome();
         tokio::pin!(outcome);
         let mut typing = tokio::time::interval(TYPING_EVERY);
@@ -989,7 +992,7 @@ impl ChannelRouter {
                         _ => format!("{draft} …"),
                     };
                     let mut current = sent.take().unwrap_or_default();
-                    if let Err(e) = outbound::show(adapter.as_ref(), &target, &mut current, &shown, &[]).await {
+                    if let Err(e) = outbound::show_once(adapter.as_ref(), &target, &mut current, &shown, &[], &key).await {
                         tracing::debug!(error = %e, "could not update the streamed answer");
                     }
                     sent = Some(current);
@@ -1015,13 +1018,19 @@ impl ChannelRouter {
         // answer and sending it.
         flynn_protocol::fault::point("answer.send");
         let mut current = sent.unwrap_or_default();
-        match outbound::show(adapter.as_ref(), &target, &mut current, &text, &[]).await {
+        match outbound::show_once(adapter.as_ref(), &target, &mut current, &text, &[], &key).await {
             Ok(()) => self.delivered(turn).await,
             Err(e) => {
                 tracing::warn!(channel = adapter.name(), error = %e, "could not send the answer; it is sent again at the next start");
             }
         }
     }
+}
+
+/// The key the messages of `turn`'s outcome are sent with
+/// ([`outbound::send_once`]), the same in every process.
+fn turn_key(session: &SessionKey, turn: TurnId) -> String {
+    format!("{session} turn {turn}")
 }
 
 /// Largest tool input shown for approval in a chat, in bytes; a longer

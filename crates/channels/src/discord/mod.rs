@@ -351,6 +351,17 @@ impl DiscordAdapter {
     /// through its interaction while that can be used, else in the
     /// target's channel.
     async fn create(&self, to: &Target, body: Value) -> Result<MessageId, ChannelError> {
+        Ok(self.create_and_text(to, body).await?.0)
+    }
+
+    /// Like [`create`](Self::create), with the text of the message Discord
+    /// returned when it came from the channel (`None` through an
+    /// interaction).
+    async fn create_and_text(
+        &self,
+        to: &Target,
+        body: Value,
+    ) -> Result<(MessageId, Option<String>), ChannelError> {
         if let Some(context) = to.reply.as_deref().and_then(Context::decode)
             && context.kind == Kind::Command
         {
@@ -361,20 +372,20 @@ impl DiscordAdapter {
                 fields.remove("enforce_nonce");
             }
             if let Some(id) = self.send_to_interaction(&context, &plain).await? {
-                return Ok(id);
+                return Ok((id, None));
             }
         }
         let channel = snowflake("channel", &to.conversation.chat)?;
-        let id = self
+        let (id, text) = self
             .rest
-            .message(
+            .message_and_text(
                 Method::POST,
                 &format!("/channels/{channel}/messages"),
                 &body,
                 true,
             )
             .await?;
-        Ok(MessageId(id))
+        Ok((MessageId(id), text))
     }
 }
 
@@ -449,8 +460,10 @@ impl ChannelAdapter for DiscordAdapter {
 
     /// Sends with a `nonce` made from `key` and `enforce_nonce`: Discord
     /// returns the message already created with that nonce in the last
-    /// few minutes instead of creating another. (Interaction follow-ups
-    /// have no nonce; they are sent as usual.)
+    /// few minutes instead of creating another, which is then edited to
+    /// `text` if it says something else (an answer streamed into it
+    /// before a crash). (Interaction follow-ups have no nonce; they are
+    /// sent as usual.)
     async fn send_once(
         &self,
         to: &Target,
@@ -461,7 +474,11 @@ impl ChannelAdapter for DiscordAdapter {
         let mut body = message_body(text, buttons, false);
         body["nonce"] = Value::String(nonce(key));
         body["enforce_nonce"] = Value::Bool(true);
-        self.create(to, body).await
+        let (id, shown) = self.create_and_text(to, body).await?;
+        if shown.is_some_and(|shown| shown != text) {
+            self.edit(to, &id, text, buttons).await?;
+        }
+        Ok(id)
     }
 
     async fn edit(

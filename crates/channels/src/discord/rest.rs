@@ -43,10 +43,12 @@ pub(super) struct Rest {
     authorization: String,
 }
 
-/// A message as the REST API returns it; only its id matters here.
+/// A message as the REST API returns it: its id, and its text.
 #[derive(Debug, Deserialize)]
 struct Created {
     id: String,
+    #[serde(default)]
+    content: Option<String>,
 }
 
 impl Rest {
@@ -135,12 +137,27 @@ impl Rest {
         body: &Value,
         authorized: bool,
     ) -> Result<String, ChannelError> {
+        Ok(self
+            .message_and_text(method, path, body, authorized)
+            .await?
+            .0)
+    }
+
+    /// Like [`message`](Self::message), with the message's text as
+    /// Discord returned it.
+    pub async fn message_and_text(
+        &self,
+        method: Method,
+        path: &str,
+        body: &Value,
+        authorized: bool,
+    ) -> Result<(String, Option<String>), ChannelError> {
         let answer = self
             .call(method.clone(), path, Some(body), authorized)
             .await?;
         answer
             .and_then(|v| serde_json::from_value::<Created>(v).ok())
-            .map(|m| m.id)
+            .map(|m| (m.id, m.content))
             .ok_or_else(|| ChannelError::Unavailable {
                 channel: CHANNEL.to_owned(),
                 detail: format!("{method} {path}: the answer carries no message id"),
