@@ -8,7 +8,9 @@
 //!
 //! It also holds the doc's "Where things live" table (task → file) to the
 //! tree: every path in its "Look in" column must exist, and every name in
-//! its "Start at" column must be in one of its row's files.
+//! its "Start at" column must be in one of its row's files. And the
+//! numbers the doc quotes from the code ([`NUMBER_CLAIMS`]) must be the
+//! code's.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -58,6 +60,9 @@ pub fn check_workspace(root: &Path) -> Result<Vec<String>> {
     let packages = load_packages(root)?;
     let mut problems = check(&layers, &packages);
     problems.extend(where_problems(&architecture, &|path| read_tree(root, path)));
+    problems.extend(number_problems(&architecture, NUMBER_CLAIMS, &|path| {
+        read_tree(root, path)
+    }));
     problems.extend(check_unsafe(root)?);
     let manifest =
         std::fs::read_to_string(root.join("Cargo.toml")).context("reading Cargo.toml")?;
@@ -246,6 +251,93 @@ pub fn where_problems(markdown: &str, read: &dyn Fn(&str) -> Option<String>) -> 
         }
     }
     problems
+}
+
+/// Numbers docs/ARCHITECTURE.md states that a constant in the code
+/// defines: (file, constant, the doc's words with `{}` for the number,
+/// written with thousands separators). They drifted before: the session's
+/// event ring was "4,096 deep" in one section and 1,024 in another.
+pub const NUMBER_CLAIMS: &[(&str, &str, &str)] = &[
+    (
+        "crates/orchestrator/src/events.rs",
+        "SESSION_CAPACITY",
+        "broadcast per session ({} deep)",
+    ),
+    (
+        "crates/orchestrator/src/events.rs",
+        "GLOBAL_CAPACITY",
+        "and a global one ({} deep)",
+    ),
+    (
+        "crates/orchestrator/src/events.rs",
+        "SESSION_CAPACITY",
+        "the session's ring ({} slots)",
+    ),
+    (
+        "crates/orchestrator/src/events.rs",
+        "GLOBAL_CAPACITY",
+        "and the global one ({})",
+    ),
+    (
+        "crates/orchestrator/src/runtime.rs",
+        "LANE_OPS",
+        "bounded channel ({} operations)",
+    ),
+];
+
+/// Where `markdown` does not say what `claims` expect from the code. Line
+/// breaks in the doc count as spaces.
+pub fn number_problems(
+    markdown: &str,
+    claims: &[(&str, &str, &str)],
+    read: &dyn Fn(&str) -> Option<String>,
+) -> Vec<String> {
+    let doc = markdown.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut problems = Vec::new();
+    for &(file, constant, words) in claims {
+        let Some(source) = read(file) else {
+            problems.push(format!(
+                "{file} does not exist; tidy reads `{constant}` there to check docs/ARCHITECTURE.md (update xtask's NUMBER_CLAIMS)"
+            ));
+            continue;
+        };
+        let Some(value) = constant_value(&source, constant) else {
+            problems.push(format!(
+                "{file} has no `const {constant}: … = <number>;`; tidy reads it to check docs/ARCHITECTURE.md (update xtask's NUMBER_CLAIMS)"
+            ));
+            continue;
+        };
+        let expected = words.replace("{}", &with_separators(value));
+        if !doc.contains(&expected) {
+            problems.push(format!(
+                "docs/ARCHITECTURE.md does not say \"{expected}\": `{constant}` in {file} is {value}; correct the number in the doc (or the claim in xtask's NUMBER_CLAIMS if the sentence was reworded)"
+            ));
+        }
+    }
+    problems
+}
+
+/// The value of `const <name>: <type> = <number>;` in `source`.
+fn constant_value(source: &str, name: &str) -> Option<u64> {
+    let declaration = format!("const {name}:");
+    source.lines().find_map(|line| {
+        let rest = &line[line.find(&declaration)? + declaration.len()..];
+        let value = rest.split_once('=')?.1.split_once(';')?.0;
+        value.trim().replace('_', "").parse().ok()
+    })
+}
+
+/// `16384` as `16,384`.
+fn with_separators(value: u64) -> String {
+    let digits = value.to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
 }
 
 /// The spans of `cell` written in backticks.
@@ -665,6 +757,55 @@ mod tests {
         assert!(
             problems[0].contains("docs/ARCHITECTURE.md:1: `## Where things live` has no table")
         );
+    }
+
+    const CLAIMS: &[(&str, &str, &str)] = &[
+        ("events.rs", "SESSION_CAPACITY", "per session ({} deep)"),
+        ("events.rs", "GLOBAL_CAPACITY", "a global one ({} deep)"),
+        ("runtime.rs", "LANE_OPS", "channel ({} operations)"),
+    ];
+
+    fn sources(path: &str) -> Option<String> {
+        match path {
+            "events.rs" => Some(
+                "pub const SESSION_CAPACITY: usize = 1024;\npub(crate) const GLOBAL_CAPACITY: usize = 16_384;\n"
+                    .to_owned(),
+            ),
+            "runtime.rs" => Some("const LANE_OPS: usize = 64;\n".to_owned()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn numbers_the_doc_quotes_must_be_the_codes() {
+        let doc = "a broadcast per session (1,024 deep) and a global one\n  (16,384 deep); a bounded\nchannel (64 operations)";
+        assert_eq!(number_problems(doc, CLAIMS, &sources), Vec::<String>::new());
+
+        let stale = doc.replace("(1,024 deep)", "(4,096 deep)");
+        assert_eq!(
+            number_problems(&stale, CLAIMS, &sources),
+            [
+                "docs/ARCHITECTURE.md does not say \"per session (1,024 deep)\": `SESSION_CAPACITY` in events.rs is 1024; correct the number in the doc (or the claim in xtask's NUMBER_CLAIMS if the sentence was reworded)"
+            ]
+        );
+
+        let moved = [("lane.rs", "LANE_OPS", "channel ({} operations)")];
+        let problems = number_problems(doc, &moved, &sources);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].starts_with("lane.rs does not exist"));
+
+        let renamed = [("runtime.rs", "LANE_OPERATIONS", "channel ({} operations)")];
+        let problems = number_problems(doc, &renamed, &sources);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].starts_with("runtime.rs has no `const LANE_OPERATIONS:"));
+    }
+
+    #[test]
+    fn numbers_are_written_with_thousands_separators() {
+        assert_eq!(with_separators(64), "64");
+        assert_eq!(with_separators(1024), "1,024");
+        assert_eq!(with_separators(16_384), "16,384");
+        assert_eq!(with_separators(1_000_000), "1,000,000");
     }
 
     /// The real workspace obeys the table: `cargo test` catches drift.
