@@ -19,7 +19,7 @@ fn main() -> Result<()> {
         Some("ci") => ci(),
         Some("fuzz") => fuzz::run(&args[1..]),
         _ => bail!(
-            "usage: cargo xtask <command>\n\ncommands:\n  codegen  regenerate config/flynn.schema.json and docs/protocol.schema.json\n  tidy     check the layer table, lints and crate docs\n  ci       run everything CI runs (same as .ci/run)\n  bench    run the whole-process benchmarks and write docs/benchmarks.md\n  chaos    the crash (SIGKILL) and panic tests against the release build [--rounds N] [--messages N]\n  soak     30 minutes of mixed traffic against the release build, sampling memory, tasks and descriptors [--minutes N]\n  fuzz     run the fuzz targets (nightly; --seconds N, --runs N, --target NAME)"
+            "usage: cargo xtask <command>\n\ncommands:\n  codegen  regenerate config/flynn.schema.json and docs/protocol.schema.json\n  tidy     check the layer table, lints, crate docs and the paths ARCHITECTURE.md's \"Where things live\" names\n  ci       run everything CI runs (same as .ci/run)\n  bench    run the whole-process benchmarks and write docs/benchmarks.md\n  chaos    the crash (SIGKILL) and panic tests against the release build [--rounds N] [--messages N]\n  soak     30 minutes of mixed traffic against the release build, sampling memory, tasks and descriptors [--minutes N]\n  fuzz     run the fuzz targets (nightly; --seconds N, --runs N, --target NAME)"
         ),
     }
 }

@@ -5,6 +5,12 @@
 //! workspace crate missing from the table, `flynn-testkit` used outside
 //! dev-dependencies, a crate without `[lints] workspace = true`, and a
 //! library whose `lib.rs` does not start with a `//!` doc comment.
+//!
+//! It also holds the doc's "Where things live" table (task → file) to the
+//! tree: every path in its "Look in" column must exist, and every name in
+//! its "Start at" column must be in one of its row's files. And the
+//! numbers the doc quotes from the code ([`NUMBER_CLAIMS`]) must be the
+//! code's.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -53,6 +59,10 @@ pub fn check_workspace(root: &Path) -> Result<Vec<String>> {
     let layers = parse_layers(&architecture)?;
     let packages = load_packages(root)?;
     let mut problems = check(&layers, &packages);
+    problems.extend(where_problems(&architecture, &|path| read_tree(root, path)));
+    problems.extend(number_problems(&architecture, NUMBER_CLAIMS, &|path| {
+        read_tree(root, path)
+    }));
     problems.extend(check_unsafe(root)?);
     let manifest =
         std::fs::read_to_string(root.join("Cargo.toml")).context("reading Cargo.toml")?;
@@ -154,6 +164,234 @@ pub fn parse_layers(markdown: &str) -> Result<BTreeMap<String, Layer>> {
         );
     }
     Ok(layers)
+}
+
+/// The heading of the task → file table near the top of
+/// docs/ARCHITECTURE.md.
+pub const WHERE_HEADING: &str = "## Where things live";
+
+/// What the "Where things live" table of `markdown` names that is not in
+/// the tree: a path in its "Look in" column (in backticks, relative to the
+/// repository root) that does not exist, or a name in its "Start at"
+/// column (`Type`, `function`, `Type::method`) with a part that is a word
+/// of none of the row's files. `read` gives the text under a path (a file's, or that
+/// of every file below a directory) or `None` when nothing is there.
+pub fn where_problems(markdown: &str, read: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+    let lines: Vec<&str> = markdown.lines().collect();
+    let Some(start) = lines.iter().position(|l| l.trim() == WHERE_HEADING) else {
+        return vec![format!(
+            "docs/ARCHITECTURE.md has no `{WHERE_HEADING}` section: the table of task → file a newcomer starts from"
+        )];
+    };
+    let rows: Vec<(usize, &str)> = lines
+        .iter()
+        .enumerate()
+        .skip(start + 1)
+        .take_while(|(_, l)| !l.starts_with('#'))
+        .filter(|(_, l)| l.trim_start().starts_with('|'))
+        .map(|(i, l)| (i + 1, l.trim()))
+        .collect();
+    let is_separator = |row: &str| row.chars().all(|c| matches!(c, '|' | '-' | ':' | ' '));
+    if rows.len() < 3 || !is_separator(rows[1].1) {
+        return vec![format!(
+            "docs/ARCHITECTURE.md:{}: `{WHERE_HEADING}` has no table (a header `| To work on… | Look in | Start at |`, a `|---|---|---|` line, then one row per task)",
+            start + 1
+        )];
+    }
+    let mut problems = Vec::new();
+    for &(line, row) in &rows[2..] {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let at = format!("docs/ARCHITECTURE.md:{line}: \"Where things live\"");
+        let [_, task, files, names, ..] = cells[..] else {
+            problems.push(format!(
+                "{at}: the row `{row}` has {} column(s); expected 3 (task, files, names)",
+                cells.len().saturating_sub(2)
+            ));
+            continue;
+        };
+        let row_is = format!("{at}, row \"{task}\"");
+        let paths = backticked(files);
+        if paths.is_empty() {
+            problems.push(format!(
+                "{row_is}: names no file; put each path in backticks in the second column"
+            ));
+            continue;
+        }
+        let mut texts = Vec::new();
+        let mut all_there = true;
+        for path in paths {
+            if path.starts_with('/') || path.split('/').any(|part| part == "..") {
+                problems.push(format!(
+                    "{row_is}: `{path}` is not a path inside the repository; write it from the repository root, like `crates/core/src/lib.rs`"
+                ));
+                all_there = false;
+            } else if let Some(text) = read(path) {
+                texts.push(text);
+            } else {
+                problems.push(format!("{row_is}: `{path}` does not exist"));
+                all_there = false;
+            }
+        }
+        // Names are looked for once every path is right, so a moved file
+        // is one problem, not one per name.
+        if !all_there {
+            continue;
+        }
+        for name in backticked(names).into_iter().filter(|n| is_code_name(n)) {
+            let found = name
+                .trim_end_matches("()")
+                .split("::")
+                .all(|part| texts.iter().any(|text| has_word(text, part)));
+            if !found {
+                problems.push(format!(
+                    "{row_is}: `{name}` is in none of the row's files ({}); name where it lives now",
+                    backticked(files).join(", ")
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// Numbers docs/ARCHITECTURE.md states that a constant in the code
+/// defines: (file, constant, the doc's words with `{}` for the number,
+/// written with thousands separators). They drifted before: the session's
+/// event ring was "4,096 deep" in one section and 1,024 in another.
+pub const NUMBER_CLAIMS: &[(&str, &str, &str)] = &[
+    (
+        "crates/orchestrator/src/events.rs",
+        "SESSION_CAPACITY",
+        "broadcast per session ({} deep)",
+    ),
+    (
+        "crates/orchestrator/src/events.rs",
+        "GLOBAL_CAPACITY",
+        "and a global one ({} deep)",
+    ),
+    (
+        "crates/orchestrator/src/events.rs",
+        "SESSION_CAPACITY",
+        "the session's ring ({} slots)",
+    ),
+    (
+        "crates/orchestrator/src/events.rs",
+        "GLOBAL_CAPACITY",
+        "and the global one ({})",
+    ),
+    (
+        "crates/orchestrator/src/runtime.rs",
+        "LANE_OPS",
+        "bounded channel ({} operations)",
+    ),
+];
+
+/// Where `markdown` does not say what `claims` expect from the code. Line
+/// breaks in the doc count as spaces.
+pub fn number_problems(
+    markdown: &str,
+    claims: &[(&str, &str, &str)],
+    read: &dyn Fn(&str) -> Option<String>,
+) -> Vec<String> {
+    let doc = markdown.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut problems = Vec::new();
+    for &(file, constant, words) in claims {
+        let Some(source) = read(file) else {
+            problems.push(format!(
+                "{file} does not exist; tidy reads `{constant}` there to check docs/ARCHITECTURE.md (update xtask's NUMBER_CLAIMS)"
+            ));
+            continue;
+        };
+        let Some(value) = constant_value(&source, constant) else {
+            problems.push(format!(
+                "{file} has no `const {constant}: … = <number>;`; tidy reads it to check docs/ARCHITECTURE.md (update xtask's NUMBER_CLAIMS)"
+            ));
+            continue;
+        };
+        let expected = words.replace("{}", &with_separators(value));
+        if !doc.contains(&expected) {
+            problems.push(format!(
+                "docs/ARCHITECTURE.md does not say \"{expected}\": `{constant}` in {file} is {value}; correct the number in the doc (or the claim in xtask's NUMBER_CLAIMS if the sentence was reworded)"
+            ));
+        }
+    }
+    problems
+}
+
+/// The value of `const <name>: <type> = <number>;` in `source`.
+fn constant_value(source: &str, name: &str) -> Option<u64> {
+    let declaration = format!("const {name}:");
+    source.lines().find_map(|line| {
+        let rest = &line[line.find(&declaration)? + declaration.len()..];
+        let value = rest.split_once('=')?.1.split_once(';')?.0;
+        value.trim().replace('_', "").parse().ok()
+    })
+}
+
+/// `16384` as `16,384`.
+fn with_separators(value: u64) -> String {
+    let digits = value.to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// The spans of `cell` written in backticks.
+fn backticked(cell: &str) -> Vec<&str> {
+    cell.split('`').skip(1).step_by(2).collect()
+}
+
+/// Whether `name` looks like a Rust or JavaScript path (`Type::method`,
+/// `CONST`, `function()`), as opposed to a command or a URL, which are not
+/// checked.
+fn is_code_name(name: &str) -> bool {
+    name.trim_end_matches("()").split("::").all(|part| {
+        let mut chars = part.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
+/// Whether `word` occurs in `text` as a whole identifier.
+fn has_word(text: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(word).any(|(at, _)| {
+        !text[..at].chars().next_back().is_some_and(ident)
+            && !text[at + word.len()..].chars().next().is_some_and(ident)
+    })
+}
+
+/// The text under `relative`: the file's, or every file's below the
+/// directory; `None` when there is nothing there. Files that are not UTF-8
+/// (images) count as empty.
+fn read_tree(root: &Path, relative: &str) -> Option<String> {
+    let path = root.join(relative);
+    if path.is_file() {
+        return Some(std::fs::read_to_string(&path).unwrap_or_default());
+    }
+    if !path.is_dir() {
+        return None;
+    }
+    let mut text = String::new();
+    let mut pending = vec![path];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                text.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
+                text.push('\n');
+            }
+        }
+    }
+    Some(text)
 }
 
 fn load_packages(root: &Path) -> Result<Vec<Package>> {
@@ -424,6 +662,150 @@ mod tests {
         assert!(release_panic_problem(aborting).is_some());
         let unwinding = "[profile.release]\npanic = \"unwind\"\n[profile.dev]\npanic = \"abort\"\n";
         assert_eq!(release_panic_problem(unwinding), None);
+    }
+
+    const WHERE: &str = "
+# Doc
+
+## Where things live
+
+| To work on… | Look in | Start at |
+|---|---|---|
+| Where a message enters | `crates/orchestrator/src/runtime.rs` | `SessionManager::submit` |
+| Commands | `crates/orchestrator/src/commands.rs`, `crates/orchestrator/src/lane.rs` | `Command::parse`, `Lane::status`, `/status` |
+| Migrations | `crates/sessions/migrations/` | numbered files |
+
+## 1. Bird's-eye view
+
+| 0 | `crates/not/listed.rs` | a table of another section is not read |
+";
+
+    fn tree(path: &str) -> Option<String> {
+        match path {
+            "crates/orchestrator/src/runtime.rs" => {
+                Some("impl SessionManager {\n    pub async fn submit(&self) {}\n}".to_owned())
+            }
+            "crates/orchestrator/src/commands.rs" => {
+                Some("pub enum Command {} fn parse() {}".to_owned())
+            }
+            "crates/orchestrator/src/lane.rs" => {
+                Some("struct Lane; async fn status() {}".to_owned())
+            }
+            "crates/sessions/migrations/" => Some("CREATE TABLE sessions;".to_owned()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_where_table_whose_paths_and_names_exist_passes() {
+        assert_eq!(where_problems(WHERE, &tree), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_missing_path_is_reported_with_its_row() {
+        let moved = WHERE.replace("src/commands.rs", "src/command.rs");
+        assert_eq!(
+            where_problems(&moved, &tree),
+            [
+                "docs/ARCHITECTURE.md:9: \"Where things live\", row \"Commands\": `crates/orchestrator/src/command.rs` does not exist"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_name_in_none_of_the_files_is_reported() {
+        let renamed = WHERE.replace("`SessionManager::submit`", "`SessionManager::send`");
+        assert_eq!(
+            where_problems(&renamed, &tree),
+            [
+                "docs/ARCHITECTURE.md:8: \"Where things live\", row \"Where a message enters\": `SessionManager::send` is in none of the row's files (crates/orchestrator/src/runtime.rs); name where it lives now"
+            ]
+        );
+        // A whole word only: `submit` does not pass for `sub`.
+        let part = WHERE.replace("`SessionManager::submit`", "`sub`");
+        assert_eq!(where_problems(&part, &tree).len(), 1);
+    }
+
+    #[test]
+    fn bad_rows_and_a_missing_table_are_reported() {
+        let outside = WHERE.replace("`crates/sessions/migrations/`", "`../secrets/`");
+        let problems = where_problems(&outside, &tree);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].contains("`../secrets/` is not a path inside the repository"));
+
+        let no_file = WHERE.replace("`crates/sessions/migrations/`", "the migrations");
+        let problems = where_problems(&no_file, &tree);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].contains("row \"Migrations\": names no file"));
+
+        let short = WHERE.replace(
+            "| Migrations | `crates/sessions/migrations/` | numbered files |",
+            "| Migrations |",
+        );
+        let problems = where_problems(&short, &tree);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].contains("has 1 column(s); expected 3"));
+
+        let gone = WHERE.replace("## Where things live", "## Where things are");
+        let problems = where_problems(&gone, &tree);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].contains("has no `## Where things live` section"));
+
+        let bare = "## Where things live\n\nNothing yet.\n";
+        let problems = where_problems(bare, &tree);
+        assert_eq!(problems.len(), 1);
+        assert!(
+            problems[0].contains("docs/ARCHITECTURE.md:1: `## Where things live` has no table")
+        );
+    }
+
+    const CLAIMS: &[(&str, &str, &str)] = &[
+        ("events.rs", "SESSION_CAPACITY", "per session ({} deep)"),
+        ("events.rs", "GLOBAL_CAPACITY", "a global one ({} deep)"),
+        ("runtime.rs", "LANE_OPS", "channel ({} operations)"),
+    ];
+
+    fn sources(path: &str) -> Option<String> {
+        match path {
+            "events.rs" => Some(
+                "pub const SESSION_CAPACITY: usize = 1024;\npub(crate) const GLOBAL_CAPACITY: usize = 16_384;\n"
+                    .to_owned(),
+            ),
+            "runtime.rs" => Some("const LANE_OPS: usize = 64;\n".to_owned()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn numbers_the_doc_quotes_must_be_the_codes() {
+        let doc = "a broadcast per session (1,024 deep) and a global one\n  (16,384 deep); a bounded\nchannel (64 operations)";
+        assert_eq!(number_problems(doc, CLAIMS, &sources), Vec::<String>::new());
+
+        let stale = doc.replace("(1,024 deep)", "(4,096 deep)");
+        assert_eq!(
+            number_problems(&stale, CLAIMS, &sources),
+            [
+                "docs/ARCHITECTURE.md does not say \"per session (1,024 deep)\": `SESSION_CAPACITY` in events.rs is 1024; correct the number in the doc (or the claim in xtask's NUMBER_CLAIMS if the sentence was reworded)"
+            ]
+        );
+
+        let moved = [("lane.rs", "LANE_OPS", "channel ({} operations)")];
+        let problems = number_problems(doc, &moved, &sources);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].starts_with("lane.rs does not exist"));
+
+        let renamed = [("runtime.rs", "LANE_OPERATIONS", "channel ({} operations)")];
+        let problems = number_problems(doc, &renamed, &sources);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].starts_with("runtime.rs has no `const LANE_OPERATIONS:"));
+    }
+
+    #[test]
+    fn numbers_are_written_with_thousands_separators() {
+        assert_eq!(with_separators(64), "64");
+        assert_eq!(with_separators(1024), "1,024");
+        assert_eq!(with_separators(16_384), "16,384");
+        assert_eq!(with_separators(1_000_000), "1,000,000");
     }
 
     /// The real workspace obeys the table: `cargo test` catches drift.
