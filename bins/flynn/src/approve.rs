@@ -58,10 +58,7 @@ impl Approver for Terminal {
         }
         let mut input = request.input.to_string();
         if input.len() > 200 {
-            let mut end = 197;
-            while !input.is_char_boundary(end) {
-                end -= 1;
-            }
+            let end = input.floor_char_boundary(197);
             input.truncate(end);
             input.push_str("...");
         }

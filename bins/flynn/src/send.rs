@@ -159,10 +159,7 @@ impl Printer {
                 self.end_line();
                 let mut args = input.to_string();
                 if args.len() > 120 {
-                    let mut end = 117;
-                    while !args.is_char_boundary(end) {
-                        end -= 1;
-                    }
+                    let end = args.floor_char_boundary(117);
                     args.truncate(end);
                     args.push_str("...");
                 }

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use tokio::sync::mpsc;
@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::adapter::{ChannelAdapter, ChannelError, WebhookRequest, WebhookResponse};
 use crate::inbound::{Delivery, Inbound};
+pub(crate) use flynn_protocol::clock::now_millis;
 
 /// Where an adapter is in its life.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -399,10 +400,4 @@ fn jitter(wait: Duration) -> Duration {
     }
     let cut = wait.mul_f64(f64::from(byte[0]) / 255.0 / 4.0);
     wait.saturating_sub(cut)
-}
-
-pub(crate) fn now_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

@@ -17,6 +17,7 @@ use flynn_tools::{ApprovalRequest, Approver, Decision};
 use tokio::sync::oneshot;
 
 use crate::api::PendingConfirmation;
+pub(crate) use flynn_protocol::clock::now_millis;
 
 /// Tool calls waiting for a person, shared by every client of a gateway.
 /// Cheap to clone.
@@ -212,12 +213,6 @@ impl Drop for Unlist<'_> {
     fn drop(&mut self) {
         self.approver.lock().remove(self.key);
     }
-}
-
-pub(crate) fn now_millis() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]

@@ -38,10 +38,7 @@ impl<S: Subscriber> Layer<S> for LogLayer {
         let mut line = format!("{} {:>5} {}:", timestamp(), meta.level(), meta.target());
         event.record(&mut Fields(&mut line));
         if line.len() > MAX_LINE {
-            let mut cut = MAX_LINE;
-            while !line.is_char_boundary(cut) {
-                cut -= 1;
-            }
+            let cut = line.floor_char_boundary(MAX_LINE);
             line.truncate(cut);
             line.push('…');
         }

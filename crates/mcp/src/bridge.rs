@@ -53,10 +53,7 @@ impl McpTool {
             .trim()
             .to_owned();
         if description.len() > MAX_DESCRIPTION {
-            let mut cut = MAX_DESCRIPTION;
-            while !description.is_char_boundary(cut) {
-                cut -= 1;
-            }
+            let cut = description.floor_char_boundary(MAX_DESCRIPTION);
             description.truncate(cut);
             description.push('…');
         }

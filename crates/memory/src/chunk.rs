@@ -188,10 +188,7 @@ fn split_long(block: Block, chunks: &mut Vec<Chunk>, heading: &Option<String>) {
         if line.len() > MAX_BYTES {
             let mut rest = line.as_str();
             while !rest.is_empty() {
-                let mut end = rest.len().min(TARGET_BYTES);
-                while !rest.is_char_boundary(end) {
-                    end -= 1;
-                }
+                let mut end = rest.floor_char_boundary(rest.len().min(TARGET_BYTES));
                 if end < rest.len()
                     && let Some(space) = rest[..end].rfind(' ')
                     && space > 0

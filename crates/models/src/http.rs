@@ -98,10 +98,7 @@ pub(crate) fn quote(text: &str) -> String {
     if text.len() <= MAX_BODY_QUOTE {
         return text.to_owned();
     }
-    let mut end = MAX_BODY_QUOTE;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(MAX_BODY_QUOTE);
     format!("{}…", &text[..end])
 }
 

@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -45,6 +45,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::Error;
 use crate::runtime::{SessionManager, Submitted, TurnRequest};
+use flynn_protocol::sync::lock;
 
 /// The name the heartbeat's runs are recorded under.
 pub const HEARTBEAT_JOB: &str = "heartbeat";
@@ -302,10 +303,6 @@ impl std::fmt::Debug for Automation {
             .field("running", &self.is_running())
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn millis(at: DateTime<Utc>) -> i64 {

@@ -22,8 +22,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use base64::Engine;
@@ -52,6 +52,8 @@ use crate::lane::{RecoveredTurn, Recovery};
 use crate::outbox::Undelivered;
 use crate::runtime::{SessionManager, Submitted, TurnHandle, TurnRequest};
 use crate::{Error, Result};
+use flynn_protocol::clock::now_millis;
+use flynn_protocol::sync::lock;
 
 /// Largest file from a chat kept for the model.
 pub const MAX_ATTACHMENT_BYTES: usize = 20 * 1024 * 1024;
@@ -1236,10 +1238,6 @@ impl Drop for Unlist {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// A file name from a chat, safe to write: no directories, no dot files,
 /// at most 100 bytes.
 fn safe_file_name(name: &str) -> String {
@@ -1257,10 +1255,7 @@ fn safe_file_name(name: &str) -> String {
     while clean.starts_with('.') {
         clean.remove(0);
     }
-    let mut cut = clean.len().min(100);
-    while !clean.is_char_boundary(cut) {
-        cut -= 1;
-    }
+    let cut = clean.floor_char_boundary(clean.len().min(100));
     clean.truncate(cut);
     if clean.is_empty() {
         "file".to_owned()
@@ -1427,12 +1422,6 @@ fn megabytes(bytes: u64) -> String {
     } else {
         format!("{mb:.1} MB")
     }
-}
-
-fn now_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
-use std::time::{SystemTime, UNIX_EPOCH};
 
+pub(crate) use flynn_protocol::clock::now_millis;
 use flynn_protocol::{AgentEvent, EventEnvelope, Lagged, SessionKey, TurnId};
 use futures::Stream;
 use tokio::sync::broadcast;
@@ -144,10 +144,4 @@ impl TurnEvents {
     pub(crate) fn publish(&self, event: AgentEvent) {
         self.channel.publish(Some(self.turn), event);
     }
-}
-
-pub(crate) fn now_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

@@ -502,10 +502,7 @@ fn tail(text: &str, limit: usize) -> &str {
     if text.len() <= limit {
         return text;
     }
-    let mut start = text.len() - limit;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
+    let start = text.ceil_char_boundary(text.len() - limit);
     &text[start..]
 }
 

@@ -142,10 +142,7 @@ fn push_capped(out: &mut String, text: &str, limit: usize) {
         out.push_str(text);
         return;
     }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(limit);
     out.push_str(&text[..end]);
     out.push_str(&format!("\n[cut: showed {end} of {} bytes]", text.len()));
 }

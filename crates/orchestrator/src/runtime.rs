@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use flynn_context::MemoryFlush;
@@ -29,6 +29,7 @@ use crate::delegate::{AgentOrchestrator, DelegationSettings};
 use crate::events::{EventBus, EventStream, SessionEvents};
 use crate::lane::{Lane, LaneOp, RecoveredTurn};
 use crate::{Error, Result};
+pub(crate) use flynn_protocol::sync::lock;
 
 /// One message to answer.
 #[derive(Clone)]
@@ -271,10 +272,6 @@ const LANE_OPS: usize = 64;
 /// The longest a sender waits for room in a lane's channel before the
 /// operation is refused ([`Error::LaneBusy`]).
 pub const LANE_SEND_TIMEOUT: Duration = Duration::from_secs(30);
-
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 impl Shared {
     /// The session's lane, started if it has none.

@@ -24,6 +24,7 @@ use crate::prompt::PromptContext;
 use crate::runtime::Shared;
 use crate::runtime::{Lineage, lock};
 use crate::{Error, Result};
+use flynn_protocol::clock::now_millis;
 
 /// Everything one turn needs, resolved when it starts.
 pub(crate) struct TurnJob {
@@ -806,12 +807,6 @@ async fn condense(
             result
         }
     }
-}
-
-fn now_millis() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Turns the tool gate's confirmation steps into events.

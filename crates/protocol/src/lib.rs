@@ -5,12 +5,14 @@
 //! This crate does no I/O and knows nothing of tokio: it is serde and
 //! schemars types only, so every other crate can depend on it.
 
+pub mod clock;
 pub mod config;
 mod event;
 pub mod fault;
 mod message;
 mod principal;
 mod session;
+pub mod sync;
 mod tier;
 mod tool;
 mod tool_names;

@@ -1,6 +1,5 @@
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use flynn_protocol::config::{CronJobConfig, ModelRef};
@@ -25,6 +24,7 @@ use crate::{
     DayUsage, Error, Result, SessionInfo, SessionMeta, SessionStore, StoredMessage, ToolOutput,
     TurnOrigin, TurnRecord, TurnStatus, UsageLine, UsageRecord, UsageTotal,
 };
+use flynn_protocol::clock::now_millis;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -696,12 +696,6 @@ fn to_i64(n: u64) -> i64 {
 
 fn to_u64(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
-}
-
-fn now_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn stored_from_row(key: &SessionKey, row: &SqliteRow) -> Result<StoredMessage> {

@@ -59,10 +59,7 @@ impl AuditRecord {
         if output.len() <= OUTPUT_KEPT {
             return output.to_owned();
         }
-        let mut end = OUTPUT_KEPT;
-        while !output.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = output.floor_char_boundary(OUTPUT_KEPT);
         format!("{}…", &output[..end])
     }
 }

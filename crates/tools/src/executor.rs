@@ -394,10 +394,7 @@ pub fn truncate_output(output: &str, limit: usize) -> String {
     if output.len() <= limit {
         return output.to_owned();
     }
-    let mut end = limit;
-    while !output.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = output.floor_char_boundary(limit);
     format!(
         "{}\n[output truncated: showed {end} of {} bytes]",
         &output[..end],

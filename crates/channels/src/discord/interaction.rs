@@ -8,9 +8,10 @@
 //! followups for 15 minutes.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use flynn_protocol::sync::lock;
 use tokio::sync::watch;
 
 /// How long an interaction token works.
@@ -106,10 +107,6 @@ pub(super) struct State {
     /// Messages sent through the interaction's webhook (`@original`
     /// included), which are edited through it too.
     webhook_messages: Mutex<HashSet<String>>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl State {

@@ -37,7 +37,7 @@ mod saved;
 pub use gateway::MAX_QUEUED;
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -53,6 +53,7 @@ use crate::adapter::{
 };
 use crate::inbound::Inbound;
 use convert::Identity;
+use flynn_protocol::sync::lock;
 use interaction::{Ack, Context, Interactions, Kind};
 use rest::Rest;
 use saved::{Saved, SavedSession};
@@ -244,10 +245,6 @@ impl DiscordAdapter {
         state.sent_through_webhook(&id);
         Ok(Some(MessageId(id)))
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The origin the REST API hangs off: `https://discord.com` from that,

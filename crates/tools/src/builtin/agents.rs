@@ -344,14 +344,8 @@ pub fn page(content: &str, call_id: &str, offset: usize, limit: usize) -> String
     if offset >= total {
         return format!("[output of {call_id}: {total} bytes; nothing at offset {offset}]");
     }
-    let mut start = offset;
-    while !content.is_char_boundary(start) {
-        start -= 1;
-    }
-    let mut end = (start + limit).min(total);
-    while !content.is_char_boundary(end) {
-        end -= 1;
-    }
+    let start = content.floor_char_boundary(offset);
+    let end = content.floor_char_boundary((start + limit).min(total));
     let mut out = content[start..end].to_owned();
     if end < total {
         out.push_str(&format!(
