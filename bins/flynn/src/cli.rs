@@ -40,6 +40,9 @@ pub enum Command {
     Sandbox(SandboxArgs),
     /// Memory files and their search index.
     Memory(MemoryArgs),
+    /// GGUF models run in process (`kind: local`): pull from the Hugging
+    /// Face hub, list, remove.
+    Models(crate::models::ModelsArgs),
     /// MCP: the servers whose tools Flynn uses (list, tools, test), and
     /// Flynn as an MCP server for other agents (serve).
     Mcp(McpArgs),

@@ -72,7 +72,9 @@ pub use error::{Diagnostic, Error, Problem, Result};
 pub use load::{Loaded, Overlay, PROFILE_VAR, Source, load, parse_layers, parse_str};
 pub use paths::{Paths, create_home};
 pub use workspace::{Workspace, WorkspaceOrigin};
-pub use zero_config::{apply_model_override, from_env};
+pub use zero_config::{
+    LOCAL_MODEL_VAR, LOCAL_PROVIDER, apply_model_override, from_env, local_fallback,
+};
 
 /// The JSON Schema of the configuration file, pretty-printed with a
 /// trailing newline (the content of `config/flynn.schema.json`).

@@ -20,6 +20,9 @@ pub struct Loaded {
     pub paths: Paths,
     /// The profile overlay merged over the file (`FLYNN_PROFILE`), if any.
     pub overlay: Option<Overlay>,
+    /// The GGUF model the zero-config fallback runs for every tier, when
+    /// no provider is configured anywhere ([`crate::local_fallback`]).
+    pub local_fallback: Option<PathBuf>,
 }
 
 /// A profile overlay: `profiles/<name>.overlay.yaml` next to the config
@@ -130,11 +133,14 @@ pub fn load(explicit: Option<&Path>, env: &dyn Env) -> Result<Loaded> {
             });
         }
     };
+    let mut config = config;
+    let local_fallback = zero_config::local_fallback(&mut config, &paths.home, env)?;
     Ok(Loaded {
         config,
         source,
         paths,
         overlay,
+        local_fallback,
     })
 }
 

@@ -67,7 +67,7 @@ pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located>
         }
         match &provider.base_url {
             None if provider.kind == ProviderKind::OpenaiCompatible => report(
-                path,
+                path.clone(),
                 Problem::MissingBaseUrl {
                     kind: provider.kind.to_string(),
                 },
@@ -80,6 +80,7 @@ pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located>
             }
             _ => {}
         }
+        check_local_provider(provider, &path, &mut report);
     }
 
     let configured: Vec<String> = config.providers.keys().cloned().collect();
@@ -316,7 +317,7 @@ fn check_tools(
     };
     if let Some(message) = missing {
         report(
-            search_path.clone().key("provider"),
+            search_path.key("provider"),
             Problem::Other {
                 message: message.to_owned(),
             },
@@ -326,7 +327,7 @@ fn check_tools(
         && !is_http_url(endpoint)
     {
         report(
-            search_path.clone().key("endpoint"),
+            search_path.key("endpoint"),
             Problem::InvalidUrl {
                 url: endpoint.clone(),
             },
@@ -478,13 +479,13 @@ fn check_memory(
     if let Some(provider) = &embeddings.provider
         && let Some(problem) = unknown_provider(provider, configured)
     {
-        report(path.clone().key("provider"), problem);
+        report(path.key("provider"), problem);
     }
     if let Some(url) = &embeddings.base_url
         && !is_http_url(url)
     {
         report(
-            path.clone().key("base_url"),
+            path.key("base_url"),
             Problem::InvalidUrl { url: url.clone() },
         );
     }
@@ -515,7 +516,7 @@ fn check_memory(
     };
     if let Some(message) = missing {
         report(
-            path.clone().key("kind"),
+            path.key("kind"),
             Problem::Other {
                 message: message.to_owned(),
             },
@@ -527,7 +528,7 @@ fn check_memory(
     ];
     for (key, value, min) in minimums {
         if value < min {
-            report(path.clone().key(key), Problem::TooSmall { value, min });
+            report(path.key(key), Problem::TooSmall { value, min });
         }
     }
 }
@@ -1325,6 +1326,58 @@ mod tests {
             "http://[::1",
         ] {
             assert!(!is_http_url(url), "{url}");
+        }
+    }
+}
+
+/// `kind: local` takes `model_path` (a file that exists), `threads` and
+/// `context`; other kinds take none of them.
+fn check_local_provider(
+    provider: &flynn_protocol::config::ProviderConfig,
+    path: &KeyPath,
+    report: &mut impl FnMut(KeyPath, Problem),
+) {
+    if provider.kind != ProviderKind::Local {
+        for (key, set) in [
+            ("model_path", provider.model_path.is_some()),
+            ("threads", provider.threads.is_some()),
+            ("context", provider.context.is_some()),
+        ] {
+            if set {
+                report(
+                    path.key(key),
+                    Problem::Other {
+                        message: format!(
+                            "{key} is only for providers of kind local (this one is {})",
+                            provider.kind
+                        ),
+                    },
+                );
+            }
+        }
+        return;
+    }
+    match &provider.model_path {
+        None => report(
+            path.clone(),
+            Problem::MissingKey {
+                key: "model_path".to_owned(),
+            },
+        ),
+        Some(file) if !file.is_file() => report(
+            path.key("model_path"),
+            Problem::Other {
+                message: format!(
+                    "model file {} does not exist; download a GGUF model with `flynn models pull <repo>/<file.gguf>` (or scripts/fetch-smollm2.sh) and set model_path to the path it prints",
+                    file.display()
+                ),
+            },
+        ),
+        Some(_) => {}
+    }
+    for (key, value) in [("threads", provider.threads), ("context", provider.context)] {
+        if value == Some(0) {
+            report(path.key(key), Problem::TooSmall { value: 0, min: 1 });
         }
     }
 }

@@ -17,6 +17,7 @@ mod faults;
 mod live;
 mod mcp;
 mod memory;
+mod models;
 mod onboard;
 mod pairing;
 mod panics;
