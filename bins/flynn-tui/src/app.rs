@@ -67,8 +67,15 @@ pub enum Action {
 /// The session picker.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Picker {
-    pub sessions: Vec<String>,
+    pub sessions: Vec<PickerEntry>,
     pub selected: usize,
+}
+
+/// One session in the picker: its key, and its title when it has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PickerEntry {
+    pub key: String,
+    pub title: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -310,7 +317,7 @@ impl App {
                     picker.selected += 1;
                 }
                 KeyCode::Enter => {
-                    let chosen = picker.sessions.get(picker.selected).cloned();
+                    let chosen = picker.sessions.get(picker.selected).map(|s| s.key.clone());
                     self.picker = None;
                     return chosen.map(Action::Open);
                 }

@@ -107,7 +107,7 @@ enum Update {
     Connection(Connection),
     Event(Box<flynn_core::protocol::EventEnvelope>),
     History(Vec<Message>),
-    Sessions(Vec<String>),
+    Sessions(Vec<app::PickerEntry>),
     Usage { tokens: u64, cost_usd: f64 },
     Failed(String),
 }
@@ -283,7 +283,7 @@ async fn network(
                         Action::ListSessions => {
                             let list: Result<Vec<SessionSummary>, _> = client.request("sessions.list", object(json!({}))).await;
                             if let Ok(list) = list {
-                                let _ = updates.send(Update::Sessions(list.into_iter().map(|s| s.key.as_str().to_owned()).collect()));
+                                let _ = updates.send(Update::Sessions(list.into_iter().map(|s| app::PickerEntry { key: s.key.as_str().to_owned(), title: s.title }).collect()));
                             }
                         }
                         Action::Quit => return,

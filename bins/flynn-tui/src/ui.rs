@@ -88,7 +88,13 @@ pub fn draw(frame: &mut Frame<'_>, app: &App) {
             picker
                 .sessions
                 .iter()
-                .map(|s| ListItem::new(s.as_str()))
+                .map(|s| match &s.title {
+                    Some(title) => ListItem::new(Line::from(vec![
+                        Span::raw(title.as_str()),
+                        Span::styled(format!("  {}", s.key), Style::new().fg(Color::DarkGray)),
+                    ])),
+                    None => ListItem::new(s.key.as_str()),
+                })
                 .collect()
         };
         let list = List::new(items)
@@ -439,8 +445,15 @@ mod tests {
             app.key(KeyEvent::new(KeyCode::Char('s'), KeyModifiers::CONTROL)),
             Some(Action::ListSessions)
         );
-        app.picker.as_mut().unwrap().sessions =
-            vec!["tui:test".into(), "cli:work".into(), "web:abc".into()];
+        let entry = |key: &str, title: Option<&str>| crate::app::PickerEntry {
+            key: key.into(),
+            title: title.map(Into::into),
+        };
+        app.picker.as_mut().unwrap().sessions = vec![
+            entry("tui:test", None),
+            entry("cli:work", Some("what changed in the release notes")),
+            entry("web:2bc6baf3295b", Some("plan the trip to Lyon")),
+        ];
         app.key(key(KeyCode::Down));
         insta::assert_snapshot!(screen(&app, 60, 16));
         assert_eq!(

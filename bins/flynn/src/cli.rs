@@ -14,6 +14,95 @@ pub struct Cli {
     /// the config; default FLYNN_PROFILE.
     #[arg(long, global = true, value_name = "NAME")]
     pub profile: Option<String>,
+    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml);
+    /// before or after the command.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Work through the daemon at this address (`http://127.0.0.1:18800`)
+    /// instead of this machine's files, for the commands that can (send,
+    /// sessions, usage, pairing, doctor, mcp list|serve); default
+    /// FLYNN_GATEWAY_URL.
+    #[arg(long, global = true, value_name = "URL")]
+    pub gateway: Option<String>,
+}
+
+impl Cli {
+    /// The command, with the global `--config` and `--gateway` handed to
+    /// it. `--gateway` on a command that only works on this machine's
+    /// files is an error that says so.
+    pub fn into_command(self) -> Result<Command, String> {
+        let Cli {
+            mut command,
+            config,
+            gateway,
+            ..
+        } = self;
+        let mut gateway_taken = false;
+        {
+            let mut take = |slot: &mut Option<String>| {
+                *slot = gateway.clone();
+                gateway_taken = true;
+            };
+            match &mut command {
+                Command::Send(args) => {
+                    args.config = config;
+                    take(&mut args.gateway);
+                }
+                Command::Sessions(args) => {
+                    args.config = config;
+                    take(&mut args.gateway);
+                }
+                Command::Pairing(args) => {
+                    args.config = config;
+                    take(&mut args.gateway);
+                }
+                Command::Usage(args) => {
+                    args.config = config;
+                    take(&mut args.gateway);
+                }
+                Command::Doctor(args) => {
+                    args.config = config;
+                    take(&mut args.gateway);
+                }
+                Command::Mcp(args) => {
+                    args.config = config;
+                    match &mut args.command {
+                        McpCommand::List { gateway, .. } | McpCommand::Serve { gateway } => {
+                            take(gateway);
+                        }
+                        McpCommand::Tools { .. } | McpCommand::Test { .. } => {}
+                    }
+                }
+                Command::Start(args) => args.config = config,
+                Command::Skills(args) => args.config = config,
+                Command::Token(args) => args.config = config,
+                Command::Sandbox(args) => args.config = config,
+                Command::Memory(args) => args.config = config,
+                Command::Backup(args) | Command::Restore(args) => args.config = config,
+                Command::Onboard(args) => args.config = config,
+                Command::Config(args) => match &mut args.command {
+                    ConfigCommand::Validate { file } => {
+                        if file.is_none() {
+                            *file = config;
+                        }
+                    }
+                    ConfigCommand::Get { config: slot, .. }
+                    | ConfigCommand::Migrate { config: slot, .. }
+                    | ConfigCommand::Set { config: slot, .. } => *slot = config,
+                    ConfigCommand::Schema => {}
+                },
+                // FLYNN_HOME/models does not depend on the config file.
+                Command::Models(_) | Command::Completion { .. } => {}
+            }
+        }
+        if gateway.is_some() && !gateway_taken {
+            return Err(
+                "--gateway: this command works on this machine's files, not through a daemon (--gateway is for send, sessions, usage, pairing, doctor, mcp list and mcp serve)"
+                    .to_owned(),
+            );
+        }
+        Ok(command)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -72,8 +161,8 @@ pub enum Command {
 pub struct TokenArgs {
     #[command(subcommand)]
     pub command: TokenCommand,
-    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
-    #[arg(long, global = true)]
+    /// Set from the global `--config`.
+    #[arg(skip)]
     pub config: Option<PathBuf>,
 }
 
@@ -110,8 +199,8 @@ pub enum TokenCommand {
 pub struct MemoryArgs {
     #[command(subcommand)]
     pub command: MemoryCommand,
-    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
-    #[arg(long, global = true)]
+    /// Set from the global `--config`.
+    #[arg(skip)]
     pub config: Option<PathBuf>,
 }
 
@@ -153,8 +242,8 @@ pub enum MemoryCommand {
 pub struct McpArgs {
     #[command(subcommand)]
     pub command: McpCommand,
-    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
-    #[arg(long, global = true)]
+    /// Set from the global `--config`.
+    #[arg(skip)]
     pub config: Option<PathBuf>,
 }
 
@@ -164,9 +253,8 @@ pub enum McpCommand {
     /// enabled, when started; with a daemon (--gateway, FLYNN_GATEWAY_URL),
     /// how each is doing there.
     List {
-        /// Ask the daemon at this address how its servers are doing;
-        /// default FLYNN_GATEWAY_URL.
-        #[arg(long, value_name = "URL")]
+        /// Set from the global `--gateway`.
+        #[arg(skip)]
         gateway: Option<String>,
         #[arg(long)]
         json: bool,
@@ -198,17 +286,17 @@ pub enum McpCommand {
     /// Flynn of its own from the config, unless --gateway (or
     /// FLYNN_GATEWAY_URL) names a daemon whose sessions it then serves.
     Serve {
-        /// Pass everything on to the daemon at this address (its /mcp);
-        /// default FLYNN_GATEWAY_URL.
-        #[arg(long, value_name = "URL")]
+        /// Set from the global `--gateway`.
+        #[arg(skip)]
         gateway: Option<String>,
     },
 }
 
 #[derive(Debug, Args)]
 pub struct OnboardArgs {
-    /// The file to write (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
-    #[arg(long)]
+    /// The file to write: the global `--config` (default: FLYNN_CONFIG or
+    /// ~/.config/flynn/config.yaml).
+    #[arg(skip)]
     pub config: Option<PathBuf>,
     /// Replace an existing file (kept as <file>.bak).
     #[arg(long)]
@@ -246,18 +334,18 @@ pub struct OnboardArgs {
 pub struct BackupArgs {
     /// The archive: a new file for `backup`, an existing one for `restore`.
     pub file: PathBuf,
-    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
-    #[arg(long)]
+    /// Set from the global `--config`.
+    #[arg(skip)]
     pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
-    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
-    #[arg(long)]
+    /// Set from the global `--config`.
+    #[arg(skip)]
     pub config: Option<PathBuf>,
-    /// The daemon to check (default: FLYNN_GATEWAY_URL, else gateway.bind).
-    #[arg(long, value_name = "URL")]
+    /// Set from the global `--gateway`.
+    #[arg(skip)]
     pub gateway: Option<String>,
     /// One JSON array of checks instead of lines.
     #[arg(long)]
@@ -266,8 +354,8 @@ pub struct DoctorArgs {
 
 #[derive(Debug, Args)]
 pub struct SandboxArgs {
-    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
-    #[arg(long)]
+    /// Set from the global `--config`.
+    #[arg(skip)]
     pub config: Option<PathBuf>,
 }
 
@@ -278,12 +366,11 @@ pub struct UsageArgs {
     pub session: Option<String>,
     #[arg(long)]
     pub json: bool,
-    /// Read through the daemon at this address instead of the database;
-    /// default FLYNN_GATEWAY_URL.
-    #[arg(long, value_name = "URL")]
+    /// Set from the global `--gateway`.
+    #[arg(skip)]
     pub gateway: Option<String>,
-    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
-    #[arg(long)]
+    /// Set from the global `--config`.
+    #[arg(skip)]
     pub config: Option<PathBuf>,
 }
 
@@ -291,7 +378,8 @@ pub struct UsageArgs {
 pub struct SendArgs {
     /// The message, or `-` to read it from stdin.
     pub message: String,
-    /// Conversation to continue.
+    /// Conversation to continue: a name (`work` is the CLI's `cli:work`)
+    /// or `channel:peer` (`telegram:12345`).
     #[arg(long, default_value = "cli:default")]
     pub session: String,
     /// Model tier: fast, default, complex or local.
@@ -303,8 +391,8 @@ pub struct SendArgs {
     /// Answer with this agent (from agents.list) instead of the routed one.
     #[arg(long)]
     pub agent: Option<String>,
-    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
-    #[arg(long)]
+    /// Set from the global `--config`.
+    #[arg(skip)]
     pub config: Option<PathBuf>,
     /// Approve tool calls that need confirmation (without it, Flynn asks
     /// on the terminal, or denies them when there is none).
@@ -313,16 +401,15 @@ pub struct SendArgs {
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     pub json: bool,
-    /// Send through the daemon at this address (`http://127.0.0.1:18800`)
-    /// instead of running embedded; default FLYNN_GATEWAY_URL.
-    #[arg(long, value_name = "URL")]
+    /// Set from the global `--gateway`.
+    #[arg(skip)]
     pub gateway: Option<String>,
 }
 
 #[derive(Debug, Args)]
 pub struct StartArgs {
-    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
-    #[arg(long)]
+    /// Set from the global `--config`.
+    #[arg(skip)]
     pub config: Option<PathBuf>,
     /// Address to listen on, over gateway.bind.
     #[arg(long)]
@@ -333,12 +420,11 @@ pub struct StartArgs {
 pub struct SessionsArgs {
     #[command(subcommand)]
     pub command: SessionsCommand,
-    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
-    #[arg(long, global = true)]
+    /// Set from the global `--config`.
+    #[arg(skip)]
     pub config: Option<PathBuf>,
-    /// Read through the daemon at this address instead of the database;
-    /// default FLYNN_GATEWAY_URL.
-    #[arg(long, value_name = "URL", global = true)]
+    /// Set from the global `--gateway`.
+    #[arg(skip)]
     pub gateway: Option<String>,
 }
 
@@ -367,8 +453,8 @@ pub enum SessionsCommand {
 pub struct SkillsArgs {
     #[command(subcommand)]
     pub command: SkillsCommand,
-    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
-    #[arg(long, global = true)]
+    /// Set from the global `--config`.
+    #[arg(skip)]
     pub config: Option<PathBuf>,
 }
 
@@ -398,12 +484,11 @@ pub enum SkillsCommand {
 pub struct PairingArgs {
     #[command(subcommand)]
     pub command: PairingCommand,
-    /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
-    #[arg(long, global = true)]
+    /// Set from the global `--config`.
+    #[arg(skip)]
     pub config: Option<PathBuf>,
-    /// Work through the daemon at this address instead of the database;
-    /// default FLYNN_GATEWAY_URL.
-    #[arg(long, value_name = "URL", global = true)]
+    /// Set from the global `--gateway`.
+    #[arg(skip)]
     pub gateway: Option<String>,
 }
 
@@ -460,8 +545,13 @@ pub enum ConfigCommand {
         /// Print JSON even for a single value.
         #[arg(long)]
         json: bool,
-        /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
+        /// Say where each value came from: `file:line` (the config file or
+        /// the profile overlay), `environment: VAR`, or `default`; one line
+        /// per value (`path: value  (origin)`).
         #[arg(long)]
+        origin: bool,
+        /// Set from the global `--config`.
+        #[arg(skip)]
         config: Option<PathBuf>,
     },
     /// Update the config file to this Flynn's `version:`, keeping its
@@ -470,8 +560,8 @@ pub enum ConfigCommand {
         /// Show what would change without writing.
         #[arg(long)]
         dry_run: bool,
-        /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
-        #[arg(long)]
+        /// Set from the global `--config`.
+        #[arg(skip)]
         config: Option<PathBuf>,
     },
     /// Set one value in the config file by dotted path, keeping its
@@ -481,8 +571,8 @@ pub enum ConfigCommand {
         path: String,
         /// JSON when it parses as JSON (`30`, `true`, `["a/b"]`), else text.
         value: String,
-        /// Config file (default: FLYNN_CONFIG or ~/.config/flynn/config.yaml).
-        #[arg(long)]
+        /// Set from the global `--config`.
+        #[arg(skip)]
         config: Option<PathBuf>,
     },
 }

@@ -30,8 +30,16 @@ pub fn run(args: ConfigArgs) -> Result<(), Failure> {
             out!("{}", config::schema_json());
             Ok(())
         }
-        ConfigCommand::Get { path, json, config } => {
+        ConfigCommand::Get {
+            path,
+            json,
+            origin,
+            config,
+        } => {
             let loaded = config::load(config.as_deref(), &CliEnv)?;
+            if origin {
+                return print_origins(&loaded, &path, json);
+            }
             let value = config::masked(&loaded.config);
             let found = config::lookup(&value, &path)
                 .map_err(|e| Failure::usage(format!("config get: {e}")))?;
@@ -95,4 +103,38 @@ pub fn run(args: ConfigArgs) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+/// `config get --origin`: each value under `path` with where it came from.
+fn print_origins(loaded: &config::Loaded, path: &str, json: bool) -> Result<(), Failure> {
+    let values =
+        config::origins(loaded, path).map_err(|e| Failure::usage(format!("config get: {e}")))?;
+    if json {
+        let list: Vec<serde_json::Value> = values
+            .iter()
+            .map(|v| {
+                let origin = match &v.origin {
+                    config::Origin::File { path, line } => {
+                        serde_json::json!({"file": path, "line": line})
+                    }
+                    config::Origin::Env { variables } => serde_json::json!({"env": variables}),
+                    config::Origin::Default => serde_json::json!("default"),
+                };
+                serde_json::json!({"path": v.path, "value": v.value, "origin": origin})
+            })
+            .collect();
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&list).unwrap_or_default()
+        );
+        return Ok(());
+    }
+    for value in values {
+        let shown = match &value.value {
+            serde_json::Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        outln!("{}: {shown}  ({})", value.path, value.origin);
+    }
+    Ok(())
 }

@@ -86,7 +86,11 @@ fn main() -> ExitCode {
             ..
         })
     );
-    let result = runtime.block_on(run(cli));
+    let command = match cli.into_command() {
+        Ok(command) => command,
+        Err(message) => return Failure::usage(message).report(),
+    };
+    let result = runtime.block_on(run(command));
     if serves_stdio {
         // A read of a terminal's stdin cannot be cancelled (pipes, as MCP
         // clients give, can): do not wait for it after Ctrl-C.
@@ -98,8 +102,8 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> Result<(), Failure> {
-    match cli.command {
+async fn run(command: Command) -> Result<(), Failure> {
+    match command {
         Command::Send(args) => send::run(args).await,
         Command::Start(args) => start::run(args).await,
         Command::Sessions(args) => sessions::run(args).await,

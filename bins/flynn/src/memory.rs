@@ -4,10 +4,10 @@
 use flynn_core::config;
 
 use crate::env::CliEnv;
+use flynn_core::Memory;
 use flynn_core::memory::{
     Hit, IndexStatus, Namespace, Scope, SearchMode, SearchOptions, SyncReport,
 };
-use flynn_core::{Memory, SessionKey};
 use serde_json::json;
 
 use crate::cli::{MemoryArgs, MemoryCommand};
@@ -197,8 +197,8 @@ fn print_report(report: &SyncReport, status: &IndexStatus, json: bool) {
 async fn show(memory: &Memory, name: &str, session: Option<String>) -> Result<(), Failure> {
     let session = match session {
         Some(key) => Some(
-            key.parse::<SessionKey>()
-                .map_err(|e| Failure::usage(e.to_string()))?,
+            crate::sessions::session_arg(&key)
+                .map_err(|e| Failure::usage(format!("--session: {e}")))?,
         ),
         None => None,
     };

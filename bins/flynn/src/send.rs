@@ -1,6 +1,7 @@
 use std::io::{IsTerminal, Read, Write};
 
 use flynn_core::config;
+use flynn_core::tools::builtin::ProcessLifetime;
 
 use crate::env::CliEnv;
 use flynn_core::gateway::api::SendParams;
@@ -12,12 +13,8 @@ use crate::exit::Failure;
 
 pub async fn run(args: SendArgs) -> Result<(), Failure> {
     let message = read_message(&args.message)?;
-    let session: SessionKey =
-        args.session
-            .parse()
-            .map_err(|e: flynn_core::protocol::SessionKeyError| {
-                Failure::usage(format!("--session: {e}"))
-            })?;
+    let session: SessionKey = crate::sessions::session_arg(&args.session)
+        .map_err(|e| Failure::usage(format!("--session: {e}")))?;
     if let Some(target) = crate::remote::target(args.gateway.as_deref(), args.config.as_deref())? {
         let params = SendParams {
             session,
@@ -45,6 +42,9 @@ pub async fn run(args: SendArgs) -> Result<(), Failure> {
         .home(loaded.paths.home)
         .private_path(loaded.paths.config_file)
         .workspace(workspace.path)
+        // This process ends after one turn: background processes end with
+        // it, and the model is told so.
+        .process_lifetime(ProcessLifetime::Command)
         .build()
         .await?;
 
@@ -69,6 +69,23 @@ pub async fn run(args: SendArgs) -> Result<(), Failure> {
             }
         }
     };
+    let running = flynn.running_processes();
+    if !running.is_empty() {
+        printer.end_line();
+        let named: Vec<String> = running
+            .iter()
+            .map(|p| format!("{} (`{}`)", p.id, p.command))
+            .collect();
+        let (what, verb) = if running.len() == 1 {
+            ("background process", "is")
+        } else {
+            ("background processes", "are")
+        };
+        eprintln!(
+            "note: {what} {} {verb} stopped now: processes started by `flynn send` end with it (to keep them running, start the daemon with `flynn start` and send through it)",
+            named.join(", ")
+        );
+    }
     match result {
         Ok(outcome) => {
             printer.finish(&session, &outcome);

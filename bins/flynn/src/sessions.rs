@@ -31,6 +31,7 @@ struct Row {
     messages: u64,
     created_at: i64,
     updated_at: i64,
+    title: Option<String>,
 }
 
 /// Usage per tier and per (tier, purpose).
@@ -67,6 +68,7 @@ impl Source {
                     messages: s.message_count,
                     created_at: s.created_at,
                     updated_at: s.updated_at,
+                    title: s.meta.title,
                 })
                 .collect()),
             Source::Remote(target, client) => {
@@ -79,6 +81,7 @@ impl Source {
                         messages: s.message_count,
                         created_at: s.created_at,
                         updated_at: s.updated_at,
+                        title: s.title,
                     })
                     .collect())
             }
@@ -220,8 +223,18 @@ pub async fn run(args: SessionsArgs) -> Result<(), Failure> {
 }
 
 fn parse_key(key: &str) -> Result<SessionKey, Failure> {
-    key.parse()
-        .map_err(|e: flynn_core::protocol::SessionKeyError| Failure::usage(e.to_string()))
+    session_arg(key).map_err(Failure::usage)
+}
+
+/// A session as given on the command line: `channel:peer` as it is, a
+/// bare name as the CLI's own session (`work` is `cli:work`).
+pub(crate) fn session_arg(text: &str) -> Result<SessionKey, String> {
+    SessionKey::named(text, "cli").map_err(|e| {
+        format!(
+            "invalid session '{}': {} (expected a name such as 'work', the CLI's session cli:work, or 'channel:peer' such as 'telegram:12345')",
+            e.key, e.reason
+        )
+    })
 }
 
 fn storage_error(error: flynn_core::SessionsError) -> Failure {
@@ -236,6 +249,7 @@ async fn list(source: &Source, json: bool) -> Result<(), Failure> {
             .map(|s| {
                 json!({
                     "session": s.key.as_str(),
+                    "title": s.title,
                     "messages": s.messages,
                     "created_at": timestamp(s.created_at),
                     "updated_at": timestamp(s.updated_at),
@@ -255,14 +269,21 @@ async fn list(source: &Source, json: bool) -> Result<(), Failure> {
         .max()
         .unwrap_or(0)
         .max(7);
-    outln!("{:<width$}  {:>8}  UPDATED", "SESSION", "MESSAGES");
+    outln!(
+        "{:<width$}  {:>8}  {:<20}  TITLE",
+        "SESSION",
+        "MESSAGES",
+        "UPDATED"
+    );
     for s in &sessions {
-        outln!(
-            "{:<width$}  {:>8}  {}",
+        let line = format!(
+            "{:<width$}  {:>8}  {:<20}  {}",
             s.key.as_str(),
             s.messages,
-            timestamp(s.updated_at)
+            timestamp(s.updated_at),
+            s.title.as_deref().unwrap_or("")
         );
+        outln!("{}", line.trim_end());
     }
     Ok(())
 }

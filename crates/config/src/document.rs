@@ -107,6 +107,23 @@ impl<'t> Document<'t> {
         (node.line, node.column)
     }
 
+    /// The node at exactly `path`, if the document has one.
+    pub fn find(&self, path: &KeyPath) -> Option<&Node> {
+        let mut node = &self.root;
+        for segment in &path.0 {
+            node = match (segment, &node.kind) {
+                (Segment::Key(key), NodeKind::Map(entries)) => entries
+                    .iter()
+                    .rev()
+                    .find(|(k, _)| &k.text == key)
+                    .map(|(_, value)| value)?,
+                (Segment::Index(index), NodeKind::Seq(items)) => items.get(*index)?,
+                _ => return None,
+            };
+        }
+        Some(node)
+    }
+
     /// The node's exact source text, when its span is known.
     pub fn source_of(&self, node: &Node) -> Option<&'t str> {
         node.span.clone().and_then(|span| self.text.get(span))

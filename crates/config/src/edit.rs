@@ -350,6 +350,29 @@ pub(crate) fn offset_of_line(text: &str, line: u64) -> usize {
     text.len()
 }
 
+/// The indent of a map whose first key is `key`: that key's column, or
+/// the column of the tags, anchors and explicit-key indicator written
+/// before it (`!tag key:`, `&anchor key:` and `? key` start the map at the
+/// `!`, `&` or `?`).
+fn entry_indent(text: &str, key: &crate::document::Key) -> usize {
+    let column = usize::try_from(key.column).unwrap_or(1).saturating_sub(1);
+    let start = offset_of_line(text, key.line).min(text.len());
+    let line = &text[start..line_end(text, start)];
+    let before: String = line.chars().take(column).collect();
+    let mut prefix = before.as_str();
+    let mut indent = column;
+    loop {
+        let trimmed = prefix.trim_end_matches([' ', '\t']);
+        let token_start = trimmed.rfind([' ', '\t']).map_or(0, |i| i + 1);
+        let token = &trimmed[token_start..];
+        if !(token.starts_with('!') || token.starts_with('&') || token == "?") {
+            return indent;
+        }
+        prefix = &trimmed[..token_start];
+        indent = prefix.chars().count();
+    }
+}
+
 /// Lines for `keys` (the missing part of a path) set to `value`, in block
 /// style, starting at `indent`.
 fn block_lines(keys: &[&str], value: &Value, indent: usize) -> String {
@@ -366,10 +389,22 @@ fn block_lines(keys: &[&str], value: &Value, indent: usize) -> String {
 }
 
 /// The last byte of the text a node covers, through its whole last line.
+/// A block map's or list's span covers its first entry only: its end is
+/// that of its last entry.
 fn node_end(text: &str, node: &Node) -> Option<usize> {
-    let span = node.span.clone()?;
-    let last = span.end.max(span.start + 1).min(text.len());
-    Some(line_end(text, last.saturating_sub(1)))
+    let own = node.span.clone().map(|span| {
+        let last = span.end.max(span.start + 1).min(text.len());
+        line_end(text, last.saturating_sub(1))
+    });
+    let last_entry = match &node.kind {
+        NodeKind::Map(entries) => entries.last().map(|(key, value)| {
+            let key_end = line_end(text, offset_of_line(text, key.line));
+            key_end.max(node_end(text, value).unwrap_or(0))
+        }),
+        NodeKind::Seq(items) => items.last().and_then(|item| node_end(text, item)),
+        _ => None,
+    };
+    own.max(last_entry)
 }
 
 fn set_one(text: &str, keys: &[&str], value: &Value) -> std::result::Result<String, PathError> {
@@ -530,11 +565,9 @@ fn add_under(
         return Err(PathError("cannot add to an empty map".to_owned()));
     };
     // At the top too: a file may indent its top-level keys.
-    let indent = usize::try_from(first_key.column)
-        .unwrap_or(1)
-        .saturating_sub(1);
+    let indent = entry_indent(text, first_key);
     let first_line_start = offset_of_line(text, first_key.line);
-    if !top && text[first_line_start..].trim_start().starts_with('{') {
+    if text[first_line_start..].trim_start().starts_with('{') {
         return Err(PathError(
             "the parent map is written in flow style ({...}); edit it by hand".to_owned(),
         ));
@@ -617,6 +650,80 @@ mod tests {
             );
         }
         assert!(set_in_text(text, &[("agent.my-box_2".to_owned(), json!(1))]).is_ok());
+    }
+
+    #[test]
+    fn a_key_goes_after_the_whole_of_a_nested_block_and_a_block_is_replaced_whole() {
+        // Found by the `config_edit` fuzz target: a map's extent was that of
+        // its first entry, so a key added beside a map of several entries
+        // went in after its first entry (here `tiers:` into `tierc:`, taking
+        // `fast` with it), and replacing such a map left its other entries
+        // behind.
+        let text = "models:\n  tierc:\n    default: x\n    fast: [a, b]\n    list:\n      - c\n      - d\nproviders: {}\n";
+        let out = set(text, "models.tiers.fast", json!(["e"]));
+        assert!(
+            out.starts_with(text.trim_end_matches("providers: {}\n")),
+            "{out}"
+        );
+        assert_eq!(
+            unexpanded(&out).unwrap_or_else(|e| panic!("{e}: {out}")),
+            json!({
+                "models": {
+                    "tierc": {"default": "x", "fast": ["a", "b"], "list": ["c", "d"]},
+                    "tiers": {"fast": ["e"]},
+                },
+                "providers": {},
+            })
+        );
+        let out = set(text, "models.tierc", json!("y"));
+        assert_eq!(out, "models:\n  tierc: \"y\"\nproviders: {}\n");
+        let out = set(FILE, "models.fallback", json!("z"));
+        assert!(
+            out.ends_with("      - local/qwen2.5\n  fallback: \"z\"\n# the end\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_key_is_added_at_the_column_of_a_tag_written_before_the_first_key() {
+        // Found by the `config_edit` fuzz target: with `!tag key:` the map
+        // starts at the tag; the new key went in at the first key's
+        // column, right of the others, which is not YAML.
+        let text = " !t a: 1\n b:\n   &x c: 2\n   d: 3\n";
+        let out = set(text, "e", json!(4));
+        assert_eq!(out, " !t a: 1\n b:\n   &x c: 2\n   d: 3\n e: 4\n");
+        let out = set(text, "b.f", json!(5));
+        assert_eq!(out, " !t a: 1\n b:\n   &x c: 2\n   d: 3\n   f: 5\n");
+        assert_eq!(
+            unexpanded(&out).unwrap_or_else(|e| panic!("{e}: {out}")),
+            json!({"a": 1, "b": {"c": 2, "d": 3, "f": 5}})
+        );
+        // Found by the same target: a key added to a root written in flow
+        // style went below it, which is not YAML; it is refused instead,
+        // as it is under a flow map deeper down.
+        let refused = set_in_text("{A}\n", &[("b".to_owned(), json!("c"))]);
+        assert!(
+            refused.as_ref().is_err_and(|e| e.0.contains("flow style")),
+            "{refused:?}"
+        );
+        // An explicit key (`? key`) starts the map at the `?`.
+        let out = set(
+            "  ?   k
+",
+            "a.b",
+            json!(true),
+        );
+        assert_eq!(
+            out,
+            "  ?   k
+  a:
+    b: true
+"
+        );
+        assert_eq!(
+            unexpanded(&out).unwrap_or_else(|e| panic!("{e}: {out}")),
+            json!({"k": null, "a": {"b": true}})
+        );
     }
 
     #[test]

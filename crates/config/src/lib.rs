@@ -38,13 +38,18 @@
 //! Values from the environment are never shown in error messages: they
 //! may be secrets.
 //!
-//! # Without a config file
+//! # The environment, with or without a config file
 //!
 //! When no file exists at the default path, [`from_env`] builds the config
 //! from `ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`, `OPENAI_API_KEY`,
 //! `OPENAI_BASE_URL`, `GEMINI_API_KEY` and `OLLAMA_HOST`, one provider per
-//! group of variables that is set. `FLYNN_MODEL=provider/model` picks the
-//! default tier, with or without a file ([`apply_model_override`]).
+//! group of variables that is set. With a file, the same variables fill in
+//! what the file leaves out (a provider's missing key or base URL, a
+//! provider the file does not name, the default tier), and the file wins
+//! where both set something ([`fill_from_env`]; [`Loaded::from_env`] says
+//! what was filled in, [`origins`] where each value came from).
+//! `FLYNN_MODEL=provider/model` picks the default tier, with or without a
+//! file ([`apply_model_override`]).
 //!
 //! # Other conveniences
 //!
@@ -61,6 +66,7 @@ mod expand;
 pub mod fuzzing;
 mod load;
 pub mod migrate;
+mod origin;
 mod paths;
 mod validate;
 mod workspace;
@@ -70,10 +76,12 @@ pub use edit::{lookup, masked};
 pub use env::{Env, MapEnv, ProcessEnv};
 pub use error::{Diagnostic, Error, Problem, Result};
 pub use load::{Loaded, Overlay, PROFILE_VAR, Source, load, parse_layers, parse_str};
+pub use origin::{Origin, ValueOrigin, origins};
 pub use paths::{Paths, create_home};
 pub use workspace::{Workspace, WorkspaceOrigin};
 pub use zero_config::{
-    LOCAL_MODEL_VAR, LOCAL_PROVIDER, apply_model_override, from_env, local_fallback,
+    FromEnv, LOCAL_MODEL_VAR, LOCAL_PROVIDER, apply_model_override, fill_from_env, from_env,
+    local_fallback,
 };
 
 /// The JSON Schema of the configuration file, pretty-printed with a

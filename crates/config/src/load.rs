@@ -10,7 +10,7 @@ use crate::env::Env;
 use crate::error::{Diagnostic, Error, Result};
 use crate::paths::{self, Paths};
 use crate::validate;
-use crate::zero_config;
+use crate::zero_config::{self, FromEnv};
 
 /// A loaded configuration and where it came from.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,8 +20,12 @@ pub struct Loaded {
     pub paths: Paths,
     /// The profile overlay merged over the file (`FLYNN_PROFILE`), if any.
     pub overlay: Option<Overlay>,
+    /// What the environment filled in ([`crate::fill_from_env`]), in the
+    /// order it was filled.
+    pub from_env: Vec<FromEnv>,
     /// The GGUF model the zero-config fallback runs for every tier, when
-    /// no provider is configured anywhere ([`crate::local_fallback`]).
+    /// no provider is configured anywhere, neither in the file nor in the
+    /// environment ([`crate::local_fallback`]).
     pub local_fallback: Option<PathBuf>,
 }
 
@@ -78,16 +82,20 @@ pub enum Source {
 /// Loads the configuration Flynn runs with.
 ///
 /// Reads [`Paths::config_file`] (the `explicit` path, else `FLYNN_CONFIG`,
-/// else the default) with [`parse_str`], then applies `FLYNN_MODEL`
-/// ([`crate::apply_model_override`]). When the file is missing at the
-/// default path, the config comes from the environment
-/// ([`crate::from_env`]); when a file named by `explicit` or `FLYNN_CONFIG`
-/// is missing, that is [`Error::NotFound`].
+/// else the default) with [`parse_str`], then fills in from the
+/// environment what the file leaves out: provider keys and base URLs,
+/// `FLYNN_MODEL`, the default tier ([`crate::fill_from_env`]). When the
+/// file is missing at the default path, the config comes from the
+/// environment alone ([`crate::from_env`]); when a file named by
+/// `explicit` or `FLYNN_CONFIG` is missing, that is [`Error::NotFound`].
+/// When, after that, no provider is configured at all, a GGUF model in
+/// `FLYNN_HOME/models` (or `FLYNN_LOCAL_MODEL`) is used for every tier
+/// ([`crate::local_fallback`]).
 pub fn load(explicit: Option<&Path>, env: &dyn Env) -> Result<Loaded> {
     let (paths, named) = paths::resolve(explicit, env)?;
     let profile = crate::env::non_empty(env, PROFILE_VAR);
     let mut overlay = None;
-    let (config, source) = match std::fs::read_to_string(&paths.config_file) {
+    let (mut config, source) = match std::fs::read_to_string(&paths.config_file) {
         Ok(text) => {
             let layer = match &profile {
                 Some(profile) => {
@@ -97,7 +105,7 @@ pub fn load(explicit: Option<&Path>, env: &dyn Env) -> Result<Loaded> {
                 }
                 None => None,
             };
-            let mut config = parse_layers(
+            let config = parse_layers(
                 &text,
                 &paths.config_file,
                 overlay
@@ -106,7 +114,6 @@ pub fn load(explicit: Option<&Path>, env: &dyn Env) -> Result<Loaded> {
                     .map(|(o, text)| (text, o.file.as_path())),
                 env,
             )?;
-            zero_config::apply_model_override(&mut config, env)?;
             (config, Source::File(paths.config_file.clone()))
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -124,7 +131,7 @@ pub fn load(explicit: Option<&Path>, env: &dyn Env) -> Result<Loaded> {
                     ),
                 });
             }
-            (zero_config::from_env(env)?, Source::Environment)
+            (FlynnConfig::default(), Source::Environment)
         }
         Err(source) => {
             return Err(Error::Read {
@@ -133,13 +140,16 @@ pub fn load(explicit: Option<&Path>, env: &dyn Env) -> Result<Loaded> {
             });
         }
     };
-    let mut config = config;
+    let from_env = zero_config::fill_from_env(&mut config, env)?;
+    // Only after the environment had its say: the fallback applies when
+    // no provider is configured at all.
     let local_fallback = zero_config::local_fallback(&mut config, &paths.home, env)?;
     Ok(Loaded {
         config,
         source,
         paths,
         overlay,
+        from_env,
         local_fallback,
     })
 }
@@ -186,7 +196,10 @@ fn read_overlay(config_file: &Path, profile: &str) -> Result<(Overlay, String)> 
 
 /// Parses a config file's text: YAML, `${VAR}` expansion from `env`, the
 /// types, then the checks across blocks. `origin` names the text in
-/// errors. Does not apply `FLYNN_MODEL`.
+/// errors. Fills in nothing from the environment (no `FLYNN_MODEL`, no
+/// provider keys: [`crate::fill_from_env`] does that), but models may name
+/// a provider the environment would add (`anthropic` with
+/// `ANTHROPIC_API_KEY` set).
 pub fn parse_str(text: &str, origin: &Path, env: &dyn Env) -> Result<FlynnConfig> {
     parse_layers(text, origin, None, env)
 }
@@ -239,7 +252,10 @@ fn parse_document(doc: &Document<'_>, origins: &Origins<'_>, env: &dyn Env) -> R
     let invalid = |located: Located| Error::invalid(diagnostic(origins, located));
     validate::check_version(doc).map_err(invalid)?;
     let config: FlynnConfig = decode(doc, env).map_err(invalid)?;
-    let problems = validate::validate(&config, doc);
+    // A model may name a provider the environment adds (`load` fills it
+    // in after parsing).
+    let from_env = zero_config::provider_names(env);
+    let problems = validate::validate(&config, doc, &from_env);
     if problems.is_empty() {
         Ok(config)
     } else {

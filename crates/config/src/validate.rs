@@ -34,8 +34,13 @@ pub(crate) fn check_version(doc: &Document<'_>) -> Result<(), Located> {
     }
 }
 
-/// Every problem in a parsed config, in file order.
-pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located> {
+/// Every problem in a parsed config, in file order. Models may also name
+/// the providers in `from_env` (added from the environment when loaded).
+pub(crate) fn validate(
+    config: &FlynnConfig,
+    doc: &Document<'_>,
+    from_env: &[String],
+) -> Vec<Located> {
     let mut problems = Vec::new();
     let mut report = |path: KeyPath, problem: Problem| {
         let (line, column) = doc.locate(&path);
@@ -83,7 +88,13 @@ pub(crate) fn validate(config: &FlynnConfig, doc: &Document<'_>) -> Vec<Located>
         check_local_provider(provider, &path, &mut report);
     }
 
-    let configured: Vec<String> = config.providers.keys().cloned().collect();
+    let mut configured: Vec<String> = config.providers.keys().cloned().collect();
+    for name in from_env {
+        if !configured.contains(name) {
+            configured.push(name.clone());
+        }
+    }
+    configured.sort();
     let mut check_refs = |path: KeyPath, models: &[ModelRef]| {
         for (index, model) in models.iter().enumerate() {
             if let Some(problem) = unknown_provider(model.provider(), &configured) {
@@ -1256,6 +1267,58 @@ fn report_min(other: &mut impl FnMut(KeyPath, String), path: KeyPath, value: u64
     );
 }
 
+/// `kind: local` takes `model_path` (a file that exists), `threads` and
+/// `context`; other kinds take none of them.
+fn check_local_provider(
+    provider: &flynn_protocol::config::ProviderConfig,
+    path: &KeyPath,
+    report: &mut impl FnMut(KeyPath, Problem),
+) {
+    if provider.kind != ProviderKind::Local {
+        for (key, set) in [
+            ("model_path", provider.model_path.is_some()),
+            ("threads", provider.threads.is_some()),
+            ("context", provider.context.is_some()),
+        ] {
+            if set {
+                report(
+                    path.key(key),
+                    Problem::Other {
+                        message: format!(
+                            "{key} is only for providers of kind local (this one is {})",
+                            provider.kind
+                        ),
+                    },
+                );
+            }
+        }
+        return;
+    }
+    match &provider.model_path {
+        None => report(
+            path.clone(),
+            Problem::MissingKey {
+                key: "model_path".to_owned(),
+            },
+        ),
+        Some(file) if !file.is_file() => report(
+            path.key("model_path"),
+            Problem::Other {
+                message: format!(
+                    "model file {} does not exist; download a GGUF model with `flynn models pull <repo>/<file.gguf>` (or scripts/fetch-smollm2.sh) and set model_path to the path it prints",
+                    file.display()
+                ),
+            },
+        ),
+        Some(_) => {}
+    }
+    for (key, value) in [("threads", provider.threads), ("context", provider.context)] {
+        if value == Some(0) {
+            report(path.key(key), Problem::TooSmall { value: 0, min: 1 });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1326,58 +1389,6 @@ mod tests {
             "http://[::1",
         ] {
             assert!(!is_http_url(url), "{url}");
-        }
-    }
-}
-
-/// `kind: local` takes `model_path` (a file that exists), `threads` and
-/// `context`; other kinds take none of them.
-fn check_local_provider(
-    provider: &flynn_protocol::config::ProviderConfig,
-    path: &KeyPath,
-    report: &mut impl FnMut(KeyPath, Problem),
-) {
-    if provider.kind != ProviderKind::Local {
-        for (key, set) in [
-            ("model_path", provider.model_path.is_some()),
-            ("threads", provider.threads.is_some()),
-            ("context", provider.context.is_some()),
-        ] {
-            if set {
-                report(
-                    path.key(key),
-                    Problem::Other {
-                        message: format!(
-                            "{key} is only for providers of kind local (this one is {})",
-                            provider.kind
-                        ),
-                    },
-                );
-            }
-        }
-        return;
-    }
-    match &provider.model_path {
-        None => report(
-            path.clone(),
-            Problem::MissingKey {
-                key: "model_path".to_owned(),
-            },
-        ),
-        Some(file) if !file.is_file() => report(
-            path.key("model_path"),
-            Problem::Other {
-                message: format!(
-                    "model file {} does not exist; download a GGUF model with `flynn models pull <repo>/<file.gguf>` (or scripts/fetch-smollm2.sh) and set model_path to the path it prints",
-                    file.display()
-                ),
-            },
-        ),
-        Some(_) => {}
-    }
-    for (key, value) in [("threads", provider.threads), ("context", provider.context)] {
-        if value == Some(0) {
-            report(path.key(key), Problem::TooSmall { value: 0, min: 1 });
         }
     }
 }

@@ -1,5 +1,8 @@
-//! A configuration from the usual environment variables, for running
-//! without a config file, and the `FLYNN_MODEL` override.
+//! Values from the usual environment variables: the whole configuration
+//! when there is no config file, what the file leaves out when there is
+//! one, and the `FLYNN_MODEL` override.
+
+use std::fmt;
 
 use std::path::{Path, PathBuf};
 
@@ -23,7 +26,34 @@ const KNOWN: [(&str, &str, Option<&str>); 4] = [
 /// Ollama's port when `OLLAMA_HOST` names none.
 const OLLAMA_PORT: u16 = 11434;
 
-/// The configuration Flynn runs with when there is no config file.
+/// A value of the configuration that came from the environment rather
+/// than the file (what `flynn config get --origin` reports).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FromEnv {
+    /// The dotted path the value is at: `providers.openai.api_key`, or
+    /// `providers.openai` for a provider made whole from the environment.
+    pub path: String,
+    /// The variables it came from.
+    pub variables: Vec<String>,
+}
+
+impl FromEnv {
+    fn new(path: String, variables: &[&str]) -> Self {
+        FromEnv {
+            path,
+            variables: variables.iter().map(|v| (*v).to_owned()).collect(),
+        }
+    }
+}
+
+impl fmt::Display for FromEnv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} from {}", self.path, self.variables.join(", "))
+    }
+}
+
+/// The configuration Flynn runs with when there is no config file: the
+/// empty configuration filled in by [`fill_from_env`].
 ///
 /// One provider for each group of variables that is set (an empty value
 /// counts as unset):
@@ -47,22 +77,172 @@ const OLLAMA_PORT: u16 = 11434;
 /// providers and an empty default tier.
 pub fn from_env(env: &dyn Env) -> Result<FlynnConfig> {
     let mut config = FlynnConfig::default();
-    for (name, _, _) in KNOWN {
-        if let Some(provider) = provider_from_env(name, env)? {
-            config.providers.insert(name.to_owned(), provider);
+    fill_from_env(&mut config, env)?;
+    Ok(config)
+}
+
+/// Fills in from the environment what a configuration leaves out, and
+/// says what it filled in. The configuration's own values always win.
+///
+/// 1. **Providers.** A provider of the file named `anthropic`, `openai`,
+///    `gemini` or `ollama`, or of that kind, takes a missing `api_key`
+///    from `ANTHROPIC_API_KEY`, `OPENAI_API_KEY`, `GEMINI_API_KEY` and a
+///    missing `base_url` from `ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`,
+///    `OLLAMA_HOST`; a provider of another kind with a usual key variable
+///    (`openrouter`: `OPENROUTER_API_KEY`, `groq`: `GROQ_API_KEY`,
+///    `github-models`: `GITHUB_TOKEN`) takes its missing key from it. A
+///    group of variables whose name the file does not use adds its
+///    provider as [`from_env`] makes it.
+/// 2. **`FLYNN_MODEL`** ([`apply_model_override`]).
+/// 3. **The default tier**, when neither it nor `models.fallback` names a
+///    model: the first provider named anthropic, openai, gemini, ollama
+///    that can be called, with its usual model, as [`from_env`] chooses.
+pub fn fill_from_env(config: &mut FlynnConfig, env: &dyn Env) -> Result<Vec<FromEnv>> {
+    let mut filled = fill_providers(config, env)?;
+    filled.extend(model_override(config, env)?);
+    filled.extend(choose_default(config, &filled));
+    Ok(filled)
+}
+
+/// The providers the environment would add to a configuration that names
+/// none (for checking references in a file before it is filled in).
+pub(crate) fn provider_names(env: &dyn Env) -> Vec<String> {
+    let mut names = Vec::new();
+    for group in &GROUPS {
+        if group.key.and_then(|v| non_empty(env, v)).is_some()
+            || group.url.and_then(|v| non_empty(env, v)).is_some()
+        {
+            names.push(group.name.to_owned());
         }
     }
-    if non_empty(env, "FLYNN_MODEL").is_some() {
-        apply_model_override(&mut config, env)?;
-    } else if let Some((name, model, _)) = KNOWN.into_iter().find(|(name, _, _)| {
+    names
+}
+
+/// One group of variables that makes a provider.
+struct Group {
+    name: &'static str,
+    kind: ProviderKind,
+    key: Option<&'static str>,
+    url: Option<&'static str>,
+}
+
+const GROUPS: [Group; 4] = [
+    Group {
+        name: "anthropic",
+        kind: ProviderKind::Anthropic,
+        key: Some("ANTHROPIC_API_KEY"),
+        url: Some("ANTHROPIC_BASE_URL"),
+    },
+    Group {
+        name: "openai",
+        kind: ProviderKind::Openai,
+        key: Some("OPENAI_API_KEY"),
+        url: Some("OPENAI_BASE_URL"),
+    },
+    Group {
+        name: "gemini",
+        kind: ProviderKind::Gemini,
+        key: Some("GEMINI_API_KEY"),
+        url: None,
+    },
+    Group {
+        name: "ollama",
+        kind: ProviderKind::Ollama,
+        key: None,
+        url: Some("OLLAMA_HOST"),
+    },
+];
+
+fn fill_providers(config: &mut FlynnConfig, env: &dyn Env) -> Result<Vec<FromEnv>> {
+    let mut filled = Vec::new();
+    for (name, provider) in &mut config.providers {
+        let group = GROUPS
+            .iter()
+            .find(|g| g.name == name.as_str())
+            .or_else(|| GROUPS.iter().find(|g| g.kind == provider.kind));
+        let key_var = match group {
+            Some(group) => group.key,
+            None => provider.kind.api_key_env(),
+        };
+        if provider.api_key.is_none()
+            && let Some(var) = key_var
+            && let Some(key) = non_empty(env, var)
+        {
+            provider.api_key = Some(key);
+            filled.push(FromEnv::new(format!("providers.{name}.api_key"), &[var]));
+        }
+        if provider.base_url.is_none()
+            && let Some(var) = group.and_then(|g| g.url)
+            && let Some(url) = group_url(env, var)?
+        {
+            provider.base_url = Some(url);
+            filled.push(FromEnv::new(format!("providers.{name}.base_url"), &[var]));
+        }
+    }
+    for group in &GROUPS {
+        if config.providers.contains_key(group.name) {
+            continue;
+        }
+        if let Some(provider) = provider_from_env(group.name, env)? {
+            let set: Vec<&str> = [group.key, group.url]
+                .into_iter()
+                .flatten()
+                .filter(|var| non_empty(env, var).is_some())
+                .collect();
+            let path = format!("providers.{}", group.name);
+            filled.push(FromEnv::new(format!("{path}.kind"), &set));
+            for (field, var) in [("api_key", group.key), ("base_url", group.url)] {
+                if let Some(var) = var.filter(|var| set.contains(var)) {
+                    filled.push(FromEnv::new(format!("{path}.{field}"), &[var]));
+                }
+            }
+            config.providers.insert(group.name.to_owned(), provider);
+        }
+    }
+    Ok(filled)
+}
+
+/// A group's base URL variable, normalised as its provider reads it.
+fn group_url(env: &dyn Env, var: &str) -> Result<Option<String>> {
+    if var == "OLLAMA_HOST" {
+        return match non_empty(env, var) {
+            Some(host) => ollama_base_url(&host).map(Some).ok_or_else(|| Error::Env {
+                name: var.to_owned(),
+                problem: Problem::InvalidUrl { url: host },
+            }),
+            None => Ok(None),
+        };
+    }
+    url_var(env, var)
+}
+
+fn choose_default(config: &mut FlynnConfig, filled: &[FromEnv]) -> Option<FromEnv> {
+    if !config.models.tiers.default.is_empty() || !config.models.fallback.is_empty() {
+        return None;
+    }
+    let (name, model, _) = KNOWN.into_iter().find(|(name, _, _)| {
         config
             .providers
             .get(*name)
             .is_some_and(|p| p.api_key.is_some() || !p.kind.requires_api_key())
-    }) {
-        config.models.tiers.default = vec![ModelRef::new(name, model)];
+    })?;
+    config.models.tiers.default = vec![ModelRef::new(name, model)];
+    // Recorded as coming from the environment when the provider did.
+    let prefix = format!("providers.{name}.");
+    let mut variables: Vec<String> = Vec::new();
+    for var in filled
+        .iter()
+        .filter(|f| f.path.starts_with(&prefix))
+        .flat_map(|f| &f.variables)
+    {
+        if !variables.contains(var) {
+            variables.push(var.clone());
+        }
     }
-    Ok(config)
+    (!variables.is_empty()).then(|| FromEnv {
+        path: "models.tiers.default".to_owned(),
+        variables,
+    })
 }
 
 /// Applies `FLYNN_MODEL=provider/model`, when set, as the whole default
@@ -74,10 +254,15 @@ pub fn from_env(env: &dyn Env) -> Result<FlynnConfig> {
 /// a well-known provider whose variables are unset, or any other unknown
 /// provider, is an [`Error::Env`].
 pub fn apply_model_override(config: &mut FlynnConfig, env: &dyn Env) -> Result<()> {
+    model_override(config, env).map(|_| ())
+}
+
+fn model_override(config: &mut FlynnConfig, env: &dyn Env) -> Result<Vec<FromEnv>> {
     const VAR: &str = "FLYNN_MODEL";
     let Some(value) = non_empty(env, VAR) else {
-        return Ok(());
+        return Ok(Vec::new());
     };
+    let mut filled = Vec::new();
     let env_error = |problem: Problem| Error::Env {
         name: VAR.to_owned(),
         problem,
@@ -103,6 +288,7 @@ pub fn apply_model_override(config: &mut FlynnConfig, env: &dyn Env) -> Result<(
                         }));
                     }
                 };
+                filled.push(FromEnv::new(format!("providers.{name}.kind"), &[VAR]));
                 config.providers.insert(name.to_owned(), provider);
             }
             None => {
@@ -122,7 +308,8 @@ pub fn apply_model_override(config: &mut FlynnConfig, env: &dyn Env) -> Result<(
         }
     }
     config.models.tiers.default = vec![model];
-    Ok(())
+    filled.push(FromEnv::new("models.tiers.default".to_owned(), &[VAR]));
+    Ok(filled)
 }
 
 /// The provider `name` made from its environment variables, if any is set.

@@ -15,7 +15,7 @@
 mod compaction;
 mod error;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 pub use compaction::{
     Budget, COMPACTION_PROMPT, CompactionReport, CompactionSettings, Compactor, MemoryFlush,
@@ -123,6 +123,9 @@ struct CallIds {
     stored: HashSet<String>,
     /// Ids given out so far.
     given: HashSet<String>,
+    /// For an id given out once: the `n` its next repeat tries first
+    /// (every smaller one is taken), so `n` repeats cost `n`, not `n²`.
+    next: HashMap<String, u64>,
 }
 
 impl CallIds {
@@ -133,6 +136,7 @@ impl CallIds {
                 .flat_map(|message| message.tool_uses().map(|(id, _, _)| id.to_owned()))
                 .collect(),
             given: HashSet::new(),
+            next: HashMap::new(),
         }
     }
 
@@ -142,13 +146,13 @@ impl CallIds {
         if self.given.insert(id.to_owned()) {
             return id.to_owned();
         }
-        let mut n: u64 = 2;
+        let n = self.next.entry(id.to_owned()).or_insert(2);
         loop {
             let candidate = format!("{id}_{n}");
+            *n = n.saturating_add(1);
             if !self.stored.contains(&candidate) && self.given.insert(candidate.clone()) {
                 return candidate;
             }
-            n = n.saturating_add(1);
         }
     }
 }
@@ -319,6 +323,31 @@ mod tests {
                 Message::assistant("done"),
             ]
         );
+    }
+
+    /// Found by the `history` fuzz target: the n-th repeat of an id tried
+    /// every name from `<id>_2` up, so a long session of a model that
+    /// calls everything `call_0` took quadratic time on every turn.
+    #[test]
+    fn many_repeats_of_one_call_id_are_renamed_in_linear_time() {
+        let turns = 20_000;
+        let mut history = Vec::new();
+        for _ in 0..turns {
+            history.push(assistant(vec![call("call_0")]));
+            history.push(user(vec![result("call_0", "ok", false)]));
+        }
+        let started = std::time::Instant::now();
+        let repaired = repair(history);
+        let took = started.elapsed();
+        let ids: HashSet<&str> = repaired
+            .iter()
+            .flat_map(|message| message.tool_uses().map(|(id, _, _)| id))
+            .collect();
+        assert_eq!(ids.len(), turns);
+        assert!(ids.contains("call_0") && ids.contains("call_0_20000"));
+        // Linear: well under a second even in a debug build; the
+        // quadratic search took minutes.
+        assert!(took < std::time::Duration::from_secs(5), "took {took:?}");
     }
 
     #[test]

@@ -13,6 +13,8 @@ use flynn_orchestrator::{
 use flynn_protocol::config::FlynnConfig;
 use flynn_protocol::{AgentEvent, RunState, SessionKey, TurnOutcome};
 use flynn_sessions::SessionStore;
+use flynn_tools::builtin::process::ProcessInfo;
+use flynn_tools::builtin::{ProcessLifetime, ProcessManager};
 use flynn_tools::{AuditLog, Redactor, Tool, ToolExecutor, ToolPolicy, TypedTool};
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
@@ -33,6 +35,7 @@ pub struct FlynnBuilder {
     clock: Option<Arc<dyn Clock>>,
     secrets: Vec<String>,
     private: Vec<PathBuf>,
+    processes: ProcessLifetime,
 }
 
 impl std::fmt::Debug for FlynnBuilder {
@@ -49,6 +52,15 @@ impl std::fmt::Debug for FlynnBuilder {
 }
 
 impl FlynnBuilder {
+    /// How long background processes (`process.start`) may live:
+    /// [`ProcessLifetime::Command`] for a runtime that serves one command
+    /// and exits (the CLI's embedded `flynn send`), so that the model is
+    /// told they end with it. [`ProcessLifetime::Runtime`] by default.
+    pub fn process_lifetime(mut self, lifetime: ProcessLifetime) -> Self {
+        self.processes = lifetime;
+        self
+    }
+
     /// The configuration (see `flynn_core::config::load` to read a file).
     pub fn config(mut self, config: FlynnConfig) -> Self {
         self.config = config;
@@ -188,11 +200,12 @@ impl FlynnBuilder {
         )
         .map_err(|e| Error::Config(e.to_string()))?;
 
-        let mut registry = flynn_tools::builtin::registry_with(
+        let (mut registry, processes) = flynn_tools::builtin::registry_and_processes(
             &config.tools,
             &flynn_tools::sandbox::SandboxPaths {
                 hidden: hidden.clone(),
             },
+            self.processes,
         );
         if let Some(memory) = &memory {
             for tool in memory.tools() {
@@ -311,6 +324,7 @@ impl FlynnBuilder {
             memory: memory.map(|m| m.memory),
             automation,
             mcp,
+            processes,
         })
     }
 }
@@ -323,11 +337,18 @@ pub struct Flynn {
     memory: Option<Memory>,
     automation: Automation,
     mcp: McpServers,
+    processes: Arc<ProcessManager>,
 }
 
 impl Flynn {
     pub fn builder() -> FlynnBuilder {
         FlynnBuilder::default()
+    }
+
+    /// The background processes (`process.start`) still running, of every
+    /// session, oldest first.
+    pub fn running_processes(&self) -> Vec<ProcessInfo> {
+        self.processes.running()
     }
 
     /// Answers one message and returns how the turn ended; the turn's

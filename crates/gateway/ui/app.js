@@ -548,6 +548,9 @@ async function loadSessions() {
     return;
   }
   renderSessions();
+  // The open session gets its title with its first message.
+  const open = state.sessions.find((s) => s.key === state.session);
+  if (open?.title) $("chat-title").textContent = open.title;
 }
 
 function renderSessions() {

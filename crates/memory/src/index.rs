@@ -192,7 +192,11 @@ impl MemoryIndex {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(5));
+            .busy_timeout(Duration::from_secs(5))
+            // 512 KiB of page cache per connection, not SQLite's 2 MiB
+            // (which fills as the index grows, 8 MiB over the pool): a
+            // search reads a few pages.
+            .pragma("cache_size", "-512");
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(options)

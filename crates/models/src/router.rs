@@ -107,6 +107,9 @@ pub struct ModelRouter {
     breakers: Arc<Breakers>,
     backoff: Backoff,
     windows: ContextWindows,
+    /// Providers whose kind needs an API key and that have none, with the
+    /// variable that usually holds it (for the "no model" error).
+    keyless: Vec<(String, Option<&'static str>)>,
 }
 
 impl fmt::Debug for ModelRouter {
@@ -127,13 +130,19 @@ impl ModelRouter {
     ) -> Result<Self> {
         let mut clients = HashMap::new();
         let mut shared = crate::provider::Shared::default();
+        let mut keyless = Vec::new();
         for (name, config) in providers {
             clients.insert(
                 name.clone(),
                 crate::provider::build_shared(name, config, &mut shared)?,
             );
+            if config.kind.requires_api_key() && config.api_key.is_none() {
+                keyless.push((name.clone(), config.kind.api_key_env()));
+            }
         }
-        Ok(Self::new(clients, models.clone()).with_windows(ContextWindows::new(providers, models)))
+        let mut router = Self::new(clients, models.clone());
+        router.keyless = keyless;
+        Ok(router.with_windows(ContextWindows::new(providers, models)))
     }
 
     /// Replaces the context-window resolver (by default it knows only
@@ -156,6 +165,7 @@ impl ModelRouter {
             breakers,
             backoff,
             windows,
+            keyless: Vec::new(),
         }
     }
 
@@ -273,13 +283,50 @@ impl ModelRouter {
             };
         }
         if self.clients.is_empty() {
+            // No provider anywhere (the environment was already used to
+            // fill in the config, and no local model was found for the
+            // zero-config fallback): the three ways forward.
             return Error::Config {
                 message: NO_PROVIDER.to_owned(),
             };
         }
+        // Providers exist, but no tier or fallback names a model of
+        // theirs: say which, and what each still lacks.
+        let mut names: Vec<&String> = self.clients.keys().collect();
+        names.sort();
+        let listed: Vec<String> = names
+            .iter()
+            .map(|name| match self.keyless.iter().find(|(k, _)| k == *name) {
+                Some((_, Some(var))) => {
+                    format!("{name} (no API key: set {var} or providers.{name}.api_key)")
+                }
+                Some((_, None)) => format!("{name} (no API key: set providers.{name}.api_key)"),
+                None => (*name).clone(),
+            })
+            .collect();
+        let example = names
+            .iter()
+            .find(|name| !self.keyless.iter().any(|(k, _)| k == **name))
+            .or(names.first())
+            .map(|name| format!("{name}/<model>"))
+            .unwrap_or_default();
+        let tiers = if tier == Tier::Default {
+            "models.tiers.default".to_owned()
+        } else {
+            format!("models.tiers.{tier} or models.tiers.default")
+        };
+        let (subject, owner) = if names.len() == 1 {
+            ("provider", "is configured, but no tier names a model of it")
+        } else {
+            (
+                "providers",
+                "are configured, but no tier names a model of theirs",
+            )
+        };
         Error::Config {
             message: format!(
-                "no model is configured for the '{tier}' tier (set models.tiers.{tier} in the config file, or FLYNN_MODEL, or one of ANTHROPIC_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL, GEMINI_API_KEY, OLLAMA_HOST)"
+                "no model is configured for the '{tier}' tier: {subject} {} {owner} (list one under {tiers} in the config file, e.g. `default: [{example}]`, or set FLYNN_MODEL={example})",
+                listed.join(", "),
             ),
         }
     }

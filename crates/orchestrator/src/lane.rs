@@ -452,8 +452,12 @@ impl Lane {
             .store
             .accept(&self.key, &request.content, &origin)
             .await?;
-        // `accept` recorded the channel in the store too.
+        // `accept` recorded the channel in the store too, and gave an
+        // untitled session its title.
         self.meta.last_channel = Some(self.key.channel().to_owned());
+        if self.meta.title.is_none() {
+            self.meta.title = flynn_sessions::title::from_content(&request.content);
+        }
         if let Some(source) = &request.untrusted {
             // A webhook's body: untrusted content from the first word.
             let taint = format!("{source} in turn {}", record.id);

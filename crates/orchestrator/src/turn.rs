@@ -649,6 +649,10 @@ async fn run_tools(
     summary: &mut Vec<ToolCallSummary>,
 ) -> Vec<ContentBlock> {
     let executor = &job.shared.executor;
+    // A deferred tool called by its wire name before it was found goes by
+    // its own name from here on (events, summary, gate).
+    let calls: Vec<ToolCall> = calls.iter().map(|c| executor.resolve(c, ctx)).collect();
+    let calls = calls.as_slice();
     let parallel = |call: &ToolCall| {
         executor
             .registry()

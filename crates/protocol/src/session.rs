@@ -39,6 +39,27 @@ impl SessionKey {
         format!("{channel}:{peer}").parse()
     }
 
+    /// The key a person means by `text`: `channel:peer` as it is, and a
+    /// bare name (no `:`) as `channel`'s own session, so that `work` given
+    /// to the CLI is `cli:work`. The error's key is `text` as given.
+    pub fn named(text: &str, channel: &str) -> Result<Self, SessionKeyError> {
+        if text.contains(':') {
+            return text.parse();
+        }
+        if text.is_empty() {
+            return Err(SessionKeyError {
+                key: String::new(),
+                reason: "empty session name",
+            });
+        }
+        format!("{channel}:{text}")
+            .parse()
+            .map_err(|e: SessionKeyError| SessionKeyError {
+                key: text.to_owned(),
+                reason: e.reason,
+            })
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

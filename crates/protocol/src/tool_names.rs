@@ -67,6 +67,13 @@ impl ToolNameMap {
     }
 }
 
+/// The name a tool goes by on the wire (`shell.exec` → `shell_exec`),
+/// as [`ToolNameMap`] makes it when no other offered tool collides with
+/// it: what to tell a model to call.
+pub fn wire_name(name: &str) -> String {
+    sanitise(name)
+}
+
 fn sanitise(name: &str) -> String {
     let mut out: String = name
         .chars()

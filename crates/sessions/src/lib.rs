@@ -24,6 +24,7 @@ pub mod pairing;
 pub mod retry;
 mod sqlite;
 mod store;
+pub mod title;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -7,7 +7,7 @@ use crate::sandbox::Backend;
 /// result for the model; none of them ends the turn.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ToolError {
-    #[error("unknown tool '{name}' (available: {available})")]
+    #[error("unknown tool '{name}' (tools you can call, by these names: {available})")]
     UnknownTool { name: String, available: String },
     #[error("invalid arguments for {tool}: {message}")]
     InvalidArguments { tool: String, message: String },

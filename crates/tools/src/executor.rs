@@ -119,10 +119,41 @@ impl ToolExecutor {
         self.hooks.rule(tool) == Some(HookAction::Confirm)
     }
 
+    /// The call with its tool's dotted name when the model called a tool
+    /// by its wire name without having been offered it (`process_start`
+    /// for a deferred `process.start` it did not look up with
+    /// `tools.search`): the name is mapped back only for requests that
+    /// offered the tool. A tool the agent may use is then offered for the
+    /// rest of the turn, as if found; the gate decides on the dotted name
+    /// as for any call. Any other call is returned as it is.
+    pub fn resolve(&self, call: &ToolCall, ctx: &ToolContext) -> ToolCall {
+        if self.registry.get(&call.name).is_some() {
+            return call.clone();
+        }
+        let tools = self.registry.tools();
+        let mut matching = tools
+            .iter()
+            .filter(|tool| flynn_protocol::wire_name(tool.name()) == call.name);
+        let (Some(tool), None) = (matching.next(), matching.next()) else {
+            return call.clone();
+        };
+        if ctx.policy.permits(tool.as_ref())
+            && let Some(catalog) = &ctx.catalog
+        {
+            catalog.reveal(tool.name());
+        }
+        ToolCall {
+            name: tool.name().to_owned(),
+            ..call.clone()
+        }
+    }
+
     /// Runs one call through the gate and the tool. Never fails: an
     /// unknown tool, a denial, a timeout or a cancellation is an error
     /// result for the model.
     pub async fn execute(&self, call: &ToolCall, ctx: &ToolContext) -> ToolResult {
+        let resolved = self.resolve(call, ctx);
+        let call = &resolved;
         let started = Instant::now();
         let tool = self.registry.get(&call.name);
         let mut gate = GateTrace::default();
@@ -179,12 +210,14 @@ impl ToolExecutor {
         gate: &mut GateTrace,
     ) -> Result<String, ToolError> {
         let Some(tool) = tool else {
-            // Name only the tools this agent may use.
+            // Name only the tools this agent may use, as the model calls
+            // them (every one of them may be called by that name, offered
+            // yet or not: see `resolve`).
             let tools = self.registry.tools();
-            let available: Vec<&str> = tools
+            let available: Vec<String> = tools
                 .iter()
                 .filter(|tool| ctx.policy.permits(tool.as_ref()))
-                .map(|tool| tool.name())
+                .map(|tool| flynn_protocol::wire_name(tool.name()))
                 .collect();
             return Err(ToolError::UnknownTool {
                 name: call.name.clone(),

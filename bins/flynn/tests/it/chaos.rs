@@ -1,5 +1,6 @@
 //! Chaos: messages in flight on Telegram (polling), WhatsApp (webhooks),
-//! Slack (Socket Mode) and the gateway (`agent.send` over WebSocket), the
+//! Slack (Socket Mode), Discord (its gateway, resumed after each start)
+//! and the gateway (`agent.send` over WebSocket), the
 //! daemon killed with SIGKILL at random points and started again, round
 //! after round. At the end every message accepted was stored once and
 //! answered, or its chat told that its turn was interrupted; none was
@@ -18,6 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use flynn_testkit::discord::{self as dc, DiscordUser, FakeDiscord};
 use flynn_testkit::slack::{self as sl, FakeSlack};
 use flynn_testkit::telegram::{self as tg, FakeTelegram, Incoming, TgUser};
 use flynn_testkit::whatsapp::{self as wa, FakeWhatsApp, Signing};
@@ -31,6 +33,8 @@ use crate::{Env, stderr};
 
 const TELEGRAM_CHATS: [i64; 3] = [4242, 4243, 4244];
 const WHATSAPP_NUMBERS: [&str; 3] = ["15550000001", "15550000002", "15550000003"];
+/// The Discord owners, each writing in a DM with the bot.
+const DISCORD_OWNERS: [u64; 2] = [200_000_000_000_000_001, 200_000_000_000_000_002];
 const GATEWAY_SESSIONS: [&str; 2] = ["api:chaos-1", "api:chaos-2"];
 const TOKEN: &str = "chaos-gateway-token-0123456789abcdef";
 
@@ -86,6 +90,7 @@ fn config(
     telegram: &FakeTelegram,
     whatsapp: &FakeWhatsApp,
     slack: &FakeSlack,
+    discord: &FakeDiscord,
 ) -> String {
     let owners_tg: Vec<String> = TELEGRAM_CHATS
         .iter()
@@ -94,6 +99,10 @@ fn config(
     let owners_wa: Vec<String> = WHATSAPP_NUMBERS
         .iter()
         .map(|n| format!("\"{n}\""))
+        .collect();
+    let owners_dc: Vec<String> = DISCORD_OWNERS
+        .iter()
+        .map(|id| format!("\"{id}\""))
         .collect();
     format!(
         "version: 1
@@ -126,6 +135,12 @@ channels:
     api_url: {sl_api}
     owners: [\"{sl_owner}\"]
     rate_limit: {{messages: 0}}
+  discord:
+    bot_token: \"{dc_token}\"
+    api_url: {dc_api}
+    gateway_url: {dc_gateway}
+    owners: [{owners_dc}]
+    rate_limit: {{messages: 0}}
 ",
         model = model.base_url(),
         tg_token = tg::TOKEN,
@@ -141,6 +156,10 @@ channels:
         sl_app = sl::APP_TOKEN,
         sl_api = slack.api_url(),
         sl_owner = sl::OWNER,
+        dc_token = dc::TOKEN,
+        dc_api = discord.api_url(),
+        dc_gateway = discord.gateway_url(),
+        owners_dc = owners_dc.join(", "),
     )
 }
 
@@ -149,6 +168,7 @@ fn outbox(
     telegram: &FakeTelegram,
     whatsapp: &FakeWhatsApp,
     slack: &FakeSlack,
+    discord: &Discord,
 ) -> BTreeMap<String, Vec<String>> {
     let mut sent: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for message in telegram.sent() {
@@ -166,7 +186,35 @@ fn outbox(
             .or_default()
             .push(message.text);
     }
+    // A streamed answer is one message edited as it grows: its text as
+    // it stands.
+    for channel in &discord.dms {
+        for message in discord.fake.messages_in(*channel) {
+            sent.entry(format!("discord:{channel}"))
+                .or_default()
+                .push(message.content);
+        }
+    }
     sent
+}
+
+/// The fake Discord and a DM channel per owner.
+struct Discord {
+    fake: FakeDiscord,
+    owners: Vec<DiscordUser>,
+    dms: Vec<u64>,
+}
+
+impl Discord {
+    async fn start() -> Self {
+        let fake = FakeDiscord::start().await;
+        let owners: Vec<DiscordUser> = DISCORD_OWNERS
+            .iter()
+            .map(|id| DiscordUser::person(*id, &format!("owner{id}"), None))
+            .collect();
+        let dms = owners.iter().map(|owner| fake.dm_channel(owner)).collect();
+        Discord { fake, owners, dms }
+    }
 }
 
 const NOTE: &str = "⚠ Interrupted";
@@ -181,8 +229,9 @@ fn answers(
     telegram: &FakeTelegram,
     whatsapp: &FakeWhatsApp,
     slack: &FakeSlack,
+    discord: &Discord,
 ) -> BTreeMap<String, usize> {
-    outbox(telegram, whatsapp, slack)
+    outbox(telegram, whatsapp, slack, discord)
         .into_iter()
         .map(|(chat, texts)| {
             let ends = texts
@@ -253,9 +302,14 @@ async fn killed_at_random_points_no_accepted_message_is_lost_or_answered_twice()
     // (the fake's 3 s stands for Slack's minutes), at most three times: a
     // daemon killed every second or two would use them all up in 9 s.
     slack.set_redelivery_after(Duration::from_secs(10));
+    let discord = Discord::start().await;
     let env = Env::new();
     let file = env.path().join("config.yaml");
-    std::fs::write(&file, config(&model, &telegram, &whatsapp, &slack)).unwrap();
+    std::fs::write(
+        &file,
+        config(&model, &telegram, &whatsapp, &slack, &discord.fake),
+    )
+    .unwrap();
     let env = env
         .var("FLYNN_CONFIG", file.to_string_lossy())
         .var("FLYNN_GATEWAY_TOKEN", TOKEN)
@@ -276,26 +330,64 @@ async fn killed_at_random_points_no_accepted_message_is_lost_or_answered_twice()
     // Each killed daemon's log, written out if the run fails.
     let mut logs: Vec<String> = Vec::new();
     let started = Instant::now();
+
+    // An installation that has run before: Discord's gateway session and
+    // each DM's last message are saved, so after a kill the adapter
+    // resumes the session, or reads back what a lost session missed.
+    // (Discord itself never sends again what came to a session that is
+    // gone, in a channel the bot has no mark for.)
+    {
+        let mut daemon = Daemon::start(&env);
+        for (owner, dm) in discord.owners.iter().zip(&discord.dms) {
+            let text = "round - warm-up";
+            discord.fake.post(*dm, owner, text).send();
+            *sent.entry(format!("discord:{dm}")).or_default() += 1;
+            texts_sent
+                .entry(format!("discord:{dm}"))
+                .or_default()
+                .push(text.to_owned());
+        }
+        let dms = discord.dms.clone();
+        discord
+            .fake
+            .wait_until("the answers to the warm-up", |fake| {
+                dms.iter()
+                    .all(|dm| fake.messages_in(*dm).iter().any(|m| is_answer(&m.content)))
+                    .then_some(())
+            })
+            .await;
+        daemon.stop(Duration::from_secs(30));
+    }
+
     for round in 0..rounds {
         let daemon = Daemon::start(&env);
         *hook.lock().unwrap() = Some(format!("{}/channels/whatsapp/webhook", daemon.url));
         for n in 0..per_round {
             let text = format!("round {round} message {n}");
-            if n % 4 == 3 {
-                let session = GATEWAY_SESSIONS[n / 4 % GATEWAY_SESSIONS.len()];
+            if n % 5 == 4 {
+                let i = n / 5 % discord.dms.len();
+                let dm = discord.dms[i];
+                discord.fake.post(dm, &discord.owners[i], &text).send();
+                *sent.entry(format!("discord:{dm}")).or_default() += 1;
+                texts_sent
+                    .entry(format!("discord:{dm}"))
+                    .or_default()
+                    .push(text.clone());
+            } else if n % 5 == 3 {
+                let session = GATEWAY_SESSIONS[n / 5 % GATEWAY_SESSIONS.len()];
                 let (url, text) = (daemon.url.clone(), text.clone());
                 gateway.push(tokio::spawn(async move {
                     (session, agent_send(&url, session, &text).await)
                 }));
-            } else if n % 4 == 0 {
-                let chat = TELEGRAM_CHATS[n / 4 % TELEGRAM_CHATS.len()];
+            } else if n % 5 == 0 {
+                let chat = TELEGRAM_CHATS[n / 5 % TELEGRAM_CHATS.len()];
                 telegram.push(Incoming::private(&TgUser::new(chat, "Owner"), &text));
                 *sent.entry(format!("telegram:{chat}")).or_default() += 1;
                 texts_sent
                     .entry(format!("telegram:{chat}"))
                     .or_default()
                     .push(text.clone());
-            } else if n % 4 == 2 {
+            } else if n % 5 == 2 {
                 // Slack holds an unacknowledged event and sends it again
                 // to the next connection.
                 let event = slack.message_event(sl::DM, sl::OWNER, &text);
@@ -306,7 +398,7 @@ async fn killed_at_random_points_no_accepted_message_is_lost_or_answered_twice()
                     .or_default()
                     .push(text.clone());
             } else {
-                let number = WHATSAPP_NUMBERS[n / 4 % WHATSAPP_NUMBERS.len()];
+                let number = WHATSAPP_NUMBERS[n / 5 % WHATSAPP_NUMBERS.len()];
                 let notification = whatsapp.text_message(number, "Owner", &text);
                 *sent.entry(format!("whatsapp:{number}")).or_default() += 1;
                 texts_sent
@@ -363,7 +455,7 @@ async fn killed_at_random_points_no_accepted_message_is_lost_or_answered_twice()
             .keys()
             .map(|chat| (chat.clone(), history(&env, &daemon.url, chat)))
             .collect();
-        let reached = answers(&telegram, &whatsapp, &slack);
+        let reached = answers(&telegram, &whatsapp, &slack, &discord);
         // A gateway message is stored once if the daemon said so, at most
         // once if the connection broke first; each has its answer or note.
         let through_gateway: BTreeMap<String, (usize, usize)> = api
@@ -430,7 +522,7 @@ async fn killed_at_random_points_no_accepted_message_is_lost_or_answered_twice()
         let _ = std::fs::write(&file, logs.join("\n"));
         eprintln!("chaos: the daemons' logs are in {}", file.display());
     }
-    let texts = outbox(&telegram, &whatsapp, &slack);
+    let texts = outbox(&telegram, &whatsapp, &slack, &discord);
     // Per chat: its answers and notes, each counted once, and the ones
     // that came twice. Anything else sent is the partial message of a
     // turn cut off mid-answer.
@@ -482,6 +574,7 @@ async fn killed_at_random_points_no_accepted_message_is_lost_or_answered_twice()
     assert_eq!(telegram.violations(), Vec::<String>::new());
     assert_eq!(whatsapp.violations(), Vec::<String>::new());
     assert_eq!(slack.violations(), Vec::<String>::new());
+    assert_eq!(discord.fake.violations(), Vec::<String>::new());
     eprintln!(
         "chaos: {rounds} rounds, {} messages, {} chats, {:.1} s",
         rounds * per_round,
@@ -492,13 +585,17 @@ async fn killed_at_random_points_no_accepted_message_is_lost_or_answered_twice()
     // Every session still works.
     let daemon = Daemon::start(&env);
     // (The model still has answers left from the start.)
-    for chat in TELEGRAM_CHATS {
+    let chats = TELEGRAM_CHATS
+        .iter()
+        .map(|chat| format!("telegram:{chat}"))
+        .chain(discord.dms.iter().map(|dm| format!("discord:{dm}")));
+    for chat in chats {
         let output = env.run(&[
             "send",
             "--gateway",
             &daemon.url,
             "--session",
-            &format!("telegram:{chat}"),
+            &chat,
             "are you there?",
         ]);
         assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));

@@ -423,3 +423,63 @@ fn token_create_keeps_the_secret_out_of_the_config_and_list_never_shows_it() {
         )
     );
 }
+
+#[test]
+fn config_get_origin_says_file_line_environment_or_default() {
+    let env = Env::new()
+        .var("OPENAI_API_KEY", "sk-from-env")
+        .var("OPENAI_BASE_URL", "http://127.0.0.1:9/v1");
+    let path = env.path().join("flynn.yaml");
+    std::fs::write(
+        &path,
+        "gateway:\n  bind: 127.0.0.1:18801\nproviders:\n  openai:\n    kind: openai\n    base_url: https://api.openai.com/v1\n",
+    )
+    .unwrap();
+    let file = path.to_str().unwrap();
+    let output = env.run(&[
+        "config",
+        "get",
+        "providers.openai",
+        "--origin",
+        "--config",
+        file,
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        format!(
+            "providers.openai.api_key: ****  (environment: OPENAI_API_KEY)\n\
+             providers.openai.base_url: https://api.openai.com/v1  ({file}:6)\n\
+             providers.openai.connect_timeout_secs: 10  (default)\n\
+             providers.openai.kind: openai  ({file}:5)\n\
+             providers.openai.read_timeout_secs: 120  (default)\n"
+        )
+    );
+    let output = env.run(&[
+        "config",
+        "get",
+        "models.tiers.default",
+        "--origin",
+        "--config",
+        file,
+    ]);
+    assert_eq!(
+        stdout(&output),
+        "models.tiers.default: [\"openai/gpt-4o-mini\"]  (environment: OPENAI_API_KEY)\n"
+    );
+    let output = env.run(&[
+        "config",
+        "get",
+        "gateway.bind",
+        "--origin",
+        "--config",
+        file,
+    ]);
+    assert_eq!(
+        stdout(&output),
+        format!("gateway.bind: 127.0.0.1:18801  ({file}:2)\n")
+    );
+    // Without --origin, the value alone, as scripts read it.
+    let output = env.run(&["config", "get", "gateway.bind", "--config", file]);
+    assert_eq!(stdout(&output), "127.0.0.1:18801\n");
+}

@@ -6,7 +6,12 @@ mod automation;
 mod backup;
 #[cfg(any(feature = "telegram", feature = "whatsapp"))]
 mod channels;
-#[cfg(all(feature = "telegram", feature = "whatsapp", feature = "slack"))]
+#[cfg(all(
+    feature = "telegram",
+    feature = "whatsapp",
+    feature = "slack",
+    feature = "discord"
+))]
 mod chaos;
 mod config;
 mod crash;

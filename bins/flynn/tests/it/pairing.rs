@@ -116,3 +116,94 @@ async fn the_owner_approves_another_owner_with_owner() {
     let json: Value = serde_json::from_str(&stdout(&json)).unwrap();
     assert_eq!(json["approved"][0]["owner"], true);
 }
+
+#[test]
+fn config_profile_and_gateway_go_before_or_after_the_command() {
+    let env = env();
+    let bad = env.path().join("x.yaml");
+    std::fs::write(&bad, "gateway:\n  bnd: 127.0.0.1:1\n").unwrap();
+    let bad = bad.to_str().unwrap();
+    // The file is read either way: its mistake is reported either way.
+    let before = env.run(&["--config", bad, "pairing", "list"]);
+    let after = env.run(&["pairing", "list", "--config", bad]);
+    assert_eq!(before.status.code(), Some(2), "{}", stderr(&before));
+    assert!(
+        stderr(&before).starts_with(&format!("error: {bad}:2:3: gateway.bnd: ")),
+        "{}",
+        stderr(&before)
+    );
+    assert_eq!(
+        (after.status.code(), stderr(&after)),
+        (before.status.code(), stderr(&before))
+    );
+
+    let good = env.path().join("good.yaml");
+    std::fs::write(&good, "gateway:\n  bind: 127.0.0.1:18800\n").unwrap();
+    std::fs::create_dir(env.path().join("profiles")).unwrap();
+    std::fs::write(
+        env.path().join("profiles/other.overlay.yaml"),
+        "gateway:\n  bind: 127.0.0.1:18899\n",
+    )
+    .unwrap();
+    let good = good.to_str().unwrap();
+    for args in [
+        &[
+            "--config",
+            good,
+            "--profile",
+            "other",
+            "config",
+            "get",
+            "gateway.bind",
+        ][..],
+        &[
+            "config",
+            "get",
+            "gateway.bind",
+            "--config",
+            good,
+            "--profile",
+            "other",
+        ][..],
+        &[
+            "--profile",
+            "other",
+            "config",
+            "get",
+            "gateway.bind",
+            "--config",
+            good,
+        ][..],
+    ] {
+        let output = env.run(args);
+        assert_eq!(
+            (output.status.code(), stdout(&output)),
+            (Some(0), "127.0.0.1:18899\n".to_owned()),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+
+    // No daemon at the address: unreachable (exit 4) in either order.
+    for args in [
+        &["--gateway", "http://127.0.0.1:9", "pairing", "list"][..],
+        &["pairing", "list", "--gateway", "http://127.0.0.1:9"][..],
+    ] {
+        let output = env.run(args);
+        assert_eq!(
+            output.status.code(),
+            Some(4),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+    // A command that works on the files alone says it has no use for it.
+    let output = env.run(&["--gateway", "http://127.0.0.1:9", "skills", "list"]);
+    assert_eq!(
+        (output.status.code(), stderr(&output).as_str()),
+        (
+            Some(2),
+            "error: --gateway: this command works on this machine's files, not through a daemon (--gateway is for send, sessions, usage, pairing, doctor, mcp list and mcp serve)\n"
+        )
+    );
+}

@@ -270,12 +270,20 @@ async fn usage_errors_exit_2() {
         "{}",
         stderr(&output)
     );
-    let output = env.run(&["send", "--session", "nocolon", "hi"]);
+    let output = env.run(&["send", "--session", "my work", "hi"]);
     assert_eq!(
         (output.status.code(), stderr(&output).as_str()),
         (
             Some(2),
-            "error: --session: invalid session key 'nocolon': missing ':' between channel and peer (expected 'channel:peer', e.g. 'cli:default')\n"
+            "error: --session: invalid session 'my work': contains whitespace or control characters (expected a name such as 'work', the CLI's session cli:work, or 'channel:peer' such as 'telegram:12345')\n"
+        )
+    );
+    let output = env.run(&["send", "--session", ":x", "hi"]);
+    assert_eq!(
+        (output.status.code(), stderr(&output).as_str()),
+        (
+            Some(2),
+            "error: --session: invalid session ':x': empty channel (expected a name such as 'work', the CLI's session cli:work, or 'channel:peer' such as 'telegram:12345')\n"
         )
     );
     let output = env.run(&["send", "  "]);
@@ -535,4 +543,207 @@ async fn the_configured_api_key_reaches_no_output_log_audit_record_or_history() 
     assert_eq!(record["tool"], "shell.exec");
     assert_eq!(record["gate"], "confirm");
     assert_eq!(record["outcome"], "ok");
+}
+
+#[tokio::test]
+async fn a_config_file_without_providers_takes_them_from_the_environment() {
+    // The file sets only the gateway; the provider comes from the
+    // environment, as it would with no file at all.
+    let fake = FakeOpenAi::start_with_key("sk-x").await;
+    fake.push(Reply::Text("From the environment's provider.".into()));
+    let env = openai_env(&fake);
+    let file = env.path().join("flynn.yaml");
+    std::fs::write(&file, "gateway:\n  bind: 127.0.0.1:18800\n").unwrap();
+    let file = file.to_str().unwrap();
+    let output = env.run(&["send", "--config", file, "hello"]);
+    assert_eq!(
+        (
+            output.status.code(),
+            stdout(&output).as_str(),
+            stderr(&output).as_str()
+        ),
+        (Some(0), "From the environment's provider.\n", "")
+    );
+    assert_eq!(fake.requests()[0].body["model"], "gpt-4o-mini");
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn the_file_wins_where_it_and_the_environment_both_set_a_value() {
+    // The file names the server; the environment's base URL points
+    // elsewhere and loses, while its key fills in the one the file left out.
+    let named = FakeOpenAi::start_with_key("sk-x").await;
+    named.push(Reply::Text("From the file's server.".into()));
+    let elsewhere = FakeOpenAi::start_with_key("sk-x").await;
+    let env = openai_env(&elsewhere);
+    let file = env.path().join("flynn.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "providers:\n  openai:\n    kind: openai-compatible\n    base_url: {}\nmodels:\n  tiers:\n    default: [openai/qwen2.5]\n",
+            named.base_url()
+        ),
+    )
+    .unwrap();
+    let output = env.run(&["send", "--config", file.to_str().unwrap(), "hello"]);
+    assert_eq!(
+        (output.status.code(), stdout(&output).as_str()),
+        (Some(0), "From the file's server.\n"),
+        "{}",
+        stderr(&output)
+    );
+    let requests = named.requests();
+    assert_eq!(requests[0].header("authorization"), Some("Bearer sk-x"));
+    assert_eq!(requests[0].body["model"], "qwen2.5");
+    assert_eq!(elsewhere.requests().len(), 0);
+}
+
+#[tokio::test]
+async fn no_model_chosen_names_the_providers_and_what_each_lacks() {
+    // ANTHROPIC_BASE_URL makes a provider, but without its key it cannot
+    // be called; the file's provider has no model named. The error says
+    // so, and suggests no variable that is already set.
+    let env = Env::new().var("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/");
+    let file = env.path().join("flynn.yaml");
+    std::fs::write(
+        &file,
+        "providers:\n  mybox: { kind: openai-compatible, base_url: \"http://127.0.0.1:9/v1\" }\n",
+    )
+    .unwrap();
+    let output = env.run(&["send", "--config", file.to_str().unwrap(), "hello"]);
+    assert_eq!(
+        (output.status.code(), stderr(&output).as_str()),
+        (
+            Some(2),
+            "error: no model is configured for the 'default' tier: providers anthropic (no API key: set ANTHROPIC_API_KEY or providers.anthropic.api_key), mybox are configured, but no tier names a model of theirs (list one under models.tiers.default in the config file, e.g. `default: [mybox/<model>]`, or set FLYNN_MODEL=mybox/<model>)\n"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_session_name_without_a_channel_is_the_clis_own() {
+    let fake = FakeOpenAi::start_with_key("sk-x").await;
+    fake.push(Reply::Text("one".into()));
+    fake.push(Reply::Text("two".into()));
+    let env = openai_env(&fake);
+    let output = env.run(&["send", "--json", "--session", "work", "hello"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let reply: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(reply["session"], "cli:work");
+    // `channel:peer` still names any conversation; here the same one.
+    let output = env.run(&["send", "--json", "--session", "cli:work", "again"]);
+    let reply: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(reply["session"], "cli:work");
+    let second = &fake.requests()[1].body["messages"];
+    let texts: Vec<&str> = second
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["hello", "one", "again"]);
+    let show = env.run(&["sessions", "show", "work", "--json"]);
+    assert_eq!(show.status.code(), Some(0), "{}", stderr(&show));
+    assert!(stdout(&show).contains("\"again\""), "{}", stdout(&show));
+}
+
+#[tokio::test]
+async fn a_deferred_tool_called_by_its_wire_name_runs_and_a_wrong_name_lists_wire_names() {
+    // `file.list` is deferred (found with tools.search); the model calls
+    // it by its wire name straight away.
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::ToolCalls(vec![(
+        "file_list".into(),
+        json!({"path": "."}),
+    )]));
+    fake.push(Reply::ToolCalls(vec![("file_lister".into(), json!({}))]));
+    fake.push(Reply::Text("Done.".into()));
+    let env = openai_env(&fake);
+    // A workspace of its own (the home directory is never one).
+    let workspace = env.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    std::fs::write(workspace.join("notes.txt"), "x").unwrap();
+    let output = env
+        .command(&["send", "--yes", "--json", "what is here?"])
+        .current_dir(&workspace)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let reply: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(
+        reply["tool_calls"],
+        json!([{"name": "file.list", "ok": true}, {"name": "file_lister", "ok": false}])
+    );
+    let requests = fake.requests();
+    let last = |i: usize| {
+        let messages = requests[i].body["messages"].as_array().unwrap();
+        messages.last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(last(1).contains("notes.txt"), "{}", last(1));
+    // Found, it is offered from then on.
+    let offered = |i: usize| -> Vec<String> {
+        requests[i].body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(!offered(0).contains(&"file_list".to_owned()));
+    assert!(offered(1).contains(&"file_list".to_owned()));
+    // A name that is no tool: the error names tools as the model calls
+    // them, never dotted.
+    let error = last(2);
+    assert!(
+        error.starts_with("unknown tool 'file_lister' (tools you can call, by these names: "),
+        "{error}"
+    );
+    assert!(error.contains("file_list, "), "{error}");
+    assert!(error.contains("process_start"), "{error}");
+    assert!(!error.contains("file.list"), "{error}");
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_background_process_of_an_embedded_send_is_said_to_end_with_it() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::ToolCalls(vec![(
+        "process_start".into(),
+        json!({"command": "sleep 30"}),
+    )]));
+    fake.push(Reply::Text("Started it.".into()));
+    let env = openai_env(&fake);
+    let output = env.run(&["send", "--yes", "start a server"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "Started it.\n");
+    // The model was told, in the tool's result, that it will not last.
+    let requests = fake.requests();
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    let result = messages.last().unwrap()["content"].as_str().unwrap();
+    assert!(result.starts_with("started p1 (pid "), "{result}");
+    assert!(
+        result.contains("it runs only while this command runs and is killed when it ends"),
+        "{result}"
+    );
+    let start = requests[1].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "process_start")
+        .unwrap()["function"]["description"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(start.contains("killed when it ends"), "{start}");
+    // And the person is told which processes stop with the command.
+    assert_eq!(
+        stderr(&output),
+        "→ process.start {\"command\":\"sleep 30\"}\n\
+         ✓ process.start\n\
+         note: background process p1 (`sleep 30`) is stopped now: processes started by `flynn send` end with it (to keep them running, start the daemon with `flynn start` and send through it)\n"
+    );
 }

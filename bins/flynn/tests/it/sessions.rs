@@ -114,3 +114,38 @@ async fn a_closed_stdout_is_not_a_crash() {
         );
     }
 }
+
+#[tokio::test]
+async fn sessions_are_listed_with_the_title_their_first_message_gave_them() {
+    let fake = FakeOpenAi::start().await;
+    fake.push(Reply::Text("Let's see.".into()));
+    fake.push(Reply::Text("Sure.".into()));
+    let env = Env::new()
+        .var("OPENAI_BASE_URL", fake.base_url())
+        .var("OPENAI_API_KEY", "sk-x");
+    let sent = env.run(&[
+        "send",
+        "--session",
+        "cli:trip",
+        "plan the trip to Lyon\nwith the train times, please",
+    ]);
+    assert_eq!(sent.status.code(), Some(0), "{}", stderr(&sent));
+    let sent = env.run(&["send", "--session", "cli:trip", "and a hotel"]);
+    assert_eq!(sent.status.code(), Some(0), "{}", stderr(&sent));
+
+    let listed = env.run(&["sessions", "list", "--json"]);
+    let listed: Value = serde_json::from_str(&stdout(&listed)).unwrap();
+    assert_eq!(
+        (&listed[0]["session"], &listed[0]["title"]),
+        (&json!("cli:trip"), &json!("plan the trip to Lyon"))
+    );
+    let text = stdout(&env.run(&["sessions", "list"]));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[0], "SESSION   MESSAGES  UPDATED               TITLE");
+    assert!(
+        lines[1].starts_with("cli:trip         4  ")
+            && lines[1].ends_with("Z  plan the trip to Lyon"),
+        "{text}"
+    );
+}

@@ -85,6 +85,10 @@ automation:
 struct Sample {
     at: Duration,
     rss_bytes: f64,
+    /// The resident memory's parts (`/proc/<pid>/status`): anonymous
+    /// (heap, stacks) and file-backed (the binary's pages read in).
+    anon_bytes: f64,
+    file_bytes: f64,
     tasks: f64,
     fds: f64,
     threads: u64,
@@ -119,9 +123,18 @@ async fn sample(
         .find_map(|l| l.strip_prefix("Threads:"))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
+    let kib = |field: &str| -> f64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(0.0, |k| k * 1024.0)
+    };
     Sample {
         at: started.elapsed(),
         rss_bytes: gauge("flynn_resident_memory_bytes"),
+        anon_bytes: kib("RssAnon:"),
+        file_bytes: kib("RssFile:"),
         tasks: gauge("flynn_runtime_tasks"),
         fds: gauge("flynn_open_fds"),
         threads,
@@ -131,9 +144,11 @@ async fn sample(
 
 fn print(label: &str, s: &Sample) {
     eprintln!(
-        "soak: {label:>9} {:>6.0} s  rss {:>6.1} MB  tasks {:>4}  fds {:>4}  threads {:>3}  messages {:>6}",
+        "soak: {label:>9} {:>6.0} s  rss {:>6.1} MB (anon {:>5.1}, file {:>5.1})  tasks {:>4}  fds {:>4}  threads {:>3}  messages {:>6}",
         s.at.as_secs_f64(),
         s.rss_bytes / 1e6,
+        s.anon_bytes / 1e6,
+        s.file_bytes / 1e6,
         s.tasks,
         s.fds,
         s.threads,
@@ -352,6 +367,14 @@ async fn mixed_traffic_leaves_memory_tasks_and_descriptors_flat() {
         .map(|s| s.rss_bytes)
         .fold(0.0, f64::max);
     let growth = peak_rss / base.rss_bytes - 1.0;
+    let last = samples.last().copied().unwrap_or(base);
+    eprintln!(
+        "soak: from the end of warm-up to the last sample: anonymous {:.1} -> {:.1} MB, file-backed {:.1} -> {:.1} MB",
+        base.anon_bytes / 1e6,
+        last.anon_bytes / 1e6,
+        base.file_bytes / 1e6,
+        last.file_bytes / 1e6,
+    );
     eprintln!(
         "soak: {n} messages in {seconds} s; resident memory after warm-up {:.1} MB, peak {:.1} MB ({:+.1} %); tasks {} then {} idle; descriptors {} then {} idle",
         base.rss_bytes / 1e6,

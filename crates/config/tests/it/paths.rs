@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use flynn_config::{Loaded, MapEnv, Paths, Source, load};
+use flynn_config::{FromEnv, Loaded, MapEnv, Paths, Source, load};
 use flynn_protocol::config::{FlynnConfig, ModelRef, ProviderConfig, ProviderKind};
 
 fn env(vars: &[(&str, &str)]) -> MapEnv {
@@ -111,6 +111,20 @@ fn missing_default_file_means_zero_config() {
                 config_file: dir.path().join(".config/flynn/config.yaml"),
             },
             overlay: None,
+            from_env: vec![
+                FromEnv {
+                    path: "providers.gemini.kind".to_owned(),
+                    variables: vec!["GEMINI_API_KEY".to_owned()],
+                },
+                FromEnv {
+                    path: "providers.gemini.api_key".to_owned(),
+                    variables: vec!["GEMINI_API_KEY".to_owned()],
+                },
+                FromEnv {
+                    path: "models.tiers.default".to_owned(),
+                    variables: vec!["GEMINI_API_KEY".to_owned()],
+                },
+            ],
             local_fallback: None,
         }
     );

@@ -274,3 +274,111 @@ fn base_urls_from_the_environment_are_checked() {
         Err("OPENAI_BASE_URL: invalid URL 'localhost:8080', expected an http:// or https:// URL with a host".to_owned())
     );
 }
+
+mod with_a_file {
+    use std::path::Path;
+
+    use flynn_config::{FromEnv, MapEnv, fill_from_env, parse_str};
+    use flynn_protocol::config::{FlynnConfig, ModelRef, ProviderKind};
+
+    fn filled(text: &str, vars: &[(&str, &str)]) -> (FlynnConfig, Vec<String>) {
+        let env: MapEnv = vars.iter().copied().collect();
+        let mut config = parse_str(text, Path::new("c.yaml"), &env).unwrap();
+        let from_env = fill_from_env(&mut config, &env).unwrap();
+        (
+            config,
+            from_env.iter().map(FromEnv::to_string).collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn a_file_without_providers_gets_them_and_the_default_tier_from_the_environment() {
+        let (config, from_env) = filled(
+            "gateway:\n  bind: 127.0.0.1:18800\n",
+            &[
+                ("OPENAI_API_KEY", "sk-x"),
+                ("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1"),
+            ],
+        );
+        let openai = &config.providers["openai"];
+        assert_eq!(
+            (
+                openai.kind,
+                openai.api_key.as_deref(),
+                openai.base_url.as_deref()
+            ),
+            (
+                ProviderKind::OpenaiCompatible,
+                Some("sk-x"),
+                Some("http://127.0.0.1:8080/v1")
+            )
+        );
+        assert_eq!(
+            config.models.tiers.default,
+            [ModelRef::new("openai", "gpt-4o-mini")]
+        );
+        assert_eq!(
+            from_env,
+            [
+                "providers.openai.kind from OPENAI_API_KEY, OPENAI_BASE_URL",
+                "providers.openai.api_key from OPENAI_API_KEY",
+                "providers.openai.base_url from OPENAI_BASE_URL",
+                "models.tiers.default from OPENAI_API_KEY, OPENAI_BASE_URL",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_file_wins_and_the_environment_fills_only_what_it_leaves_out() {
+        let (config, from_env) = filled(
+            "providers:\n  openai: {kind: openai, base_url: \"https://api.openai.com/v1\"}\n  claude: {kind: anthropic, api_key: file-key}\n  router: {kind: openrouter}\nmodels:\n  tiers:\n    default: [claude/claude-haiku-4-5]\n    fast: [anthropic/claude-haiku-4-5]\n",
+            &[
+                ("OPENAI_API_KEY", "sk-env"),
+                ("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
+                ("ANTHROPIC_API_KEY", "ant-env"),
+                ("OPENROUTER_API_KEY", "or-env"),
+            ],
+        );
+        let get = |name: &str| {
+            let p = &config.providers[name];
+            (p.api_key.clone(), p.base_url.clone())
+        };
+        assert_eq!(
+            get("openai"),
+            (
+                Some("sk-env".into()),
+                Some("https://api.openai.com/v1".into())
+            )
+        );
+        assert_eq!(get("claude"), (Some("file-key".into()), None));
+        assert_eq!(get("router"), (Some("or-env".into()), None));
+        // A provider the file does not name (but its models may).
+        assert_eq!(get("anthropic"), (Some("ant-env".into()), None));
+        assert_eq!(
+            config.models.tiers.default,
+            [ModelRef::new("claude", "claude-haiku-4-5")]
+        );
+        assert_eq!(
+            from_env,
+            [
+                "providers.openai.api_key from OPENAI_API_KEY",
+                "providers.router.api_key from OPENROUTER_API_KEY",
+                "providers.anthropic.kind from ANTHROPIC_API_KEY",
+                "providers.anthropic.api_key from ANTHROPIC_API_KEY",
+            ]
+        );
+    }
+
+    #[test]
+    fn nothing_in_the_environment_changes_nothing() {
+        let text =
+            "providers:\n  mybox: {kind: openai-compatible, base_url: \"http://127.0.0.1:9/v1\"}\n";
+        let (config, from_env) = filled(text, &[("PATH", "/bin")]);
+        assert_eq!(
+            config,
+            parse_str(text, Path::new("c.yaml"), &MapEnv::new()).unwrap()
+        );
+        assert!(config.models.tiers.default.is_empty());
+        assert_eq!(from_env, Vec::<String>::new());
+    }
+}

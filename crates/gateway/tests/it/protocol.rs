@@ -59,6 +59,8 @@ async fn a_turn_streams_its_events_with_envelopes_and_history_reads_by_cursor() 
     let sessions = call(&client, "sessions.list", empty()).await;
     assert_eq!(sessions[0]["key"], "web:alice");
     assert_eq!(sessions[0]["message_count"], 4);
+    // Titled by its first message, not the later one.
+    assert_eq!(sessions[0]["title"], "hi");
     let usage = call(&client, "usage.summary", empty()).await;
     assert_eq!(usage["total"]["calls"], 2);
     assert_eq!(usage["tiers"][0]["tier"], "default");

@@ -209,6 +209,19 @@ async fn the_web_chat_streams_approves_denies_cancels_and_survives_a_restart() {
             .await,
         json!("fn main() {}")
     );
+    // The session is listed, and headed, by its title: its first message.
+    browser
+        .wait_for("document.getElementById('chat-title').innerText === 'hello'")
+        .await;
+    assert_eq!(
+        browser
+            .eval(
+                "const b = document.querySelector('#sessions button[aria-current=true]'); \
+                 return [b.childNodes[0].textContent, b.dataset.key.startsWith('web:')];"
+            )
+            .await,
+        json!(["hello", true])
+    );
 
     // What a model writes never runs: a script and an event handler are text.
     fake.push(Reply::Text(

@@ -688,8 +688,17 @@ async fn a_local_tier_with_nothing_local_is_a_config_error() {
         })
     );
     assert_eq!((cloud.calls().len(), other.calls().len()), (0, 0));
-    // An empty tier is still the plain "not configured" error.
+    // An empty tier is still the plain "not configured" error: it names
+    // the providers there are.
     let router = scripted(&[&cloud], settings(&[], &[]), Jitter::Off);
+    assert_eq!(
+        ask(&router, Tier::Local).await,
+        Err(Error::Config {
+            message: "no model is configured for the 'local' tier: provider cloud is configured, but no tier names a model of it (list one under models.tiers.local or models.tiers.default in the config file, e.g. `default: [cloud/<model>]`, or set FLYNN_MODEL=cloud/<model>)".into()
+        })
+    );
+    // With no provider at all, the ways to get one.
+    let router = scripted(&[], settings(&[], &[]), Jitter::Off);
     assert_eq!(
         ask(&router, Tier::Local).await,
         Err(Error::Config {

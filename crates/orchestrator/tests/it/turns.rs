@@ -491,7 +491,7 @@ async fn a_session_whose_tier_has_no_model_is_refused_before_anything_is_stored(
         result.map_err(|e| (e.code(), e.to_string())).err(),
         Some((
             flynn_protocol::ErrorCode::Config,
-            "no model is configured for the 'default' tier (set models.tiers.default in the config file, or FLYNN_MODEL, or one of ANTHROPIC_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL, GEMINI_API_KEY, OLLAMA_HOST)".into()
+            "no model is configured for the 'default' tier: provider m is configured, but no tier names a model of it (list one under models.tiers.default in the config file, e.g. `default: [m/<model>]`, or set FLYNN_MODEL=m/<model>)".into()
         ))
     );
     assert_eq!(h.store.list().await.unwrap(), vec![]);

@@ -138,3 +138,67 @@ async fn setting_metadata_makes_the_session_the_most_recently_changed() {
         ]
     );
 }
+
+#[tokio::test]
+async fn the_first_message_gives_a_session_its_title_and_a_later_one_does_not() {
+    use flynn_protocol::{ContentBlock, Principal};
+    use flynn_sessions::TurnOrigin;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let origin = TurnOrigin {
+        agent: "main".into(),
+        owner_pid: 1,
+        external_id: None,
+        principal: Principal::Owner,
+    };
+    let text = |t: &str| vec![ContentBlock::Text { text: t.into() }];
+    let k = key("web:2bc6baf3295b");
+    store
+        .accept(
+            &k,
+            &text("  plan the trip to Lyon\nwith the train times"),
+            &origin,
+        )
+        .await
+        .unwrap();
+    store
+        .accept(&k, &text("and a hotel near the station"), &origin)
+        .await
+        .unwrap();
+    store.close().await;
+
+    let store = SqliteStore::open(&path).await.unwrap();
+    let listed = store.list().await.unwrap();
+    assert_eq!(
+        listed
+            .iter()
+            .map(|s| (s.key.to_string(), s.meta.title.clone()))
+            .collect::<Vec<_>>(),
+        [(
+            "web:2bc6baf3295b".to_owned(),
+            Some("plan the trip to Lyon".to_owned())
+        )]
+    );
+    // A title set on purpose stays; an image alone gives none.
+    let other = key("cli:photo");
+    let image = vec![ContentBlock::Image {
+        source: flynn_protocol::ImageSource::Base64 {
+            media_type: "image/png".into(),
+            data: "iVBORw0KGgo=".into(),
+        },
+    }];
+    store.accept(&other, &image, &origin).await.unwrap();
+    assert_eq!(store.metadata(&other).await.unwrap().title, None);
+    let meta = SessionMeta {
+        title: Some("Holiday".into()),
+        ..SessionMeta::default()
+    };
+    store.set_metadata(&k, &meta).await.unwrap();
+    store.accept(&k, &text("one more"), &origin).await.unwrap();
+    assert_eq!(
+        store.metadata(&k).await.unwrap().title.as_deref(),
+        Some("Holiday")
+    );
+}

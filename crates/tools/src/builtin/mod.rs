@@ -13,7 +13,8 @@ pub use agents::{
 };
 pub use files::{FileEdit, FileList, FileRead, FileSearch, FileWrite};
 pub use process::{
-    ProcessKill, ProcessList, ProcessManager, ProcessOutput, ProcessStart, ProcessStatusTool,
+    ProcessKill, ProcessLifetime, ProcessList, ProcessManager, ProcessOutput, ProcessStart,
+    ProcessStatusTool,
 };
 pub use shell::ShellExec;
 pub use tool_search::ToolSearch;
@@ -42,8 +43,21 @@ pub fn registry(config: &ToolsConfig) -> ToolRegistry {
 /// [`registry`], with `paths` (`FLYNN_HOME`, the config) kept from the
 /// commands of `shell.exec` and `process.*`.
 pub fn registry_with(config: &ToolsConfig, paths: &SandboxPaths) -> ToolRegistry {
+    registry_and_processes(config, paths, ProcessLifetime::Runtime).0
+}
+
+/// [`registry_with`], with background processes that live as `lifetime`
+/// says, and the [`ProcessManager`] of its `process.*` tools (to ask which
+/// processes still run).
+pub fn registry_and_processes(
+    config: &ToolsConfig,
+    paths: &SandboxPaths,
+    lifetime: ProcessLifetime,
+) -> (ToolRegistry, Arc<ProcessManager>) {
     let sandbox = Arc::new(Sandbox::from_tools_config(config).with_paths(paths));
-    let processes = Arc::new(ProcessManager::new(&config.process, sandbox.clone()));
+    let processes =
+        Arc::new(ProcessManager::new(&config.process, sandbox.clone()).with_lifetime(lifetime));
+    let manager = processes.clone();
     let files = Duration::from_secs(config.files.timeout_secs);
     let mut registry = ToolRegistry::new();
     registry
@@ -69,5 +83,5 @@ pub fn registry_with(config: &ToolsConfig, paths: &SandboxPaths) -> ToolRegistry
         .register(SessionsHistory)
         .register(SessionsSend)
         .register(ToolOutputRead);
-    registry
+    (registry, manager)
 }

@@ -54,9 +54,10 @@ impl TypedTool for ToolSearch {
                 args.query
             ));
         }
-        let mut out = String::from("Now available (call them directly):\n");
+        let mut out = String::from("Now available (call them directly, by these names):\n");
         for (name, description) in hits {
-            out.push_str(&format!("- {name}: {description}\n"));
+            let wire = flynn_protocol::wire_name(&name);
+            out.push_str(&format!("- {wire}: {description}\n"));
         }
         Ok(out)
     }

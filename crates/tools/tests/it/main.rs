@@ -169,8 +169,12 @@ async fn unknown_tools_and_bad_arguments_become_error_results() {
     assert_eq!(
         executor.execute(&call("shell.run", json!({})), &ctx).await,
         err(&format!(
-            "unknown tool 'shell.run' (available: {})",
-            BUILTIN.join(", ")
+            "unknown tool 'shell.run' (tools you can call, by these names: {})",
+            BUILTIN
+                .iter()
+                .map(|name| name.replace('.', "_"))
+                .collect::<Vec<_>>()
+                .join(", ")
         ))
     );
     assert_eq!(
@@ -190,12 +194,23 @@ async fn unknown_tools_and_bad_arguments_become_error_results() {
     ));
     assert_eq!(
         executor
-            .execute(&call("shell_exec", json!({})), &narrow)
+            .execute(&call("shell_run", json!({})), &narrow)
             .await,
         err(
-            "unknown tool 'shell_exec' (available: file.edit, file.list, file.read, file.search, file.write, tool.output, tools.search)"
+            "unknown tool 'shell_run' (tools you can call, by these names: file_edit, file_list, file_read, file_search, file_write, tool_output, tools_search)"
         )
     );
+    // A tool called by its wire name is that tool, under the same gate.
+    assert_eq!(
+        executor
+            .execute(&call("shell_exec", json!({})), &narrow)
+            .await,
+        err("shell.exec was denied: not allowed for agent 'main' by the tools policy")
+    );
+    let listed = executor
+        .execute(&call("file_list", json!({"path": "."})), &narrow)
+        .await;
+    assert!(!listed.is_error, "{}", listed.content);
 }
 
 #[tokio::test]

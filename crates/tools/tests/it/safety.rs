@@ -289,7 +289,7 @@ async fn deferred_tools_are_offered_once_tools_search_finds_them() {
         .await;
     assert_eq!(
         found.content,
-        "Now available (call them directly):\n- process.rare: Manage background jobs.\n"
+        "Now available (call them directly, by these names):\n- process_rare: Manage background jobs.\n"
     );
     let after = names(&catalog);
     assert!(after.contains(&"process.rare".to_owned()), "{after:?}");

@@ -39,6 +39,20 @@ pub struct ProcessManager {
     buffer_bytes: usize,
     state: Mutex<State>,
     tasks: TaskTracker,
+    lifetime: ProcessLifetime,
+}
+
+/// How long background processes may outlive the call that started them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ProcessLifetime {
+    /// Until killed, `tools.process.max_runtime_secs`, or the runtime's
+    /// shutdown: a daemon, running for days.
+    #[default]
+    Runtime,
+    /// The runtime serves one command and exits with it (the CLI's
+    /// embedded `flynn send`): every process ends when the command does,
+    /// right after the answer, and the model is told so.
+    Command,
 }
 
 impl fmt::Debug for ProcessManager {
@@ -218,7 +232,29 @@ impl ProcessManager {
             buffer_bytes: config.buffer_bytes,
             state: Mutex::new(State::default()),
             tasks: TaskTracker::new(),
+            lifetime: ProcessLifetime::Runtime,
         }
+    }
+
+    /// This manager, with processes that live as `lifetime` says.
+    #[must_use]
+    pub fn with_lifetime(mut self, lifetime: ProcessLifetime) -> Self {
+        self.lifetime = lifetime;
+        self
+    }
+
+    pub fn lifetime(&self) -> ProcessLifetime {
+        self.lifetime
+    }
+
+    /// Every process still running, of any session, oldest first.
+    pub fn running(&self) -> Vec<ProcessInfo> {
+        self.lock()
+            .entries
+            .iter()
+            .filter(|e| e.running())
+            .map(Entry::info)
+            .collect()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

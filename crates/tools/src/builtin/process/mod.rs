@@ -5,7 +5,9 @@
 mod manager;
 mod ring;
 
-pub use manager::{KillReason, ProcessInfo, ProcessManager, ProcessStatus, RecentOutput};
+pub use manager::{
+    KillReason, ProcessInfo, ProcessLifetime, ProcessManager, ProcessStatus, RecentOutput,
+};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -138,7 +140,14 @@ impl TypedTool for ProcessStart {
     }
 
     fn description(&self) -> &str {
-        "Start a shell command in the background (e.g. a server); returns its id."
+        match self.manager.lifetime() {
+            ProcessLifetime::Runtime => {
+                "Start a shell command in the background (e.g. a server); returns its id."
+            }
+            ProcessLifetime::Command => {
+                "Start a shell command in the background; returns its id. This run is one command: the process is killed when it ends, right after your answer."
+            }
+        }
     }
 
     fn timeout(&self) -> Duration {
@@ -158,7 +167,13 @@ impl TypedTool for ProcessStart {
             .manager
             .start(&ctx.session, &args.command, &cwd, &ctx.workspace)
             .await?;
-        Ok(format!("started {} (pid {})", info.id, info.pid))
+        Ok(match self.manager.lifetime() {
+            ProcessLifetime::Runtime => format!("started {} (pid {})", info.id, info.pid),
+            ProcessLifetime::Command => format!(
+                "started {} (pid {}); it runs only while this command runs and is killed when it ends, right after your answer: finish what needs it in this turn, and do not tell the user it keeps running",
+                info.id, info.pid
+            ),
+        })
     }
 
     async fn shutdown(&self) {
