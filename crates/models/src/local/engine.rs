@@ -141,7 +141,8 @@ enum Weights {
     /// copied).
     Phi3 {
         live: quantized_phi3::ModelWeights,
-        fresh: quantized_phi3::ModelWeights,
+        /// Boxed: only read on reset, and it would double the enum's size.
+        fresh: Box<quantized_phi3::ModelWeights>,
     },
 }
 
@@ -160,7 +161,7 @@ impl Weights {
             Weights::Llama(m) => m.clear_kv_cache(),
             Weights::Qwen2(m) => m.clear_kv_cache(),
             Weights::Qwen3(m) => m.clear_kv_cache(),
-            Weights::Phi3 { live, fresh } => *live = fresh.clone(),
+            Weights::Phi3 { live, fresh } => *live = (**fresh).clone(),
         }
     }
 }
@@ -271,7 +272,7 @@ impl Engine {
                             .map_err(loading)?;
                     Weights::Phi3 {
                         live: fresh.clone(),
-                        fresh,
+                        fresh: Box::new(fresh),
                     }
                 }
             })
