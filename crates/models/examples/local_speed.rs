@@ -7,7 +7,9 @@
 //! ```
 //!
 //! Loads the model once, then runs the same greedy question N times (5 by
-//! default) and prints the median of each figure.
+//! default) and prints the median of each figure; then drops N streams
+//! after a few tokens each and prints how long the model took to stop
+//! (the median, and the slowest).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -79,6 +81,34 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         median(output_tokens),
         median(first),
         median(speed),
+        runs.max(1)
+    );
+    let mut cancels = Vec::new();
+    for _ in 0..runs.max(1) {
+        let mut request = ModelRequest::new(
+            "m",
+            vec![Message::user("Write a very long story about the sea.")],
+        );
+        request.max_tokens = 2000;
+        let mut stream = client.stream(request).await?;
+        let mut deltas = 0;
+        while deltas < 8 {
+            match stream.next().await {
+                Some(Ok(StreamEvent::TextDelta(_))) => deltas += 1,
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e.into()),
+                None => break,
+            }
+        }
+        let dropped = Instant::now();
+        drop(stream);
+        client.wait_idle().await;
+        cancels.push(dropped.elapsed().as_secs_f64() * 1000.0);
+    }
+    let slowest = cancels.iter().copied().fold(0.0, f64::max);
+    println!(
+        "cancel: the model stopped {:.1} ms after the stream was dropped (median of {}; slowest {slowest:.1} ms)",
+        median(cancels),
         runs.max(1)
     );
     Ok(())

@@ -17,7 +17,7 @@ mod tool_call;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use flynn_protocol::config::ProviderConfig;
@@ -40,6 +40,9 @@ struct Shared {
     path: PathBuf,
     threads: Option<u32>,
     engine: OnceCell<Arc<Mutex<Engine>>>,
+    /// Tokens the model has sampled since it was loaded, every call
+    /// counted (how tests see that a cancelled call stopped).
+    sampled: AtomicU64,
 }
 
 impl Shared {
@@ -81,6 +84,7 @@ impl LocalModels {
                     path: path.to_path_buf(),
                     threads,
                     engine: OnceCell::new(),
+                    sampled: AtomicU64::new(0),
                 })
             })
             .clone()
@@ -158,6 +162,14 @@ impl LocalClient {
         if let Some(engine) = self.shared.engine.get() {
             drop(engine.lock().await);
         }
+    }
+
+    /// Tokens this client's model has sampled since it was loaded, over
+    /// every call: how tests see that a dropped stream stopped the work
+    /// within one token.
+    #[doc(hidden)]
+    pub fn tokens_sampled(&self) -> u64 {
+        self.shared.sampled.load(Ordering::SeqCst)
     }
 
     /// Whether two clients share one loaded model.
@@ -244,6 +256,7 @@ impl ModelClient for LocalClient {
         };
         let cancel = Arc::new(AtomicBool::new(false));
         let guard = CancelOnDrop(cancel.clone());
+        let shared = self.shared.clone();
         let (tx, mut rx) = mpsc::channel::<std::result::Result<Output, String>>(64);
         let model = if request.model.is_empty() {
             model_name
@@ -257,10 +270,11 @@ impl ModelClient for LocalClient {
             let lock = engine.clone().lock_owned().await;
             let flag = cancel.clone();
             let sender = tx.clone();
+            let shared = shared.clone();
             let worker = tokio::task::spawn_blocking(move || {
                 let mut lock = lock;
                 let mut send = |output: Output| sender.blocking_send(Ok(output)).is_ok();
-                if let Err(message) = lock.generate(&job, &flag, &mut send) {
+                if let Err(message) = lock.generate(&job, &flag, &shared.sampled, &mut send) {
                     let _ = sender.blocking_send(Err(message));
                 }
             });

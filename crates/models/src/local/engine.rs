@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::{Device, Tensor};
@@ -297,11 +297,12 @@ impl Engine {
 
     /// Runs one generation, sending text as it is made. Stops between two
     /// tokens (or two prompt chunks) once `cancel` is set or nobody
-    /// listens any more.
+    /// listens any more. Adds each token it samples to `sampled`.
     pub fn generate(
         &mut self,
         job: &Job,
         cancel: &AtomicBool,
+        sampled: &AtomicU64,
         send: &mut (dyn FnMut(Output) -> bool + Send),
     ) -> Result<(), String> {
         let Engine {
@@ -356,6 +357,7 @@ impl Engine {
                 let last = candle_transformers::utils::apply_repeat_penalty(&last, 1.1, recent)
                     .map_err(run)?;
                 let token = sampler.sample(&last).map_err(run)?;
+                sampled.fetch_add(1, Ordering::SeqCst);
                 if stops.contains(&token) {
                     send(Output::Done {
                         completion_tokens: count(&generated),
