@@ -140,10 +140,12 @@ pub fn load(explicit: Option<&Path>, env: &dyn Env) -> Result<Loaded> {
             });
         }
     };
-    let from_env = zero_config::fill_from_env(&mut config, env)?;
+    let mut from_env = zero_config::fill_from_env(&mut config, env)?;
     // Only after the environment had its say: the fallback applies when
     // no provider is configured at all.
-    let local_fallback = zero_config::local_fallback(&mut config, &paths.home, env)?;
+    let (local_fallback, filled) =
+        zero_config::local_fallback_recorded(&mut config, &paths.home, env)?;
+    from_env.extend(filled);
     Ok(Loaded {
         config,
         source,

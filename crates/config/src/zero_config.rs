@@ -424,6 +424,38 @@ pub fn local_fallback(
     Ok(Some(file))
 }
 
+/// [`local_fallback`], and what it filled in from the environment: when
+/// `FLYNN_LOCAL_MODEL` chose the file, the provider and the tiers it set
+/// came from that variable (a model found in `home/models` is the
+/// built-in default and is not recorded).
+pub(crate) fn local_fallback_recorded(
+    config: &mut FlynnConfig,
+    home: &Path,
+    env: &dyn Env,
+) -> Result<(Option<PathBuf>, Vec<FromEnv>)> {
+    let empty: Vec<Tier> = Tier::ALL
+        .into_iter()
+        .filter(|tier| config.models.tiers.get(*tier).is_empty())
+        .collect();
+    let file = local_fallback(config, home, env)?;
+    let mut filled = Vec::new();
+    if file.is_some() && non_empty(env, LOCAL_MODEL_VAR).is_some() {
+        for field in ["kind", "model_path"] {
+            filled.push(FromEnv::new(
+                format!("providers.{LOCAL_PROVIDER}.{field}"),
+                &[LOCAL_MODEL_VAR],
+            ));
+        }
+        for tier in empty {
+            filled.push(FromEnv::new(
+                format!("models.tiers.{tier}"),
+                &[LOCAL_MODEL_VAR],
+            ));
+        }
+    }
+    Ok((file, filled))
+}
+
 /// The first `*.gguf` file in `dir`, by name (partial downloads end in
 /// `.part` and are not taken).
 fn first_gguf(dir: &Path) -> Option<PathBuf> {

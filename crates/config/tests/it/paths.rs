@@ -291,7 +291,32 @@ fn flynn_local_model_names_the_file_and_a_provider_turns_the_fallback_off() {
         ("FLYNN_HOME", &home),
         ("FLYNN_LOCAL_MODEL", other.to_str().unwrap()),
     ]);
-    assert_eq!(load(None, &named).unwrap().local_fallback, Some(other));
+    let loaded = load(None, &named).unwrap();
+    assert_eq!(loaded.local_fallback, Some(other.clone()));
+    // `config get --origin` names the variable for what it filled in.
+    let origins: Vec<(String, String)> = flynn_config::origins(&loaded, "")
+        .unwrap()
+        .into_iter()
+        .filter(|o| o.path.starts_with("providers.local") || o.path.starts_with("models.tiers"))
+        .map(|o| (o.path, o.origin.to_string()))
+        .collect();
+    let from_var = "environment: FLYNN_LOCAL_MODEL".to_owned();
+    for path in [
+        "providers.local.kind",
+        "providers.local.model_path",
+        "models.tiers.fast",
+        "models.tiers.default",
+        "models.tiers.complex",
+        "models.tiers.local",
+    ] {
+        assert!(
+            origins.contains(&(path.to_owned(), from_var.clone())),
+            "{path} not from FLYNN_LOCAL_MODEL in {origins:?}"
+        );
+    }
+    // A model found in the home is the built-in default.
+    let found = load(None, &env(&[("HOME", root), ("FLYNN_HOME", &home)])).unwrap();
+    assert!(found.from_env.is_empty(), "{:?}", found.from_env);
 
     let missing = env(&[
         ("HOME", root),
