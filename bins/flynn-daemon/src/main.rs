@@ -79,6 +79,12 @@ async fn run(args: &Args) -> Result<Stopped, (u8, String)> {
         profile: args.profile.clone(),
     };
     let loaded = config::load(args.config.as_deref(), &env).map_err(|e| (2, e.to_string()))?;
+    if let Some(path) = &loaded.local_fallback {
+        eprintln!(
+            "note: no model provider is configured; answering with the local model {}",
+            path.display()
+        );
+    }
     let daemon = Daemon::start(DaemonOptions::from_loaded(loaded, args.bind.clone()))
         .await
         .map_err(|e| {

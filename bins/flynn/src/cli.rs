@@ -91,7 +91,8 @@ impl Cli {
                     | ConfigCommand::Set { config: slot, .. } => *slot = config,
                     ConfigCommand::Schema => {}
                 },
-                Command::Completion { .. } => {}
+                // FLYNN_HOME/models does not depend on the config file.
+                Command::Models(_) | Command::Completion { .. } => {}
             }
         }
         if gateway.is_some() && !gateway_taken {
@@ -128,6 +129,9 @@ pub enum Command {
     Sandbox(SandboxArgs),
     /// Memory files and their search index.
     Memory(MemoryArgs),
+    /// GGUF models run in process (`kind: local`): pull from the Hugging
+    /// Face hub, list, remove.
+    Models(crate::models::ModelsArgs),
     /// MCP: the servers whose tools Flynn uses (list, tools, test), and
     /// Flynn as an MCP server for other agents (serve).
     Mcp(McpArgs),

@@ -315,7 +315,7 @@ fn tier_lines(config: &FlynnConfig) -> Vec<Check> {
         return vec![Check::fail(
             "models",
             "no model provider is configured",
-            "set ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY or OLLAMA_HOST, or run `flynn onboard`",
+            "set ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY or OLLAMA_HOST, run `flynn onboard`, or download a model to run in process with `flynn models pull <owner>/<repo>/<file.gguf>`",
         )];
     }
     let tiers = &config.models.tiers;
@@ -341,7 +341,12 @@ fn tier_lines(config: &FlynnConfig) -> Vec<Check> {
 
 async fn provider_lines(config: &FlynnConfig) -> Vec<Check> {
     let mut probes = tokio::task::JoinSet::new();
+    let mut lines = Vec::new();
     for (index, (name, provider)) in config.providers.iter().enumerate() {
+        if provider.kind == ProviderKind::Local {
+            lines.push(local_line(name, provider));
+            continue;
+        }
         let name = name.clone();
         let provider = provider.clone();
         probes.spawn(async move {
@@ -356,7 +361,6 @@ async fn provider_lines(config: &FlynnConfig) -> Vec<Check> {
         }
     }
     results.sort_by_key(|(index, ..)| *index);
-    let mut lines = Vec::new();
     for (_, name, provider, result) in results {
         let base = provider.base_url.clone().unwrap_or_else(|| {
             provider
@@ -385,6 +389,44 @@ async fn provider_lines(config: &FlynnConfig) -> Vec<Check> {
         }
     }
     lines
+}
+
+/// A `kind: local` provider: its model file, read here (not loaded).
+fn local_line(name: &str, provider: &flynn_core::protocol::config::ProviderConfig) -> Check {
+    let Some(path) = provider.model_path.as_deref() else {
+        return Check::fail(
+            "provider",
+            format!("{name} (local): no model_path"),
+            format!(
+                "set providers.{name}.model_path to a GGUF file (`flynn models pull` downloads one)"
+            ),
+        );
+    };
+    if !path.is_file() {
+        return Check::fail(
+            "provider",
+            format!("{name} (local): {} does not exist", path.display()),
+            "download it with `flynn models pull <owner>/<repo>/<file.gguf>` and set model_path to the path it prints",
+        );
+    }
+    let model = crate::models::describe(path);
+    let summary = format!(
+        "{name} (local): {}, {}, {:.1} MB, context {}",
+        model.file,
+        model.family.as_deref().unwrap_or("unknown family"),
+        model.size as f64 / 1_000_000.0,
+        model
+            .context
+            .map_or_else(|| "unknown".to_owned(), |c| c.to_string())
+    );
+    match model.problem {
+        Some(problem) => Check::fail(
+            "provider",
+            format!("{summary}: {problem}"),
+            "use a GGUF of the llama, qwen2, qwen3 or phi3 family with a flynn built with --features local-llm",
+        ),
+        None => Check::ok("provider", summary),
+    }
 }
 
 fn provider_failure(

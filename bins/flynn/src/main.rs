@@ -32,6 +32,7 @@ mod env;
 mod exit;
 mod mcp;
 mod memory;
+mod models;
 mod onboard;
 mod pairing;
 mod remote;
@@ -113,6 +114,7 @@ async fn run(command: Command) -> Result<(), Failure> {
         Command::Usage(args) => sessions::usage(args).await,
         Command::Sandbox(args) => sandbox::run(args).await,
         Command::Memory(args) => memory::run(args).await,
+        Command::Models(args) => models::run(args).await,
         Command::Mcp(args) => mcp::run(args).await,
         Command::Doctor(args) => doctor::run(args).await,
         Command::Backup(args) => backup::backup(args).await,

@@ -85,7 +85,11 @@ fn provider_name(kind: ProviderKind) -> String {
 
 fn parse_kind(text: &str) -> Option<ProviderKind> {
     let text = text.trim().to_ascii_lowercase();
-    ProviderKind::ALL.into_iter().find(|k| k.as_str() == text)
+    // A local model is set up with `flynn models pull`, not here.
+    ProviderKind::ALL
+        .into_iter()
+        .filter(|k| *k != ProviderKind::Local)
+        .find(|k| k.as_str() == text)
 }
 
 /// The provider the environment points at: the one zero-config would put
@@ -190,7 +194,11 @@ fn from_flags(args: &OnboardArgs, env: &dyn Env) -> Result<Answers, Failure> {
 }
 
 fn unknown_kind(text: &str) -> Failure {
-    let kinds: Vec<&str> = ProviderKind::ALL.iter().map(|k| k.as_str()).collect();
+    let kinds: Vec<&str> = ProviderKind::ALL
+        .iter()
+        .filter(|k| **k != ProviderKind::Local)
+        .map(|k| k.as_str())
+        .collect();
     Failure::usage(format!(
         "unknown provider '{text}', expected one of: {}",
         kinds.join(", ")

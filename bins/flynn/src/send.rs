@@ -28,6 +28,7 @@ pub async fn run(args: SendArgs) -> Result<(), Failure> {
         return crate::remote::send(&target, params, args.yes, &mut printer, args.json).await;
     }
     let loaded = config::load(args.config.as_deref(), &CliEnv)?;
+    crate::models::announce_fallback(&loaded);
     let workspace = crate::workspace::resolve(&loaded);
     // Said to a person at a terminal; scripts keep a clean stderr (and
     // `flynn sandbox` says it too).

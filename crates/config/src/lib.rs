@@ -79,7 +79,10 @@ pub use load::{Loaded, Overlay, PROFILE_VAR, Source, load, parse_layers, parse_s
 pub use origin::{Origin, ValueOrigin, origins};
 pub use paths::{Paths, create_home};
 pub use workspace::{Workspace, WorkspaceOrigin};
-pub use zero_config::{FromEnv, apply_model_override, fill_from_env, from_env};
+pub use zero_config::{
+    FromEnv, LOCAL_MODEL_VAR, LOCAL_PROVIDER, apply_model_override, fill_from_env, from_env,
+    local_fallback,
+};
 
 /// The JSON Schema of the configuration file, pretty-printed with a
 /// trailing newline (the content of `config/flynn.schema.json`).

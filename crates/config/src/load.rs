@@ -23,6 +23,10 @@ pub struct Loaded {
     /// What the environment filled in ([`crate::fill_from_env`]), in the
     /// order it was filled.
     pub from_env: Vec<FromEnv>,
+    /// The GGUF model the zero-config fallback runs for every tier, when
+    /// no provider is configured anywhere, neither in the file nor in the
+    /// environment ([`crate::local_fallback`]).
+    pub local_fallback: Option<PathBuf>,
 }
 
 /// A profile overlay: `profiles/<name>.overlay.yaml` next to the config
@@ -84,6 +88,9 @@ pub enum Source {
 /// file is missing at the default path, the config comes from the
 /// environment alone ([`crate::from_env`]); when a file named by
 /// `explicit` or `FLYNN_CONFIG` is missing, that is [`Error::NotFound`].
+/// When, after that, no provider is configured at all, a GGUF model in
+/// `FLYNN_HOME/models` (or `FLYNN_LOCAL_MODEL`) is used for every tier
+/// ([`crate::local_fallback`]).
 pub fn load(explicit: Option<&Path>, env: &dyn Env) -> Result<Loaded> {
     let (paths, named) = paths::resolve(explicit, env)?;
     let profile = crate::env::non_empty(env, PROFILE_VAR);
@@ -133,13 +140,19 @@ pub fn load(explicit: Option<&Path>, env: &dyn Env) -> Result<Loaded> {
             });
         }
     };
-    let from_env = zero_config::fill_from_env(&mut config, env)?;
+    let mut from_env = zero_config::fill_from_env(&mut config, env)?;
+    // Only after the environment had its say: the fallback applies when
+    // no provider is configured at all.
+    let (local_fallback, filled) =
+        zero_config::local_fallback_recorded(&mut config, &paths.home, env)?;
+    from_env.extend(filled);
     Ok(Loaded {
         config,
         source,
         paths,
         overlay,
         from_env,
+        local_fallback,
     })
 }
 

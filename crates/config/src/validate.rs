@@ -72,7 +72,7 @@ pub(crate) fn validate(
         }
         match &provider.base_url {
             None if provider.kind == ProviderKind::OpenaiCompatible => report(
-                path,
+                path.clone(),
                 Problem::MissingBaseUrl {
                     kind: provider.kind.to_string(),
                 },
@@ -85,6 +85,7 @@ pub(crate) fn validate(
             }
             _ => {}
         }
+        check_local_provider(provider, &path, &mut report);
     }
 
     let mut configured: Vec<String> = config.providers.keys().cloned().collect();
@@ -327,7 +328,7 @@ fn check_tools(
     };
     if let Some(message) = missing {
         report(
-            search_path.clone().key("provider"),
+            search_path.key("provider"),
             Problem::Other {
                 message: message.to_owned(),
             },
@@ -337,7 +338,7 @@ fn check_tools(
         && !is_http_url(endpoint)
     {
         report(
-            search_path.clone().key("endpoint"),
+            search_path.key("endpoint"),
             Problem::InvalidUrl {
                 url: endpoint.clone(),
             },
@@ -489,13 +490,13 @@ fn check_memory(
     if let Some(provider) = &embeddings.provider
         && let Some(problem) = unknown_provider(provider, configured)
     {
-        report(path.clone().key("provider"), problem);
+        report(path.key("provider"), problem);
     }
     if let Some(url) = &embeddings.base_url
         && !is_http_url(url)
     {
         report(
-            path.clone().key("base_url"),
+            path.key("base_url"),
             Problem::InvalidUrl { url: url.clone() },
         );
     }
@@ -526,7 +527,7 @@ fn check_memory(
     };
     if let Some(message) = missing {
         report(
-            path.clone().key("kind"),
+            path.key("kind"),
             Problem::Other {
                 message: message.to_owned(),
             },
@@ -538,7 +539,7 @@ fn check_memory(
     ];
     for (key, value, min) in minimums {
         if value < min {
-            report(path.clone().key(key), Problem::TooSmall { value, min });
+            report(path.key(key), Problem::TooSmall { value, min });
         }
     }
 }
@@ -1264,6 +1265,58 @@ fn report_min(other: &mut impl FnMut(KeyPath, String), path: KeyPath, value: u64
         path,
         format!("{value} is too small; expected at least {min}"),
     );
+}
+
+/// `kind: local` takes `model_path` (a file that exists), `threads` and
+/// `context`; other kinds take none of them.
+fn check_local_provider(
+    provider: &flynn_protocol::config::ProviderConfig,
+    path: &KeyPath,
+    report: &mut impl FnMut(KeyPath, Problem),
+) {
+    if provider.kind != ProviderKind::Local {
+        for (key, set) in [
+            ("model_path", provider.model_path.is_some()),
+            ("threads", provider.threads.is_some()),
+            ("context", provider.context.is_some()),
+        ] {
+            if set {
+                report(
+                    path.key(key),
+                    Problem::Other {
+                        message: format!(
+                            "{key} is only for providers of kind local (this one is {})",
+                            provider.kind
+                        ),
+                    },
+                );
+            }
+        }
+        return;
+    }
+    match &provider.model_path {
+        None => report(
+            path.clone(),
+            Problem::MissingKey {
+                key: "model_path".to_owned(),
+            },
+        ),
+        Some(file) if !file.is_file() => report(
+            path.key("model_path"),
+            Problem::Other {
+                message: format!(
+                    "model file {} does not exist; download a GGUF model with `flynn models pull <repo>/<file.gguf>` (or scripts/fetch-smollm2.sh) and set model_path to the path it prints",
+                    file.display()
+                ),
+            },
+        ),
+        Some(_) => {}
+    }
+    for (key, value) in [("threads", provider.threads), ("context", provider.context)] {
+        if value == Some(0) {
+            report(path.key(key), Problem::TooSmall { value: 0, min: 1 });
+        }
+    }
 }
 
 #[cfg(test)]

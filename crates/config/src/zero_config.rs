@@ -4,6 +4,9 @@
 
 use std::fmt;
 
+use std::path::{Path, PathBuf};
+
+use flynn_protocol::Tier;
 use flynn_protocol::config::{FlynnConfig, ModelRef, ProviderConfig, ProviderKind};
 
 use crate::env::{Env, non_empty};
@@ -352,6 +355,122 @@ fn provider_from_env(name: &str, env: &dyn Env) -> Result<Option<ProviderConfig>
         _ => None,
     };
     Ok(provider)
+}
+
+/// The variable naming a GGUF file for the zero-config fallback.
+pub const LOCAL_MODEL_VAR: &str = "FLYNN_LOCAL_MODEL";
+
+/// The name of the provider the fallback adds.
+pub const LOCAL_PROVIDER: &str = "local";
+
+/// The last resort when no provider is configured anywhere (neither the
+/// config file nor the environment names one): a GGUF model on this
+/// machine, run in process (`kind: local`) for every tier.
+///
+/// The model is `FLYNN_LOCAL_MODEL` when set (it must name a file), else
+/// the first `*.gguf` file, by name, in `home/models` (where
+/// `flynn models pull` and `scripts/fetch-smollm2.sh` put them). Adds the
+/// provider `local` and sets every tier to `local/<file name>`; returns
+/// the file, or `None` (and leaves `config` alone) when a provider is
+/// configured or no model is found.
+pub fn local_fallback(
+    config: &mut FlynnConfig,
+    home: &Path,
+    env: &dyn Env,
+) -> Result<Option<PathBuf>> {
+    if !config.providers.is_empty() {
+        return Ok(None);
+    }
+    let file = match non_empty(env, LOCAL_MODEL_VAR) {
+        Some(path) => {
+            let path = PathBuf::from(path);
+            if !path.is_file() {
+                return Err(Error::Env {
+                    name: LOCAL_MODEL_VAR.to_owned(),
+                    problem: Problem::Other {
+                        message: format!(
+                            "{} is not a file; expected the path of a GGUF model (flynn models pull <repo>/<file.gguf> downloads one)",
+                            path.display()
+                        ),
+                    },
+                });
+            }
+            path
+        }
+        None => match first_gguf(&home.join("models")) {
+            Some(path) => path,
+            None => return Ok(None),
+        },
+    };
+    let model = file
+        .file_stem()
+        .map(|stem| stem.to_string_lossy().into_owned())
+        .filter(|stem| !stem.is_empty() && !stem.chars().any(char::is_whitespace))
+        .unwrap_or_else(|| "model".to_owned());
+    config.providers.insert(
+        LOCAL_PROVIDER.to_owned(),
+        ProviderConfig {
+            model_path: Some(file.clone()),
+            ..ProviderConfig::new(ProviderKind::Local)
+        },
+    );
+    let model = ModelRef::new(LOCAL_PROVIDER, model);
+    for tier in Tier::ALL {
+        let models = config.models.tiers.get_mut(tier);
+        if models.is_empty() {
+            *models = vec![model.clone()];
+        }
+    }
+    Ok(Some(file))
+}
+
+/// [`local_fallback`], and what it filled in from the environment: when
+/// `FLYNN_LOCAL_MODEL` chose the file, the provider and the tiers it set
+/// came from that variable (a model found in `home/models` is the
+/// built-in default and is not recorded).
+pub(crate) fn local_fallback_recorded(
+    config: &mut FlynnConfig,
+    home: &Path,
+    env: &dyn Env,
+) -> Result<(Option<PathBuf>, Vec<FromEnv>)> {
+    let empty: Vec<Tier> = Tier::ALL
+        .into_iter()
+        .filter(|tier| config.models.tiers.get(*tier).is_empty())
+        .collect();
+    let file = local_fallback(config, home, env)?;
+    let mut filled = Vec::new();
+    if file.is_some() && non_empty(env, LOCAL_MODEL_VAR).is_some() {
+        for field in ["kind", "model_path"] {
+            filled.push(FromEnv::new(
+                format!("providers.{LOCAL_PROVIDER}.{field}"),
+                &[LOCAL_MODEL_VAR],
+            ));
+        }
+        for tier in empty {
+            filled.push(FromEnv::new(
+                format!("models.tiers.{tier}"),
+                &[LOCAL_MODEL_VAR],
+            ));
+        }
+    }
+    Ok((file, filled))
+}
+
+/// The first `*.gguf` file in `dir`, by name (partial downloads end in
+/// `.part` and are not taken).
+fn first_gguf(dir: &Path) -> Option<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| {
+            path.is_file()
+                && path
+                    .extension()
+                    .is_some_and(|ext| ext.eq_ignore_ascii_case("gguf"))
+        })
+        .collect();
+    files.sort();
+    files.into_iter().next()
 }
 
 /// A base URL variable's value, which must be an http(s) URL.

@@ -23,6 +23,9 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod http;
+pub mod hub;
+#[cfg(feature = "local-llm")]
+mod local;
 mod locality;
 mod openai;
 mod preset;
@@ -41,11 +44,13 @@ pub use client::{
 pub use context_window::{ContextWindow, ContextWindows, WindowSource, known_context_window};
 pub use error::{Error, Result};
 pub use flynn_protocol::ToolNameMap;
+#[cfg(feature = "local-llm")]
+pub use local::{GgufInfo, LocalClient, inspect as inspect_gguf};
 pub use pricing::{PriceTable, cost};
 pub use probe::{Probe, probe};
 pub use provider::build_client;
 pub use router::Jitter;
-pub use router::{Attempt, ModelRouter, RoutedStream};
+pub use router::{Attempt, ModelRouter, NO_PROVIDER, RoutedStream};
 #[cfg(feature = "tiktoken")]
 pub use tokens::Tiktoken;
 pub use tokens::{

@@ -178,7 +178,7 @@ pub(crate) fn preset(kind: ProviderKind) -> &'static Preset {
         ProviderKind::GithubModels => &GITHUB_MODELS,
         ProviderKind::Groq => &GROQ,
         ProviderKind::Gemini => &GEMINI,
-        ProviderKind::Anthropic | ProviderKind::Bedrock => &OTHER_REMOTE,
+        ProviderKind::Anthropic | ProviderKind::Bedrock | ProviderKind::Local => &OTHER_REMOTE,
     }
 }
 

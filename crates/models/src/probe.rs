@@ -36,6 +36,11 @@ pub async fn probe(name: &str, config: &ProviderConfig, timeout: Duration) -> Re
             message: format!("provider '{name}': bedrock is not probed (no model list to ask)"),
         });
     }
+    if config.kind == ProviderKind::Local {
+        return Err(Error::Config {
+            message: format!("provider '{name}': a local model is not probed (it runs in process)"),
+        });
+    }
     let base = http::base_url(name, config)?;
     let key = http::api_key(config);
     let mut headers = HeaderMap::new();

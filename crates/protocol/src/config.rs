@@ -153,10 +153,13 @@ pub enum ProviderKind {
     /// AWS Bedrock Converse API (needs the `bedrock` build feature; AWS
     /// credentials from the usual AWS sources).
     Bedrock,
+    /// A GGUF model run inside Flynn (needs the `local-llm` build
+    /// feature): `model_path`, and optionally `threads` and `context`.
+    Local,
 }
 
 impl ProviderKind {
-    pub const ALL: [ProviderKind; 12] = [
+    pub const ALL: [ProviderKind; 13] = [
         ProviderKind::Anthropic,
         ProviderKind::Openai,
         ProviderKind::OpenaiCompatible,
@@ -169,6 +172,7 @@ impl ProviderKind {
         ProviderKind::Groq,
         ProviderKind::Gemini,
         ProviderKind::Bedrock,
+        ProviderKind::Local,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -185,6 +189,7 @@ impl ProviderKind {
             ProviderKind::Groq => "groq",
             ProviderKind::Gemini => "gemini",
             ProviderKind::Bedrock => "bedrock",
+            ProviderKind::Local => "local",
         }
     }
 
@@ -194,7 +199,7 @@ impl ProviderKind {
         match self {
             ProviderKind::Anthropic => Some("https://api.anthropic.com"),
             ProviderKind::Openai => Some("https://api.openai.com/v1"),
-            ProviderKind::OpenaiCompatible | ProviderKind::Bedrock => None,
+            ProviderKind::OpenaiCompatible | ProviderKind::Bedrock | ProviderKind::Local => None,
             ProviderKind::Ollama => Some("http://127.0.0.1:11434/v1"),
             ProviderKind::Llamacpp => Some("http://127.0.0.1:8080/v1"),
             ProviderKind::Vllm => Some("http://127.0.0.1:8000/v1"),
@@ -233,7 +238,8 @@ impl ProviderKind {
             | ProviderKind::Llamacpp
             | ProviderKind::Vllm
             | ProviderKind::Lmstudio
-            | ProviderKind::Bedrock => None,
+            | ProviderKind::Bedrock
+            | ProviderKind::Local => None,
         }
     }
 
@@ -288,6 +294,18 @@ pub struct ProviderConfig {
     /// loopback, private or `.local` host) when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local: Option<bool>,
+    /// The GGUF file a `kind: local` provider runs (`flynn models pull`
+    /// puts them in `FLYNN_HOME/models`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_path: Option<PathBuf>,
+    /// Threads a `kind: local` model computes on; default: one per
+    /// physical core.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
+    /// Context window, in tokens, a `kind: local` model runs with; default
+    /// and upper bound: what the file's metadata says it was trained for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<u32>,
 }
 
 impl ProviderConfig {
@@ -302,6 +320,9 @@ impl ProviderConfig {
             region: None,
             context_window: None,
             local: None,
+            model_path: None,
+            threads: None,
+            context: None,
         }
     }
 }

@@ -8,6 +8,8 @@
 //! search engine fakes ([`FakeBrave`], [`FakeSearxng`], [`FakeTavily`],
 //! [`FakeDuckDuckGo`]) serve the hits they are given instead.
 //! [`FakeRedirect`] answers everything with a redirect to another server.
+//! [`FakeHub`] is the Hugging Face hub's file downloads (redirects to a
+//! content store, checksums, byte ranges).
 //! [`FakeTailscaled`] is tailscaled's LocalAPI (`whois`) on a Unix socket.
 //!
 //! ```no_run
@@ -36,6 +38,7 @@ pub mod bedrock;
 pub mod discord;
 pub mod embeddings;
 pub mod fixtures;
+mod hub;
 mod llamacpp;
 pub mod mcp;
 mod ollama;
@@ -55,6 +58,7 @@ pub use anthropic::FakeAnthropic;
 #[cfg(feature = "bedrock")]
 pub use bedrock::{FakeBedrock, bedrock_error};
 pub use embeddings::{FakeEmbeddings, Vendor, fake_embedding};
+pub use hub::FakeHub;
 pub use llamacpp::FakeLlamaCpp;
 pub use ollama::FakeOllama;
 pub use openai::FakeOpenAi;

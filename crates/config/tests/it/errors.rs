@@ -15,7 +15,7 @@ fn assert_error(text: &str, expected: &str) {
 fn unknown_key_suggests_the_closest_and_lists_the_valid_ones() {
     assert_error(
         "providers:\n  anthropic:\n    kind: anthropic\n    api_kye: sk-123\n",
-        "config.yaml:4:5: providers.anthropic.api_kye: unknown key 'api_kye' (did you mean 'api_key'?), expected one of: kind, base_url, api_key, connect_timeout_secs, read_timeout_secs, headers, region, context_window, local",
+        "config.yaml:4:5: providers.anthropic.api_kye: unknown key 'api_kye' (did you mean 'api_key'?), expected one of: kind, base_url, api_key, connect_timeout_secs, read_timeout_secs, headers, region, context_window, local, model_path, threads, context",
     );
     assert_error(
         "version: 1\nmodel:\n  tiers: {}\n",
@@ -35,7 +35,7 @@ fn unknown_key_suggests_the_closest_and_lists_the_valid_ones() {
 fn unknown_enum_value_suggests_and_lists_the_valid_ones() {
     assert_error(
         "providers:\n  anthropic: {kind: antropic}\n",
-        "config.yaml:2:21: providers.anthropic.kind: unknown provider kind 'antropic' (did you mean 'anthropic'?), expected one of: anthropic, openai, openai-compatible, ollama, llamacpp, vllm, lmstudio, openrouter, github-models, groq, gemini, bedrock",
+        "config.yaml:2:21: providers.anthropic.kind: unknown provider kind 'antropic' (did you mean 'anthropic'?), expected one of: anthropic, openai, openai-compatible, ollama, llamacpp, vllm, lmstudio, openrouter, github-models, groq, gemini, bedrock, local",
     );
     assert_error(
         "agents:\n  primary_tier: fasst\n",

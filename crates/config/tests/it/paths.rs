@@ -125,6 +125,7 @@ fn missing_default_file_means_zero_config() {
                     variables: vec!["GEMINI_API_KEY".to_owned()],
                 },
             ],
+            local_fallback: None,
         }
     );
 }
@@ -229,4 +230,140 @@ fn umask() -> u32 {
         .create(&probe)
         .unwrap();
     !std::fs::metadata(&probe).unwrap().permissions().mode() & 0o777
+}
+
+/// A directory with a FLYNN_HOME holding `models/` with these files.
+fn home_with_models(files: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("flynn/models");
+    std::fs::create_dir_all(&models).unwrap();
+    for file in files {
+        std::fs::write(models.join(file), b"GGUF").unwrap();
+    }
+    dir
+}
+
+#[test]
+fn with_no_provider_anywhere_a_model_in_home_serves_every_tier() {
+    let dir = home_with_models(&["b.gguf", "a-model.Q4_0.gguf", "c.gguf.part", "notes.txt"]);
+    let root = dir.path().to_str().unwrap();
+    let home = format!("{root}/flynn");
+    let loaded = load(None, &env(&[("HOME", root), ("FLYNN_HOME", &home)])).unwrap();
+    let file = dir.path().join("flynn/models/a-model.Q4_0.gguf");
+    assert_eq!(loaded.local_fallback, Some(file.clone()));
+    let provider = &loaded.config.providers["local"];
+    assert_eq!(
+        (provider.kind, provider.model_path.as_deref()),
+        (ProviderKind::Local, Some(file.as_path()))
+    );
+    let model = ModelRef::new("local", "a-model.Q4_0");
+    let tiers = &loaded.config.models.tiers;
+    assert_eq!(
+        [&tiers.fast, &tiers.default, &tiers.complex, &tiers.local],
+        [
+            &vec![model.clone()],
+            &vec![model.clone()],
+            &vec![model.clone()],
+            &vec![model]
+        ]
+    );
+
+    // A config file with only other blocks: still no provider anywhere.
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, "gateway:\n  bind: 127.0.0.1:18801\n").unwrap();
+    let loaded = load(
+        Some(&config),
+        &env(&[("HOME", root), ("FLYNN_HOME", &home)]),
+    )
+    .unwrap();
+    assert_eq!(loaded.local_fallback, Some(file));
+}
+
+#[test]
+fn flynn_local_model_names_the_file_and_a_provider_turns_the_fallback_off() {
+    let dir = home_with_models(&["a.gguf"]);
+    let root = dir.path().to_str().unwrap();
+    let home = format!("{root}/flynn");
+    let other = dir.path().join("elsewhere.gguf");
+    std::fs::write(&other, b"GGUF").unwrap();
+    let named = env(&[
+        ("HOME", root),
+        ("FLYNN_HOME", &home),
+        ("FLYNN_LOCAL_MODEL", other.to_str().unwrap()),
+    ]);
+    let loaded = load(None, &named).unwrap();
+    assert_eq!(loaded.local_fallback, Some(other.clone()));
+    // `config get --origin` names the variable for what it filled in.
+    let origins: Vec<(String, String)> = flynn_config::origins(&loaded, "")
+        .unwrap()
+        .into_iter()
+        .filter(|o| o.path.starts_with("providers.local") || o.path.starts_with("models.tiers"))
+        .map(|o| (o.path, o.origin.to_string()))
+        .collect();
+    let from_var = "environment: FLYNN_LOCAL_MODEL".to_owned();
+    for path in [
+        "providers.local.kind",
+        "providers.local.model_path",
+        "models.tiers.fast",
+        "models.tiers.default",
+        "models.tiers.complex",
+        "models.tiers.local",
+    ] {
+        assert!(
+            origins.contains(&(path.to_owned(), from_var.clone())),
+            "{path} not from FLYNN_LOCAL_MODEL in {origins:?}"
+        );
+    }
+    // A model found in the home is the built-in default.
+    let found = load(None, &env(&[("HOME", root), ("FLYNN_HOME", &home)])).unwrap();
+    assert!(found.from_env.is_empty(), "{:?}", found.from_env);
+
+    let missing = env(&[
+        ("HOME", root),
+        ("FLYNN_HOME", &home),
+        ("FLYNN_LOCAL_MODEL", "/nonexistent/m.gguf"),
+    ]);
+    assert_eq!(
+        load(None, &missing).map(|_| ()).unwrap_err().to_string(),
+        "FLYNN_LOCAL_MODEL: /nonexistent/m.gguf is not a file; expected the path of a GGUF model (flynn models pull <repo>/<file.gguf> downloads one)"
+    );
+
+    let keyed = env(&[
+        ("HOME", root),
+        ("FLYNN_HOME", &home),
+        ("GEMINI_API_KEY", "g"),
+    ]);
+    let loaded = load(None, &keyed).unwrap();
+    assert_eq!(loaded.local_fallback, None);
+    assert!(!loaded.config.providers.contains_key("local"));
+
+    // No model in the home: no fallback, the config is left as it was.
+    let empty = tempfile::tempdir().unwrap();
+    let root = empty.path().to_str().unwrap();
+    let loaded = load(None, &env(&[("HOME", root)])).unwrap();
+    assert_eq!(loaded.local_fallback, None);
+    assert_eq!(loaded.config, FlynnConfig::default());
+}
+
+#[test]
+fn a_local_provider_is_checked_when_the_file_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "providers:\n  mine:\n    kind: local\n    model_path: /nonexistent/m.gguf\n    threads: 0\n  cloud:\n    kind: openai\n    context: 4096\n",
+    )
+    .unwrap();
+    let root = dir.path().to_str().unwrap();
+    let error = load(Some(&config), &env(&[("HOME", root)]))
+        .map(|_| ())
+        .unwrap_err();
+    let text = error.to_string();
+    for expected in [
+        "providers.mine.model_path: model file /nonexistent/m.gguf does not exist; download a GGUF model with `flynn models pull <repo>/<file.gguf>` (or scripts/fetch-smollm2.sh) and set model_path to the path it prints",
+        "providers.mine.threads:",
+        "providers.cloud.context: context is only for providers of kind local (this one is openai)",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
 }

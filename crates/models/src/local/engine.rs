@@ -1,0 +1,461 @@
+//! A GGUF model loaded on candle, and the generation loop that runs on a
+//! blocking thread.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::{Device, Tensor};
+use candle_transformers::generation::{LogitsProcessor, Sampling};
+use candle_transformers::models::{
+    quantized_llama, quantized_phi3, quantized_qwen2, quantized_qwen3,
+};
+use tokenizers_gguf::Tokenizer;
+
+use super::template::ChatTemplate;
+use super::tokenizer::{self, Vocabulary};
+
+/// Prompt tokens run through the model at a time: between two chunks the
+/// loop checks for cancellation, so a long prompt can be abandoned.
+const PROMPT_CHUNK: usize = 64;
+
+/// What is known about a GGUF file from its metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GgufInfo {
+    pub path: PathBuf,
+    /// `general.architecture` (`llama`, `qwen2`, `qwen3`, `phi3`).
+    pub architecture: String,
+    /// `general.name`, when the file has one.
+    pub name: Option<String>,
+    /// The context length the model was trained for.
+    pub context_length: Option<u32>,
+    /// The chat format Flynn renders for it (`chatml`, `llama3`, `phi3`).
+    pub chat_format: &'static str,
+    /// Whether its template has Qwen-style tool calls.
+    pub tools: bool,
+    /// The file's size in bytes.
+    pub size: u64,
+}
+
+impl GgufInfo {
+    /// The model family, as users know it.
+    pub fn family(&self) -> &'static str {
+        family(&self.architecture)
+    }
+
+    /// Whether Flynn can run this architecture.
+    pub fn supported(&self) -> bool {
+        Arch::from_name(&self.architecture).is_some()
+    }
+}
+
+fn family(architecture: &str) -> &'static str {
+    match architecture {
+        "llama" => "llama",
+        "qwen2" => "qwen2",
+        "qwen3" => "qwen3",
+        "phi3" => "phi3",
+        _ => "unsupported",
+    }
+}
+
+/// Reads the metadata of a GGUF file (not its weights).
+pub fn inspect(path: &Path) -> Result<GgufInfo, String> {
+    let mut file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let content = Content::read(&mut file)
+        .map_err(|e| format!("{} is not a GGUF file Flynn can read: {e}", path.display()))?;
+    Ok(info(path, &content, size))
+}
+
+fn string(content: &Content, key: &str) -> Option<String> {
+    content
+        .metadata
+        .get(key)
+        .and_then(|v| v.to_string().ok())
+        .cloned()
+}
+
+fn info(path: &Path, content: &Content, size: u64) -> GgufInfo {
+    let architecture = string(content, "general.architecture").unwrap_or_default();
+    let template = ChatTemplate::new(
+        string(content, "tokenizer.chat_template").as_deref(),
+        &architecture,
+        None,
+    );
+    GgufInfo {
+        path: path.to_path_buf(),
+        context_length: content
+            .metadata
+            .get(&format!("{architecture}.context_length"))
+            .and_then(|v| match v {
+                Value::U32(n) => Some(*n),
+                Value::U64(n) => u32::try_from(*n).ok(),
+                Value::I32(n) => u32::try_from(*n).ok(),
+                _ => None,
+            }),
+        name: string(content, "general.name"),
+        chat_format: template.format.name(),
+        tools: template.tools,
+        architecture,
+        size,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arch {
+    Llama,
+    Qwen2,
+    Qwen3,
+    Phi3,
+}
+
+impl Arch {
+    fn from_name(name: &str) -> Option<Arch> {
+        match name {
+            "llama" => Some(Arch::Llama),
+            "qwen2" => Some(Arch::Qwen2),
+            "qwen3" => Some(Arch::Qwen3),
+            "phi3" => Some(Arch::Phi3),
+            _ => None,
+        }
+    }
+
+    /// Positions candle's implementation can address, when it has a fixed
+    /// limit below the file's.
+    fn limit(self) -> Option<u32> {
+        match self {
+            Arch::Llama => u32::try_from(quantized_llama::MAX_SEQ_LEN).ok(),
+            _ => None,
+        }
+    }
+}
+
+enum Weights {
+    Llama(quantized_llama::ModelWeights),
+    Qwen2(quantized_qwen2::ModelWeights),
+    Qwen3(quantized_qwen3::ModelWeights),
+    /// Phi-3's attention cache cannot be cleared: each call starts from a
+    /// copy of the freshly loaded model (its tensors are shared, not
+    /// copied).
+    Phi3 {
+        live: quantized_phi3::ModelWeights,
+        /// Boxed: only read on reset, and it would double the enum's size.
+        fresh: Box<quantized_phi3::ModelWeights>,
+    },
+}
+
+impl Weights {
+    fn forward(&mut self, input: &Tensor, position: usize) -> candle_core::Result<Tensor> {
+        match self {
+            Weights::Llama(m) => m.forward(input, position),
+            Weights::Qwen2(m) => m.forward(input, position),
+            Weights::Qwen3(m) => m.forward(input, position),
+            Weights::Phi3 { live, .. } => live.forward(input, position),
+        }
+    }
+
+    fn reset(&mut self) {
+        match self {
+            Weights::Llama(m) => m.clear_kv_cache(),
+            Weights::Qwen2(m) => m.clear_kv_cache(),
+            Weights::Qwen3(m) => m.clear_kv_cache(),
+            Weights::Phi3 { live, fresh } => *live = (**fresh).clone(),
+        }
+    }
+}
+
+/// A loaded model: weights, tokenizer, chat template, stop tokens.
+pub(crate) struct Engine {
+    pub info: GgufInfo,
+    pub template: ChatTemplate,
+    /// The largest context the weights can run (the file's length, capped
+    /// by candle's implementation).
+    pub max_context: u32,
+    tokenizer: Tokenizer,
+    stops: Vec<u32>,
+    weights: Weights,
+    pool: rayon::ThreadPool,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("info", &self.info)
+            .field("max_context", &self.max_context)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One generation: its prompt and limits.
+#[derive(Debug, Clone)]
+pub(crate) struct Job {
+    pub prompt: Vec<u32>,
+    pub max_tokens: u32,
+    /// The context the provider runs with (`context`, capped).
+    pub context: u32,
+    pub temperature: Option<f32>,
+    pub seed: u64,
+}
+
+/// What the generation loop reports, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Output {
+    Text(String),
+    Done {
+        completion_tokens: u32,
+        /// It stopped on `max_tokens` or the context's end, not on a stop
+        /// token.
+        truncated: bool,
+    },
+}
+
+impl Engine {
+    /// Loads the whole model. Slow (reads the weights): call on a blocking
+    /// thread.
+    pub fn load(path: &Path, threads: Option<u32>) -> Result<Engine, String> {
+        let mut file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let content = Content::read(&mut file)
+            .map_err(|e| format!("{} is not a GGUF file Flynn can read: {e}", path.display()))?;
+        let info = info(path, &content, size);
+        let Some(arch) = Arch::from_name(&info.architecture) else {
+            return Err(format!(
+                "{}: architecture '{}' is not supported (expected llama, qwen2, qwen3 or phi3)",
+                path.display(),
+                info.architecture
+            ));
+        };
+        let (vocabulary, tokenizer) = tokenizer::from_gguf(&content)
+            .map_err(|e| format!("{}: the tokenizer: {e}", path.display()))?;
+        let bos = vocabulary
+            .add_bos
+            .then(|| vocabulary.bos.and_then(|id| vocabulary.token(id)))
+            .flatten()
+            .map(str::to_owned);
+        let template = ChatTemplate::new(
+            string(&content, "tokenizer.chat_template").as_deref(),
+            &info.architecture,
+            bos,
+        );
+        let stops = stop_ids(&vocabulary, &template);
+        let trained = info.context_length.unwrap_or(2048);
+        let max_context = arch.limit().map_or(trained, |limit| trained.min(limit));
+        let mut pool = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("flynn-llm-{i}"));
+        if let Some(threads) = threads {
+            pool = pool.num_threads(threads as usize);
+        }
+        let pool = pool
+            .build()
+            .map_err(|e| format!("cannot start the model's threads: {e}"))?;
+        let device = Device::Cpu;
+        let loading =
+            |e: candle_core::Error| format!("{}: loading the weights: {e}", path.display());
+        let weights = pool.install(|| -> Result<Weights, String> {
+            Ok(match arch {
+                Arch::Llama => Weights::Llama(
+                    quantized_llama::ModelWeights::from_gguf(content, &mut file, &device)
+                        .map_err(loading)?,
+                ),
+                Arch::Qwen2 => Weights::Qwen2(
+                    quantized_qwen2::ModelWeights::from_gguf(content, &mut file, &device)
+                        .map_err(loading)?,
+                ),
+                Arch::Qwen3 => Weights::Qwen3(
+                    quantized_qwen3::ModelWeights::from_gguf(content, &mut file, &device)
+                        .map_err(loading)?,
+                ),
+                Arch::Phi3 => {
+                    let fresh =
+                        quantized_phi3::ModelWeights::from_gguf(false, content, &mut file, &device)
+                            .map_err(loading)?;
+                    Weights::Phi3 {
+                        live: fresh.clone(),
+                        fresh: Box::new(fresh),
+                    }
+                }
+            })
+        })?;
+        Ok(Engine {
+            info,
+            template,
+            max_context,
+            tokenizer,
+            stops,
+            weights,
+            pool,
+        })
+    }
+
+    pub fn tokenize(&self, text: &str) -> Result<Vec<u32>, String> {
+        self.tokenizer
+            .encode(text, false)
+            .map(|encoding| encoding.get_ids().to_vec())
+            .map_err(|e| format!("tokenizing the prompt: {e}"))
+    }
+
+    /// Runs one generation, sending text as it is made. Stops between two
+    /// tokens (or two prompt chunks) once `cancel` is set or nobody
+    /// listens any more. Adds each token it samples to `sampled`.
+    pub fn generate(
+        &mut self,
+        job: &Job,
+        cancel: &AtomicBool,
+        sampled: &AtomicU64,
+        send: &mut (dyn FnMut(Output) -> bool + Send),
+    ) -> Result<(), String> {
+        let Engine {
+            tokenizer,
+            stops,
+            weights,
+            pool,
+            ..
+        } = self;
+        pool.install(|| {
+            weights.reset();
+            let run = |e: candle_core::Error| format!("running the model: {e}");
+            let device = Device::Cpu;
+            let mut logits = None;
+            let mut position = 0;
+            for chunk in job.prompt.chunks(PROMPT_CHUNK) {
+                if cancel.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                let input = Tensor::new(chunk, &device)
+                    .and_then(|t| t.unsqueeze(0))
+                    .map_err(run)?;
+                logits = Some(weights.forward(&input, position).map_err(run)?);
+                position += chunk.len();
+            }
+            let Some(mut logits) = logits else {
+                return Err("the prompt is empty".to_owned());
+            };
+            let sampling = match job.temperature {
+                Some(t) if t <= 0.0 => Sampling::ArgMax,
+                Some(t) => Sampling::TopP {
+                    p: 0.95,
+                    temperature: f64::from(t),
+                },
+                None => Sampling::TopP {
+                    p: 0.95,
+                    temperature: 0.7,
+                },
+            };
+            let mut sampler = LogitsProcessor::from_sampling(job.seed, sampling);
+            let mut decoder = tokenizer.decode_stream(false);
+            let mut generated: Vec<u32> = Vec::new();
+            let limit = job.context as usize;
+            loop {
+                let last = logits
+                    .squeeze(0)
+                    .and_then(|l| l.to_dtype(candle_core::DType::F32))
+                    .map_err(run)?;
+                // A light repeat penalty over the recent tokens: small
+                // models loop without one.
+                let recent = &generated[generated.len().saturating_sub(64)..];
+                let last = candle_transformers::utils::apply_repeat_penalty(&last, 1.1, recent)
+                    .map_err(run)?;
+                let token = sampler.sample(&last).map_err(run)?;
+                sampled.fetch_add(1, Ordering::SeqCst);
+                if stops.contains(&token) {
+                    send(Output::Done {
+                        completion_tokens: count(&generated),
+                        truncated: false,
+                    });
+                    return Ok(());
+                }
+                generated.push(token);
+                if let Some(text) = decoder.step(token).map_err(|e| format!("decoding: {e}"))?
+                    && !text.is_empty()
+                    && !send(Output::Text(text))
+                {
+                    return Ok(());
+                }
+                if generated.len() >= job.max_tokens as usize || position + 1 >= limit {
+                    send(Output::Done {
+                        completion_tokens: count(&generated),
+                        truncated: true,
+                    });
+                    return Ok(());
+                }
+                if cancel.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                let input = Tensor::new(&[token], &device)
+                    .and_then(|t| t.unsqueeze(0))
+                    .map_err(run)?;
+                logits = weights.forward(&input, position).map_err(run)?;
+                position += 1;
+            }
+        })
+    }
+}
+
+fn count(tokens: &[u32]) -> u32 {
+    u32::try_from(tokens.len()).unwrap_or(u32::MAX)
+}
+
+/// The end-of-sequence token and the template's end-of-turn tokens.
+fn stop_ids(vocabulary: &Vocabulary, template: &ChatTemplate) -> Vec<u32> {
+    let mut stops: Vec<u32> = vocabulary.eos.into_iter().collect();
+    for token in template.format.stop_tokens() {
+        if let Some(id) = vocabulary.id(token)
+            && !stops.contains(&id)
+        {
+            stops.push(id);
+        }
+    }
+    stops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SmolLM2-135M-Instruct, from `FLYNN_SMOLLM2` (what
+    /// `scripts/fetch-smollm2.sh` prints).
+    fn smollm2() -> PathBuf {
+        match std::env::var_os("FLYNN_SMOLLM2") {
+            Some(path) => PathBuf::from(path),
+            None => panic!(
+                "FLYNN_SMOLLM2 is not set: run `export FLYNN_SMOLLM2=$(scripts/fetch-smollm2.sh)` (.ci/run does)"
+            ),
+        }
+    }
+
+    #[test]
+    fn smollm2s_tokenizer_gives_the_ids_of_its_vocabulary() {
+        let path = smollm2();
+        let mut file = File::open(&path).unwrap();
+        let content = Content::read(&mut file).unwrap();
+        let (vocabulary, tokenizer) = tokenizer::from_gguf(&content).unwrap();
+        assert_eq!(
+            (vocabulary.bos, vocabulary.eos, vocabulary.add_bos),
+            (Some(1), Some(2), false)
+        );
+        // Ids looked up in the file's `tokenizer.ggml.tokens`: the chat
+        // markers whole, `\n` as byte-level `Ċ`, words with their space
+        // (`Ġworld`), digits one by one (SmolLM's split), `é` merged.
+        let text = "<|im_start|>user\nHello, world! 2025 café<|im_end|>";
+        let ids = tokenizer.encode(text, false).unwrap().get_ids().to_vec();
+        assert_eq!(
+            ids,
+            vec![
+                1, 4093, 198, 19556, 28, 905, 17, 216, 34, 32, 34, 37, 37366, 2
+            ]
+        );
+        assert_eq!(tokenizer.decode(&ids, false).unwrap(), text);
+        let info = inspect(&path).unwrap();
+        assert_eq!(
+            (
+                info.architecture.as_str(),
+                info.family(),
+                info.context_length,
+                info.chat_format,
+                info.tools
+            ),
+            ("llama", "llama", Some(8192), "chatml", false)
+        );
+    }
+}
