@@ -366,11 +366,32 @@ fn entry_indent(text: &str, key: &crate::document::Key) -> usize {
         let token_start = trimmed.rfind([' ', '\t']).map_or(0, |i| i + 1);
         let token = &trimmed[token_start..];
         if !(token.starts_with('!') || token.starts_with('&') || token == "?") {
+            if trimmed.is_empty()
+                && let Some(column) = indicator_alone_above(&text[..start])
+            {
+                return column;
+            }
             return indent;
         }
         prefix = &trimmed[..token_start];
         indent = prefix.chars().count();
     }
+}
+
+/// The column of an explicit-key indicator written alone on the last line
+/// with content in `above` (`?`, with any tags and anchors, its key on a
+/// later line), which starts the map there.
+fn indicator_alone_above(above: &str) -> Option<usize> {
+    let line = above
+        .lines()
+        .rev()
+        .find(|line| !line.trim().is_empty() && !line.trim_start().starts_with('#'))?;
+    let tokens: Vec<&str> = line.split_whitespace().collect();
+    let alone = tokens.contains(&"?")
+        && tokens
+            .iter()
+            .all(|t| *t == "?" || t.starts_with('!') || t.starts_with('&'));
+    alone.then(|| line.chars().take_while(|c| *c == ' ' || *c == '\t').count())
 }
 
 /// Lines for `keys` (the missing part of a path) set to `value`, in block
@@ -705,6 +726,14 @@ mod tests {
         assert!(
             refused.as_ref().is_err_and(|e| e.0.contains("flow style")),
             "{refused:?}"
+        );
+        // Found by the same target: `?` alone on its line, the key on a
+        // later one, starts the map at the `?` too.
+        let out = set("# top\n\n?\n\n   0   -\n \n", "a.b", json!(true));
+        assert_eq!(
+            unexpanded(&out).unwrap_or_else(|e| panic!("{e}: {out}"))["a"],
+            json!({"b": true}),
+            "{out}"
         );
         // An explicit key (`? key`) starts the map at the `?`.
         let out = set(
