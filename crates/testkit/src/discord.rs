@@ -2101,11 +2101,7 @@ fn enforced_nonce_message(inner: &Inner, body: &Value) -> Option<Value> {
     if body["enforce_nonce"] != true {
         return None;
     }
-    let nonce = match &body["nonce"] {
-        Value::String(nonce) => nonce.clone(),
-        Value::Number(nonce) => nonce.to_string(),
-        _ => return None,
-    };
+    let nonce = nonce_of(body)?;
     inner
         .messages
         .values()
@@ -2117,6 +2113,16 @@ fn enforced_nonce_message(inner: &Inner, body: &Value) -> Option<Value> {
                     .is_some_and(|(n, at)| *n == nonce && at.elapsed() < NONCE_WINDOW)
         })
         .map(|stored| stored.json.clone())
+}
+
+/// A create body's `nonce` as a string (Discord takes a string or an
+/// integer, and returns it as a string).
+fn nonce_of(body: &Value) -> Option<String> {
+    match &body["nonce"] {
+        Value::String(nonce) => Some(nonce.clone()),
+        Value::Number(nonce) => Some(nonce.to_string()),
+        _ => None,
+    }
 }
 
 fn create_message(
@@ -2144,11 +2150,7 @@ fn create_message(
     );
     message["allowed_mentions"] = body["allowed_mentions"].clone();
     // The nonce comes back in the message, as a string.
-    let nonce = match &body["nonce"] {
-        Value::String(nonce) => Some(nonce.clone()),
-        Value::Number(nonce) => Some(nonce.to_string()),
-        _ => None,
-    };
+    let nonce = nonce_of(body);
     if let Some(nonce) = &nonce {
         message["nonce"] = json!(nonce);
     }
