@@ -7,16 +7,15 @@ use flynn_mcp::McpServers;
 use flynn_memory::Memory;
 use flynn_models::{ModelRouter, PriceTable};
 use flynn_orchestrator::{
-    Agents, Automation, DelegationSettings, EventStream, MemoryRuntime, PromptSlot, RuntimeParts,
-    SessionManager, SkillsRuntime, Submitted, TurnRequest,
+    Agents, Automation, DelegationSettings, EventStream, Followed, MemoryRuntime, PromptSlot,
+    RuntimeParts, SessionManager, SkillsRuntime, Submitted, TurnRequest,
 };
 use flynn_protocol::config::FlynnConfig;
-use flynn_protocol::{AgentEvent, RunState, SessionKey, TurnOutcome};
+use flynn_protocol::{AgentEvent, SessionKey, TurnOutcome};
 use flynn_sessions::SessionStore;
 use flynn_tools::builtin::process::ProcessInfo;
 use flynn_tools::builtin::{ProcessLifetime, ProcessManager};
 use flynn_tools::{AuditLog, Redactor, Tool, ToolExecutor, ToolPolicy, TypedTool};
-use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::{Error, Result};
@@ -362,36 +361,15 @@ impl Flynn {
         cancel: CancellationToken,
         on_event: &mut (dyn FnMut(AgentEvent) + Send),
     ) -> Result<TurnOutcome> {
-        let session = request.session.clone();
-        // Subscribe first, so nothing of this turn is missed.
-        let mut events = self.manager.subscribe(&session);
-        let handle = match self.manager.submit(request).await? {
-            Submitted::Command { name, reply } => {
+        let mut turn = match self.manager.submit_and_follow(request).await? {
+            Followed::Command { name, reply, .. } => {
                 on_event(AgentEvent::Command {
                     name,
                     reply: reply.clone(),
                 });
                 return Ok(TurnOutcome::command_reply(reply));
             }
-            Submitted::Turn(handle) => handle,
-        };
-        let turn = handle.turn;
-        let outcome = handle.outcome();
-        tokio::pin!(outcome);
-        let mut forward = |event: AgentEvent, for_turn: Option<flynn_protocol::TurnId>| {
-            let ours = for_turn == Some(turn);
-            let report = matches!(event, AgentEvent::Interrupted { .. });
-            let end = ours
-                && matches!(
-                    event,
-                    AgentEvent::RunState {
-                        state: RunState::Complete | RunState::Cancelled | RunState::Error
-                    }
-                );
-            if ours || report {
-                on_event(event);
-            }
-            end
+            Followed::Turn(turn) => turn,
         };
         let mut cancelled = false;
         loop {
@@ -399,39 +377,18 @@ impl Flynn {
                 biased;
                 () = cancel.cancelled(), if !cancelled => {
                     cancelled = true;
-                    self.manager.cancel_turn(&session, turn).await;
+                    self.manager.cancel_turn(turn.session(), turn.turn()).await;
                 }
-                event = events.next() => match event {
-                    Some(Ok(envelope)) => {
-                        if forward(envelope.event, envelope.turn) {
-                            break;
-                        }
-                    }
-                    Some(Err(lagged)) => {
-                        forward(
-                            AgentEvent::Warning {
-                                message: lagged.to_string(),
-                            },
-                            Some(turn),
-                        );
-                    }
+                event = turn.next() => match event {
+                    Some(Ok(envelope)) => on_event(envelope.event),
+                    Some(Err(lagged)) => on_event(AgentEvent::Warning {
+                        message: lagged.to_string(),
+                    }),
                     None => break,
                 },
-                result = &mut outcome => {
-                    // Every event of the turn was published before its
-                    // outcome; hand on what is still buffered.
-                    while let Some(Some(event)) = events.next().now_or_never() {
-                        if let Ok(envelope) = event
-                            && forward(envelope.event, envelope.turn)
-                        {
-                            break;
-                        }
-                    }
-                    return Ok(result?);
-                }
             }
         }
-        Ok(outcome.await?)
+        Ok(turn.outcome().await?)
     }
 
     /// Submits a message without waiting for its turn: see

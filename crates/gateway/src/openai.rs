@@ -20,9 +20,8 @@ use axum::Json;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use flynn_orchestrator::{Submitted, TurnRequest};
-use flynn_protocol::{AgentEvent, Message, RunState, SessionKey, Tier, TurnOutcome};
-use futures::FutureExt;
+use flynn_orchestrator::{Followed, TurnRequest};
+use flynn_protocol::{AgentEvent, Message, SessionKey, Tier, TurnOutcome};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -333,10 +332,9 @@ pub(crate) async fn chat_completions(
     let id = format!("chatcmpl-{}", uuid::Uuid::now_v7().simple());
     let created = now_secs();
 
-    let mut events = gateway.manager.subscribe(&session);
-    let handle = match gateway.manager.submit(turn).await {
-        Ok(Submitted::Turn(handle)) => handle,
-        Ok(Submitted::Command { reply, .. }) => {
+    let mut followed = match gateway.manager.submit_and_follow(turn).await {
+        Ok(Followed::Turn(turn)) => turn,
+        Ok(Followed::Command { reply, .. }) => {
             let outcome = TurnOutcome::command_reply(reply);
             return completion(&id, created, &model, &session, &outcome);
         }
@@ -356,14 +354,13 @@ pub(crate) async fn chat_completions(
     };
 
     if !request.stream {
-        return match handle.outcome().await {
+        return match followed.outcome().await {
             Ok(outcome) => completion(&id, created, &model, &session, &outcome),
             Err(e) => error(StatusCode::BAD_GATEWAY, "server_error", e.to_string(), None),
         };
     }
 
     let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
-    let turn_id = handle.turn;
     let session_header = session.to_string();
     let stream = async_stream::stream! {
         let chunk = |delta: Value, finish: Option<&str>| {
@@ -373,47 +370,16 @@ pub(crate) async fn chat_completions(
             })
         };
         yield Ok::<_, Infallible>(sse(&chunk(json!({"role": "assistant", "content": ""}), None)));
-        // The outcome ends the stream too: the terminal event may be lost
-        // to lag. Events already published come first.
-        let outcome = handle.outcome();
-        tokio::pin!(outcome);
-        let mut result = None;
-        let outcome = loop {
-            let event = match &result {
-                None => tokio::select! {
-                    event = events.next() => event,
-                    ended = &mut outcome => {
-                        result = Some(ended);
-                        continue;
-                    }
-                },
-                // The outcome is in: what it left in the buffer was
-                // published before it.
-                Some(_) => events.next().now_or_never().flatten(),
-            };
-            let Some(event) = event else {
-                break match result {
-                    Some(result) => result,
-                    None => outcome.await,
-                };
-            };
-            let Ok(envelope) = event else { continue };
-            if envelope.turn != Some(turn_id) {
-                continue;
+        while let Some(event) = followed.next().await {
+            if let Ok(envelope) = event
+                && envelope.turn == Some(followed.turn())
+                && let AgentEvent::ContentDelta { text } = envelope.event
+                && !text.is_empty()
+            {
+                yield Ok(sse(&chunk(json!({"content": text}), None)));
             }
-            match envelope.event {
-                AgentEvent::ContentDelta { text } if !text.is_empty() => {
-                    yield Ok(sse(&chunk(json!({"content": text}), None)));
-                }
-                AgentEvent::RunState { state: RunState::Complete | RunState::Cancelled | RunState::Error } => {
-                    break match result {
-                        Some(result) => result,
-                        None => outcome.await,
-                    };
-                }
-                _ => {}
-            }
-        };
+        }
+        let outcome = followed.outcome().await;
         match outcome {
             Ok(outcome) => {
                 yield Ok(sse(&chunk(json!({}), Some("stop"))));

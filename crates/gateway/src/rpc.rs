@@ -5,11 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flynn_orchestrator::{Submitted, TurnRequest};
+use flynn_orchestrator::{Followed, Submitted, TurnRequest};
 use flynn_protocol::config::TokenScope;
 use flynn_protocol::{AgentEvent, EventEnvelope, Lagged, RunState, SessionKey, TurnOutcome};
 use flynn_tools::{ApproveAll, Approver, Decision, DenyAll, ToolContext};
-use futures::FutureExt;
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, PendingSubscriptionSink, RpcModule, SubscriptionMessage};
 use serde::Serialize;
@@ -288,74 +287,54 @@ async fn agent_send(
         Ok(request) => request,
         Err(error) => return pending.reject(error).await,
     };
-    // Subscribe first, so nothing of the turn is missed.
-    let mut events = state.manager.subscribe(&session);
-    let submitted = match state.manager.submit(request).await {
-        Ok(submitted) => submitted,
+    let followed = match state.manager.submit_and_follow(request).await {
+        Ok(followed) => followed,
         Err(error) => return pending.reject(error::from_orchestrator(&error)).await,
     };
     let Ok(sink) = pending.accept().await else {
         return;
     };
-    let handle = match submitted {
-        Submitted::Turn(handle) => handle,
-        Submitted::Command { name, reply } => {
-            // The lane published the command's reply before answering.
-            let mut sent = false;
-            while let Some(Some(event)) = events.next().now_or_never() {
-                if let Ok(envelope) = &event
-                    && envelope.turn.is_none()
-                    && matches!(envelope.event, AgentEvent::Command { .. })
-                {
-                    let _ = sink.send(json(&notification(event, Some(&session)))).await;
-                    sent = true;
-                    break;
-                }
-            }
-            if !sent {
-                let envelope = EventEnvelope {
-                    session: session.clone(),
-                    turn: None,
-                    seq: 0,
-                    time_ms: crate::approver::now_millis(),
-                    event: AgentEvent::Command { name, reply },
-                };
-                let _ = sink
-                    .send(json(&Notification::Event(Box::new(envelope))))
-                    .await;
-            }
+    let mut turn = match followed {
+        Followed::Turn(turn) => turn,
+        Followed::Command { name, reply, event } => {
+            let envelope = event.unwrap_or_else(|| EventEnvelope {
+                session: session.clone(),
+                turn: None,
+                seq: 0,
+                time_ms: crate::approver::now_millis(),
+                event: AgentEvent::Command { name, reply },
+            });
+            let _ = sink
+                .send(json(&Notification::Event(Box::new(envelope))))
+                .await;
             return;
         }
     };
-    let turn = handle.turn;
-    // The turn's outcome ends the stream too: its terminal events may be
-    // lost to lag (a client that fell behind); they are then sent from
-    // the outcome, after the events published before it.
-    let outcome = handle.outcome();
-    tokio::pin!(outcome);
-    let result = loop {
+    loop {
         let event = tokio::select! {
             () = sink.closed() => return,
-            event = events.next() => event,
-            result = &mut outcome => break result,
+            event = turn.next() => event,
         };
-        let Some(event) = event else { return };
-        match forward(&sink, &session, turn, event).await {
-            Forwarded::Ended | Forwarded::Gone => return,
-            Forwarded::Sent | Forwarded::Skipped => {}
-        }
-    };
-    // Published before the outcome: still in the subscription's buffer.
-    while let Some(Some(event)) = events.next().now_or_never() {
-        match forward(&sink, &session, turn, event).await {
-            Forwarded::Ended | Forwarded::Gone => return,
-            Forwarded::Sent | Forwarded::Skipped => {}
+        let Some(event) = event else { break };
+        if sink
+            .send(json(&notification(event, Some(&session))))
+            .await
+            .is_err()
+        {
+            return;
         }
     }
+    if turn.end_seen() {
+        return;
+    }
+    // The turn's terminal events were lost to lag (a client that fell
+    // behind): they are made from its outcome.
+    let id = turn.turn();
+    let result = turn.outcome().await;
     for event in ending(&result) {
         let envelope = EventEnvelope {
             session: session.clone(),
-            turn: Some(turn),
+            turn: Some(id),
             seq: 0,
             time_ms: crate::approver::now_millis(),
             event,
@@ -367,56 +346,6 @@ async fn agent_send(
         {
             return;
         }
-    }
-}
-
-/// What [`forward`] did with one event.
-enum Forwarded {
-    /// Sent; the turn goes on.
-    Sent,
-    /// Another turn's: not sent.
-    Skipped,
-    /// Sent, and it was the turn's last.
-    Ended,
-    /// The client is gone.
-    Gone,
-}
-
-/// Sends one event of the session to an `agent.send` subscriber, if it is
-/// the turn's (or a recovery report, or a lag notice).
-async fn forward(
-    sink: &jsonrpsee::SubscriptionSink,
-    session: &SessionKey,
-    turn: flynn_protocol::TurnId,
-    event: Result<EventEnvelope, Lagged>,
-) -> Forwarded {
-    let end = match &event {
-        Ok(envelope) => {
-            let ours = envelope.turn == Some(turn);
-            let report = matches!(envelope.event, AgentEvent::Interrupted { .. });
-            if !ours && !report {
-                return Forwarded::Skipped;
-            }
-            ours && matches!(
-                envelope.event,
-                AgentEvent::RunState {
-                    state: RunState::Complete | RunState::Cancelled | RunState::Error
-                }
-            )
-        }
-        Err(_) => false,
-    };
-    if sink
-        .send(json(&notification(event, Some(session))))
-        .await
-        .is_err()
-    {
-        return Forwarded::Gone;
-    }
-    if end {
-        Forwarded::Ended
-    } else {
-        Forwarded::Sent
     }
 }
 

@@ -35,9 +35,7 @@ use flynn_channels::{
     ChatKind, Delivery, Disposition, InboundEvent, InboundMessage, Registry, Target,
 };
 use flynn_protocol::config::{ChannelAccess, ChannelsConfig, DmPolicy, GuestApprovals};
-use flynn_protocol::{
-    AgentEvent, ContentBlock, ImageSource, Principal, SessionKey, TurnId, TurnOutcome,
-};
+use flynn_protocol::{AgentEvent, ContentBlock, ImageSource, Principal, SessionKey, TurnId};
 use flynn_sessions::PairingError;
 use flynn_sessions::pairing::CODE_TTL_MS;
 use flynn_tools::{ApprovalRequest, Approver, Decision};
@@ -47,7 +45,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::automation::target_of;
 use crate::commands::Command;
-use crate::events::EventStream;
+use crate::follow::{Followed, TurnEvents};
 use crate::lane::{RecoveredTurn, Recovery};
 use crate::outbox::Undelivered;
 use crate::runtime::{SessionManager, Submitted, TurnHandle, TurnRequest};
@@ -295,14 +293,14 @@ impl ChannelRouter {
         let channel = session.channel().to_owned();
         let target = target_of(&session);
         // Subscribed now: the turn may start before the adapter is up.
-        let events = self.inner.manager.subscribe(&session);
+        let followed = handle.follow(self.inner.manager.subscribe(&session));
         let router = self.clone();
         self.inner.tasks.spawn(async move {
             let Some(adapter) = router.adapter_when_up(&channel).await else {
-                tracing::warn!(%session, turn = %handle.turn, "the channel of a turn run again is not running; its answer is kept for the next start");
+                tracing::warn!(%session, turn = %followed.turn(), "the channel of a turn run again is not running; its answer is kept for the next start");
                 return;
             };
-            router.respond(adapter, target, handle, events).await;
+            router.respond(adapter, target, followed).await;
         });
     }
 
@@ -532,10 +530,8 @@ impl ChannelRouter {
                 .command(channel, adapter, &target, &session, message, request)
                 .await;
         }
-        // Subscribe before submitting: the turn may start at once.
-        let events = self.inner.manager.subscribe(&session);
-        match self.inner.manager.submit(request).await {
-            Ok(Submitted::Turn(handle)) => {
+        match self.inner.manager.submit_and_follow(request).await {
+            Ok(Followed::Turn(followed)) => {
                 let router = self.clone();
                 let adapter = adapter.clone();
                 let read = message.clone();
@@ -543,11 +539,11 @@ impl ChannelRouter {
                     if let Err(e) = adapter.mark_read(&read).await {
                         tracing::debug!(error = %e, "could not mark the message read");
                     }
-                    router.respond(adapter, target, handle, events).await;
+                    router.respond(adapter, target, followed).await;
                 });
                 Disposition::Accepted
             }
-            Ok(Submitted::Command { reply, .. }) => {
+            Ok(Followed::Command { reply, .. }) => {
                 self.say(adapter, &target, reply);
                 Disposition::Accepted
             }
@@ -937,16 +933,13 @@ impl ChannelRouter {
         &self,
         adapter: Arc<dyn ChannelAdapter>,
         target: Target,
-        handle: TurnHandle,
-        mut events: EventStream,
+        mut followed: TurnEvents,
     ) {
         let caps = adapter.capabilities();
-        let turn = handle.turn;
+        let turn = followed.turn();
         // The outbox sends the answer with the same key if this process
         // dies before marking it (see `follow_up`).
-        let key = turn_key(&handle.session, turn);
-        let outcome = handle.outcome();
-        tokio::pin!(outcome);
+        let key = turn_key(followed.session(), turn);
         let mut typing = tokio::time::interval(TYPING_EVERY);
         let mut draft = String::new();
         let mut tool: Option<String> = None;
@@ -954,12 +947,10 @@ impl ChannelRouter {
         let mut dirty = false;
         let mut edit_tick =
             tokio::time::interval(caps.edit_interval.max(Duration::from_millis(200)));
-        let mut events_open = true;
-        let result: Result<TurnOutcome> = loop {
+        loop {
             tokio::select! {
-                result = &mut outcome => break result,
-                event = events.next(), if events_open => match event {
-                    None => events_open = false,
+                event = followed.next() => match event {
+                    None => break,
                     Some(Err(_lagged)) => {}
                     Some(Ok(envelope)) if envelope.turn == Some(turn) => match envelope.event {
                         AgentEvent::ContentDelta { text } => {
@@ -1000,8 +991,8 @@ impl ChannelRouter {
                     sent = Some(current);
                 }
             }
-        };
-        let text = match result {
+        }
+        let text = match followed.outcome().await {
             Ok(outcome) => {
                 let mut text = outcome.reply;
                 if let Some(warning) = outcome.warning {

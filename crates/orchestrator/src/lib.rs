@@ -40,6 +40,7 @@ mod compact;
 mod delegate;
 mod error;
 mod events;
+mod follow;
 mod host;
 mod lane;
 pub mod memory;
@@ -59,6 +60,7 @@ pub use delegate::{AgentOrchestrator, DelegationSettings, SubAgentRequest, SubAg
 pub use error::{Error, Result};
 pub use events::{EventStream, GLOBAL_CAPACITY, SESSION_CAPACITY};
 pub use flynn_protocol::{AgentEvent, EventEnvelope, Lagged};
+pub use follow::{Followed, TurnEvents};
 pub use host::SUBAGENT_PROMPT;
 pub use lane::{RecoveredTurn, Recovery};
 pub use memory::MemoryRuntime;

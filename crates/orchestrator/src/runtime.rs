@@ -180,9 +180,7 @@ pub struct TurnHandle {
 impl TurnHandle {
     /// Waits for the turn to end.
     pub async fn outcome(self) -> Result<TurnOutcome> {
-        self.outcome
-            .await
-            .unwrap_or_else(|_| Err(Error::Lost("its lane stopped".to_owned())))
+        crate::follow::flatten(self.outcome.await)
     }
 }
 

@@ -15,6 +15,17 @@ pub enum RunState {
     Error,
 }
 
+impl RunState {
+    /// Whether the run has ended (completed, cancelled or failed): no
+    /// event of it follows this one.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunState::Complete | RunState::Cancelled | RunState::Error
+        )
+    }
+}
+
 /// Identifies one accepted inbound message and the turn that answers it.
 /// Assigned by the session store when the message is accepted; never
 /// reused, and stable across restarts.

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use flynn_models::{
     ClientInfo, Error as ModelError, ModelClient, ModelRequest, ModelStream, StreamEvent,
 };
-use flynn_orchestrator::{AgentEvent, Error, SESSION_CAPACITY, Submitted, TurnRequest};
+use flynn_orchestrator::{AgentEvent, Error, Followed, SESSION_CAPACITY, Submitted, TurnRequest};
 use flynn_protocol::config::{ProviderKind, SandboxConfig, SandboxMode, ToolsConfig};
 use flynn_protocol::{Message, RunState};
 use flynn_sessions::{SessionStore, TurnStatus};
@@ -405,6 +405,92 @@ async fn a_subscriber_that_never_reads_is_told_it_lagged_and_never_stalls_the_tu
     assert_eq!(lagged.skipped, 104);
     let next = slow.next().await.unwrap().unwrap();
     assert!(matches!(next.event, AgentEvent::ContentDelta { .. }));
+}
+
+#[tokio::test]
+async fn a_followed_turn_hands_on_only_its_own_events_and_ends_with_its_last_state() {
+    let model = Scripted::new("m", vec![Script::Hang("thinking".into())]);
+    let h = Harness::new(vec![model], Setup::default()).await;
+    let k = key("cli:follow");
+    let mut watch = h.manager.subscribe(&k);
+    let first = h.submit(&k, "x").await;
+    // The first is running (streaming "thinking") before the second comes.
+    while let Some(event) = watch.next().await {
+        if matches!(event.unwrap().event, AgentEvent::ContentDelta { .. }) {
+            break;
+        }
+    }
+    // The second waits behind the first, which is cancelled while the
+    // second is followed: the first's last events are not handed on.
+    let Followed::Turn(mut second) = h
+        .manager
+        .submit_and_follow(TurnRequest::text(k.clone(), "y"))
+        .await
+        .unwrap()
+    else {
+        panic!("a command, not a turn");
+    };
+    assert!(h.manager.cancel_turn(&k, first.turn).await);
+    let mut seen = Vec::new();
+    while let Some(event) = second.next().await {
+        let envelope = event.unwrap();
+        assert_eq!(envelope.turn, Some(second.turn()), "{:?}", envelope.event);
+        seen.push(envelope.event);
+    }
+    // Told it waits behind the first, then run.
+    assert!(
+        matches!(seen.first(), Some(AgentEvent::Queued { .. })),
+        "{seen:?}"
+    );
+    assert!(matches!(
+        seen[1],
+        AgentEvent::RunState {
+            state: RunState::Start
+        }
+    ));
+    assert!(matches!(
+        seen.last(),
+        Some(AgentEvent::RunState {
+            state: RunState::Complete
+        })
+    ));
+    assert!(second.end_seen());
+    assert!(second.next().await.is_none(), "nothing after the end");
+    // The cancelled message stays in the history, before this one.
+    assert_eq!(second.outcome().await.unwrap().reply, "re: x y");
+    assert!(matches!(first.outcome().await, Err(Error::Cancelled)));
+}
+
+#[tokio::test]
+async fn a_followed_turn_whose_end_was_lost_to_lag_still_ends_with_its_outcome() {
+    let model = Scripted::replies(
+        "m",
+        vec![Message::assistant("one"), Message::assistant("two")],
+    );
+    // Each turn publishes more events than a session's buffer holds.
+    *model.extra_deltas.lock().unwrap() = SESSION_CAPACITY + 100;
+    let h = Harness::new(vec![model], Setup::default()).await;
+    let k = key("cli:behind");
+    let Followed::Turn(mut first) = h
+        .manager
+        .submit_and_follow(TurnRequest::text(k.clone(), "one"))
+        .await
+        .unwrap()
+    else {
+        panic!("a command, not a turn");
+    };
+    // Not read until the next turn has pushed the first one's end out of
+    // the buffer.
+    let second = h.submit(&k, "two").await;
+    assert_eq!(second.outcome().await.unwrap().reply, "two");
+    let mut handed_on = Vec::new();
+    while let Some(event) = first.next().await {
+        handed_on.push(event.map(|envelope| envelope.event));
+    }
+    assert_eq!(handed_on.len(), 1, "{handed_on:?}");
+    assert!(handed_on[0].is_err(), "a lag notice: {handed_on:?}");
+    assert!(!first.end_seen());
+    assert_eq!(first.outcome().await.unwrap().reply, "one");
 }
 
 #[tokio::test]

@@ -28,14 +28,14 @@ use flynn_models::{
 };
 use flynn_orchestrator::DelegationSettings;
 use flynn_orchestrator::{
-    AgentEvent, Agents, EventStream, RuntimeParts, SessionManager, Submitted, TurnHandle,
+    AgentEvent, Agents, EventStream, Followed, RuntimeParts, SessionManager, Submitted, TurnHandle,
     TurnRequest,
 };
 use flynn_protocol::config::{
     AgentsConfig, Autonomy, CompactionConfig, HookAction, HookRule, ModelsConfig, ProviderKind,
     SessionsConfig, TiersConfig, ToolsConfig,
 };
-use flynn_protocol::{ContentBlock, Message, Role, RunState, SessionKey, TurnOutcome, Usage};
+use flynn_protocol::{ContentBlock, Message, Role, SessionKey, TurnOutcome, Usage};
 use flynn_sessions::{SessionStore, SqliteStore};
 use flynn_tools::ToolExecutor;
 use serde_json::json;
@@ -273,15 +273,19 @@ impl Harness {
         Result<TurnOutcome, flynn_orchestrator::Error>,
         Vec<AgentEvent>,
     ) {
-        let mut events = self.manager.subscribe(&request.session);
-        let handle = match self.manager.submit(request).await {
-            Ok(Submitted::Turn(handle)) => handle,
-            Ok(Submitted::Command { reply, .. }) => panic!("a command, not a turn: {reply}"),
+        let mut turn = match self.manager.submit_and_follow(request).await {
+            Ok(Followed::Turn(turn)) => turn,
+            Ok(Followed::Command { reply, .. }) => panic!("a command, not a turn: {reply}"),
             Err(error) => return (Err(error), vec![]),
         };
-        let turn = handle.turn;
-        let result = handle.outcome().await;
-        (result, drain_turn(&mut events, turn).await)
+        let mut events = Vec::new();
+        while let Some(event) = turn.next().await {
+            let envelope = event.unwrap();
+            if envelope.turn == Some(turn.turn()) {
+                events.push(envelope.event);
+            }
+        }
+        (turn.outcome().await, events)
     }
 
     pub async fn submit(&self, key: &SessionKey, text: &str) -> TurnHandle {
@@ -398,12 +402,7 @@ pub async fn drain_turn(events: &mut EventStream, turn: flynn_protocol::TurnId) 
         if envelope.turn != Some(turn) {
             continue;
         }
-        let end = matches!(
-            envelope.event,
-            AgentEvent::RunState {
-                state: RunState::Complete | RunState::Cancelled | RunState::Error
-            }
-        );
+        let end = matches!(envelope.event, AgentEvent::RunState { state } if state.is_terminal());
         out.push(envelope.event);
         if end {
             break;
