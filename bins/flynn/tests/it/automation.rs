@@ -3,10 +3,11 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use flynn_testkit::telegram::{self as tg, FakeTelegram, Incoming, TgUser};
+use flynn_testkit::telegram::{FakeTelegram, Incoming, TgUser};
 use flynn_testkit::{FakeOpenAi, Reply};
 
 use crate::daemon::Daemon;
+use crate::setup::TestConfig;
 use crate::{Env, stderr, stdout};
 
 /// A 6-field cron expression (seconds first) for the UTC time `ahead`
@@ -26,37 +27,18 @@ async fn a_cron_job_reports_to_telegram_through_the_daemon() {
     model.push(Reply::Text("Report: **all systems nominal**.".into()));
     let telegram = FakeTelegram::start().await;
     let owner = TgUser::new(4242, "Owner");
-    let env = Env::new();
-    let file = env.path().join("config.yaml");
-    std::fs::write(
-        &file,
-        format!(
-            "version: 1
-providers:
-  openai: {{kind: openai, base_url: {model}, api_key: sk-x}}
-models:
-  tiers:
-    default: [openai/gpt-4o-mini]
-channels:
-  telegram:
-    bot_token: \"{token}\"
-    api_url: {api}
-    allow_from: [\"4242\"]
-automation:
+    let config = TestConfig::new(&model)
+        .telegram(&telegram, "allow_from: [\"4242\"]")
+        .section(&format!(
+            "automation:
   jobs:
     - name: daily-report
-      schedule: \"{schedule}\"
+      schedule: \"{}\"
       message: Write the daily report
-      deliver_to: \"telegram:4242\"
-",
-            model = model.base_url(),
-            token = tg::TOKEN,
-            api = telegram.api_url(),
-            schedule = once_in(Duration::from_secs(6)),
-        ),
-    )
-    .unwrap();
-    let env = env.var("FLYNN_CONFIG", file.to_string_lossy());
+      deliver_to: \"telegram:4242\"",
+            once_in(Duration::from_secs(6))
+        ));
+    let env = Env::new().with_config(&config);
     let daemon = Daemon::start(&env);
     let wait = |what: &str, check: &dyn Fn(&FakeTelegram) -> bool| {
         let deadline = Instant::now() + Duration::from_secs(20);

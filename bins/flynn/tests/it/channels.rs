@@ -9,38 +9,17 @@ use flynn_testkit::whatsapp::{self as wa, FakeWhatsApp, Signing};
 use flynn_testkit::{FakeOpenAi, Reply};
 
 use crate::daemon::Daemon;
+use crate::setup::TestConfig;
+#[cfg(feature = "discord")]
+use crate::setup::owners;
 use crate::{Env, stderr, stdout};
 
 #[cfg(feature = "whatsapp")]
 const NUMBER: &str = "15551234567";
 
 #[cfg(feature = "whatsapp")]
-fn config(model: &FakeOpenAi, whatsapp: &FakeWhatsApp) -> String {
-    format!(
-        "version: 1
-providers:
-  openai:
-    kind: openai
-    base_url: {model}
-    api_key: sk-x
-models:
-  tiers:
-    default: [openai/gpt-4o-mini]
-channels:
-  whatsapp:
-    access_token: {token}
-    phone_number_id: \"{phone}\"
-    app_secret: {secret}
-    verify_token: {verify}
-    api_url: {api}
-",
-        model = model.base_url(),
-        token = wa::ACCESS_TOKEN,
-        phone = wa::PHONE_NUMBER_ID,
-        secret = wa::APP_SECRET,
-        verify = wa::VERIFY_TOKEN,
-        api = whatsapp.base_url(),
-    )
+fn config(model: &FakeOpenAi, whatsapp: &FakeWhatsApp) -> TestConfig {
+    TestConfig::new(model).whatsapp(whatsapp, "")
 }
 
 /// Model calls (doctor's model-list probes left out).
@@ -77,10 +56,7 @@ async fn a_stranger_on_whatsapp_is_paired_then_answered_through_the_daemon() {
     let model = FakeOpenAi::start().await;
     model.push(Reply::Text("Four.".into()));
     let whatsapp = FakeWhatsApp::start().await;
-    let env = Env::new();
-    let file = env.path().join("config.yaml");
-    std::fs::write(&file, config(&model, &whatsapp)).unwrap();
-    let env = env.var("FLYNN_CONFIG", file.to_string_lossy());
+    let env = Env::new().with_config(&config(&model, &whatsapp));
     let daemon = Daemon::start(&env);
     let hook = format!("{}/channels/whatsapp/webhook", daemon.url);
 
@@ -197,7 +173,7 @@ async fn a_stranger_on_whatsapp_is_paired_then_answered_through_the_daemon() {
 #[cfg(feature = "telegram")]
 #[tokio::test]
 async fn on_telegram_a_confirmation_is_approved_with_its_button_and_groups_need_a_mention() {
-    use flynn_testkit::telegram::{self as tg, FakeTelegram, Incoming, TgUser};
+    use flynn_testkit::telegram::{FakeTelegram, Incoming, TgUser};
     use serde_json::json;
 
     let model = FakeOpenAi::start().await;
@@ -206,33 +182,10 @@ async fn on_telegram_a_confirmation_is_approved_with_its_button_and_groups_need_
     let workspace = env.path().join("workspace");
     std::fs::create_dir_all(&workspace).unwrap();
     let owner = TgUser::new(4242, "Owner");
-    let file = env.path().join("config.yaml");
-    std::fs::write(
-        &file,
-        format!(
-            "version: 1
-providers:
-  openai: {{kind: openai, base_url: {model}, api_key: sk-x}}
-models:
-  tiers:
-    default: [openai/gpt-4o-mini]
-tools:
-  workspace: {workspace}
-channels:
-  telegram:
-    bot_token: \"{token}\"
-    api_url: {api}
-    owners: [\"4242\"]
-    allow_from: [\"777\"]
-",
-            model = model.base_url(),
-            workspace = workspace.display(),
-            token = tg::TOKEN,
-            api = telegram.api_url(),
-        ),
-    )
-    .unwrap();
-    let env = env.var("FLYNN_CONFIG", file.to_string_lossy());
+    let config = TestConfig::new(&model)
+        .section(&format!("tools:\n  workspace: {}", workspace.display()))
+        .telegram(&telegram, "owners: [\"4242\"]\nallow_from: [\"777\"]");
+    let env = env.with_config(&config);
     let daemon = Daemon::start(&env);
     let wait = |check: &dyn Fn(&FakeTelegram) -> bool| {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -334,7 +287,7 @@ channels:
 /// chat was sent after the restart.
 #[cfg(feature = "telegram")]
 async fn killed_mid_answer_on_telegram(mode: &str) -> Vec<String> {
-    use flynn_testkit::telegram::{self as tg, FakeTelegram, Incoming, TgUser};
+    use flynn_testkit::telegram::{FakeTelegram, Incoming, TgUser};
 
     const STALLED: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"working\"},\"finish_reason\":null}]}\n\n";
     let model = FakeOpenAi::start().await;
@@ -342,31 +295,10 @@ async fn killed_mid_answer_on_telegram(mode: &str) -> Vec<String> {
     let telegram = FakeTelegram::start().await;
     let env = Env::new();
     let owner = TgUser::new(4242, "Owner");
-    let file = env.path().join("config.yaml");
-    std::fs::write(
-        &file,
-        format!(
-            "version: 1
-providers:
-  openai: {{kind: openai, base_url: {model}, api_key: sk-x}}
-models:
-  tiers:
-    default: [openai/gpt-4o-mini]
-sessions:
-  interrupted_turns: {mode}
-channels:
-  telegram:
-    bot_token: \"{token}\"
-    api_url: {api}
-    owners: [\"4242\"]
-",
-            model = model.base_url(),
-            token = tg::TOKEN,
-            api = telegram.api_url(),
-        ),
-    )
-    .unwrap();
-    let env = env.var("FLYNN_CONFIG", file.to_string_lossy());
+    let config = TestConfig::new(&model)
+        .section(&format!("sessions:\n  interrupted_turns: {mode}"))
+        .telegram(&telegram, "owners: [\"4242\"]");
+    let env = env.with_config(&config);
     let mut daemon = Daemon::start(&env);
     telegram.push(Incoming::private(&owner, "write the report"));
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -431,37 +363,14 @@ async fn a_telegram_turn_cut_off_by_a_crash_is_reported_in_its_chat() {
 #[cfg(feature = "telegram")]
 #[tokio::test]
 async fn a_telegram_answer_stored_as_the_daemon_died_is_sent_at_the_next_start() {
-    use flynn_testkit::telegram::{self as tg, FakeTelegram, Incoming, TgUser};
+    use flynn_testkit::telegram::{FakeTelegram, Incoming, TgUser};
 
     let model = FakeOpenAi::start().await;
     model.push(Reply::Text("the stored answer".into()));
     let telegram = FakeTelegram::start().await;
     let env = Env::new();
-    let file = env.path().join("config.yaml");
-    std::fs::write(
-        &file,
-        format!(
-            "version: 1
-providers:
-  openai: {{kind: openai, base_url: {model}, api_key: sk-x}}
-models:
-  tiers:
-    default: [openai/gpt-4o-mini]
-channels:
-  telegram:
-    bot_token: \"{token}\"
-    api_url: {api}
-    owners: [\"4242\"]
-",
-            model = model.base_url(),
-            token = tg::TOKEN,
-            api = telegram.api_url(),
-        ),
-    )
-    .unwrap();
-    let env = env
-        .var("FLYNN_CONFIG", file.to_string_lossy())
-        .var("FLYNN_FAULTS", "answer.send");
+    let config = TestConfig::new(&model).telegram(&telegram, "owners: [\"4242\"]");
+    let env = env.with_config(&config).var("FLYNN_FAULTS", "answer.send");
     let answers = || {
         telegram
             .sent()
@@ -534,7 +443,7 @@ channels:
 #[cfg(feature = "discord")]
 #[tokio::test]
 async fn a_discord_note_sent_before_a_crash_is_not_posted_again() {
-    use flynn_testkit::discord::{self as dc, DiscordUser, FakeDiscord};
+    use flynn_testkit::discord::{DiscordUser, FakeDiscord};
     use jsonrpsee::core::client::ClientT;
     use jsonrpsee::ws_client::WsClientBuilder;
 
@@ -546,36 +455,10 @@ async fn a_discord_note_sent_before_a_crash_is_not_posted_again() {
     let owner = DiscordUser::person(200_000_000_000_000_001, "owner", None);
     let dm = discord.dm_channel(&owner);
     let env = Env::new();
-    let file = env.path().join("config.yaml");
-    std::fs::write(
-        &file,
-        format!(
-            "version: 1
-providers:
-  openai: {{kind: openai, base_url: {model}, api_key: sk-x}}
-models:
-  tiers:
-    default: [openai/gpt-4o-mini]
-sessions:
-  interrupted_turns: report
-channels:
-  discord:
-    bot_token: \"{token}\"
-    api_url: {api}
-    gateway_url: {gateway}
-    owners: [\"{owner}\"]
-",
-            model = model.base_url(),
-            token = dc::TOKEN,
-            api = discord.api_url(),
-            gateway = discord.gateway_url(),
-            owner = owner.id,
-        ),
-    )
-    .unwrap();
-    let env = env
-        .var("FLYNN_CONFIG", file.to_string_lossy())
-        .var("FLYNN_GATEWAY_TOKEN", TOKEN);
+    let config = TestConfig::new(&model)
+        .section("sessions:\n  interrupted_turns: report")
+        .discord(&discord, &owners([owner.id]));
+    let env = env.with_config(&config).var("FLYNN_GATEWAY_TOKEN", TOKEN);
     let session = format!("discord:{dm}");
     let notes = || -> Vec<String> {
         discord

@@ -19,16 +19,17 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flynn_testkit::discord::{self as dc, DiscordUser, FakeDiscord};
+use flynn_testkit::discord::{DiscordUser, FakeDiscord};
 use flynn_testkit::slack::{self as sl, FakeSlack};
-use flynn_testkit::telegram::{self as tg, FakeTelegram, Incoming, TgUser};
-use flynn_testkit::whatsapp::{self as wa, FakeWhatsApp, Signing};
+use flynn_testkit::telegram::{FakeTelegram, Incoming, TgUser};
+use flynn_testkit::whatsapp::{FakeWhatsApp, Signing};
 use flynn_testkit::{FakeOpenAi, Reply};
 
 use jsonrpsee::core::client::SubscriptionClientT;
 use jsonrpsee::ws_client::WsClientBuilder;
 
 use crate::daemon::Daemon;
+use crate::setup::{TestConfig, owners};
 use crate::{Env, stderr};
 
 const TELEGRAM_CHATS: [i64; 3] = [4242, 4243, 4244];
@@ -91,76 +92,21 @@ fn config(
     whatsapp: &FakeWhatsApp,
     slack: &FakeSlack,
     discord: &FakeDiscord,
-) -> String {
-    let owners_tg: Vec<String> = TELEGRAM_CHATS
-        .iter()
-        .map(|id| format!("\"{id}\""))
-        .collect();
-    let owners_wa: Vec<String> = WHATSAPP_NUMBERS
-        .iter()
-        .map(|n| format!("\"{n}\""))
-        .collect();
-    let owners_dc: Vec<String> = DISCORD_OWNERS
-        .iter()
-        .map(|id| format!("\"{id}\""))
-        .collect();
-    format!(
-        "version: 1
-gateway:
-  rate_limit_per_minute: 100000
-sessions:
-  queue_limit: 1000
-providers:
-  openai: {{kind: openai, base_url: {model}, api_key: sk-x}}
-models:
-  tiers:
-    default: [openai/gpt-4o-mini]
-channels:
-  telegram:
-    bot_token: \"{tg_token}\"
-    api_url: {tg_api}
-    owners: [{owners_tg}]
-    rate_limit: {{messages: 0}}
-  whatsapp:
-    access_token: {wa_token}
-    phone_number_id: \"{phone}\"
-    app_secret: {secret}
-    verify_token: {verify}
-    api_url: {wa_api}
-    owners: [{owners_wa}]
-    rate_limit: {{messages: 0}}
-  slack:
-    bot_token: {sl_bot}
-    app_token: {sl_app}
-    api_url: {sl_api}
-    owners: [\"{sl_owner}\"]
-    rate_limit: {{messages: 0}}
-  discord:
-    bot_token: \"{dc_token}\"
-    api_url: {dc_api}
-    gateway_url: {dc_gateway}
-    owners: [{owners_dc}]
-    rate_limit: {{messages: 0}}
-",
-        model = model.base_url(),
-        tg_token = tg::TOKEN,
-        tg_api = telegram.api_url(),
-        owners_tg = owners_tg.join(", "),
-        wa_token = wa::ACCESS_TOKEN,
-        phone = wa::PHONE_NUMBER_ID,
-        secret = wa::APP_SECRET,
-        verify = wa::VERIFY_TOKEN,
-        wa_api = whatsapp.base_url(),
-        owners_wa = owners_wa.join(", "),
-        sl_bot = sl::BOT_TOKEN,
-        sl_app = sl::APP_TOKEN,
-        sl_api = slack.api_url(),
-        sl_owner = sl::OWNER,
-        dc_token = dc::TOKEN,
-        dc_api = discord.api_url(),
-        dc_gateway = discord.gateway_url(),
-        owners_dc = owners_dc.join(", "),
-    )
+) -> TestConfig {
+    let unlimited = "rate_limit: {messages: 0}";
+    TestConfig::new(model)
+        .section("gateway:\n  rate_limit_per_minute: 100000")
+        .section("sessions:\n  queue_limit: 1000")
+        .telegram(
+            telegram,
+            &format!("{}\n{unlimited}", owners(TELEGRAM_CHATS)),
+        )
+        .whatsapp(
+            whatsapp,
+            &format!("{}\n{unlimited}", owners(WHATSAPP_NUMBERS)),
+        )
+        .slack(slack, &format!("{}\n{unlimited}", owners([sl::OWNER])))
+        .discord(discord, &format!("{}\n{unlimited}", owners(DISCORD_OWNERS)))
 }
 
 /// What each chat was sent, in order, by chat.
@@ -303,15 +249,8 @@ async fn killed_at_random_points_no_accepted_message_is_lost_or_answered_twice()
     // daemon killed every second or two would use them all up in 9 s.
     slack.set_redelivery_after(Duration::from_secs(10));
     let discord = Discord::start().await;
-    let env = Env::new();
-    let file = env.path().join("config.yaml");
-    std::fs::write(
-        &file,
-        config(&model, &telegram, &whatsapp, &slack, &discord.fake),
-    )
-    .unwrap();
-    let env = env
-        .var("FLYNN_CONFIG", file.to_string_lossy())
+    let env = Env::new()
+        .with_config(&config(&model, &telegram, &whatsapp, &slack, &discord.fake))
         .var("FLYNN_GATEWAY_TOKEN", TOKEN)
         .var(
             "FLYNN_LOG",

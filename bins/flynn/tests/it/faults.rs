@@ -18,6 +18,7 @@ use flynn_testkit::{FakeOpenAi, Reply};
 use serde_json::{Value, json};
 
 use crate::daemon::Daemon;
+use crate::setup::{TestConfig, wait_until};
 use crate::{Env, stderr, stdout};
 
 /// What to do when the namespaces are missing.
@@ -189,41 +190,6 @@ fn start_in(sandbox: &Sandbox, env: &Env) -> Daemon {
     Daemon::spawn(sandbox.wrap(&env.command(&["start", "--bind", "127.0.0.1:0"])))
 }
 
-/// An environment whose config (outside FLYNN_HOME) has the fake model and
-/// `extra` YAML.
-fn env_with(fake: &FakeOpenAi, extra: &str) -> Env {
-    let env = Env::new();
-    let file = env.path().join("config.yaml");
-    std::fs::write(
-        &file,
-        format!(
-            "version: 1
-providers:
-  openai: {{kind: openai, base_url: {model}, api_key: sk-x}}
-models:
-  tiers:
-    default: [openai/gpt-4o-mini]
-{extra}",
-            model = fake.base_url(),
-        ),
-    )
-    .unwrap();
-    env.var("FLYNN_CONFIG", file.to_string_lossy())
-}
-
-/// Waits until `done` holds, at most `limit`.
-fn wait_until(what: &str, limit: Duration, daemon: &Daemon, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "{what} never happened:\n{}",
-            daemon.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The stored messages of `session` as `role: text` lines, through the
 /// daemon (`token`: its gateway token, when the CLI cannot read it).
 fn history(env: &Env, token: &str, url: &str, session: &str) -> Vec<String> {
@@ -275,7 +241,7 @@ async fn quick_check(sandbox: &Sandbox, path: &Path) -> Vec<String> {
 #[tokio::test]
 async fn a_disk_that_fills_mid_turn_fails_the_turn_with_the_reason_and_the_session_carries_on() {
     let fake = FakeOpenAi::start().await;
-    let env = env_with(&fake, "");
+    let env = Env::new().with_config(&TestConfig::new(&fake));
     let home = env.path().join("home");
     let sandbox = Sandbox::new(&[(&home, "24m")]);
     let mut daemon = start_in(&sandbox, &env);
@@ -371,9 +337,8 @@ async fn a_daemon_started_on_a_read_only_database_names_the_file_and_serves_once
     let data = tempfile::tempdir().unwrap();
     let db_dir = data.path().join("db");
     let database = db_dir.join("sessions.db");
-    let env = env_with(
-        &fake,
-        &format!("sessions:\n  database: {}\n", database.display()),
+    let env = Env::new().with_config(
+        &TestConfig::new(&fake).section(&format!("sessions:\n  database: {}", database.display())),
     );
     let home = env.path().join("home");
     let sandbox = Sandbox::new(&[(&home, "16m"), (&db_dir, "16m")]);
@@ -434,23 +399,7 @@ const HANGS: &str = "data: {\"id\":\"chatcmpl-h\",\"object\":\"chat.completion.c
 async fn a_provider_that_hangs_mid_stream_fails_the_turn_at_its_read_timeout_and_the_next_turn_works()
  {
     let fake = FakeOpenAi::start().await;
-    let env = Env::new();
-    let file = env.path().join("config.yaml");
-    std::fs::write(
-        &file,
-        format!(
-            "version: 1
-providers:
-  openai: {{kind: openai, base_url: {}, api_key: sk-x, read_timeout_secs: 2}}
-models:
-  tiers:
-    default: [openai/gpt-4o-mini]
-",
-            fake.base_url()
-        ),
-    )
-    .unwrap();
-    let env = env.var("FLYNN_CONFIG", file.to_string_lossy());
+    let env = Env::new().with_config(&TestConfig::new(&fake).provider("read_timeout_secs: 2"));
     let daemon = Daemon::start(&env);
     let token = std::fs::read_to_string(env.path().join("home/gateway.token")).unwrap();
     let token = token.trim();
@@ -514,15 +463,14 @@ models:
 #[cfg(feature = "telegram")]
 mod telegram {
     use super::*;
-    use flynn_testkit::telegram::{self as tg, FakeTelegram, Incoming, TgUser};
+    use flynn_testkit::telegram::{FakeTelegram, Incoming, TgUser};
 
     const OWNER: i64 = 4242;
 
-    fn telegram_yaml(telegram: &FakeTelegram) -> String {
-        format!(
-            "channels:\n  telegram:\n    bot_token: \"{}\"\n    api_url: {}\n    owners: [\"{OWNER}\"]\n    rate_limit: {{messages: 0}}\n",
-            tg::TOKEN,
-            telegram.api_url()
+    fn telegram_config(fake: &FakeOpenAi, telegram: &FakeTelegram) -> TestConfig {
+        TestConfig::new(fake).telegram(
+            telegram,
+            &format!("owners: [\"{OWNER}\"]\nrate_limit: {{messages: 0}}"),
         )
     }
 
@@ -537,7 +485,7 @@ mod telegram {
      {
         let fake = FakeOpenAi::start().await;
         let telegram = FakeTelegram::start().await;
-        let env = env_with(&fake, &telegram_yaml(&telegram));
+        let env = Env::new().with_config(&telegram_config(&fake, &telegram));
         let home = env.path().join("home");
         let sandbox = Sandbox::new(&[(&home, "16m")]);
         let mut daemon = start_in(&sandbox, &env);
@@ -617,7 +565,7 @@ mod telegram {
         }
         let telegram = FakeTelegram::start().await;
         telegram.cut_polls_after(Some(Duration::from_secs(1)));
-        let env = env_with(&fake, &telegram_yaml(&telegram));
+        let env = Env::new().with_config(&telegram_config(&fake, &telegram));
         let daemon = Daemon::start(&env);
         let owner = TgUser::new(OWNER, "Owner");
         for n in 0..MESSAGES {

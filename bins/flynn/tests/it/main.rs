@@ -28,6 +28,7 @@ mod pairing;
 mod panics;
 mod send;
 mod sessions;
+mod setup;
 mod skills;
 #[cfg(all(feature = "telegram", feature = "whatsapp"))]
 mod soak;

@@ -4,52 +4,26 @@
 //! `flynn-protocol/fault-injection`; the shipped binaries do not have
 //! it). `cargo xtask chaos` runs these against the release build.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flynn_testkit::{FakeOpenAi, Reply};
 
 use crate::daemon::Daemon;
+use crate::setup::{TestConfig, wait_until};
 use crate::{Env, stderr, stdout};
 
-/// A config with the fake model, and `extra` YAML appended.
-fn env_with(fake: &FakeOpenAi, faults: &str, extra: &str) -> Env {
-    let env = Env::new();
-    let file = env.path().join("config.yaml");
-    std::fs::write(
-        &file,
-        format!(
-            "version: 1
-providers:
-  openai: {{kind: openai, base_url: {model}, api_key: sk-x}}
-models:
-  tiers:
-    default: [openai/gpt-4o-mini]
-{extra}",
-            model = fake.base_url(),
-        ),
-    )
-    .unwrap();
-    env.var("FLYNN_CONFIG", file.to_string_lossy())
-        .var("FLYNN_FAULTS", faults)
+/// The config, and the faults to inject.
+fn env_with(config: &TestConfig, faults: &str) -> Env {
+    Env::new().with_config(config).var("FLYNN_FAULTS", faults)
 }
 
-/// Waits until `done` holds, at most 30 s.
-fn wait_until(what: &str, daemon: &Daemon, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "{what} never happened:\n{}",
-            daemon.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+/// How long each thing waited for may take.
+const LIMIT: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn a_turn_that_panics_fails_with_a_message_and_the_next_one_is_answered() {
     let fake = FakeOpenAi::start().await;
-    let env = env_with(&fake, "turn:1", "");
+    let env = env_with(&TestConfig::new(&fake), "turn:1");
     let daemon = Daemon::start(&env);
 
     let failed = env.run(&["send", "--gateway", &daemon.url, "first"]);
@@ -91,9 +65,10 @@ async fn a_webhook_handler_that_panics_answers_500_and_the_next_delivery_is_take
     let fake = FakeOpenAi::start().await;
     fake.push(Reply::Text("noted".into()));
     let env = env_with(
-        &fake,
+        &TestConfig::new(&fake).section(&format!(
+            "gateway:\n  webhooks:\n    ci:\n      secret: \"{SECRET}\""
+        )),
         "webhook:1",
-        &format!("gateway:\n  webhooks:\n    ci:\n      secret: \"{SECRET}\"\n"),
     );
     let daemon = Daemon::start(&env);
     let post = |delivery: &str| {
@@ -128,7 +103,7 @@ async fn a_webhook_handler_that_panics_answers_500_and_the_next_delivery_is_take
     );
     let second = post("d2").await;
     assert_eq!(second.status().as_u16(), 202, "{:?}", second.text().await);
-    wait_until("the webhook's turn", &daemon, || {
+    wait_until("the webhook's turn", LIMIT, &daemon, || {
         !fake.requests().is_empty()
     });
 }
@@ -140,12 +115,13 @@ async fn the_automation_loop_outlives_a_panic_and_runs_the_next_job() {
         fake.push(Reply::Text("tick done".into()));
     }
     let env = env_with(
-        &fake,
+        &TestConfig::new(&fake).section(
+            "automation:\n  jobs:\n    - name: every-second\n      schedule: \"* * * * * *\"\n      message: tick",
+        ),
         "automation:1",
-        "automation:\n  jobs:\n    - name: every-second\n      schedule: \"* * * * * *\"\n      message: tick\n",
     );
     let daemon = Daemon::start(&env);
-    wait_until("a cron run after the panic", &daemon, || {
+    wait_until("a cron run after the panic", LIMIT, &daemon, || {
         !fake.requests().is_empty()
     });
     assert!(
@@ -171,26 +147,21 @@ async fn the_automation_loop_outlives_a_panic_and_runs_the_next_job() {
 #[cfg(feature = "telegram")]
 #[tokio::test]
 async fn a_channel_adapter_that_panics_is_restarted_and_answers() {
-    use flynn_testkit::telegram::{self as tg, FakeTelegram, Incoming, TgUser};
+    use flynn_testkit::telegram::{FakeTelegram, Incoming, TgUser};
 
     let fake = FakeOpenAi::start().await;
     fake.push(Reply::Text("Back up.".into()));
     let telegram = FakeTelegram::start().await;
     let env = env_with(
-        &fake,
+        &TestConfig::new(&fake).telegram(&telegram, "owners: [\"4242\"]"),
         "adapter.connect:1",
-        &format!(
-            "channels:\n  telegram:\n    bot_token: \"{}\"\n    api_url: {}\n    owners: [\"4242\"]\n",
-            tg::TOKEN,
-            telegram.api_url()
-        ),
     );
     let daemon = Daemon::start(&env);
     telegram.push(Incoming::private(
         &TgUser::new(4242, "Owner"),
         "are you there?",
     ));
-    wait_until("the answer on Telegram", &daemon, || {
+    wait_until("the answer on Telegram", LIMIT, &daemon, || {
         telegram.sent().iter().any(|m| m.plain == "Back up.")
     });
     let log = daemon.log();

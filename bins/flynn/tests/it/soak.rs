@@ -15,12 +15,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use flynn_testkit::telegram::{self as tg, FakeTelegram, Incoming, TgUser};
-use flynn_testkit::whatsapp::{self as wa, FakeWhatsApp, Signing};
+use flynn_testkit::telegram::{FakeTelegram, Incoming, TgUser};
+use flynn_testkit::whatsapp::{FakeWhatsApp, Signing};
 use flynn_testkit::{FakeOpenAi, Reply};
 
 use crate::Env;
 use crate::daemon::Daemon;
+use crate::setup::{TestConfig, owners};
 
 const TOKEN: &str = "soak-gateway-token-0123456789abcdef";
 const TELEGRAM_CHATS: [i64; 3] = [4242, 4243, 4244];
@@ -30,54 +31,25 @@ const GATEWAY_USERS: usize = 6;
 /// Every this many messages a chat is compacted instead.
 const COMPACT_EVERY: usize = 15;
 
-fn config(model: &FakeOpenAi, telegram: &FakeTelegram, whatsapp: &FakeWhatsApp) -> String {
-    let quoted = |items: Vec<String>| {
-        items
-            .iter()
-            .map(|i| format!("\"{i}\""))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    format!(
-        "version: 1
-gateway:
-  rate_limit_per_minute: 100000
-providers:
-  openai: {{kind: openai, base_url: {model}, api_key: sk-x}}
-models:
-  tiers:
-    default: [openai/gpt-4o-mini]
-channels:
-  telegram:
-    bot_token: \"{tg_token}\"
-    api_url: {tg_api}
-    owners: [{owners_tg}]
-    rate_limit: {{messages: 0}}
-  whatsapp:
-    access_token: {wa_token}
-    phone_number_id: \"{phone}\"
-    app_secret: {secret}
-    verify_token: {verify}
-    api_url: {wa_api}
-    owners: [{owners_wa}]
-    rate_limit: {{messages: 0}}
-automation:
+fn config(model: &FakeOpenAi, telegram: &FakeTelegram, whatsapp: &FakeWhatsApp) -> TestConfig {
+    let unlimited = "rate_limit: {messages: 0}";
+    TestConfig::new(model)
+        .section("gateway:\n  rate_limit_per_minute: 100000")
+        .telegram(
+            telegram,
+            &format!("{}\n{unlimited}", owners(TELEGRAM_CHATS)),
+        )
+        .whatsapp(
+            whatsapp,
+            &format!("{}\n{unlimited}", owners(WHATSAPP_NUMBERS)),
+        )
+        .section(
+            "automation:
   jobs:
     - name: pulse
       schedule: \"*/15 * * * * *\"
-      message: Check the pulse
-",
-        model = model.base_url(),
-        tg_token = tg::TOKEN,
-        tg_api = telegram.api_url(),
-        owners_tg = quoted(TELEGRAM_CHATS.iter().map(i64::to_string).collect()),
-        wa_token = wa::ACCESS_TOKEN,
-        phone = wa::PHONE_NUMBER_ID,
-        secret = wa::APP_SECRET,
-        verify = wa::VERIFY_TOKEN,
-        wa_api = whatsapp.base_url(),
-        owners_wa = quoted(WHATSAPP_NUMBERS.iter().map(|n| (*n).to_owned()).collect()),
-    )
+      message: Check the pulse",
+        )
 }
 
 /// One reading of the daemon.
@@ -222,11 +194,8 @@ async fn mixed_traffic_leaves_memory_tasks_and_descriptors_flat() {
     for number in WHATSAPP_NUMBERS {
         whatsapp.customer_wrote(number);
     }
-    let env = Env::new();
-    let file = env.path().join("config.yaml");
-    std::fs::write(&file, config(&model, &telegram, &whatsapp)).unwrap();
-    let env = env
-        .var("FLYNN_CONFIG", file.to_string_lossy())
+    let env = Env::new()
+        .with_config(&config(&model, &telegram, &whatsapp))
         .var("FLYNN_GATEWAY_TOKEN", TOKEN);
     // Enough answers for every message, compaction and cron run, kept
     // topped up below.
