@@ -32,15 +32,12 @@ use axum::Json;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use flynn_channels::signature;
 use flynn_orchestrator::{Submitted, TurnRequest};
 use flynn_protocol::SessionKey;
-use hmac::{KeyInit, Mac};
-use sha2::Sha256;
 
 use crate::auth::{Conn, refusal};
 use crate::server::State as Gateway;
-
-type HmacSha256 = hmac::Hmac<Sha256>;
 
 /// Headers a signature is read from, in order.
 const SIGNATURE_HEADERS: [&str; 2] = ["x-flynn-signature", "x-hub-signature-256"];
@@ -60,25 +57,13 @@ const RETRY_AFTER_SECS: u64 = 30;
 pub fn verify_signature(secret: &[u8], body: &[u8], signature: &str) -> bool {
     let hex_part = signature.trim();
     let hex_part = hex_part.strip_prefix("sha256=").unwrap_or(hex_part);
-    let Ok(expected) = hex::decode(hex_part) else {
-        return false;
-    };
-    let Ok(mut mac) = HmacSha256::new_from_slice(secret) else {
-        return false;
-    };
-    mac.update(body);
-    mac.verify_slice(&expected).is_ok()
+    signature::verify_hmac_sha256(secret, body, hex_part)
 }
 
 /// The signature header value for `body` under `secret`, as senders
 /// compute it: `sha256=<hex>`.
 pub fn sign(secret: &[u8], body: &[u8]) -> String {
-    let mut mac = match HmacSha256::new_from_slice(secret) {
-        Ok(mac) => mac,
-        Err(_) => return String::new(),
-    };
-    mac.update(body);
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    format!("sha256={}", signature::hmac_sha256_hex(secret, body))
 }
 
 /// The `X-Flynn-Signature` for `body` sent at `timestamp` (Unix seconds):
