@@ -135,12 +135,12 @@ impl SessionEvents {
 
 /// Publishes the events of one turn.
 #[derive(Debug, Clone)]
-pub(crate) struct TurnEvents {
+pub(crate) struct TurnPublisher {
     pub(crate) channel: Arc<SessionEvents>,
     pub(crate) turn: TurnId,
 }
 
-impl TurnEvents {
+impl TurnPublisher {
     pub(crate) fn publish(&self, event: AgentEvent) {
         self.channel.publish(Some(self.turn), event);
     }

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agents::AgentProfile;
 use crate::delegate::SubAgentRequest;
-use crate::events::TurnEvents;
+use crate::events::TurnPublisher;
 use crate::host::TurnHost;
 use crate::prompt::PromptContext;
 use crate::runtime::Shared;
@@ -44,7 +44,7 @@ pub(crate) struct TurnJob {
     /// What tainted the session before this turn; the turn records here
     /// what taints it now.
     pub(crate) taint: Arc<Mutex<Option<String>>>,
-    pub(crate) events: TurnEvents,
+    pub(crate) events: TurnPublisher,
     pub(crate) cancel: CancellationToken,
 }
 
@@ -810,7 +810,7 @@ async fn condense(
 }
 
 /// Turns the tool gate's confirmation steps into events.
-struct GateEvents(TurnEvents);
+struct GateEvents(TurnPublisher);
 
 impl GateObserver for GateEvents {
     fn confirmation_requested(&self, request: &ApprovalRequest) {
