@@ -12,7 +12,9 @@ use flynn_protocol::{
 };
 use flynn_sessions::{TurnStatus, UsageRecord};
 use flynn_tools::builtin::TOOL_OUTPUT;
-use flynn_tools::{ApprovalRequest, Approver, GateObserver, Provenance, ToolContext};
+use flynn_tools::{
+    ApprovalRequest, Approver, GateObserver, Provenance, ToolCatalog, ToolContext, ToolPolicy,
+};
 use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 
@@ -181,25 +183,124 @@ async fn record_taint(job: &TurnJob, provenance: &Provenance) {
 
 async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome> {
     let shared = &job.shared;
-    let store = &shared.store;
-    let key = &job.session;
-    store.start_turn(job.turn, shared.pid).await?;
+    shared.store.start_turn(job.turn, shared.pid).await?;
     flynn_protocol::fault::point("turn");
     let mut history = load_history(job).await?;
+    let system = system_prompt(job).await;
+    let policy = turn_policy(job)?;
+    // Servers this agent may use that start on demand (or are still
+    // starting) get their chance to list their tools first.
+    tokio::select! {
+        () = shared.executor.registry().prepare(&policy) => {}
+        () = job.cancel.cancelled() => {}
+    }
+    let catalog = Arc::new(shared.executor.catalog(policy.clone()));
+    let ctx = tool_context(job, policy, &catalog, provenance);
+    let iterations = job.agent.max_iterations.max(1);
+    let mut route = Route {
+        tier: job.tier,
+        model: job.model.clone(),
+        purpose: Purpose::Conversation,
+    };
+    let mut escalated = false;
+    let mut tally = Tally::default();
 
+    loop {
+        for _ in 0..iterations {
+            // Tools found with `tools.search` join the offer.
+            let tools = catalog.offered();
+            let step = call_model_compacting(
+                job,
+                &route,
+                &system,
+                &tools,
+                &mut history,
+                &mut tally.timing,
+            )
+            .await?;
+            let message = tally.keep_answer(job, &route, step).await?;
+            let text = message.text();
+            if !text.is_empty() {
+                tally.texts.push(text.clone());
+            }
+            let calls: Vec<ToolCall> = message
+                .tool_uses()
+                .map(|(id, name, input)| ToolCall {
+                    id: id.to_owned(),
+                    name: name.to_owned(),
+                    arguments: input.clone(),
+                })
+                .collect();
+            history.push(message);
+
+            if calls.is_empty() {
+                return Ok(tally.outcome(text, None));
+            }
+            let running = Instant::now();
+            let results = run_tools(job, &calls, &ctx, &mut tally.tool_calls).await;
+            tally.timing.tools_us += micros(running);
+            let results = Message {
+                role: Role::User,
+                content: results,
+            };
+            shared
+                .store
+                .append_for_turn(&job.session, job.turn, std::slice::from_ref(&results))
+                .await?;
+            history.push(results);
+            if job.cancel.is_cancelled() {
+                return Err(Error::Cancelled);
+            }
+        }
+        if escalated {
+            break;
+        }
+        match escalation(job, &route, iterations) {
+            Some(next) => {
+                escalated = true;
+                route = next;
+            }
+            None => break,
+        }
+    }
+
+    let total = if escalated {
+        iterations.saturating_mul(2)
+    } else {
+        iterations
+    };
+    let warning = format!(
+        "stopped after {total} model calls (agents.max_iterations) while the model was still using tools; the answer may be incomplete"
+    );
+    job.events.publish(AgentEvent::Warning {
+        message: warning.clone(),
+    });
+    let reply = tally.texts.join("\n\n");
+    Ok(tally.outcome(reply, Some(warning)))
+}
+
+/// The agent's system prompt for this turn.
+async fn system_prompt(job: &TurnJob) -> String {
     let agent = &job.agent;
-    let system = agent
+    agent
         .prompt
         .build(&PromptContext {
-            session: key,
+            session: &job.session,
             agent: &agent.name,
             workspace: agent.workspace(),
             message: &job.content,
             principal: &job.principal,
         })
-        .await;
-    // The tools offered follow the provider the turn's model comes from
-    // (its first choice; a fallback keeps the same offer).
+        .await
+}
+
+/// The tool policy of this turn: the agent's for the provider of the
+/// turn's model (its first choice; a fallback keeps the same offer), the
+/// guest policy for a guest, and never more than the turn that started a
+/// sub-agent had.
+fn turn_policy(job: &TurnJob) -> Result<Arc<ToolPolicy>> {
+    let shared = &job.shared;
+    let agent = &job.agent;
     let provider = match &job.model {
         Some(model) => Some(model.provider().to_owned()),
         None => shared
@@ -214,7 +315,7 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome
             .channel_guest_tools
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(key.channel())
+            .get(job.session.channel())
             .cloned();
         policy = Arc::new(agent.guest_policy(provider.as_deref(), channel_tools.as_ref()));
     }
@@ -236,18 +337,23 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome
             outer.display()
         )));
     }
-    // Servers this agent may use that start on demand (or are still
-    // starting) get their chance to list their tools first.
-    tokio::select! {
-        () = shared.executor.registry().prepare(&policy) => {}
-        () = job.cancel.cancelled() => {}
-    }
-    let catalog = Arc::new(shared.executor.catalog(policy.clone()));
-    let ctx = ToolContext {
+    Ok(policy)
+}
+
+/// What the turn's tool calls run with.
+fn tool_context(
+    job: &TurnJob,
+    policy: Arc<ToolPolicy>,
+    catalog: &Arc<ToolCatalog>,
+    provenance: &Arc<Provenance>,
+) -> ToolContext {
+    let shared = &job.shared;
+    let agent = &job.agent;
+    ToolContext {
         workspace: agent.workspace().to_path_buf(),
         hidden: shared.executor.hidden(),
         cancel: job.cancel.child_token(),
-        session: key.clone(),
+        session: job.session.clone(),
         principal: job.principal.clone(),
         agent: agent.name.clone(),
         turn: Some(job.turn),
@@ -258,7 +364,7 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome
         catalog: Some(catalog.clone()),
         host: Some(Arc::new(TurnHost {
             shared: shared.clone(),
-            session: key.clone(),
+            session: job.session.clone(),
             agent: agent.clone(),
             tier: job.tier,
             lineage: job.lineage.clone(),
@@ -266,166 +372,140 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome
             principal: job.principal.clone(),
         })),
         guards: job.lineage.guards.clone().unwrap_or_default(),
-    };
-    let mut usage = Usage::default();
-    let mut cost: Option<f64> = None;
-    let mut tool_calls = Vec::new();
-    let mut texts = Vec::new();
-    let mut last_model = None;
-    let iterations = agent.max_iterations.max(1);
-    let mut route = Route {
-        tier: job.tier,
-        model: job.model.clone(),
-        purpose: Purpose::Conversation,
-    };
-    let mut escalated = false;
-    let mut timing = TurnTiming::default();
+    }
+}
 
-    loop {
-        for _ in 0..iterations {
-            let tools = catalog.offered();
+/// Compacts the history when it needs it, then calls the model. When the
+/// window was smaller than thought (or the estimate low) the call fails
+/// with a context overflow: the history is compacted then and the call
+/// made once more.
+async fn call_model_compacting(
+    job: &TurnJob,
+    route: &Route,
+    system: &str,
+    tools: &[ToolSpec],
+    history: &mut Vec<Message>,
+    timing: &mut TurnTiming,
+) -> Result<Step> {
+    let compacting = Instant::now();
+    compact_if_needed(job, route, system, tools, history, false).await?;
+    timing.compaction_us += micros(compacting);
+    let calling = Instant::now();
+    match call_model(job, route, system, history, tools).await {
+        Err(Error::Model(error)) if error.is_context_overflow() => {
+            tracing::info!(session = %job.session, %error, "context overflow; compacting and retrying");
+            timing.model_calls_us.push(micros(calling));
             let compacting = Instant::now();
-            compact_if_needed(job, &route, &system, &tools, &mut history, false).await?;
+            let compacted = compact_if_needed(job, route, system, tools, history, true).await?;
             timing.compaction_us += micros(compacting);
+            if !compacted {
+                return Err(Error::Model(error));
+            }
             let calling = Instant::now();
-            // Tools found with `tools.search` join the offer.
-            let step = match call_model(job, &route, &system, &history, &tools).await {
-                Err(Error::Model(error)) if error.is_context_overflow() => {
-                    // The window was smaller than thought (or the estimate
-                    // low): compact now and try once more.
-                    tracing::info!(session = %key, %error, "context overflow; compacting and retrying");
-                    timing.model_calls_us.push(micros(calling));
-                    let compacting = Instant::now();
-                    let compacted =
-                        compact_if_needed(job, &route, &system, &tools, &mut history, true).await?;
-                    timing.compaction_us += micros(compacting);
-                    if !compacted {
-                        return Err(Error::Model(error));
-                    }
-                    let calling = Instant::now();
-                    let step = call_model(job, &route, &system, &history, &tools).await?;
-                    timing.model_calls_us.push(micros(calling));
-                    step
-                }
-                other => {
-                    let step = other?;
-                    timing.model_calls_us.push(micros(calling));
-                    step
-                }
-            };
-            usage.add(step.response.usage);
-            let call_cost = shared.prices.cost(
-                step.model.provider(),
-                step.model.model(),
-                &step.response.usage,
-            );
-            if let Some(call_cost) = call_cost {
-                *cost.get_or_insert(0.0) += call_cost;
-            }
-            let message = step.response.message;
-            // The answer and what it cost are stored together: a paid-for
-            // answer is never lost, nor counted without being kept.
-            store
-                .append_answer(
-                    key,
-                    Some(job.turn),
-                    &message,
-                    &UsageRecord {
-                        session: key.clone(),
-                        provider: step.model.provider().to_owned(),
-                        model: step.model.model().to_owned(),
-                        tier: route.tier,
-                        purpose: route.purpose,
-                        usage: step.response.usage,
-                        cost_usd: call_cost,
-                        partial: false,
-                    },
-                )
-                .await?;
-            last_model = Some(step.model);
-            let text = message.text();
-            if !text.is_empty() {
-                texts.push(text.clone());
-            }
-            let calls: Vec<ToolCall> = message
-                .tool_uses()
-                .map(|(id, name, input)| ToolCall {
-                    id: id.to_owned(),
-                    name: name.to_owned(),
-                    arguments: input.clone(),
-                })
-                .collect();
-            history.push(message);
+            let step = call_model(job, route, system, history, tools).await?;
+            timing.model_calls_us.push(micros(calling));
+            Ok(step)
+        }
+        other => {
+            let step = other?;
+            timing.model_calls_us.push(micros(calling));
+            Ok(step)
+        }
+    }
+}
 
-            if calls.is_empty() {
-                return Ok(outcome(
-                    text,
-                    last_model,
-                    (usage, cost),
-                    tool_calls,
-                    None,
-                    timing,
-                ));
-            }
-            let running = Instant::now();
-            let results = run_tools(job, &calls, &ctx, &mut tool_calls).await;
-            timing.tools_us += micros(running);
-            let results = Message {
-                role: Role::User,
-                content: results,
-            };
-            store
-                .append_for_turn(key, job.turn, std::slice::from_ref(&results))
-                .await?;
-            history.push(results);
-            if job.cancel.is_cancelled() {
-                return Err(Error::Cancelled);
-            }
+/// Where a turn that used up its model calls goes on: once on the complex
+/// tier, when that is allowed, another tier and usable (and the turn was
+/// not pinned to a model). Tells the turn's followers.
+fn escalation(job: &TurnJob, route: &Route, iterations: u32) -> Option<Route> {
+    let shared = &job.shared;
+    let complex = shared.orchestrator.tier_for(Purpose::ComplexReasoning);
+    let settings = shared.orchestrator.settings();
+    if !settings.auto_escalate
+        || route.model.is_some()
+        || route.tier == complex
+        || shared.router.check_tier(complex).is_err()
+    {
+        return None;
+    }
+    job.events.publish(AgentEvent::Warning {
+        message: format!(
+            "reached {iterations} model calls (agents.max_iterations) on the {} tier; continuing once on the {complex} tier (agents.auto_escalate)",
+            route.tier
+        ),
+    });
+    Some(Route {
+        tier: complex,
+        model: None,
+        purpose: Purpose::ComplexReasoning,
+    })
+}
+
+/// What a turn has done so far: what its model calls cost, the tools it
+/// called, what it said, the model that answered last, and where its time
+/// went.
+#[derive(Default)]
+struct Tally {
+    usage: Usage,
+    cost: Option<f64>,
+    tool_calls: Vec<ToolCallSummary>,
+    texts: Vec<String>,
+    last_model: Option<ModelRef>,
+    timing: TurnTiming,
+}
+
+impl Tally {
+    /// Stores a model's answer with what it cost, counts it, and hands the
+    /// message back. The answer and its cost are stored together: a
+    /// paid-for answer is never lost, nor counted without being kept.
+    async fn keep_answer(&mut self, job: &TurnJob, route: &Route, step: Step) -> Result<Message> {
+        let shared = &job.shared;
+        let usage = step.response.usage;
+        self.usage.add(usage);
+        let call_cost = shared
+            .prices
+            .cost(step.model.provider(), step.model.model(), &usage);
+        if let Some(call_cost) = call_cost {
+            *self.cost.get_or_insert(0.0) += call_cost;
         }
-        // Out of model calls: go on once on the complex tier when allowed.
-        let complex = shared.orchestrator.tier_for(Purpose::ComplexReasoning);
-        let settings = shared.orchestrator.settings();
-        if escalated
-            || !settings.auto_escalate
-            || route.model.is_some()
-            || route.tier == complex
-            || shared.router.check_tier(complex).is_err()
-        {
-            break;
-        }
-        escalated = true;
-        job.events.publish(AgentEvent::Warning {
-            message: format!(
-                "reached {iterations} model calls (agents.max_iterations) on the {} tier; continuing once on the {complex} tier (agents.auto_escalate)",
-                route.tier
-            ),
-        });
-        route = Route {
-            tier: complex,
-            model: None,
-            purpose: Purpose::ComplexReasoning,
-        };
+        let message = step.response.message;
+        shared
+            .store
+            .append_answer(
+                &job.session,
+                Some(job.turn),
+                &message,
+                &UsageRecord {
+                    session: job.session.clone(),
+                    provider: step.model.provider().to_owned(),
+                    model: step.model.model().to_owned(),
+                    tier: route.tier,
+                    purpose: route.purpose,
+                    usage,
+                    cost_usd: call_cost,
+                    partial: false,
+                },
+            )
+            .await?;
+        self.last_model = Some(step.model);
+        Ok(message)
     }
 
-    let total = if escalated {
-        iterations.saturating_mul(2)
-    } else {
-        iterations
-    };
-    let warning = format!(
-        "stopped after {total} model calls (agents.max_iterations) while the model was still using tools; the answer may be incomplete"
-    );
-    job.events.publish(AgentEvent::Warning {
-        message: warning.clone(),
-    });
-    Ok(outcome(
-        texts.join("\n\n"),
-        last_model,
-        (usage, cost),
-        tool_calls,
-        Some(warning),
-        timing,
-    ))
+    fn outcome(self, reply: String, warning: Option<String>) -> TurnOutcome {
+        let (provider, model) = self.last_model.map_or((String::new(), String::new()), |m| {
+            (m.provider().to_owned(), m.model().to_owned())
+        });
+        TurnOutcome {
+            reply,
+            provider,
+            model,
+            usage: self.usage,
+            cost_usd: self.cost,
+            tool_calls: self.tool_calls,
+            warning,
+            timing: Some(self.timing),
+        }
+    }
 }
 
 /// Microseconds since `since`.
@@ -829,28 +909,5 @@ impl GateObserver for GateEvents {
             id: request.call_id.clone(),
             resolution,
         });
-    }
-}
-
-fn outcome(
-    reply: String,
-    model: Option<ModelRef>,
-    (usage, cost_usd): (Usage, Option<f64>),
-    tool_calls: Vec<ToolCallSummary>,
-    warning: Option<String>,
-    timing: TurnTiming,
-) -> TurnOutcome {
-    let (provider, model) = model.map_or((String::new(), String::new()), |m| {
-        (m.provider().to_owned(), m.model().to_owned())
-    });
-    TurnOutcome {
-        reply,
-        provider,
-        model,
-        usage,
-        cost_usd,
-        tool_calls,
-        warning,
-        timing: Some(timing),
     }
 }
