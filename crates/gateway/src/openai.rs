@@ -52,8 +52,6 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-const TIERS: [Tier; 4] = [Tier::Fast, Tier::Default, Tier::Complex, Tier::Local];
-
 /// `GET /v1/models`: every agent, then every tier with models.
 pub(crate) async fn models(State(gateway): State<Arc<Gateway>>) -> Response {
     let created = now_secs();
@@ -63,7 +61,7 @@ pub(crate) async fn models(State(gateway): State<Arc<Gateway>>) -> Response {
         .names()
         .map(|name| json!({"id": name, "object": "model", "created": created, "owned_by": "flynn"}))
         .collect();
-    for tier in TIERS {
+    for tier in Tier::ALL {
         let taken = gateway.manager.agents().get(tier.as_str()).is_some();
         if !taken && gateway.manager.router().check_tier(tier).is_ok() {
             data.push(json!({"id": tier.as_str(), "object": "model", "created": created, "owned_by": "flynn"}));
@@ -142,11 +140,11 @@ fn route(gateway: &Gateway, model: &str) -> Result<(Option<String>, Option<Tier>
     if gateway.manager.agents().get(model).is_some() {
         return Ok((Some(model.to_owned()), None));
     }
-    if let Some(tier) = TIERS.into_iter().find(|t| t.as_str() == model) {
+    if let Some(tier) = Tier::ALL.into_iter().find(|t| t.as_str() == model) {
         return Ok((None, Some(tier)));
     }
     let mut known: Vec<&str> = gateway.manager.agents().names().collect();
-    known.extend(TIERS.iter().map(|t| t.as_str()));
+    known.extend(Tier::ALL.iter().map(|t| t.as_str()));
     Err(Box::new(error(
         StatusCode::NOT_FOUND,
         "invalid_request_error",

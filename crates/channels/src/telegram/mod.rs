@@ -18,7 +18,6 @@
 pub mod fuzzing;
 mod parse;
 
-use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
@@ -203,14 +202,6 @@ fn secret_matches(secret: &str, given: &[u8]) -> bool {
     verify_hmac_sha256(secret.as_bytes(), given, &expected)
 }
 
-/// `fut`, or `None` once `stop` is cancelled.
-async fn or_stop<T>(stop: &CancellationToken, fut: impl Future<Output = T>) -> Option<T> {
-    tokio::select! {
-        () = stop.cancelled() => None,
-        value = fut => Some(value),
-    }
-}
-
 fn chat_id(conversation: &Conversation) -> Result<i64, ChannelError> {
     conversation
         .chat
@@ -379,7 +370,7 @@ impl TelegramAdapter {
             let call = self
                 .poller
                 .request::<_, MethodResponse<Vec<Value>>>("getUpdates", Some(&params));
-            let Some(answer) = or_stop(stop, call).await else {
+            let Some(answer) = stop.run_until_cancelled(call).await else {
                 return Ok(());
             };
             let batch = match answer.map_err(api_error) {
@@ -398,7 +389,11 @@ impl TelegramAdapter {
                     };
                     failures += 1;
                     tracing::warn!(channel = NAME, error = %e, wait_ms = wait.as_millis() as u64, "getUpdates failed; polling again");
-                    if or_stop(stop, tokio::time::sleep(wait)).await.is_none() {
+                    if stop
+                        .run_until_cancelled(tokio::time::sleep(wait))
+                        .await
+                        .is_none()
+                    {
                         return Ok(());
                     }
                     continue;
@@ -436,7 +431,11 @@ impl TelegramAdapter {
                             .min(MAX_RETRY_PAUSE);
                         refusals = refusals.saturating_add(1);
                         tracing::debug!(channel = NAME, update_id, reason = %reason, pause_ms = pause.as_millis() as u64, "update not taken; asking for it again");
-                        if or_stop(stop, tokio::time::sleep(pause)).await.is_none() {
+                        if stop
+                            .run_until_cancelled(tokio::time::sleep(pause))
+                            .await
+                            .is_none()
+                        {
                             return Ok(());
                         }
                         break;
@@ -461,7 +460,7 @@ impl TelegramAdapter {
             Ok(None) => return Step::Done,
             Err(e) => return Step::Again(e.to_string()),
         };
-        match or_stop(stop, sink.deliver(event)).await {
+        match stop.run_until_cancelled(sink.deliver(event)).await {
             None => Step::Stopped,
             Some(disposition) if disposition.acknowledge() => Step::Done,
             Some(disposition) => Step::Again(format!("{disposition:?}")),
@@ -593,7 +592,7 @@ impl ChannelAdapter for TelegramAdapter {
     }
 
     async fn connect(&self, sink: Inbound, stop: CancellationToken) -> Result<(), ChannelError> {
-        let Some(me) = or_stop(&stop, self.identify()).await else {
+        let Some(me) = stop.run_until_cancelled(self.identify()).await else {
             return Ok(());
         };
         let me = me?;
@@ -604,7 +603,10 @@ impl ChannelAdapter for TelegramAdapter {
                     .maybe_secret_token(self.webhook_secret.clone())
                     .allowed_updates(allowed_updates())
                     .build();
-                let Some(set) = or_stop(&stop, self.bot.set_webhook(&params)).await else {
+                let Some(set) = stop
+                    .run_until_cancelled(self.bot.set_webhook(&params))
+                    .await
+                else {
                     return Ok(());
                 };
                 set.map_err(api_error)?;
@@ -615,7 +617,10 @@ impl ChannelAdapter for TelegramAdapter {
             TelegramMode::Polling => {
                 // getUpdates answers 409 while a webhook is set.
                 let params = DeleteWebhookParams::builder().build();
-                let Some(deleted) = or_stop(&stop, self.bot.delete_webhook(&params)).await else {
+                let Some(deleted) = stop
+                    .run_until_cancelled(self.bot.delete_webhook(&params))
+                    .await
+                else {
                     return Ok(());
                 };
                 deleted.map_err(api_error)?;
