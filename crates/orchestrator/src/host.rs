@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use flynn_protocol::config::SessionAccess;
+use flynn_protocol::text::clip;
 use flynn_protocol::{
     ContentBlock, Message, Principal, Purpose, Role, SessionKey, Tier, TurnId, TurnOutcome,
 };
@@ -496,13 +497,6 @@ fn describe(message: &Message) -> String {
         return String::new();
     }
     format!("{who}: {}", parts.join(" "))
-}
-
-fn clip(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
 }
 
 /// "3 min ago" from Unix milliseconds.

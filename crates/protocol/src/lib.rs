@@ -13,6 +13,7 @@ mod message;
 mod principal;
 mod session;
 pub mod sync;
+pub mod text;
 mod tier;
 mod tool;
 mod tool_names;

@@ -173,8 +173,5 @@ impl TypedTool for FileSearch {
 
 /// A line cut to [`MAX_LINE`] characters.
 fn clip(line: &str) -> String {
-    match line.char_indices().nth(MAX_LINE) {
-        Some((end, _)) => format!("{}…", &line[..end]),
-        None => line.to_owned(),
-    }
+    flynn_protocol::text::clip(line, MAX_LINE)
 }
