@@ -432,11 +432,16 @@ async fn a_followed_turn_hands_on_only_its_own_events_and_ends_with_its_last_sta
     };
     assert!(h.manager.cancel_turn(&k, first.turn).await);
     let mut seen = Vec::new();
-    while let Some(event) = second.next().await {
-        let envelope = event.unwrap();
-        assert_eq!(envelope.turn, Some(second.turn()), "{:?}", envelope.event);
-        seen.push(envelope.event);
-    }
+    let followed = async {
+        while let Some(event) = second.next().await {
+            let envelope = event.unwrap();
+            assert_eq!(envelope.turn, Some(second.turn()), "{:?}", envelope.event);
+            seen.push(envelope.event);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), followed)
+        .await
+        .expect("the followed turn's events end");
     // Told it waits behind the first, then run.
     assert!(
         matches!(seen.first(), Some(AgentEvent::Queued { .. })),
@@ -484,9 +489,14 @@ async fn a_followed_turn_whose_end_was_lost_to_lag_still_ends_with_its_outcome()
     let second = h.submit(&k, "two").await;
     assert_eq!(second.outcome().await.unwrap().reply, "two");
     let mut handed_on = Vec::new();
-    while let Some(event) = first.next().await {
-        handed_on.push(event.map(|envelope| envelope.event));
-    }
+    let followed = async {
+        while let Some(event) = first.next().await {
+            handed_on.push(event.map(|envelope| envelope.event));
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), followed)
+        .await
+        .expect("the events end with the turn although its last state was lost");
     assert_eq!(handed_on.len(), 1, "{handed_on:?}");
     assert!(handed_on[0].is_err(), "a lag notice: {handed_on:?}");
     assert!(!first.end_seen());
