@@ -415,9 +415,7 @@ fn local_line(name: &str, provider: &flynn_core::protocol::config::ProviderConfi
         model.file,
         model.family.as_deref().unwrap_or("unknown family"),
         model.size as f64 / 1_000_000.0,
-        model
-            .context
-            .map_or_else(|| "unknown".to_owned(), |c| c.to_string())
+        model.context_text(provider.context)
     );
     match model.problem {
         Some(problem) => Check::fail(

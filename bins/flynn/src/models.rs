@@ -141,8 +141,30 @@ pub struct ModelFile {
     /// build cannot read GGUF metadata (no `local-llm` feature) or the
     /// file is not GGUF.
     pub family: Option<String>,
+    /// The largest context Flynn runs the model with: `trained_context`,
+    /// capped by what the build's implementation of the family addresses.
     pub context: Option<u32>,
+    /// The context length the file says the model was trained for.
+    pub trained_context: Option<u32>,
     pub problem: Option<String>,
+}
+
+impl ModelFile {
+    /// The context a provider with `configured` (its `context` setting)
+    /// runs this model with, for people: `4096`, or `4096 (trained for
+    /// 8192)` when the implementation runs less than the file's length.
+    pub fn context_text(&self, configured: Option<u32>) -> String {
+        let Some(max) = self.context else {
+            return "unknown".to_owned();
+        };
+        match configured {
+            Some(configured) if configured < max => format!("{configured} (of {max})"),
+            _ => match self.trained_context {
+                Some(trained) if trained > max => format!("{max} (trained for {trained})"),
+                _ => max.to_string(),
+            },
+        }
+    }
 }
 
 /// What is known of a model file.
@@ -160,7 +182,8 @@ pub fn describe(path: &Path) -> ModelFile {
                 path: path.to_path_buf(),
                 size,
                 family: Some(info.family().to_owned()),
-                context: info.context_length,
+                context: Some(info.max_context()),
+                trained_context: info.context_length,
                 problem: (!info.supported()).then(|| {
                     format!(
                         "architecture '{}' is not supported (llama, qwen2, qwen3, phi3 are)",
@@ -174,6 +197,7 @@ pub fn describe(path: &Path) -> ModelFile {
                 size,
                 family: None,
                 context: None,
+                trained_context: None,
                 problem: Some(problem),
             },
         }
@@ -186,6 +210,7 @@ pub fn describe(path: &Path) -> ModelFile {
             size,
             family: None,
             context: None,
+            trained_context: None,
             problem: Some(
                 "this flynn was built without the `local-llm` feature: it cannot read or run GGUF models".to_owned(),
             ),
@@ -212,9 +237,7 @@ fn list(json: bool) -> Result<(), Failure> {
     }
     for model in files {
         let family = model.family.as_deref().unwrap_or("?");
-        let context = model
-            .context
-            .map_or_else(|| "?".to_owned(), |c| c.to_string());
+        let context = model.context_text(None);
         outln!(
             "{}  {family}  {}  context {context}{}",
             model.file,
@@ -267,5 +290,34 @@ pub fn announce_fallback(loaded: &Loaded) {
             "note: no model provider is configured; answering with the local model {} (set a provider key or server to use another)",
             path.display()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(context: Option<u32>, trained_context: Option<u32>) -> ModelFile {
+        ModelFile {
+            file: "m.gguf".to_owned(),
+            path: PathBuf::from("m.gguf"),
+            size: 0,
+            family: Some("llama".to_owned()),
+            context,
+            trained_context,
+            problem: None,
+        }
+    }
+
+    #[test]
+    fn the_context_shown_is_the_one_a_turn_gets() {
+        let capped = file(Some(4096), Some(8192));
+        assert_eq!(capped.context_text(None), "4096 (trained for 8192)");
+        assert_eq!(capped.context_text(Some(1024)), "1024 (of 4096)");
+        // A larger setting is capped, as the provider caps it.
+        assert_eq!(capped.context_text(Some(9000)), "4096 (trained for 8192)");
+        assert_eq!(file(Some(2048), Some(2048)).context_text(None), "2048");
+        assert_eq!(file(Some(2048), None).context_text(None), "2048");
+        assert_eq!(file(None, None).context_text(Some(512)), "unknown");
     }
 }

@@ -114,15 +114,36 @@ mod with_a_model {
     fn doctor_and_list_describe_the_local_model() {
         let env = env_with_model();
         let output = env.run(&["models", "list"]);
+        // The file says 8,192; candle's llama runs 4,096 positions, which
+        // is what a turn gets, so that is the figure shown first.
         assert_eq!(
             stdout(&output),
-            "SmolLM2-135M-Instruct.Q4_1.gguf  llama  98.4 MB  context 8192\n"
+            "SmolLM2-135M-Instruct.Q4_1.gguf  llama  98.4 MB  context 4096 (trained for 8192)\n"
         );
         let output = env.run(&["doctor"]);
         let text = stdout(&output);
         assert!(
             text.contains(
-                "local (local): SmolLM2-135M-Instruct.Q4_1.gguf, llama, 98.4 MB, context 8192"
+                "local (local): SmolLM2-135M-Instruct.Q4_1.gguf, llama, 98.4 MB, context 4096 (trained for 8192)"
+            ),
+            "{text}"
+        );
+
+        // A provider's own `context` lowers it.
+        let config = env.path().join("config.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "providers:\n  small:\n    kind: local\n    model_path: {}\n    context: 1024\nmodels:\n  tiers:\n    default: [small/smollm2]\n",
+                smollm2().display()
+            ),
+        )
+        .unwrap();
+        let output = env.run(&["doctor", "--config", config.to_str().unwrap()]);
+        let text = stdout(&output);
+        assert!(
+            text.contains(
+                "small (local): SmolLM2-135M-Instruct.Q4_1.gguf, llama, 98.4 MB, context 1024 (of 4096)"
             ),
             "{text}"
         );

@@ -48,7 +48,21 @@ impl GgufInfo {
     pub fn supported(&self) -> bool {
         Arch::from_name(&self.architecture).is_some()
     }
+
+    /// The largest context Flynn runs this model with: the length it was
+    /// trained for (2,048 when the file does not say), capped where
+    /// candle's implementation of its architecture addresses fewer
+    /// positions (Llama: 4,096). A provider's `context` can only lower it.
+    pub fn max_context(&self) -> u32 {
+        let trained = self.context_length.unwrap_or(DEFAULT_CONTEXT);
+        Arch::from_name(&self.architecture)
+            .and_then(Arch::limit)
+            .map_or(trained, |limit| trained.min(limit))
+    }
 }
+
+/// The context assumed for a file whose metadata has no length.
+const DEFAULT_CONTEXT: u32 = 2048;
 
 fn family(architecture: &str) -> &'static str {
     match architecture {
@@ -240,8 +254,7 @@ impl Engine {
             bos,
         );
         let stops = stop_ids(&vocabulary, &template);
-        let trained = info.context_length.unwrap_or(2048);
-        let max_context = arch.limit().map_or(trained, |limit| trained.min(limit));
+        let max_context = info.max_context();
         let mut pool = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("flynn-llm-{i}"));
         if let Some(threads) = threads {
             pool = pool.num_threads(threads as usize);
@@ -457,5 +470,26 @@ mod tests {
             ),
             ("llama", "llama", Some(8192), "chatml", false)
         );
+        // Trained for 8,192, but candle's llama addresses 4,096 positions.
+        assert_eq!(info.max_context(), 4096);
+    }
+
+    #[test]
+    fn the_context_is_the_files_capped_by_what_the_implementation_addresses() {
+        let info = |architecture: &str, context_length| GgufInfo {
+            path: PathBuf::from("m.gguf"),
+            architecture: architecture.to_owned(),
+            name: None,
+            context_length,
+            chat_format: "chatml",
+            tools: false,
+            size: 0,
+        };
+        let llama_limit = u32::try_from(quantized_llama::MAX_SEQ_LEN).unwrap();
+        assert_eq!(info("llama", Some(131_072)).max_context(), llama_limit);
+        assert_eq!(info("llama", Some(2_000)).max_context(), 2_000);
+        assert_eq!(info("qwen2", Some(32_768)).max_context(), 32_768);
+        assert_eq!(info("qwen3", None).max_context(), DEFAULT_CONTEXT);
+        assert_eq!(info("mamba", Some(9_000)).max_context(), 9_000);
     }
 }
