@@ -1,11 +1,12 @@
 //! Checks that need the whole config: references between blocks, names, URLs,
 //! minimums, the schema version.
 
+use flynn_automation::Schedule;
 use flynn_protocol::config::{
     AutomationConfig, CONFIG_VERSION, ChannelsConfig, EmbedderKind, FlynnConfig, MAIN_AGENT,
     McpConfig, McpTransport, ModelRef, ProviderKind, SearchProvider, SlackMode, TelegramMode,
 };
-use flynn_protocol::{BUILTIN_TOOL_FAMILIES, SessionKey, Tier};
+use flynn_protocol::{BUILTIN_TOOL_FAMILIES, JobName, SessionKey, Tier};
 
 use crate::document::{Document, KeyPath, Located, NodeKind};
 use crate::error::{Problem, did_you_mean};
@@ -800,9 +801,6 @@ fn check_channels(channels: &ChannelsConfig, report: &mut impl FnMut(KeyPath, Pr
     }
 }
 
-/// The shape a cron expression must have, for messages.
-const CRON_SHAPE: &str = "5 fields `minute hour day-of-month month day-of-week` (`30 7 * * MON-FRI`) or 6 with seconds first (`0 30 7 * * *`)";
-
 /// Cron expressions, time zones, unique job names, session keys, and the
 /// agents and chat channels jobs name.
 fn check_automation(config: &FlynnConfig, report: &mut impl FnMut(KeyPath, Problem)) {
@@ -844,8 +842,8 @@ fn check_automation(config: &FlynnConfig, report: &mut impl FnMut(KeyPath, Probl
                 at.key("name"),
                 "empty: give the job a name (cron.list and cron.remove use it)".to_owned(),
             );
-        } else if let Some(problem) = job_name_problem(&job.name) {
-            other(at.key("name"), problem);
+        } else if let Err(problem) = JobName::new(job.name.as_str()) {
+            other(at.key("name"), problem.to_string());
         } else if seen.contains(&job.name.as_str()) {
             other(
                 at.key("name"),
@@ -1022,20 +1020,6 @@ fn check_mcp(mcp: &McpConfig, report: &mut impl FnMut(KeyPath, Problem)) {
     }
 }
 
-/// What is wrong with a job name: `cron.remove` takes it and the job's
-/// session is `cron:<name>`, so it is a word.
-fn job_name_problem(name: &str) -> Option<String> {
-    let ok = name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    (!ok).then(|| {
-        format!(
-            "job name '{name}': expected 1 to 64 letters, digits, '-', '_' or '.' (`morning-brief`)"
-        )
-    })
-}
-
 /// A `deliver_to` whose channel is not a configured chat channel.
 fn unknown_channel(deliver_to: &str, channels: &[&str]) -> Option<String> {
     let channel = deliver_to.parse::<SessionKey>().ok()?.channel().to_owned();
@@ -1055,26 +1039,12 @@ fn unknown_channel(deliver_to: &str, channels: &[&str]) -> Option<String> {
     ))
 }
 
-/// What is wrong with a cron expression, read as `flynn-automation` reads
-/// it (5 or 6 fields, no year).
+/// What is wrong with a cron expression: the daemon's own parser reads it
+/// (the zone is checked on its own, by [`timezone_problem`]).
 fn cron_problem(expr: &str) -> Option<String> {
-    let fields = expr.split_whitespace().count();
-    if !(5..=6).contains(&fields) {
-        return Some(format!(
-            "invalid cron expression '{expr}': {fields} fields; expected {CRON_SHAPE}"
-        ));
-    }
-    let parser = croner::parser::CronParser::builder()
-        .seconds(croner::parser::Seconds::Optional)
-        .year(croner::parser::Year::Disallowed)
-        .build();
-    match parser.parse(expr) {
-        Ok(_) => None,
-        Err(error) => Some(format!(
-            "invalid cron expression '{expr}': {}; expected {CRON_SHAPE}",
-            error.to_string().trim_end_matches('.')
-        )),
-    }
+    Schedule::parse(expr, "UTC")
+        .err()
+        .map(|error| error.to_string())
 }
 
 /// What is wrong with an IANA time zone name.

@@ -32,7 +32,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use flynn_automation::{Clock, Heartbeat, LineProblem, Schedule, ScheduleError, Scheduler, due};
 use flynn_channels::{ChatKind, Conversation, Registry, Target, outbound};
 use flynn_protocol::config::{AutomationConfig, ChannelsConfig, CronJobConfig, Missed};
-use flynn_protocol::{Principal, SessionKey, ToolEffect, TurnId};
+use flynn_protocol::{JobName, JobNameError, Principal, SessionKey, ToolEffect, TurnId};
 use flynn_sessions::{JobKind, JobRuns, LastRun, RunOutcome, StoredCronJob};
 use flynn_tools::{DenyAll, Tool, ToolContext, ToolError, TypedTool};
 use futures::FutureExt;
@@ -51,8 +51,6 @@ use flynn_protocol::sync::lock;
 pub const HEARTBEAT_JOB: &str = "heartbeat";
 /// The session the heartbeat's turns run in.
 pub const HEARTBEAT_SESSION: &str = "heartbeat:main";
-/// The longest job name.
-const NAME_MAX: usize = 64;
 /// What `deliver_to` may say instead of a session key in `cron.add`.
 const HERE: &str = "here";
 /// How long a stopping daemon waits for runs it cancelled to record how
@@ -64,10 +62,8 @@ const CANCEL_WAIT: Duration = Duration::from_secs(5);
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
     /// The name cannot name a job.
-    #[error(
-        "name '{name}': {reason}; expected 1 to {NAME_MAX} letters, digits, '-', '_' or '.' (`morning-brief`)"
-    )]
-    BadName { name: String, reason: &'static str },
+    #[error("{0}")]
+    BadName(#[from] JobNameError),
     /// Another job has the name.
     #[error(
         "a job named '{name}' already exists ({origin}): choose another name, or remove it first"
@@ -225,24 +221,7 @@ impl Job {
 }
 
 fn check_name(name: &str) -> Result<(), JobError> {
-    let bad = |reason| {
-        Err(JobError::BadName {
-            name: name.to_owned(),
-            reason,
-        })
-    };
-    if name.is_empty() {
-        return bad("empty");
-    }
-    if name.len() > NAME_MAX {
-        return bad("too long");
-    }
-    if !name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-    {
-        return bad("has other characters");
-    }
+    JobName::new(name)?;
     Ok(())
 }
 

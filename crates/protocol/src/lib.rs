@@ -1,7 +1,8 @@
 //! Plain data shared by every Flynn crate.
 //!
 //! Messages and their content blocks, tool specs and calls, token usage,
-//! model tiers, session keys, agent events and the configuration structs.
+//! model tiers, session keys, job names, agent events and the
+//! configuration structs.
 //! This crate does no I/O and knows nothing of tokio: it is serde and
 //! schemars types only, so every other crate can depend on it.
 
@@ -9,6 +10,7 @@ pub mod clock;
 pub mod config;
 mod event;
 pub mod fault;
+mod job;
 mod message;
 mod principal;
 mod session;
@@ -24,6 +26,7 @@ pub use event::{
     AgentEvent, ErrorCode, EventEnvelope, Lagged, RecoveryAction, Resolution, RunState,
     ToolCallSummary, ToolEffect, TurnId, TurnOutcome, TurnTiming,
 };
+pub use job::{JobName, JobNameError};
 pub use message::{ContentBlock, ImageSource, Message, Role};
 pub use principal::{Principal, PrincipalError};
 pub use session::{SessionKey, SessionKeyError};

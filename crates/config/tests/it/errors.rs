@@ -548,6 +548,14 @@ fn automation_jobs_are_checked_at_their_keys() {
             "config.yaml:4:17: automation.jobs[0].schedule: invalid cron expression '61 7 * * *': Component error: Number out of bounds; {shape}"
         ),
     );
+    // The daemon refuses an empty item between commas (croner would read it
+    // as a field that never matches), so the file's check does too.
+    assert_error(
+        "automation:\n  jobs:\n    - name: brief\n      schedule: \"0 1,,2 * * *\"\n      message: hi\n",
+        &format!(
+            "config.yaml:4:17: automation.jobs[0].schedule: invalid cron expression '0 1,,2 * * *': the hours field '1,,2' has an empty item between commas; {shape}"
+        ),
+    );
     assert_error(
         &job("      timezone: Europe/Berln\n"),
         "config.yaml:6:17: automation.jobs[0].timezone: unknown time zone 'Europe/Berln' (did you mean 'Europe/Berlin'?), expected an IANA name such as `UTC`, `Europe/Berlin` or `America/New_York`",
@@ -566,7 +574,7 @@ fn automation_jobs_are_checked_at_their_keys() {
     );
     assert_error(
         "automation:\n  jobs:\n    - name: morning brief\n      schedule: \"30 7 * * *\"\n      message: hi\n",
-        "config.yaml:3:13: automation.jobs[0].name: job name 'morning brief': expected 1 to 64 letters, digits, '-', '_' or '.' (`morning-brief`)",
+        "config.yaml:3:13: automation.jobs[0].name: job name 'morning brief': has other characters; expected 1 to 64 letters, digits, '-', '_' or '.' (`morning-brief`)",
     );
     assert_error(
         &job("      agent: mian\n"),

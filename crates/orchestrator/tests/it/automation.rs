@@ -607,7 +607,7 @@ async fn an_agent_adds_lists_and_removes_jobs_with_the_cron_tools() {
             "invalid arguments for cron.add: a job named 'backup' already exists (in the config file): choose another name, or remove it first",
             "invalid arguments for cron.add: agent: a job added here runs as this agent ('main'), not 'ghost'; leave agent out, or ask the owner to add it to the config",
             "invalid arguments for cron.add: deliver_to: 'slack:C1' names the channel 'slack', which is not configured (chat channels: telegram); deliver to one of them, or leave deliver_to out to keep the answers in the job's session",
-            "invalid arguments for cron.add: name 'my job': has other characters; expected 1 to 64 letters, digits, '-', '_' or '.' (`morning-brief`)",
+            "invalid arguments for cron.add: job name 'my job': has other characters; expected 1 to 64 letters, digits, '-', '_' or '.' (`morning-brief`)",
             "invalid arguments for cron.add: schedule '0 0 30 2 *' never runs after now (a date that does not exist, such as 30 February?); expected a time that comes round, such as `30 7 * * *`",
             "invalid arguments for cron.add: schedule '* * * * * *' has a seconds field; jobs added with cron.add run at most once a minute: use 5 fields `minute hour day-of-month month day-of-week` (`*/5 * * * *` for every 5 minutes), or put the job in automation.jobs in the config file",
             "invalid arguments for cron.remove: cron job 'backup' comes from the config file (automation.jobs); only jobs added with cron.add can be removed here: remove it from the file instead",
