@@ -268,7 +268,15 @@ impl Engine {
         let loading =
             |e: candle_core::Error| format!("{}: loading the weights: {e}", path.display());
         let weights = pool.install(|| -> Result<Weights, String> {
-            if needs_conversion(&content) {
+            let convert = needs_conversion(&content);
+            let fits = convert && converted_bytes(&content) <= CONVERT_MAX_BYTES;
+            if convert && !fits {
+                tracing::warn!(
+                    model = %path.display(),
+                    "this model's Q4_1/Q5_0/Q5_1 weights run on candle's scalar kernels (too large to convert to Q8_0 in memory): a Q4_K_M or Q8_0 file of it runs several times faster"
+                );
+            }
+            if fits {
                 let (content, mut memory) =
                     convert_to_q8_0(content, &mut file, &device).map_err(loading)?;
                 build_weights(arch, content, &mut memory, &device).map_err(loading)
@@ -395,12 +403,33 @@ impl Engine {
 /// kernel): a 135M model in Q4_1 ran at about 2 tokens a second.
 const SLOW_TYPES: [GgmlDType; 3] = [GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q5_1];
 
+/// The largest model converted: the converted copy is built in memory
+/// beside the file's, so a bigger one would need twice its size to load.
+const CONVERT_MAX_BYTES: usize = 1 << 30;
+
 /// Whether some weight matrix is of a type in [`SLOW_TYPES`].
 fn needs_conversion(content: &Content) -> bool {
     content
         .tensor_infos
         .values()
         .any(|info| SLOW_TYPES.contains(&info.ggml_dtype))
+}
+
+/// The size of the weights once converted to Q8_0.
+fn converted_bytes(content: &Content) -> usize {
+    let q8 = GgmlDType::Q8_0;
+    content
+        .tensor_infos
+        .values()
+        .map(|info| {
+            let dtype = if SLOW_TYPES.contains(&info.ggml_dtype) {
+                q8
+            } else {
+                info.ggml_dtype
+            };
+            info.shape.elem_count() / dtype.block_size() * dtype.type_size()
+        })
+        .sum()
 }
 
 /// Rewrites the file in memory with every [`SLOW_TYPES`] tensor converted
@@ -545,6 +574,9 @@ mod tests {
         let mut file = File::open(&path).unwrap();
         let original = Content::read(&mut file).unwrap();
         assert!(needs_conversion(&original), "SmolLM2's file is Q4_1");
+        // 135M weights: about 143 MB in Q8_0, well under the cap.
+        let size = converted_bytes(&original);
+        assert!((100_000_000..200_000_000).contains(&size), "{size}");
         let mut source = File::open(&path).unwrap();
         let (converted, mut memory) =
             convert_to_q8_0(Content::read(&mut source).unwrap(), &mut source, &device).unwrap();
