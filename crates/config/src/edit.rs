@@ -456,12 +456,26 @@ fn set_one(text: &str, keys: &[&str], value: &Value) -> std::result::Result<Stri
                 }
             }
             NodeKind::Null if depth == 0 => {
-                // An empty file.
+                // An empty file, or one whose root is written as a null
+                // (`~`, `null`): that word goes, so the keys below it are
+                // the root.
                 let mut out = text.to_owned();
+                if let Some(span) = node.span.clone()
+                    && let Some(word) = text.get(span.clone())
+                    && matches!(word, "~" | "null" | "Null" | "NULL")
+                {
+                    out.replace_range(span, "");
+                }
                 if !out.is_empty() && !out.ends_with('\n') {
                     out.push('\n');
                 }
                 out.push_str(&block_lines(keys, value, 0));
+                if let Err(e) = Document::parse(&out) {
+                    return Err(PathError(format!(
+                        "the file's root is a single value, and keys cannot be added below it ({}:{}: {}); write the settings as `key: value` lines",
+                        e.line, e.column, e.problem
+                    )));
+                }
                 return Ok(out);
             }
             NodeKind::Null => {
@@ -752,6 +766,30 @@ mod tests {
         assert_eq!(
             unexpanded(&out).unwrap_or_else(|e| panic!("{e}: {out}")),
             json!({"k": null, "a": {"b": true}})
+        );
+    }
+
+    #[test]
+    fn a_key_is_added_to_a_file_whose_root_is_written_as_null() {
+        // Found by the `config_edit` fuzz target: `~` with a comment after
+        // it is a null root; the key went below the `~`, which is not YAML.
+        let out = set("# top:\n~ #note d: \"\n", "c", json!("ab.&true"));
+        assert_eq!(out, "# top:\n #note d: \"\nc: \"ab.&true\"\n");
+        for text in ["~\n", "null\n", "--- ~\n", "NULL # none yet"] {
+            let out = set(text, "a.b", json!(1));
+            assert_eq!(
+                unexpanded(&out).unwrap_or_else(|e| panic!("{e}: {out}")),
+                json!({"a": {"b": 1}}),
+                "{text:?} became {out:?}"
+            );
+        }
+        // A root null the edit cannot take apart is refused, not broken.
+        let refused = set_in_text("!!null ~\n", &[("a".to_owned(), json!(1))]);
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.0.contains("single value")),
+            "{refused:?}"
         );
     }
 
