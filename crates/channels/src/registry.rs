@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -90,7 +90,7 @@ impl StatusCell {
     }
 
     fn lock(&self) -> MutexGuard<'_, ChannelStatus> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        flynn_protocol::sync::lock(&self.inner)
     }
 
     pub(crate) fn received(&self) {
@@ -121,15 +121,14 @@ impl StatusCell {
             status.since = now_millis();
             status.restarts += 1;
         }
-        *self.retry_at.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some(Instant::now() + retry_in);
+        *flynn_protocol::sync::lock(&self.retry_at) = Some(Instant::now() + retry_in);
     }
 
     pub(crate) fn snapshot(&self) -> ChannelStatus {
         let mut status = self.lock().clone();
         status.received = self.received.load(Ordering::Relaxed);
         if status.state == ChannelState::Retrying {
-            let retry_at = *self.retry_at.lock().unwrap_or_else(PoisonError::into_inner);
+            let retry_at = *flynn_protocol::sync::lock(&self.retry_at);
             status.retry_in_ms = retry_at.map(|at| {
                 u64::try_from(at.saturating_duration_since(Instant::now()).as_millis())
                     .unwrap_or(u64::MAX)
@@ -206,10 +205,7 @@ impl Registry {
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Running>> {
-        self.inner
-            .running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        flynn_protocol::sync::lock(&self.inner.running)
     }
 
     /// Starts an adapter under supervision, replacing (and stopping) a
@@ -278,34 +274,26 @@ impl Registry {
     pub fn mark_unavailable(&self, name: &str, reason: impl Into<String>) {
         let reason = reason.into();
         tracing::warn!(channel = name, reason = %reason, "channel unavailable");
-        self.inner
-            .unavailable
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(
-                name.to_owned(),
-                ChannelStatus {
-                    name: name.to_owned(),
-                    state: ChannelState::Unavailable,
-                    detail: None,
-                    last_error: Some(reason),
-                    unauthorized: false,
-                    since: now_millis(),
-                    restarts: 0,
-                    received: 0,
-                    retry_in_ms: None,
-                },
-            );
+        flynn_protocol::sync::lock(&self.inner.unavailable).insert(
+            name.to_owned(),
+            ChannelStatus {
+                name: name.to_owned(),
+                state: ChannelState::Unavailable,
+                detail: None,
+                last_error: Some(reason),
+                unauthorized: false,
+                since: now_millis(),
+                restarts: 0,
+                received: 0,
+                retry_in_ms: None,
+            },
+        );
     }
 
     /// Every channel's health, by name.
     pub fn status(&self) -> Vec<ChannelStatus> {
-        let mut all: BTreeMap<String, ChannelStatus> = self
-            .inner
-            .unavailable
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let mut all: BTreeMap<String, ChannelStatus> =
+            flynn_protocol::sync::lock(&self.inner.unavailable).clone();
         for (name, running) in self.lock().iter() {
             all.insert(name.clone(), running.status.snapshot());
         }

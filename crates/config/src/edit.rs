@@ -132,7 +132,16 @@ pub fn set_in_text(
                 path.escape_debug()
             )));
         }
-        text = set_one(&text, &keys, value)?;
+        let edited = set_one(&text, &keys, value)?;
+        // The edits place text by the layout around them; a layout they
+        // do not foresee must not leave a file that no longer loads.
+        if let Err(e) = Document::parse(&edited) {
+            return Err(PathError(format!(
+                "setting '{path}' here would leave the file unreadable ({}:{}: {}): the YAML around it is laid out in a way this edit cannot extend; set it by editing the file",
+                e.line, e.column, e.problem
+            )));
+        }
+        text = edited;
     }
     Ok(text)
 }
@@ -470,12 +479,6 @@ fn set_one(text: &str, keys: &[&str], value: &Value) -> std::result::Result<Stri
                     out.push('\n');
                 }
                 out.push_str(&block_lines(keys, value, 0));
-                if let Err(e) = Document::parse(&out) {
-                    return Err(PathError(format!(
-                        "the file's root is a single value, and keys cannot be added below it ({}:{}: {}); write the settings as `key: value` lines",
-                        e.line, e.column, e.problem
-                    )));
-                }
                 return Ok(out);
             }
             NodeKind::Null => {
@@ -786,11 +789,21 @@ mod tests {
         // A root null the edit cannot take apart is refused, not broken.
         let refused = set_in_text("!!null ~\n", &[("a".to_owned(), json!(1))]);
         assert!(
-            refused
-                .as_ref()
-                .is_err_and(|e| e.0.contains("single value")),
+            refused.as_ref().is_err_and(|e| e.0.contains("unreadable")),
             "{refused:?}"
         );
+    }
+
+    #[test]
+    fn an_edit_that_would_not_parse_is_refused_and_the_text_kept() {
+        // Found by the `config_edit` fuzz target: an explicit key (`?`)
+        // whose key is an empty tagged node on the next line; the new key
+        // went in at the tag's column, which is not YAML.
+        let text = "# top:\n?  # inner  X:\n !\n";
+        match set_in_text(text, &[("a.b".to_owned(), json!("x"))]) {
+            Ok(out) => assert!(Document::parse(&out).is_ok(), "{out}"),
+            Err(e) => assert!(e.0.contains("unreadable"), "{e:?}"),
+        }
     }
 
     #[test]

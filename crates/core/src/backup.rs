@@ -271,7 +271,10 @@ pub async fn restore(layout: &Layout, from: &Path) -> Result<RestoreReport> {
             problems.join("; ")
         )));
     }
-    let aside = layout.home.join(format!("before-restore-{}", now_millis()));
+    let aside = layout.home.join(format!(
+        "before-restore-{}",
+        flynn_protocol::clock::now_millis()
+    ));
     std::fs::create_dir(&aside)
         .map_err(|e| Error::Backup(format!("cannot create {}: {e}", aside.display())))?;
     let mut moves: Vec<(PathBuf, PathBuf, &str)> = vec![
@@ -388,10 +391,4 @@ fn move_path(from: &Path, to: &Path) -> Result<()> {
             to.display()
         ))),
     }
-}
-
-fn now_millis() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis())
 }

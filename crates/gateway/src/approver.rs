@@ -9,7 +9,7 @@
 //! refused when the waiting call's input is another.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use flynn_protocol::SessionKey;
@@ -81,7 +81,7 @@ impl RemoteApprover {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Waiting>> {
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+        flynn_protocol::sync::lock(&self.pending)
     }
 
     /// Calls waiting now, oldest first.

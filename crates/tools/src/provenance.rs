@@ -144,8 +144,7 @@ pub(crate) fn host_of(url: &str) -> Option<String> {
 }
 
 fn lock(seen: &Mutex<Seen>) -> std::sync::MutexGuard<'_, Seen> {
-    seen.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    flynn_protocol::sync::lock(seen)
 }
 
 #[cfg(test)]

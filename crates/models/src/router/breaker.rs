@@ -9,7 +9,7 @@
 //! closes the circuit, its failure opens it for another cooldown.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use flynn_protocol::config::CircuitBreakerConfig;
@@ -111,7 +111,7 @@ impl Breakers {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Circuit>> {
         // A panic while holding the lock leaves the map consistent: every
         // update is a single assignment.
-        self.circuits.lock().unwrap_or_else(PoisonError::into_inner)
+        flynn_protocol::sync::lock(&self.circuits)
     }
 
     /// Lets a call to `provider` through, or says why it is skipped

@@ -258,7 +258,7 @@ impl ProcessManager {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        flynn_protocol::sync::lock(&self.state)
     }
 
     /// Starts `sh -c <command>` in `cwd` under the sandbox, owned by
@@ -382,11 +382,7 @@ impl ProcessManager {
         max_bytes: usize,
     ) -> Result<RecentOutput, ToolError> {
         let ((mut tail, mut in_buffer), dropped) = self.with_entry(session, id, |e| {
-            let ring = e
-                .shared
-                .output
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let ring = flynn_protocol::sync::lock(&e.shared.output);
             (ring.tail(max_bytes), ring.dropped())
         })?;
         // Start on a character boundary (a cut can split one).
@@ -545,11 +541,7 @@ async fn read_into(mut pipe: impl AsyncRead + Unpin, shared: Arc<Shared>) {
     let mut buf = vec![0u8; 16 * 1024];
     // A read error ends the reading; what was read stays.
     while let Ok(n @ 1..) = pipe.read(&mut buf).await {
-        shared
-            .output
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(&buf[..n]);
+        flynn_protocol::sync::lock(&shared.output).push(&buf[..n]);
     }
 }
 
