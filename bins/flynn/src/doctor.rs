@@ -525,7 +525,7 @@ async fn database_line(loaded: &Loaded) -> Check {
     let Ok(flynn_core::sessions::StoreLocation::Sqlite(path)) = &location else {
         return Check::fail("database", where_, "correct sessions.url");
     };
-    use flynn_core::SessionStore as _;
+    use flynn_core::Conversations as _;
     let store = match flynn_core::sessions::SqliteStore::open(path).await {
         Ok(store) => store,
         Err(error) => {

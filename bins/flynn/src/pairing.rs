@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use flynn_core::SessionStore;
+use flynn_core::Pairing;
 use flynn_core::config;
 use flynn_core::gateway::api::{PairedSender, PairingCode, PairingList, PairingRevokeResult};
 use serde_json::json;
@@ -40,7 +40,7 @@ pub async fn run(args: PairingArgs) -> Result<(), Failure> {
         Some(_) => None,
         None => {
             let loaded = config::load(args.config.as_deref(), &CliEnv)?;
-            let store: Arc<dyn SessionStore> =
+            let store: Arc<dyn Pairing> =
                 flynn_core::sessions::open(&loaded.config.sessions, &loaded.paths.home)
                     .await
                     .map_err(|e| Failure::other(e.to_string()))?;

@@ -59,7 +59,8 @@ pub use flynn_protocol::{
 };
 pub use flynn_sessions as sessions;
 pub use flynn_sessions::{
-    Error as SessionsError, SessionInfo, SessionMeta, SessionStore, SqliteStore, StoredMessage,
+    Conversations, Error as SessionsError, Jobs, Pairing, SessionInfo, SessionMeta, SessionStore,
+    SqliteStore, StoredMessage, Turns, UsageLog,
 };
 pub use flynn_skills as skills;
 pub use flynn_tools as tools;

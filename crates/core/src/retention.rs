@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use flynn_protocol::SessionKey;
-use flynn_sessions::SessionStore;
+use flynn_sessions::Conversations;
 
 use crate::Result;
 
@@ -24,7 +24,7 @@ pub struct Pruned {
 /// turn pending or running stay), and the chat attachments in
 /// `<workspace>/inbox` last modified before then.
 pub async fn prune(
-    store: &dyn SessionStore,
+    store: &dyn Conversations,
     workspace: &Path,
     days: u64,
     now: SystemTime,

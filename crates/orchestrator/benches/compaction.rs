@@ -23,7 +23,7 @@ use flynn_protocol::config::{
     ToolsConfig,
 };
 use flynn_protocol::{ContentBlock, Message, Role, SessionKey, Tier, Usage};
-use flynn_sessions::{SessionStore, SqliteStore};
+use flynn_sessions::{Conversations, SqliteStore, UsageLog};
 use flynn_tools::ToolExecutor;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

@@ -9,7 +9,7 @@ use flynn_protocol::config::{
     TokenCounting,
 };
 use flynn_protocol::{Message, Purpose, SessionKey, Tier, Usage};
-use flynn_sessions::{SessionStore, UsageRecord};
+use flynn_sessions::{UsageLog, UsageRecord};
 use tokio_util::sync::CancellationToken;
 
 use crate::{Error, Result};
@@ -19,7 +19,7 @@ use crate::{Error, Result};
 /// estimated. The row is written on a task of its own, since the call's
 /// future may be dropped at any await.
 struct CutShortUsage {
-    store: Arc<dyn SessionStore>,
+    store: Arc<dyn UsageLog>,
     pending: Option<CutShort>,
 }
 
@@ -156,7 +156,7 @@ pub struct SubAgentResult {
 #[derive(Clone)]
 pub struct AgentOrchestrator {
     router: Arc<ModelRouter>,
-    store: Arc<dyn SessionStore>,
+    store: Arc<dyn UsageLog>,
     prices: PriceTable,
     settings: DelegationSettings,
     max_tokens: u32,
@@ -173,7 +173,7 @@ impl std::fmt::Debug for AgentOrchestrator {
 impl AgentOrchestrator {
     pub fn new(
         router: Arc<ModelRouter>,
-        store: Arc<dyn SessionStore>,
+        store: Arc<dyn UsageLog>,
         prices: PriceTable,
         settings: DelegationSettings,
     ) -> Self {

@@ -124,11 +124,7 @@ pub(crate) async fn run(job: TurnJob) -> Result<TurnOutcome> {
 /// read-only database): until then it would stay open, and a shutdown
 /// would wait for it and the next start report it interrupted. Tries
 /// after 1 s, doubling up to 30 s, for as long as the process runs.
-fn record_end_later(
-    store: Arc<dyn flynn_sessions::SessionStore>,
-    turn: TurnId,
-    status: TurnStatus,
-) {
+fn record_end_later(store: Arc<dyn flynn_sessions::Turns>, turn: TurnId, status: TurnStatus) {
     tokio::spawn(async move {
         let mut wait = Duration::from_secs(1);
         loop {

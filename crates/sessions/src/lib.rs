@@ -11,11 +11,14 @@
 //! ([`pairing`]), agent-created cron jobs and every job's last run
 //! ([`automation`]).
 //!
-//! [`SessionStore`] is the backend-neutral trait, and [`Error`] says what
-//! went wrong without naming a database's codes. [`open`] opens the store
-//! the config names (see [`location`]); [`SqliteStore`] implements the
-//! trait on a SQLite file through sqlx, in WAL mode, with its migrations
-//! embedded in the binary.
+//! The backend-neutral interface is five traits by concern:
+//! [`Conversations`] (messages, history, metadata, tool outputs),
+//! [`Turns`] (the durable inbox), [`UsageLog`], [`Pairing`] and [`Jobs`];
+//! [`SessionStore`] is their sum, what a session needs. [`Error`] says
+//! what went wrong without naming a database's codes. [`open`] opens the
+//! store the config names (see [`location`]); [`SqliteStore`] implements
+//! the traits on a SQLite file through sqlx, in WAL mode, with its
+//! migrations embedded in the binary.
 
 pub mod automation;
 mod delivered;
@@ -36,8 +39,9 @@ pub use error::{Error, Result};
 pub use pairing::{ApprovedPeer, PairingError, PairingTicket, PendingPairing};
 pub use sqlite::SqliteStore;
 pub use store::{
-    DayUsage, SessionInfo, SessionMeta, SessionStore, StoredMessage, ToolOutput, TurnOrigin,
-    TurnRecord, TurnStatus, UsageLine, UsageRecord, UsageTotal,
+    Conversations, DayUsage, Jobs, Pairing, SessionInfo, SessionMeta, SessionStore, StoredMessage,
+    ToolOutput, TurnOrigin, TurnRecord, TurnStatus, Turns, UsageLine, UsageLog, UsageRecord,
+    UsageTotal,
 };
 
 /// Where a session store lives.

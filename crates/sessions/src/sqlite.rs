@@ -21,8 +21,9 @@ use crate::pairing::{
 };
 use crate::retry;
 use crate::{
-    DayUsage, Error, Result, SessionInfo, SessionMeta, SessionStore, StoredMessage, ToolOutput,
-    TurnOrigin, TurnRecord, TurnStatus, UsageLine, UsageRecord, UsageTotal,
+    Conversations, DayUsage, Error, Jobs, Pairing, Result, SessionInfo, SessionMeta, StoredMessage,
+    ToolOutput, TurnOrigin, TurnRecord, TurnStatus, Turns, UsageLine, UsageLog, UsageRecord,
+    UsageTotal,
 };
 use flynn_protocol::clock::now_millis;
 
@@ -534,7 +535,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// [`SessionStore::pairing_request`], with fresh codes from `codes`.
+    /// [`Pairing::pairing_request`], with fresh codes from `codes`.
     async fn pairing_request_with(
         &self,
         channel: &str,
@@ -841,28 +842,9 @@ fn runs_from_row(row: &SqliteRow) -> Result<Option<JobRuns>> {
 }
 
 #[async_trait]
-impl SessionStore for SqliteStore {
+impl Conversations for SqliteStore {
     async fn append(&self, key: &SessionKey, messages: &[Message]) -> Result<Vec<u64>> {
         self.append_as(key, None, messages).await
-    }
-
-    async fn append_answer(
-        &self,
-        key: &SessionKey,
-        turn: Option<TurnId>,
-        message: &Message,
-        usage: &UsageRecord,
-    ) -> Result<u64> {
-        retry::on_busy(|| self.append_answer_once(key, turn, message, usage)).await
-    }
-
-    async fn append_for_turn(
-        &self,
-        key: &SessionKey,
-        turn: TurnId,
-        messages: &[Message],
-    ) -> Result<Vec<u64>> {
-        self.append_as(key, Some(turn), messages).await
     }
 
     async fn history(&self, key: &SessionKey) -> Result<Vec<StoredMessage>> {
@@ -1044,6 +1026,213 @@ impl SessionStore for SqliteStore {
         Ok(())
     }
 
+    async fn put_tool_output(&self, key: &SessionKey, output: &ToolOutput) -> Result<()> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let now = now_millis();
+        sqlx::query(
+            "INSERT INTO sessions (key, created_at, updated_at) VALUES (?1, ?2, ?2)
+             ON CONFLICT (key) DO NOTHING",
+        )
+        .bind(key.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        // A call id already kept keeps its output: a later call that
+        // repeats the id (a server numbering its calls afresh in every
+        // answer) must not take an earlier call's place. The same output
+        // again (a retried write) is fine.
+        let inserted = sqlx::query(
+            "INSERT INTO tool_outputs (session_key, call_id, tool, content, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (session_key, call_id) DO NOTHING",
+        )
+        .bind(key.as_str())
+        .bind(&output.call_id)
+        .bind(&output.tool)
+        .bind(&output.content)
+        .bind(output.created_at)
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            let same: bool = sqlx::query_scalar(
+                "SELECT tool = ?3 AND content = ?4 FROM tool_outputs
+                 WHERE session_key = ?1 AND call_id = ?2",
+            )
+            .bind(key.as_str())
+            .bind(&output.call_id)
+            .bind(&output.tool)
+            .bind(&output.content)
+            .fetch_one(&mut *tx)
+            .await?;
+            if !same {
+                return Err(Error::ToolOutputTaken {
+                    session: key.to_string(),
+                    call_id: output.call_id.clone(),
+                });
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn tool_output(&self, key: &SessionKey, call_id: &str) -> Result<Option<ToolOutput>> {
+        let row = sqlx::query(
+            "SELECT call_id, tool, content, created_at FROM tool_outputs
+             WHERE session_key = ?1 AND call_id = ?2",
+        )
+        .bind(key.as_str())
+        .bind(call_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| {
+            Ok(ToolOutput {
+                call_id: row.try_get("call_id")?,
+                tool: row.try_get("tool")?,
+                content: row.try_get("content")?,
+                created_at: row.try_get("created_at")?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn prune_idle(&self, before: i64) -> Result<Vec<SessionKey>> {
+        let keys: Vec<String> = retry::on_busy(|| async {
+            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+            let keys = sqlx::query_scalar(
+                "DELETE FROM sessions WHERE updated_at < ?1 AND NOT EXISTS (
+                     SELECT 1 FROM turns t WHERE t.session_key = sessions.key
+                         AND t.status IN ('pending', 'running'))
+                 RETURNING key",
+            )
+            .bind(before)
+            .fetch_all(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(keys)
+        })
+        .await?;
+        let mut keys: Vec<SessionKey> = keys
+            .iter()
+            .filter_map(|key| SessionKey::from_str(key).ok())
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+}
+
+#[async_trait]
+impl Turns for SqliteStore {
+    async fn append_answer(
+        &self,
+        key: &SessionKey,
+        turn: Option<TurnId>,
+        message: &Message,
+        usage: &UsageRecord,
+    ) -> Result<u64> {
+        retry::on_busy(|| self.append_answer_once(key, turn, message, usage)).await
+    }
+
+    async fn append_for_turn(
+        &self,
+        key: &SessionKey,
+        turn: TurnId,
+        messages: &[Message],
+    ) -> Result<Vec<u64>> {
+        self.append_as(key, Some(turn), messages).await
+    }
+
+    async fn accept(
+        &self,
+        key: &SessionKey,
+        content: &[ContentBlock],
+        origin: &TurnOrigin,
+    ) -> Result<TurnRecord> {
+        retry::on_busy(|| self.accept_once(key, content, origin)).await
+    }
+
+    async fn start_turn(&self, turn: TurnId, owner_pid: u32) -> Result<u64> {
+        retry::on_busy(|| self.start_turn_once(turn, owner_pid)).await
+    }
+
+    async fn finish_turn(&self, turn: TurnId, status: TurnStatus) -> Result<()> {
+        retry::on_busy(|| self.finish_turn_once(turn, status)).await
+    }
+
+    async fn turn(&self, turn: TurnId) -> Result<Option<TurnRecord>> {
+        let sql = turn_select!("WHERE id = ?1");
+        let row = sqlx::query(sql)
+            .bind(to_i64(turn.0))
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.as_ref().map(turn_from_row).transpose()?.flatten())
+    }
+
+    async fn open_turns(&self, session: Option<&SessionKey>) -> Result<Vec<TurnRecord>> {
+        let sql = turn_select!(
+            "WHERE status IN ('pending', 'running') AND (?1 IS NULL OR session_key = ?1)
+             ORDER BY id"
+        );
+        let rows = sqlx::query(sql)
+            .bind(session.map(SessionKey::as_str))
+            .fetch_all(&self.pool)
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        let mut unreadable = Vec::new();
+        for row in &rows {
+            match turn_from_row(row) {
+                Ok(turn) => out.extend(turn),
+                // One turn this version cannot read (written by a newer
+                // Flynn, or damaged) must not hold up the others: it is
+                // marked failed and left out.
+                Err(Error::CorruptTurn { turn, source }) => {
+                    tracing::error!(%turn, error = %source, "an accepted turn cannot be read; marking it failed");
+                    unreadable.push(turn);
+                }
+                Err(other) => return Err(other),
+            }
+        }
+        for turn in unreadable {
+            self.finish_turn(turn, TurnStatus::Failed).await?;
+        }
+        Ok(out)
+    }
+
+    async fn mark_delivered(&self, turn: TurnId) -> Result<()> {
+        self.delivered
+            .append(turn)
+            .await
+            .map_err(|e| Error::Backend {
+                message: format!(
+                    "cannot record that turn {turn}'s answer was sent in {}: {e}",
+                    self.delivered.path().display()
+                ),
+            })
+    }
+
+    async fn undelivered_turns(&self, since: i64) -> Result<Vec<TurnRecord>> {
+        self.fold_delivered().await?;
+        let sql = turn_select!(
+            "WHERE delivered_at IS NULL AND external_id IS NOT NULL AND updated_at >= ?1
+                AND status NOT IN ('pending', 'running')
+             ORDER BY id"
+        );
+        let rows = sqlx::query(sql).bind(since).fetch_all(&self.pool).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match turn_from_row(row) {
+                Ok(turn) => out.extend(turn),
+                Err(Error::CorruptTurn { turn, source }) => {
+                    tracing::error!(%turn, error = %source, "a finished turn cannot be read; its answer is not sent again");
+                }
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl UsageLog for SqliteStore {
     async fn record_usage(&self, record: &UsageRecord) -> Result<()> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         insert_usage(&mut tx, record, now_millis()).await?;
@@ -1122,85 +1311,10 @@ impl SessionStore for SqliteStore {
         lines.sort_by_key(|line| (line.tier, line.purpose));
         Ok(lines)
     }
+}
 
-    async fn put_tool_output(&self, key: &SessionKey, output: &ToolOutput) -> Result<()> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let now = now_millis();
-        sqlx::query(
-            "INSERT INTO sessions (key, created_at, updated_at) VALUES (?1, ?2, ?2)
-             ON CONFLICT (key) DO NOTHING",
-        )
-        .bind(key.as_str())
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        // A call id already kept keeps its output: a later call that
-        // repeats the id (a server numbering its calls afresh in every
-        // answer) must not take an earlier call's place. The same output
-        // again (a retried write) is fine.
-        let inserted = sqlx::query(
-            "INSERT INTO tool_outputs (session_key, call_id, tool, content, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (session_key, call_id) DO NOTHING",
-        )
-        .bind(key.as_str())
-        .bind(&output.call_id)
-        .bind(&output.tool)
-        .bind(&output.content)
-        .bind(output.created_at)
-        .execute(&mut *tx)
-        .await?;
-        if inserted.rows_affected() == 0 {
-            let same: bool = sqlx::query_scalar(
-                "SELECT tool = ?3 AND content = ?4 FROM tool_outputs
-                 WHERE session_key = ?1 AND call_id = ?2",
-            )
-            .bind(key.as_str())
-            .bind(&output.call_id)
-            .bind(&output.tool)
-            .bind(&output.content)
-            .fetch_one(&mut *tx)
-            .await?;
-            if !same {
-                return Err(Error::ToolOutputTaken {
-                    session: key.to_string(),
-                    call_id: output.call_id.clone(),
-                });
-            }
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn tool_output(&self, key: &SessionKey, call_id: &str) -> Result<Option<ToolOutput>> {
-        let row = sqlx::query(
-            "SELECT call_id, tool, content, created_at FROM tool_outputs
-             WHERE session_key = ?1 AND call_id = ?2",
-        )
-        .bind(key.as_str())
-        .bind(call_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|row| {
-            Ok(ToolOutput {
-                call_id: row.try_get("call_id")?,
-                tool: row.try_get("tool")?,
-                content: row.try_get("content")?,
-                created_at: row.try_get("created_at")?,
-            })
-        })
-        .transpose()
-    }
-
-    async fn accept(
-        &self,
-        key: &SessionKey,
-        content: &[ContentBlock],
-        origin: &TurnOrigin,
-    ) -> Result<TurnRecord> {
-        retry::on_busy(|| self.accept_once(key, content, origin)).await
-    }
-
+#[async_trait]
+impl Pairing for SqliteStore {
     async fn peer_owner(&self, channel: &str, sender: &str) -> Result<bool> {
         let found: Option<i64> = sqlx::query_scalar(
             "SELECT 1 FROM channel_peers WHERE channel = ?1 AND sender = ?2 AND owner = 1",
@@ -1345,7 +1459,10 @@ impl SessionStore for SqliteStore {
             .await?;
         Ok(done.rows_affected() > 0)
     }
+}
 
+#[async_trait]
+impl Jobs for SqliteStore {
     async fn cron_jobs(&self) -> Result<Vec<StoredCronJob>> {
         let rows = sqlx::query(
             "SELECT name, schedule, timezone, message, agent, session, deliver_to, missed, enabled,
@@ -1498,110 +1615,6 @@ impl SessionStore for SqliteStore {
         .execute(&self.pool)
         .await?;
         Ok(())
-    }
-
-    async fn start_turn(&self, turn: TurnId, owner_pid: u32) -> Result<u64> {
-        retry::on_busy(|| self.start_turn_once(turn, owner_pid)).await
-    }
-
-    async fn finish_turn(&self, turn: TurnId, status: TurnStatus) -> Result<()> {
-        retry::on_busy(|| self.finish_turn_once(turn, status)).await
-    }
-
-    async fn turn(&self, turn: TurnId) -> Result<Option<TurnRecord>> {
-        let sql = turn_select!("WHERE id = ?1");
-        let row = sqlx::query(sql)
-            .bind(to_i64(turn.0))
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.as_ref().map(turn_from_row).transpose()?.flatten())
-    }
-
-    async fn prune_idle(&self, before: i64) -> Result<Vec<SessionKey>> {
-        let keys: Vec<String> = retry::on_busy(|| async {
-            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-            let keys = sqlx::query_scalar(
-                "DELETE FROM sessions WHERE updated_at < ?1 AND NOT EXISTS (
-                     SELECT 1 FROM turns t WHERE t.session_key = sessions.key
-                         AND t.status IN ('pending', 'running'))
-                 RETURNING key",
-            )
-            .bind(before)
-            .fetch_all(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            Ok(keys)
-        })
-        .await?;
-        let mut keys: Vec<SessionKey> = keys
-            .iter()
-            .filter_map(|key| SessionKey::from_str(key).ok())
-            .collect();
-        keys.sort();
-        Ok(keys)
-    }
-
-    async fn open_turns(&self, session: Option<&SessionKey>) -> Result<Vec<TurnRecord>> {
-        let sql = turn_select!(
-            "WHERE status IN ('pending', 'running') AND (?1 IS NULL OR session_key = ?1)
-             ORDER BY id"
-        );
-        let rows = sqlx::query(sql)
-            .bind(session.map(SessionKey::as_str))
-            .fetch_all(&self.pool)
-            .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        let mut unreadable = Vec::new();
-        for row in &rows {
-            match turn_from_row(row) {
-                Ok(turn) => out.extend(turn),
-                // One turn this version cannot read (written by a newer
-                // Flynn, or damaged) must not hold up the others: it is
-                // marked failed and left out.
-                Err(Error::CorruptTurn { turn, source }) => {
-                    tracing::error!(%turn, error = %source, "an accepted turn cannot be read; marking it failed");
-                    unreadable.push(turn);
-                }
-                Err(other) => return Err(other),
-            }
-        }
-        for turn in unreadable {
-            self.finish_turn(turn, TurnStatus::Failed).await?;
-        }
-        Ok(out)
-    }
-
-    async fn mark_delivered(&self, turn: TurnId) -> Result<()> {
-        self.delivered
-            .append(turn)
-            .await
-            .map_err(|e| Error::Backend {
-                message: format!(
-                    "cannot record that turn {turn}'s answer was sent in {}: {e}",
-                    self.delivered.path().display()
-                ),
-            })
-    }
-
-    async fn undelivered_turns(&self, since: i64) -> Result<Vec<TurnRecord>> {
-        self.fold_delivered().await?;
-        let sql = turn_select!(
-            "WHERE delivered_at IS NULL AND external_id IS NOT NULL AND updated_at >= ?1
-                AND status NOT IN ('pending', 'running')
-             ORDER BY id"
-        );
-        let rows = sqlx::query(sql).bind(since).fetch_all(&self.pool).await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            match turn_from_row(row) {
-                Ok(turn) => out.extend(turn),
-                Err(Error::CorruptTurn { turn, source }) => {
-                    tracing::error!(%turn, error = %source, "a finished turn cannot be read; its answer is not sent again");
-                }
-                Err(other) => return Err(other),
-            }
-        }
-        Ok(out)
     }
 }
 

@@ -37,8 +37,8 @@ pub struct SessionMeta {
     /// What brought untrusted content (a web page, an MCP tool's output, a
     /// webhook body) into the session, e.g. `web.fetch in turn 12`; kept
     /// until the owner clears it (`/trust`) or the session is reset.
-    /// Written with [`SessionStore::set_taint`], never by
-    /// [`SessionStore::set_metadata`].
+    /// Written with [`Conversations::set_taint`], never by
+    /// [`Conversations::set_metadata`].
     pub taint: Option<String>,
 }
 
@@ -46,7 +46,7 @@ pub struct SessionMeta {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredMessage {
     /// Unique and never reused, across every session; grows with every
-    /// message stored. A cursor for [`SessionStore::history_since`].
+    /// message stored. A cursor for [`Conversations::history_since`].
     pub seq: u64,
     /// The turn that stored it, when one did.
     pub turn: Option<TurnId>,
@@ -199,36 +199,18 @@ pub struct TurnRecord {
     pub updated_at: i64,
 }
 
-/// Where conversations are kept.
+/// A session's messages and history, its summary and metadata, and the
+/// tool outputs kept apart from its history.
 ///
 /// Sequence numbers are unique across the store and never reused, also
 /// after a reset or a compaction; a session's history is ordered by its
 /// own position, which compaction may give to new (higher-numbered)
 /// messages, so read the order from the history, not from the numbers.
 #[async_trait]
-pub trait SessionStore: Send + Sync {
+pub trait Conversations: Send + Sync {
     /// Adds messages to the end of a session, creating it if needed. All or
     /// none of them are stored. Returns their sequence numbers.
     async fn append(&self, key: &SessionKey, messages: &[Message]) -> Result<Vec<u64>>;
-
-    /// Adds a model's answer and the usage it cost in one transaction, so
-    /// a paid-for answer is never recorded without its usage, nor usage
-    /// without its answer.
-    async fn append_answer(
-        &self,
-        key: &SessionKey,
-        turn: Option<TurnId>,
-        message: &Message,
-        usage: &UsageRecord,
-    ) -> Result<u64>;
-
-    /// Like [`append`](Self::append), marking the messages as the turn's.
-    async fn append_for_turn(
-        &self,
-        key: &SessionKey,
-        turn: TurnId,
-        messages: &[Message],
-    ) -> Result<Vec<u64>>;
 
     /// The whole history of a session, in order; empty if unknown.
     async fn history(&self, key: &SessionKey) -> Result<Vec<StoredMessage>>;
@@ -287,22 +269,6 @@ pub trait SessionStore: Send + Sync {
     /// `None`) that it holds none any more; creates the session if needed.
     async fn set_taint(&self, key: &SessionKey, taint: Option<&str>) -> Result<()>;
 
-    /// Records one model call's usage.
-    async fn record_usage(&self, record: &UsageRecord) -> Result<()>;
-
-    /// Usage per tier, over one session or (with `None`) every session.
-    /// Tiers without calls are left out.
-    async fn usage_by_tier(&self, session: Option<&SessionKey>) -> Result<Vec<(Tier, UsageTotal)>>;
-
-    /// Usage per tier and purpose, over one session or (with `None`) every
-    /// session, ordered by tier then purpose. Pairs without calls are left
-    /// out.
-    async fn usage_by_purpose(&self, session: Option<&SessionKey>) -> Result<Vec<UsageLine>>;
-
-    /// Usage per UTC day and tier from `since` (Unix milliseconds) on,
-    /// over every session, ordered by day then tier.
-    async fn usage_by_day(&self, since: i64) -> Result<Vec<DayUsage>>;
-
     /// Keeps a whole tool output of a session, by the call's id (the model
     /// was shown a summary). Storing the same output again changes
     /// nothing; another output under a call id already kept fails with
@@ -312,6 +278,36 @@ pub trait SessionStore: Send + Sync {
 
     /// A tool output kept with [`put_tool_output`](Self::put_tool_output).
     async fn tool_output(&self, key: &SessionKey, call_id: &str) -> Result<Option<ToolOutput>>;
+
+    /// Deletes every session last active before `before` (milliseconds
+    /// since the epoch) with its messages, turns and kept tool outputs,
+    /// unless it has a turn still pending or running; returns the keys
+    /// deleted. Usage rows stay (spending stays accountable).
+    async fn prune_idle(&self, before: i64) -> Result<Vec<SessionKey>>;
+}
+
+/// The durable inbox: accepted messages as turns, their progress and
+/// delivery, and the messages a turn adds to the history.
+#[async_trait]
+pub trait Turns: Send + Sync {
+    /// Adds a model's answer and the usage it cost in one transaction, so
+    /// a paid-for answer is never recorded without its usage, nor usage
+    /// without its answer.
+    async fn append_answer(
+        &self,
+        key: &SessionKey,
+        turn: Option<TurnId>,
+        message: &Message,
+        usage: &UsageRecord,
+    ) -> Result<u64>;
+
+    /// Like [`append`](Conversations::append), marking the messages as the turn's.
+    async fn append_for_turn(
+        &self,
+        key: &SessionKey,
+        turn: TurnId,
+        messages: &[Message],
+    ) -> Result<Vec<u64>>;
 
     /// Accepts an inbound message: stores it durably as a pending turn,
     /// creating the session if needed, and records the key's channel as
@@ -335,6 +331,56 @@ pub trait SessionStore: Send + Sync {
     /// has ended.
     async fn start_turn(&self, turn: TurnId, owner_pid: u32) -> Result<u64>;
 
+    /// Sets a turn's status (`completed`, `failed`...). Fails with
+    /// [`Error::UnknownTurn`](crate::Error::UnknownTurn) for a turn the
+    /// store does not have.
+    async fn finish_turn(&self, turn: TurnId, status: TurnStatus) -> Result<()>;
+
+    /// One turn, if it exists.
+    async fn turn(&self, turn: TurnId) -> Result<Option<TurnRecord>>;
+
+    /// Every pending or running turn, of one session or (with `None`) of
+    /// every session, oldest first.
+    async fn open_turns(&self, session: Option<&SessionKey>) -> Result<Vec<TurnRecord>>;
+
+    /// Records that a chat message's turn has its outcome (answer, error
+    /// or interruption note) handed to its channel: the outbox's "sent".
+    /// Quick (it does not wait for the database's writer), and harmless
+    /// for a turn marked before or one the store does not have.
+    async fn mark_delivered(&self, turn: TurnId) -> Result<()>;
+
+    /// The outbox: finished turns of chat messages (turns with an external
+    /// id) last updated at or after `since` (Unix milliseconds) whose
+    /// outcome was never handed to their channel, because the process
+    /// stopped in between. Oldest first.
+    async fn undelivered_turns(&self, since: i64) -> Result<Vec<TurnRecord>>;
+}
+
+/// What model calls used and cost: a record per call, and reports summed
+/// over them.
+#[async_trait]
+pub trait UsageLog: Send + Sync {
+    /// Records one model call's usage.
+    async fn record_usage(&self, record: &UsageRecord) -> Result<()>;
+
+    /// Usage per tier, over one session or (with `None`) every session.
+    /// Tiers without calls are left out.
+    async fn usage_by_tier(&self, session: Option<&SessionKey>) -> Result<Vec<(Tier, UsageTotal)>>;
+
+    /// Usage per tier and purpose, over one session or (with `None`) every
+    /// session, ordered by tier then purpose. Pairs without calls are left
+    /// out.
+    async fn usage_by_purpose(&self, session: Option<&SessionKey>) -> Result<Vec<UsageLine>>;
+
+    /// Usage per UTC day and tier from `since` (Unix milliseconds) on,
+    /// over every session, ordered by day then tier.
+    async fn usage_by_day(&self, since: i64) -> Result<Vec<DayUsage>>;
+}
+
+/// Which chat senders pairing let in (and which of them are owners), and
+/// the codes waiting for the owner's approval.
+#[async_trait]
+pub trait Pairing: Send + Sync {
     /// Whether `sender` was let in on `channel` by pairing.
     async fn peer_approved(&self, channel: &str, sender: &str) -> Result<bool>;
 
@@ -376,7 +422,11 @@ pub trait SessionStore: Send + Sync {
 
     /// Takes a sender's approval back. Returns whether there was one.
     async fn revoke_peer(&self, channel: &str, sender: &str) -> Result<bool>;
+}
 
+/// The cron jobs agents created, and what is kept about every job's runs.
+#[async_trait]
+pub trait Jobs: Send + Sync {
     /// The cron jobs agents created, by name.
     async fn cron_jobs(&self) -> Result<Vec<StoredCronJob>>;
 
@@ -400,34 +450,15 @@ pub trait SessionStore: Send + Sync {
     /// ends), counting its runs from the run's start if they were not
     /// counted yet.
     async fn record_run(&self, kind: JobKind, name: &str, run: &LastRun) -> Result<()>;
-
-    /// Sets a turn's status (`completed`, `failed`...). Fails with
-    /// [`Error::UnknownTurn`](crate::Error::UnknownTurn) for a turn the
-    /// store does not have.
-    async fn finish_turn(&self, turn: TurnId, status: TurnStatus) -> Result<()>;
-
-    /// One turn, if it exists.
-    async fn turn(&self, turn: TurnId) -> Result<Option<TurnRecord>>;
-
-    /// Every pending or running turn, of one session or (with `None`) of
-    /// every session, oldest first.
-    async fn open_turns(&self, session: Option<&SessionKey>) -> Result<Vec<TurnRecord>>;
-
-    /// Records that a chat message's turn has its outcome (answer, error
-    /// or interruption note) handed to its channel: the outbox's "sent".
-    /// Quick (it does not wait for the database's writer), and harmless
-    /// for a turn marked before or one the store does not have.
-    async fn mark_delivered(&self, turn: TurnId) -> Result<()>;
-
-    /// The outbox: finished turns of chat messages (turns with an external
-    /// id) last updated at or after `since` (Unix milliseconds) whose
-    /// outcome was never handed to their channel, because the process
-    /// stopped in between. Oldest first.
-    async fn undelivered_turns(&self, since: i64) -> Result<Vec<TurnRecord>>;
-
-    /// Deletes every session last active before `before` (milliseconds
-    /// since the epoch) with its messages, turns and kept tool outputs,
-    /// unless it has a turn still pending or running; returns the keys
-    /// deleted. Usage rows stay (spending stays accountable).
-    async fn prune_idle(&self, before: i64) -> Result<Vec<SessionKey>>;
 }
+
+/// Everything a session needs; a backend implements the five concern
+/// traits ([`Conversations`], [`Turns`], [`UsageLog`], [`Pairing`] and
+/// [`Jobs`]) and gets this one.
+///
+/// Code that calls a method imports the trait that holds it; code that
+/// needs one concern only can take that trait instead (an
+/// `Arc<dyn SessionStore>` upcasts to `Arc<dyn Pairing>`, say).
+pub trait SessionStore: Conversations + Turns + UsageLog + Pairing + Jobs {}
+
+impl<T: Conversations + Turns + UsageLog + Pairing + Jobs + ?Sized> SessionStore for T {}

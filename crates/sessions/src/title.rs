@@ -2,9 +2,9 @@
 //!
 //! A session gets one at once, from its first message: the first line of
 //! its text, whitespace collapsed, cut to [`MAX_CHARS`] characters at a
-//! word boundary with `…`. [`SessionStore::accept`](crate::SessionStore::accept)
+//! word boundary with `…`. [`Turns::accept`](crate::Turns::accept)
 //! sets it when the session has none; a better title (say, one a model
-//! made) may replace it with [`SessionStore::set_metadata`](crate::SessionStore::set_metadata).
+//! made) may replace it with [`Conversations::set_metadata`](crate::Conversations::set_metadata).
 
 use flynn_protocol::ContentBlock;
 

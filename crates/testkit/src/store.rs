@@ -16,9 +16,10 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use flynn_protocol::{ContentBlock, Message, SessionKey, Tier, TurnId};
 use flynn_sessions::{
-    ApprovedPeer, DayUsage, JobKind, JobRuns, LastRun, PairingError, PairingTicket, PendingPairing,
-    Result, SessionInfo, SessionMeta, SessionStore, SqliteStore, StoredCronJob, StoredMessage,
-    ToolOutput, TurnOrigin, TurnRecord, TurnStatus, UsageLine, UsageRecord, UsageTotal,
+    ApprovedPeer, Conversations, DayUsage, JobKind, JobRuns, Jobs, LastRun, Pairing, PairingError,
+    PairingTicket, PendingPairing, Result, SessionInfo, SessionMeta, SqliteStore, StoredCronJob,
+    StoredMessage, ToolOutput, TurnOrigin, TurnRecord, TurnStatus, Turns, UsageLine, UsageLog,
+    UsageRecord, UsageTotal,
 };
 use tokio::runtime::Runtime;
 
@@ -137,7 +138,7 @@ impl RealTimeStore {
 }
 
 #[async_trait]
-impl SessionStore for RealTimeStore {
+impl Conversations for RealTimeStore {
     async fn prune_idle(&self, before: i64) -> Result<Vec<SessionKey>> {
         self.run(move |s| async move { s.prune_idle(before).await })
             .await
@@ -146,29 +147,6 @@ impl SessionStore for RealTimeStore {
     async fn append(&self, key: &SessionKey, messages: &[Message]) -> Result<Vec<u64>> {
         let (key, messages) = (key.clone(), messages.to_vec());
         self.run(|s| async move { s.append(&key, &messages).await })
-            .await
-    }
-
-    async fn append_answer(
-        &self,
-        key: &SessionKey,
-        turn: Option<TurnId>,
-        message: &Message,
-        usage: &UsageRecord,
-    ) -> Result<u64> {
-        let (key, message, usage) = (key.clone(), message.clone(), usage.clone());
-        self.run(|s| async move { s.append_answer(&key, turn, &message, &usage).await })
-            .await
-    }
-
-    async fn append_for_turn(
-        &self,
-        key: &SessionKey,
-        turn: TurnId,
-        messages: &[Message],
-    ) -> Result<Vec<u64>> {
-        let (key, messages) = (key.clone(), messages.to_vec());
-        self.run(|s| async move { s.append_for_turn(&key, turn, &messages).await })
             .await
     }
 
@@ -237,6 +215,89 @@ impl SessionStore for RealTimeStore {
             .await
     }
 
+    async fn put_tool_output(&self, key: &SessionKey, output: &ToolOutput) -> Result<()> {
+        let (key, output) = (key.clone(), output.clone());
+        self.run(|s| async move { s.put_tool_output(&key, &output).await })
+            .await
+    }
+
+    async fn tool_output(&self, key: &SessionKey, call_id: &str) -> Result<Option<ToolOutput>> {
+        let (key, call_id) = (key.clone(), call_id.to_owned());
+        self.run(|s| async move { s.tool_output(&key, &call_id).await })
+            .await
+    }
+}
+
+#[async_trait]
+impl Turns for RealTimeStore {
+    async fn append_answer(
+        &self,
+        key: &SessionKey,
+        turn: Option<TurnId>,
+        message: &Message,
+        usage: &UsageRecord,
+    ) -> Result<u64> {
+        let (key, message, usage) = (key.clone(), message.clone(), usage.clone());
+        self.run(|s| async move { s.append_answer(&key, turn, &message, &usage).await })
+            .await
+    }
+
+    async fn append_for_turn(
+        &self,
+        key: &SessionKey,
+        turn: TurnId,
+        messages: &[Message],
+    ) -> Result<Vec<u64>> {
+        let (key, messages) = (key.clone(), messages.to_vec());
+        self.run(|s| async move { s.append_for_turn(&key, turn, &messages).await })
+            .await
+    }
+
+    async fn accept(
+        &self,
+        key: &SessionKey,
+        content: &[ContentBlock],
+        origin: &TurnOrigin,
+    ) -> Result<TurnRecord> {
+        self.fault("accept")?;
+        let (key, content, origin) = (key.clone(), content.to_vec(), origin.clone());
+        self.run(|s| async move { s.accept(&key, &content, &origin).await })
+            .await
+    }
+
+    async fn start_turn(&self, turn: TurnId, owner_pid: u32) -> Result<u64> {
+        self.run(|s| async move { s.start_turn(turn, owner_pid).await })
+            .await
+    }
+
+    async fn finish_turn(&self, turn: TurnId, status: TurnStatus) -> Result<()> {
+        self.run(|s| async move { s.finish_turn(turn, status).await })
+            .await
+    }
+
+    async fn turn(&self, turn: TurnId) -> Result<Option<TurnRecord>> {
+        self.run(|s| async move { s.turn(turn).await }).await
+    }
+
+    async fn open_turns(&self, session: Option<&SessionKey>) -> Result<Vec<TurnRecord>> {
+        let session = session.cloned();
+        self.run(|s| async move { s.open_turns(session.as_ref()).await })
+            .await
+    }
+
+    async fn mark_delivered(&self, turn: TurnId) -> Result<()> {
+        self.run(move |s| async move { s.mark_delivered(turn).await })
+            .await
+    }
+
+    async fn undelivered_turns(&self, since: i64) -> Result<Vec<TurnRecord>> {
+        self.run(move |s| async move { s.undelivered_turns(since).await })
+            .await
+    }
+}
+
+#[async_trait]
+impl UsageLog for RealTimeStore {
     async fn record_usage(&self, record: &UsageRecord) -> Result<()> {
         let record = record.clone();
         self.run(|s| async move { s.record_usage(&record).await })
@@ -255,6 +316,14 @@ impl SessionStore for RealTimeStore {
             .await
     }
 
+    async fn usage_by_day(&self, since: i64) -> Result<Vec<DayUsage>> {
+        self.run(|s| async move { s.usage_by_day(since).await })
+            .await
+    }
+}
+
+#[async_trait]
+impl Pairing for RealTimeStore {
     async fn peer_approved(&self, channel: &str, sender: &str) -> Result<bool> {
         let (channel, sender) = (channel.to_owned(), sender.to_owned());
         self.run(|s| async move { s.peer_approved(&channel, &sender).await })
@@ -318,7 +387,10 @@ impl SessionStore for RealTimeStore {
         self.run(|s| async move { s.revoke_peer(&channel, &sender).await })
             .await
     }
+}
 
+#[async_trait]
+impl Jobs for RealTimeStore {
     async fn cron_jobs(&self) -> Result<Vec<StoredCronJob>> {
         self.run(|s| async move { s.cron_jobs().await }).await
     }
@@ -348,65 +420,6 @@ impl SessionStore for RealTimeStore {
     async fn record_run(&self, kind: JobKind, name: &str, run: &LastRun) -> Result<()> {
         let (name, run) = (name.to_owned(), run.clone());
         self.run(|s| async move { s.record_run(kind, &name, &run).await })
-            .await
-    }
-
-    async fn usage_by_day(&self, since: i64) -> Result<Vec<DayUsage>> {
-        self.run(|s| async move { s.usage_by_day(since).await })
-            .await
-    }
-
-    async fn put_tool_output(&self, key: &SessionKey, output: &ToolOutput) -> Result<()> {
-        let (key, output) = (key.clone(), output.clone());
-        self.run(|s| async move { s.put_tool_output(&key, &output).await })
-            .await
-    }
-
-    async fn tool_output(&self, key: &SessionKey, call_id: &str) -> Result<Option<ToolOutput>> {
-        let (key, call_id) = (key.clone(), call_id.to_owned());
-        self.run(|s| async move { s.tool_output(&key, &call_id).await })
-            .await
-    }
-
-    async fn accept(
-        &self,
-        key: &SessionKey,
-        content: &[ContentBlock],
-        origin: &TurnOrigin,
-    ) -> Result<TurnRecord> {
-        self.fault("accept")?;
-        let (key, content, origin) = (key.clone(), content.to_vec(), origin.clone());
-        self.run(|s| async move { s.accept(&key, &content, &origin).await })
-            .await
-    }
-
-    async fn start_turn(&self, turn: TurnId, owner_pid: u32) -> Result<u64> {
-        self.run(|s| async move { s.start_turn(turn, owner_pid).await })
-            .await
-    }
-
-    async fn finish_turn(&self, turn: TurnId, status: TurnStatus) -> Result<()> {
-        self.run(|s| async move { s.finish_turn(turn, status).await })
-            .await
-    }
-
-    async fn turn(&self, turn: TurnId) -> Result<Option<TurnRecord>> {
-        self.run(|s| async move { s.turn(turn).await }).await
-    }
-
-    async fn open_turns(&self, session: Option<&SessionKey>) -> Result<Vec<TurnRecord>> {
-        let session = session.cloned();
-        self.run(|s| async move { s.open_turns(session.as_ref()).await })
-            .await
-    }
-
-    async fn mark_delivered(&self, turn: TurnId) -> Result<()> {
-        self.run(move |s| async move { s.mark_delivered(turn).await })
-            .await
-    }
-
-    async fn undelivered_turns(&self, since: i64) -> Result<Vec<TurnRecord>> {
-        self.run(move |s| async move { s.undelivered_turns(since).await })
             .await
     }
 }

@@ -147,7 +147,7 @@ fn make_damaged_database(path: &std::path::Path) {
         .build()
         .unwrap();
     runtime.block_on(async {
-        use flynn_core::SessionStore as _;
+        use flynn_core::Conversations as _;
         let store = flynn_core::sessions::SqliteStore::open(path).await.unwrap();
         let key: flynn_core::SessionKey = "cli:notes".parse().unwrap();
         for i in 0..20 {

@@ -1,7 +1,7 @@
 //! `flynn pairing` on the session database, as the owner uses it while
 //! the daemon runs or not.
 
-use flynn_core::{SessionStore, SqliteStore};
+use flynn_core::{Pairing, SqliteStore};
 use serde_json::Value;
 
 use crate::{Env, stderr, stdout};

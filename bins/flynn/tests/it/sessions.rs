@@ -46,7 +46,7 @@ async fn sessions_list_show_and_reset_reflect_what_was_said() {
 async fn a_guests_message_says_who_sent_it() {
     use flynn_core::protocol::{ContentBlock, Principal};
     use flynn_core::sessions::TurnOrigin;
-    use flynn_core::{SessionStore, SqliteStore};
+    use flynn_core::{SqliteStore, Turns};
 
     let env = Env::new()
         .var("OPENAI_BASE_URL", "http://127.0.0.1:9")

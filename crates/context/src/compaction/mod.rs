@@ -22,7 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use flynn_models::TokenCounter;
 use flynn_protocol::{ContentBlock, Message, Role, SessionKey};
-use flynn_sessions::SessionStore;
+use flynn_sessions::Conversations;
 use tokio_util::sync::CancellationToken;
 
 use crate::CompactionError;
@@ -235,7 +235,7 @@ impl Compactor {
     /// summary.
     pub async fn compact(
         &self,
-        store: &dyn SessionStore,
+        store: &dyn Conversations,
         key: &SessionKey,
         budget: Budget,
         force: bool,

@@ -18,7 +18,7 @@ use flynn_context::{
 };
 use flynn_models::{Estimate, TokenCounter};
 use flynn_protocol::{ContentBlock, Message, Role, SessionKey};
-use flynn_sessions::SessionStore;
+use flynn_sessions::Conversations;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 

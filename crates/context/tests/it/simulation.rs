@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use flynn_context::{Budget, CompactionSettings, Compactor, Summariser, is_summary};
 use flynn_models::Estimate;
 use flynn_protocol::Message;
-use flynn_sessions::SessionStore;
+use flynn_sessions::Conversations;
 use tokio_util::sync::CancellationToken;
 
 use crate::{TestStore, history, history_tokens, key};

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use flynn_context::{CompactionError, MemoryFlush, SUMMARY_PREFIX, is_summary};
 use flynn_protocol::{Message, SessionKey};
-use flynn_sessions::SessionStore;
+use flynn_sessions::Conversations;
 use tokio_util::sync::CancellationToken;
 
 use crate::{

@@ -22,7 +22,7 @@ use flynn_protocol::config::{
     AutomationConfig, Autonomy, CronJobConfig, HeartbeatConfig, Missed, ToolsConfig,
 };
 use flynn_protocol::{ContentBlock, Message, Role, SessionKey, TurnId};
-use flynn_sessions::{JobKind, LastRun, RunOutcome, SessionStore};
+use flynn_sessions::{Conversations, JobKind, Jobs, LastRun, RunOutcome, UsageLog};
 use flynn_testkit::store::RealTimeStore;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;

@@ -13,7 +13,7 @@ use flynn_channels::{
 use flynn_orchestrator::ChannelRouter;
 use flynn_protocol::Message;
 use flynn_protocol::config::{ChannelsConfig, DmPolicy, SenderRateLimit, TelegramConfig};
-use flynn_sessions::SessionStore;
+use flynn_sessions::{Conversations, Pairing};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 

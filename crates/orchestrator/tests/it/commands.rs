@@ -2,7 +2,7 @@
 
 use flynn_protocol::config::{AgentConfig, AgentsConfig};
 use flynn_protocol::{Message, Tier};
-use flynn_sessions::SessionStore;
+use flynn_sessions::Conversations;
 
 use crate::{Harness, Scripted, Setup, key, tiers};
 

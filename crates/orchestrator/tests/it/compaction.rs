@@ -11,7 +11,7 @@ use flynn_models::{
 use flynn_orchestrator::AgentEvent;
 use flynn_protocol::config::{ProviderKind, TiersConfig};
 use flynn_protocol::{Message, Purpose, SessionKey, Tier};
-use flynn_sessions::SessionStore;
+use flynn_sessions::UsageLog;
 
 use crate::{Harness, Script, Scripted, Setup, completed, key, last_user_text, tiers};
 

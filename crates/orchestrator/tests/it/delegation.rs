@@ -9,7 +9,7 @@ use flynn_orchestrator::{
 };
 use flynn_protocol::config::{AgentsConfig, DelegationConfig, TiersConfig};
 use flynn_protocol::{ContentBlock, Message, Purpose, Role, Tier};
-use flynn_sessions::SessionStore;
+use flynn_sessions::{Conversations, Turns, UsageLog};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 

@@ -13,7 +13,7 @@ use flynn_models::{
 use flynn_orchestrator::{AgentEvent, Error, Followed, SESSION_CAPACITY, Submitted, TurnRequest};
 use flynn_protocol::config::{ProviderKind, SandboxConfig, SandboxMode, ToolsConfig};
 use flynn_protocol::{Message, RunState};
-use flynn_sessions::{SessionStore, TurnStatus};
+use flynn_sessions::{Conversations, TurnStatus, Turns};
 use tokio::sync::Semaphore;
 
 use crate::{Harness, Script, Scripted, Setup, drain_turn, key, last_user_text, tool_use};

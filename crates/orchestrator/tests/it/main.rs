@@ -36,7 +36,7 @@ use flynn_protocol::config::{
     SessionsConfig, TiersConfig, ToolsConfig,
 };
 use flynn_protocol::{ContentBlock, Message, Role, SessionKey, TurnOutcome, Usage};
-use flynn_sessions::{SessionStore, SqliteStore};
+use flynn_sessions::{Conversations, SessionStore, SqliteStore};
 use flynn_tools::ToolExecutor;
 use serde_json::json;
 

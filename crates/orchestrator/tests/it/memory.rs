@@ -8,7 +8,7 @@ use flynn_memory::{Memory, Namespace, WriteMode};
 use flynn_orchestrator::MemoryRuntime;
 use flynn_protocol::config::TiersConfig;
 use flynn_protocol::{ContentBlock, Message, Purpose, Role};
-use flynn_sessions::SessionStore;
+use flynn_sessions::UsageLog;
 use serde_json::{Value, json};
 
 use crate::{Harness, Scripted, Setup, key, tiers};

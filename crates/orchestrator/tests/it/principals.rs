@@ -10,7 +10,7 @@ use flynn_protocol::config::{
     AgentConfig, AgentRoute, AgentsConfig, ToolPolicyConfig, ToolProfile,
 };
 use flynn_protocol::{ContentBlock, Message, Principal, Role};
-use flynn_sessions::SessionStore;
+use flynn_sessions::{Conversations, Turns};
 use serde_json::{Value, json};
 
 use crate::channels::{Memory, Out, dm, router, sent_texts, telegram};

@@ -5,7 +5,7 @@
 use flynn_orchestrator::AgentEvent;
 use flynn_protocol::config::{InterruptedTurns, SessionsConfig};
 use flynn_protocol::{ContentBlock, Message, RecoveryAction, Role};
-use flynn_sessions::{SessionStore, TurnOrigin, TurnStatus};
+use flynn_sessions::{TurnOrigin, TurnStatus, Turns};
 
 use crate::{Harness, Scripted, Setup, key, tool_use};
 

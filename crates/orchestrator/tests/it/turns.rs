@@ -11,7 +11,7 @@ use flynn_protocol::config::{
 use flynn_protocol::{
     ContentBlock, Message, Resolution, Role, RunState, Tier, ToolCallSummary, ToolEffect, Usage,
 };
-use flynn_sessions::{SessionStore, TurnStatus, UsageTotal};
+use flynn_sessions::{Conversations, TurnStatus, Turns, UsageLog, UsageTotal};
 use flynn_tools::ApproveAll;
 use serde_json::json;
 

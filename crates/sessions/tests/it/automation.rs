@@ -3,9 +3,7 @@
 
 use flynn_protocol::TurnId;
 use flynn_protocol::config::{CronJobConfig, Missed};
-use flynn_sessions::{
-    JobKind, JobRuns, LastRun, RunOutcome, SessionStore, SqliteStore, StoredCronJob,
-};
+use flynn_sessions::{JobKind, JobRuns, Jobs, LastRun, RunOutcome, SqliteStore, StoredCronJob};
 
 use crate::key;
 

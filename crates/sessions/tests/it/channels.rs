@@ -3,7 +3,7 @@
 
 use flynn_protocol::ContentBlock;
 use flynn_sessions::pairing::{CODE_LEN, MAX_PENDING};
-use flynn_sessions::{Error, PairingError, SessionStore, SqliteStore, TurnOrigin};
+use flynn_sessions::{Error, Pairing, PairingError, SqliteStore, TurnOrigin, Turns};
 
 use crate::{key, open};
 

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use flynn_protocol::Message;
 use flynn_protocol::config::SessionsConfig;
-use flynn_sessions::{Error, SessionStore, SqliteStore, StoreLocation, location};
+use flynn_sessions::{Conversations, Error, SqliteStore, StoreLocation, location};
 
 use crate::{key, numbered};
 

@@ -2,7 +2,7 @@
 //! and replacing history.
 
 use flynn_protocol::Message;
-use flynn_sessions::{Error, SessionStore, SqliteStore};
+use flynn_sessions::{Conversations, Error, SqliteStore};
 
 use crate::{key, messages, numbered, open, tool_exchange};
 

@@ -2,7 +2,7 @@
 
 use flynn_protocol::config::ModelRef;
 use flynn_protocol::{Message, Tier};
-use flynn_sessions::{SessionMeta, SessionStore, SqliteStore};
+use flynn_sessions::{Conversations, SessionMeta, SqliteStore, Turns};
 
 use crate::{key, open};
 

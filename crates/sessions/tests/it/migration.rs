@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 
 use flynn_protocol::{ContentBlock, Message, Role, Tier, Usage};
-use flynn_sessions::{Error, SessionInfo, SessionMeta, SessionStore, SqliteStore, UsageTotal};
+use flynn_sessions::{
+    Conversations, Error, SessionInfo, SessionMeta, SqliteStore, Turns, UsageLog, UsageTotal,
+};
 
 use crate::{key, messages, numbered};
 

@@ -1,7 +1,7 @@
 //! Snapshots, integrity checks and pruning idle sessions.
 
 use flynn_protocol::{ContentBlock, Message, SessionKey};
-use flynn_sessions::{SessionStore, SqliteStore, TurnOrigin, TurnStatus};
+use flynn_sessions::{Conversations, SqliteStore, TurnOrigin, TurnStatus, Turns};
 
 use crate::{key, numbered, open};
 

@@ -1,7 +1,7 @@
 //! Turns: the durable inbox.
 
 use flynn_protocol::{ContentBlock, Message, Role, TurnId};
-use flynn_sessions::{Error, SessionStore, TurnOrigin, TurnRecord, TurnStatus};
+use flynn_sessions::{Conversations, Error, TurnOrigin, TurnRecord, TurnStatus, Turns};
 
 use crate::{key, messages, numbered, open, turns_of};
 

@@ -2,7 +2,8 @@
 
 use flynn_protocol::{Message, Purpose, Tier, TurnId, Usage};
 use flynn_sessions::{
-    Error, SessionStore, SqliteStore, ToolOutput, UsageLine, UsageRecord, UsageTotal,
+    Conversations, Error, SqliteStore, ToolOutput, Turns, UsageLine, UsageLog, UsageRecord,
+    UsageTotal,
 };
 
 use crate::{key, numbered, open, turns_of};
