@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use flynn_protocol::SessionKey;
 use tokio_util::sync::CancellationToken;
 
 use crate::Measure;
@@ -245,6 +246,27 @@ pub struct Target {
     pub conversation: Conversation,
     /// The inbound message's [`InboundMessage::reply`] context.
     pub reply: Option<String>,
+}
+
+impl Target {
+    /// Where the messages of session `<channel>:<peer>` go: the peer's
+    /// chat, and its thread after a second `:` (the inverse of
+    /// [`Conversation::peer`], which names a chat's session). Not a reply
+    /// to anything.
+    pub fn session(key: &SessionKey) -> Target {
+        let conversation = match key.peer().split_once(':') {
+            Some((chat, thread)) => Conversation {
+                chat: chat.to_owned(),
+                thread: Some(thread.to_owned()),
+                kind: ChatKind::Group,
+            },
+            None => Conversation::direct(key.peer()),
+        };
+        Target {
+            conversation,
+            reply: None,
+        }
+    }
 }
 
 /// A message the platform accepted, as the platform names it (Telegram
@@ -494,6 +516,7 @@ pub trait ChannelAdapter: Send + Sync + 'static {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -521,5 +544,22 @@ mod tests {
             Sender::display_name(&"a".repeat(80)),
             Some(format!("{}…", "a".repeat(64)))
         );
+    }
+
+    #[test]
+    fn a_session_key_names_the_chat_and_thread_its_conversation_came_from() {
+        for conversation in [
+            Conversation::direct("42"),
+            Conversation {
+                chat: "C1".to_owned(),
+                thread: Some("1700000000.000100".to_owned()),
+                kind: ChatKind::Group,
+            },
+        ] {
+            let key: SessionKey = format!("slack:{}", conversation.peer()).parse().unwrap();
+            let target = Target::session(&key);
+            assert_eq!(target.conversation, conversation);
+            assert_eq!(target.reply, None);
+        }
     }
 }

@@ -3,12 +3,13 @@ use std::sync::Arc;
 
 use flynn_automation::{Clock, SystemClock};
 use flynn_context::MemoryFlush;
+use flynn_cron::Automation;
 use flynn_mcp::McpServers;
 use flynn_memory::Memory;
 use flynn_models::{ModelRouter, PriceTable};
 use flynn_orchestrator::{
-    Agents, Automation, DelegationSettings, EventStream, Followed, MemoryRuntime, PromptSlot,
-    RuntimeParts, SessionManager, SkillsRuntime, Submitted, TurnRequest,
+    Agents, DelegationSettings, EventStream, Followed, MemoryRuntime, PromptSlot, RuntimeParts,
+    SessionManager, SkillsRuntime, Submitted, TurnRequest,
 };
 use flynn_protocol::config::FlynnConfig;
 use flynn_protocol::{AgentEvent, SessionKey, TurnOutcome};

@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flynn_channels::{Backoff, Registry};
+use flynn_chat::ChannelRouter;
 use flynn_gateway::{Control, Gateway, GatewayExtras, GatewayParts, RemoteApprover, TokenSource};
-use flynn_orchestrator::ChannelRouter;
 use flynn_protocol::config::FlynnConfig;
 
 use crate::{Error, Flynn, Result};

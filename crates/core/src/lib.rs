@@ -36,9 +36,12 @@ pub use builder::{Flynn, FlynnBuilder, open_memory};
 pub use error::{Error, Result};
 
 pub use flynn_channels as channel;
+#[cfg(feature = "daemon")]
+pub use flynn_chat as chat;
 pub use flynn_config as config;
 pub use flynn_context as context;
 pub use flynn_context::MemoryFlush;
+pub use flynn_cron as cron;
 #[cfg(feature = "daemon")]
 pub use flynn_gateway as gateway;
 pub use flynn_mcp as mcp;

@@ -11,54 +11,31 @@ use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
-use flynn_models::{
-    ClientInfo, Error, ModelClient, ModelRequest, ModelResponse, ModelRouter, ModelStream,
-    StopReason, StreamEvent, drain,
-};
-use flynn_protocol::config::{ModelsConfig, ProviderKind, TiersConfig};
+use flynn_models::{Error, ModelClient, ModelRequest, ModelRouter, drain};
+use flynn_protocol::config::{ModelsConfig, TiersConfig};
 use flynn_protocol::{Message, Tier, Usage};
+use flynn_testkit::scripted::ScriptedModel;
 
 /// Answers "Hello!" at once, in two events; or refuses the key.
-struct Instant {
-    info: ClientInfo,
-    refuse: bool,
-}
-
-#[async_trait]
-impl ModelClient for Instant {
-    fn info(&self) -> &ClientInfo {
-        &self.info
-    }
-
-    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, Error> {
-        if self.refuse {
-            return Err(Error::Auth {
-                provider: self.info.provider.clone(),
-                status: 401,
-                message: "invalid x-api-key".into(),
-                env: Some("ANTHROPIC_API_KEY"),
-            });
-        }
-        let events = [
-            Ok(StreamEvent::TextDelta("Hello!".into())),
-            Ok(StreamEvent::Completed(ModelResponse {
-                message: Message::assistant("Hello!"),
-                stop_reason: StopReason::EndTurn,
-                usage: Usage::default(),
-                model: request.model,
-            })),
-        ];
-        Ok(Box::pin(futures::stream::iter(events)))
-    }
-}
-
 fn client(name: &str, refuse: bool) -> Arc<dyn ModelClient> {
-    Arc::new(Instant {
-        info: ClientInfo::new(name, ProviderKind::OpenaiCompatible, true),
-        refuse,
-    })
+    let provider = name.to_owned();
+    ScriptedModel::builder(name)
+        .local()
+        .unrecorded()
+        .usage(Usage::default())
+        .answer(move |_| {
+            if refuse {
+                return Err(Error::Auth {
+                    provider: provider.clone(),
+                    status: 401,
+                    message: "invalid x-api-key".into(),
+                    env: Some("ANTHROPIC_API_KEY"),
+                });
+            }
+            Ok(Message::assistant("Hello!"))
+        })
+        .build()
 }
 
 fn router(default: &[&str]) -> ModelRouter {

@@ -4,27 +4,19 @@
 //! `criterion/flynn-compaction.json` for `cargo xtask bench`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use flynn_context::{Budget, COMPACTION_PROMPT, CompactionSettings, Compactor, Summariser};
-use flynn_models::{
-    ClientInfo, Error as ModelError, Estimate, ModelClient, ModelRequest, ModelResponse,
-    ModelRouter, ModelStream, PriceTable, StopReason, StreamEvent, TokenCounter,
-};
-use flynn_orchestrator::{
-    Agents, DelegationSettings, RuntimeParts, SessionManager, Submitted, TurnRequest,
-};
-use flynn_protocol::config::{
-    AgentsConfig, CompactionConfig, ModelsConfig, ProviderKind, SessionsConfig, TiersConfig,
-    ToolsConfig,
-};
+use flynn_models::{Estimate, TokenCounter};
+use flynn_orchestrator::{Submitted, TurnRequest};
+use flynn_protocol::config::ToolsConfig;
 use flynn_protocol::{ContentBlock, Message, Role, SessionKey, Tier, Usage};
 use flynn_sessions::{Conversations, SqliteStore, UsageLog};
-use flynn_tools::ToolExecutor;
+use flynn_testkit::runtime::{Setup, manager, tiers};
+use flynn_testkit::scripted::ScriptedModel;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -133,39 +125,28 @@ fn compaction(c: &mut Criterion, stats: &mut serde_json::Map<String, serde_json:
 
 /// A model that bills what it is sent (estimated) and answers with about
 /// 150 tokens, or a 400-token summary when asked to compact; 16k window.
-struct Billing {
-    info: ClientInfo,
-}
-
-#[async_trait]
-impl ModelClient for Billing {
-    fn info(&self) -> &ClientInfo {
-        &self.info
-    }
-
-    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
-        let input =
-            Estimate.count_request(request.system.as_deref(), &request.messages, &request.tools);
-        let text = if request.system.as_deref() == Some(COMPACTION_PROMPT) {
-            "summary of what was said so far. ".repeat(48)
-        } else {
-            "a reply with some detail in it. ".repeat(19)
-        };
-        let output = Estimate.count_text(&text);
-        let response = ModelResponse {
-            message: Message::assistant(text),
-            stop_reason: StopReason::EndTurn,
-            usage: Usage {
-                input_tokens: input as u64,
-                output_tokens: output as u64,
-                ..Usage::default()
-            },
-            model: request.model,
-        };
-        Ok(Box::pin(futures::stream::iter(vec![Ok(
-            StreamEvent::Completed(response),
-        )])))
-    }
+fn billing(name: &str) -> Arc<ScriptedModel> {
+    ScriptedModel::builder(name)
+        .unrecorded()
+        .answer(|request| {
+            Ok(Message::assistant(
+                if request.system.as_deref() == Some(COMPACTION_PROMPT) {
+                    "summary of what was said so far. ".repeat(48)
+                } else {
+                    "a reply with some detail in it. ".repeat(19)
+                },
+            ))
+        })
+        .usage_by(|request, reply| Usage {
+            input_tokens: Estimate.count_request(
+                request.system.as_deref(),
+                &request.messages,
+                &request.tools,
+            ) as u64,
+            output_tokens: Estimate.count_text(&reply.text()) as u64,
+            ..Usage::default()
+        })
+        .build()
 }
 
 /// Runs a 300-turn conversation (messages of about 200 tokens) on a
@@ -176,42 +157,24 @@ fn fast_share(stats: &mut serde_json::Map<String, serde_json::Value>) {
     let dir = tempfile::tempdir().unwrap();
     rt.block_on(async {
         let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
-        let client = |name: &str| -> Arc<dyn ModelClient> {
-            Arc::new(Billing {
-                info: ClientInfo::new(name, ProviderKind::OpenaiCompatible, false),
-            })
-        };
-        let clients = HashMap::from([("m".to_owned(), client("m")), ("f".to_owned(), client("f"))]);
-        let mut models = ModelsConfig {
-            tiers: TiersConfig {
-                default: vec!["m/big".parse().unwrap()],
-                fast: vec!["f/small".parse().unwrap()],
-                ..TiersConfig::default()
-            },
-            ..ModelsConfig::default()
-        };
+        let mut models = tiers(&["m/big"]);
+        models.tiers.fast = vec!["f/small".parse().unwrap()];
         models.context_windows.insert("m/big".into(), 16_384);
         models.context_windows.insert("f/small".into(), 16_384);
-        let tools = ToolsConfig {
-            enabled: Some(vec!["file.read".into()]),
-            ..ToolsConfig::default()
+        let setup = Setup {
+            models,
+            tools: ToolsConfig {
+                enabled: Some(vec!["file.read".into()]),
+                ..ToolsConfig::default()
+            },
+            ..Setup::default()
         };
-        let manager = SessionManager::new(RuntimeParts {
-            router: Arc::new(ModelRouter::new(clients, models)),
-            store: store.clone(),
-            executor: ToolExecutor::from_config(
-                Arc::new(flynn_tools::builtin::registry(&tools)),
-                &tools,
-            ),
-            agents: Agents::from_config(&AgentsConfig::default(), &tools, dir.path()).unwrap(),
-            prices: PriceTable::default(),
-            max_tokens: 1024,
-            sessions: SessionsConfig::default(),
-            delegation: DelegationSettings::default(),
-            compaction: CompactionConfig::default(),
-            memory_flush: None,
-            memory: None,
-        });
+        let manager = manager(
+            dir.path(),
+            store.clone(),
+            vec![billing("m"), billing("f")],
+            setup,
+        );
         let key: SessionKey = "cli:share".parse().unwrap();
         for i in 0..300 {
             let text = format!(

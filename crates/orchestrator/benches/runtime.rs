@@ -14,23 +14,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
-use flynn_models::{
-    ClientInfo, Error, ModelClient, ModelRequest, ModelResponse, ModelRouter, ModelStream,
-    PriceTable, StopReason, StreamEvent,
-};
-use flynn_orchestrator::{Agents, RuntimeParts, SessionManager, Submitted, TurnRequest};
-use flynn_protocol::config::{
-    AgentsConfig, Autonomy, ModelsConfig, ProviderKind, SessionsConfig, TiersConfig, ToolsConfig,
-};
-use flynn_protocol::{ContentBlock, Message, Role, SessionKey, Usage};
-use flynn_tools::ToolExecutor;
-use serde_json::json;
+use flynn_orchestrator::{SessionManager, Submitted, TurnRequest};
+use flynn_protocol::{ContentBlock, Message, SessionKey, Usage};
+use flynn_testkit::runtime::with_model;
+use flynn_testkit::scripted::{ScriptedModel, tool_use};
 
 #[derive(Clone, Copy)]
 enum Mode {
@@ -39,105 +29,34 @@ enum Mode {
     Sleep,
 }
 
-struct Model {
-    info: ClientInfo,
-    mode: Mode,
-}
-
-#[async_trait]
-impl ModelClient for Model {
-    fn info(&self) -> &ClientInfo {
-        &self.info
-    }
-
-    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, Error> {
-        let done = |message: Message, stop_reason| {
-            Ok(StreamEvent::Completed(ModelResponse {
-                message,
-                stop_reason,
-                usage: Usage {
-                    input_tokens: 10,
-                    output_tokens: 2,
-                    ..Usage::default()
-                },
-                model: request.model.clone(),
-            }))
-        };
-        let last_is_result = request.messages.last().is_some_and(|m| {
-            m.content
-                .iter()
-                .any(|b| matches!(b, ContentBlock::ToolResult { .. }))
-        });
-        match self.mode {
-            Mode::Answer => Ok(Box::pin(futures::stream::iter(vec![
-                Ok(StreamEvent::TextDelta("ok".into())),
-                done(Message::assistant("ok"), StopReason::EndTurn),
-            ]))),
-            Mode::Hang => Ok(Box::pin(futures::StreamExt::chain(
-                futures::stream::iter(vec![Ok(StreamEvent::TextDelta("...".into()))]),
-                futures::stream::pending(),
-            ))),
-            Mode::Sleep if last_is_result => Ok(Box::pin(futures::stream::iter(vec![done(
-                Message::assistant("done"),
-                StopReason::EndTurn,
-            )]))),
-            Mode::Sleep => Ok(Box::pin(futures::stream::iter(vec![done(
-                Message {
-                    role: Role::Assistant,
-                    content: vec![ContentBlock::ToolUse {
-                        id: "t1".into(),
-                        name: "shell.exec".into(),
-                        input: json!({"command": "sleep 30"}),
-                    }],
-                },
-                StopReason::ToolUse,
-            )]))),
-        }
-    }
-}
-
+/// A runtime over one scripted model (recording nothing) that answers at
+/// once, hangs mid-stream, or runs `sleep 30` in `shell.exec` first.
 async fn manager(dir: &std::path::Path, mode: Mode) -> SessionManager {
-    let store = Arc::new(
-        flynn_sessions::SqliteStore::open(&dir.join("bench.db"))
-            .await
-            .unwrap(),
-    );
-    let mut clients: HashMap<String, Arc<dyn ModelClient>> = HashMap::new();
-    clients.insert(
-        "m".into(),
-        Arc::new(Model {
-            info: ClientInfo::new("m", ProviderKind::OpenaiCompatible, false),
-            mode,
+    let model = ScriptedModel::builder("m").unrecorded().usage(Usage {
+        input_tokens: 10,
+        output_tokens: 2,
+        ..Usage::default()
+    });
+    let model = match mode {
+        Mode::Answer => model.answer(|_| Ok(Message::assistant("ok"))),
+        Mode::Hang => model.then_hang("..."),
+        Mode::Sleep => model.answer(|request| {
+            let last_is_result = request.messages.last().is_some_and(|m| {
+                m.content
+                    .iter()
+                    .any(|b| matches!(b, ContentBlock::ToolResult { .. }))
+            });
+            Ok(if last_is_result {
+                Message::assistant("done")
+            } else {
+                tool_use("t1", "sleep 30")
+            })
         }),
-    );
-    let models = ModelsConfig {
-        tiers: TiersConfig {
-            default: vec!["m/one".parse().unwrap()],
-            ..TiersConfig::default()
-        },
-        ..ModelsConfig::default()
     };
-    // The cancel bench's shell.exec runs without asking.
-    let tools = ToolsConfig {
-        autonomy: Autonomy::Full,
-        ..ToolsConfig::default()
-    };
-    SessionManager::new(RuntimeParts {
-        router: Arc::new(ModelRouter::new(clients, models)),
-        store,
-        executor: ToolExecutor::from_config(
-            Arc::new(flynn_tools::builtin::registry(&tools)),
-            &tools,
-        ),
-        agents: Agents::from_config(&AgentsConfig::default(), &tools, dir).unwrap(),
-        prices: PriceTable::default(),
-        max_tokens: 1024,
-        sessions: SessionsConfig::default(),
-        delegation: flynn_orchestrator::DelegationSettings::default(),
-        compaction: flynn_protocol::config::CompactionConfig::default(),
-        memory_flush: None,
-        memory: None,
-    })
+    // The harness's tools run without asking, as the cancel bench's
+    // `shell.exec` must.
+    let (manager, _store) = with_model(dir, model.build()).await;
+    manager
 }
 
 async fn submit(manager: &SessionManager, key: &SessionKey) -> flynn_orchestrator::TurnHandle {

@@ -18,23 +18,13 @@
 //! and reported (or rerun), and a history cut short mid-tool is repaired,
 //! so a session always continues.
 //!
-//! A [`ChannelRouter`] brings chat platforms in: each delivery passes the
-//! channel's access rules (groups, mentions, rate limit, allowlist,
-//! pairing), then has its files downloaded (never before), becomes a turn
-//! of its `<channel>:<peer>` session, and the answer streams back to the
-//! same chat.
-//!
-//! [`Automation`] runs cron jobs and the heartbeat: a due job's message
-//! becomes a turn of its session like anyone's, its answer is delivered
-//! to a chat, and every run is recorded so runs missed while Flynn was
-//! down are handled by the job's policy at the next start. It offers the
-//! `cron.add`, `cron.list` and `cron.remove` tools.
+//! The chat channels (`flynn-chat`), cron jobs (`flynn-cron`), the gateway
+//! and the CLI are clients of this runtime: they submit messages and
+//! follow the events like anyone.
 //!
 //! [`Approver`]: flynn_tools::Approver
 
 mod agents;
-mod automation;
-mod channels;
 mod commands;
 mod compact;
 mod delegate;
@@ -51,10 +41,6 @@ mod skills;
 mod turn;
 
 pub use agents::{AgentProfile, Agents};
-pub use automation::{
-    Automation, HEARTBEAT_JOB, HEARTBEAT_SESSION, JobError, JobInfo, JobOrigin, NewJob,
-};
-pub use channels::{ChannelRouter, MAX_ATTACHMENT_BYTES};
 pub use commands::{BadArgument, Command, HELP, ModelChoice};
 pub use delegate::{AgentOrchestrator, DelegationSettings, SubAgentRequest, SubAgentResult};
 pub use error::{Error, Result};

@@ -29,12 +29,20 @@
 //! `RealTimeStore`: the real session store, usable on a paused clock.
 //! [`mcp`] is a real MCP server built on rmcp, over stdio (the
 //! `flynn-mcp-fixture` binary) or streamable HTTP behind a token.
+//!
+//! In-process stand-ins, each behind its feature: `scripted::ScriptedModel`
+//! (`models`), a model client that answers from a script;
+//! `chat::MemoryChannel` (`chat`), a chat platform in memory; and
+//! `runtime` (`runtime`), the real agent runtime over scripted models
+//! and a real store, for the tests of the crates above it.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod anthropic;
 #[cfg(feature = "bedrock")]
 pub mod bedrock;
+#[cfg(feature = "chat")]
+pub mod chat;
 pub mod discord;
 pub mod embeddings;
 pub mod fixtures;
@@ -44,6 +52,10 @@ pub mod mcp;
 mod ollama;
 mod openai;
 mod redirect;
+#[cfg(feature = "runtime")]
+pub mod runtime;
+#[cfg(feature = "models")]
+pub mod scripted;
 mod search;
 mod server;
 mod site;

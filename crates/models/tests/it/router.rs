@@ -9,21 +9,20 @@
 //! through the real clients against the strict fakes of `flynn-testkit`,
 //! on real time with millisecond backoffs, each call under a timeout.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use flynn_models::{
-    Attempt, ClientInfo, Error, Jitter, ModelClient, ModelRequest, ModelResponse, ModelRouter,
-    ModelStream, StopReason, StreamEvent,
+    Attempt, Error, Jitter, ModelClient, ModelRequest, ModelResponse, ModelRouter, StreamEvent,
 };
 use flynn_protocol::config::{
     CircuitBreakerConfig, ModelRef, ModelsConfig, ProviderConfig, ProviderKind, RetryConfig,
     TiersConfig,
 };
 use flynn_protocol::{Message, Tier, Usage};
+use flynn_testkit::scripted::{Script as Step, ScriptedModel};
 use flynn_testkit::{FakeAnthropic, FakeOpenAi, Reply};
 use futures::StreamExt;
 use serde_json::json;
@@ -142,92 +141,44 @@ fn hello() -> ModelRequest {
 // ---------------------------------------------------------------------------
 // In-process scripted models, for timing on paused time
 
-/// What a scripted model does on one call.
-enum Step {
-    /// The call fails before any stream.
-    Fail(Error),
-    /// The stream's first item is this error.
-    FailFirst(Error),
-    /// Answers this text: one delta, then `Completed`.
-    Answer(&'static str),
-    /// One delta, then this error.
-    Break(&'static str, Error),
-    /// One delta, then the stream ends without `Completed`.
-    Cut(&'static str),
+/// A scripted model that refuses a call once its script is used up, and
+/// reports no usage.
+fn script(name: &str, steps: Vec<Step>) -> Arc<ScriptedModel> {
+    ScriptedModel::builder(name)
+        .script(steps)
+        .strict()
+        .usage(Usage::default())
+        .build()
 }
 
-struct Script {
-    info: ClientInfo,
-    steps: Mutex<VecDeque<Step>>,
-    calls: Mutex<Vec<Instant>>,
-    start: Instant,
+/// [`script`], for a model that runs on this machine.
+fn local_script(name: &str, steps: Vec<Step>) -> Arc<ScriptedModel> {
+    ScriptedModel::builder(name)
+        .script(steps)
+        .strict()
+        .usage(Usage::default())
+        .local()
+        .build()
 }
 
-impl Script {
-    fn new(name: &str, steps: Vec<Step>) -> Arc<Script> {
-        Script::with_locality(name, false, steps)
-    }
-
-    fn with_locality(name: &str, local: bool, steps: Vec<Step>) -> Arc<Script> {
-        Arc::new(Script {
-            info: ClientInfo::new(name, ProviderKind::OpenaiCompatible, local),
-            steps: Mutex::new(steps.into()),
-            calls: Mutex::new(Vec::new()),
-            start: Instant::now(),
-        })
-    }
-
-    /// When each call came, from the script's creation.
-    fn calls(&self) -> Vec<Duration> {
-        let calls = self.calls.lock().unwrap();
-        calls.iter().map(|at| *at - self.start).collect()
-    }
-
-    fn left(&self) -> usize {
-        self.steps.lock().unwrap().len()
-    }
+fn answer(text: &str) -> Step {
+    Step::Reply(Ok(Message::assistant(text)))
 }
 
-#[async_trait]
-impl ModelClient for Script {
-    fn info(&self) -> &ClientInfo {
-        &self.info
-    }
-
-    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, Error> {
-        self.calls.lock().unwrap().push(Instant::now());
-        let step = self.steps.lock().unwrap().pop_front();
-        let completed = |text: &str| {
-            StreamEvent::Completed(ModelResponse {
-                message: Message::assistant(text),
-                stop_reason: StopReason::EndTurn,
-                usage: Usage::default(),
-                model: request.model.clone(),
-            })
-        };
-        let delta = |text: &str| Ok(StreamEvent::TextDelta(text.into()));
-        let items: Vec<Result<StreamEvent, Error>> = match step {
-            None => {
-                return Err(Error::Config {
-                    message: format!("{}: the script has no step left", self.info.provider),
-                });
-            }
-            Some(Step::Fail(error)) => return Err(error),
-            Some(Step::FailFirst(error)) => vec![Err(error)],
-            Some(Step::Answer(text)) => vec![delta(text), Ok(completed(text))],
-            Some(Step::Break(text, error)) => vec![delta(text), Err(error)],
-            Some(Step::Cut(text)) => vec![delta(text)],
-        };
-        Ok(Box::pin(futures::stream::iter(items)))
-    }
+fn fail(error: Error) -> Step {
+    Step::Reply(Err(error))
 }
 
-fn scripted(scripts: &[&Arc<Script>], settings: ModelsConfig, jitter: Jitter) -> ModelRouter {
+fn scripted(
+    scripts: &[&Arc<ScriptedModel>],
+    settings: ModelsConfig,
+    jitter: Jitter,
+) -> ModelRouter {
     let clients: HashMap<String, Arc<dyn ModelClient>> = scripts
         .iter()
         .map(|s| {
             (
-                s.info.provider.clone(),
+                s.info().provider.clone(),
                 Arc::clone(*s) as Arc<dyn ModelClient>,
             )
         })
@@ -260,18 +211,18 @@ fn ms(millis: u64) -> Duration {
 
 #[tokio::test(start_paused = true)]
 async fn a_429_with_retry_after_waits_exactly_that_long_then_succeeds() {
-    let a = Script::new(
+    let a = script(
         "a",
         vec![
-            Step::Fail(rate_limited("a", Some(Duration::from_secs(7)))),
-            Step::Answer("hi"),
+            fail(rate_limited("a", Some(Duration::from_secs(7)))),
+            answer("hi"),
         ],
     );
     let router = scripted(&[&a], settings(&["a/m"], &[]), Jitter::Full);
     let start = Instant::now();
     let answer = ask(&router, Tier::Default).await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_secs(7));
-    assert_eq!(a.calls(), [ms(0), ms(7000)]);
+    assert_eq!(a.call_times(), [ms(0), ms(7000)]);
     assert_eq!(
         (answer.model.as_str(), answer.text()),
         ("a/m", Ok("hi".into()))
@@ -281,14 +232,14 @@ async fn a_429_with_retry_after_waits_exactly_that_long_then_succeeds() {
 
 #[tokio::test(start_paused = true)]
 async fn a_429_without_retry_after_backs_off_exponentially_up_to_the_cap() {
-    let a = Script::new(
+    let a = script(
         "a",
         vec![
-            Step::Fail(rate_limited("a", None)),
-            Step::Fail(rate_limited("a", None)),
-            Step::Fail(rate_limited("a", None)),
-            Step::Fail(rate_limited("a", None)),
-            Step::Answer("hi"),
+            fail(rate_limited("a", None)),
+            fail(rate_limited("a", None)),
+            fail(rate_limited("a", None)),
+            fail(rate_limited("a", None)),
+            answer("hi"),
         ],
     );
     let mut settings = settings(&["a/m"], &[]);
@@ -301,19 +252,22 @@ async fn a_429_without_retry_after_backs_off_exponentially_up_to_the_cap() {
     let router = scripted(&[&a], settings, Jitter::Off);
     let answer = ask(&router, Tier::Default).await.unwrap();
     // Waits of 0.5 s, 1 s, then the 1 s cap.
-    assert_eq!(a.calls(), [ms(0), ms(500), ms(1500), ms(2500), ms(3500)]);
+    assert_eq!(
+        a.call_times(),
+        [ms(0), ms(500), ms(1500), ms(2500), ms(3500)]
+    );
     assert_eq!(answer.text(), Ok("hi".into()));
 }
 
 #[tokio::test(start_paused = true)]
 async fn full_jitter_waits_somewhere_below_the_cap_and_a_seed_repeats_it() {
     let run = || async {
-        let a = Script::new(
+        let a = script(
             "a",
             vec![
-                Step::Fail(server_error("a")),
-                Step::Fail(server_error("a")),
-                Step::Answer("hi"),
+                fail(server_error("a")),
+                fail(server_error("a")),
+                answer("hi"),
             ],
         );
         let mut settings = settings(&["a/m"], &[]);
@@ -324,7 +278,7 @@ async fn full_jitter_waits_somewhere_below_the_cap_and_a_seed_repeats_it() {
             ask(&router, Tier::Default).await.unwrap().text(),
             Ok("hi".into())
         );
-        let calls = a.calls();
+        let calls = a.call_times();
         (calls[1] - calls[0], calls[2] - calls[1])
     };
     let (first, second) = run().await;
@@ -337,8 +291,8 @@ async fn full_jitter_waits_somewhere_below_the_cap_and_a_seed_repeats_it() {
 #[tokio::test(start_paused = true)]
 async fn a_retry_after_beyond_the_limit_moves_on_at_once() {
     let long = rate_limited("a", Some(Duration::from_secs(120)));
-    let a = Script::new("a", vec![Step::Fail(long.clone())]);
-    let b = Script::new("b", vec![Step::Answer("from b")]);
+    let a = script("a", vec![fail(long.clone())]);
+    let b = script("b", vec![answer("from b")]);
     let router = scripted(&[&a, &b], settings(&["a/m"], &["b/m"]), Jitter::Off);
     let start = Instant::now();
     let answer = ask(&router, Tier::Default).await.unwrap();
@@ -362,15 +316,15 @@ async fn a_model_that_keeps_failing_is_retried_then_the_next_one_answers() {
         retry_after: None,
         message: "Overloaded".into(),
     };
-    let a = Script::new(
+    let a = script(
         "a",
         vec![
-            Step::Fail(overloaded()),
-            Step::FailFirst(overloaded()),
-            Step::Fail(overloaded()),
+            fail(overloaded()),
+            Step::Break(String::new(), overloaded()),
+            fail(overloaded()),
         ],
     );
-    let b = Script::new("b", vec![Step::Answer("from b")]);
+    let b = script("b", vec![answer("from b")]);
     let router = scripted(&[&a, &b], settings(&["a/m"], &["b/m"]), Jitter::Off);
     let answer = ask(&router, Tier::Default).await.unwrap();
     assert_eq!(
@@ -387,7 +341,7 @@ async fn a_model_that_keeps_failing_is_retried_then_the_next_one_answers() {
         }
     );
     // 1 ms, then 2 ms between the tries.
-    assert_eq!(a.calls(), [ms(0), ms(1), ms(3)]);
+    assert_eq!(a.call_times(), [ms(0), ms(1), ms(3)]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -418,12 +372,12 @@ async fn errors_that_a_retry_cannot_fix_move_on_without_one() {
         },
     ];
     for error in errors {
-        let a = Script::new("a", vec![Step::Fail(error.clone())]);
-        let b = Script::new("b", vec![Step::Answer("from b")]);
+        let a = script("a", vec![fail(error.clone())]);
+        let b = script("b", vec![answer("from b")]);
         let router = scripted(&[&a, &b], settings(&["a/m"], &["b/m"]), Jitter::Off);
         let answer = ask(&router, Tier::Default).await.unwrap();
         assert_eq!(
-            (answer.failed, answer.model, a.calls().len()),
+            (answer.failed, answer.model, a.call_times().len()),
             (
                 vec![Attempt {
                     model: "a/m".parse().unwrap(),
@@ -439,24 +393,24 @@ async fn errors_that_a_retry_cannot_fix_move_on_without_one() {
 
 #[tokio::test(start_paused = true)]
 async fn a_named_model_is_retried_but_never_falls_back() {
-    let a = Script::new(
+    let a = script(
         "a",
         vec![
-            Step::Fail(server_error("a")),
-            Step::Fail(server_error("a")),
-            Step::Fail(server_error("a")),
+            fail(server_error("a")),
+            fail(server_error("a")),
+            fail(server_error("a")),
         ],
     );
-    let b = Script::new("b", vec![Step::Answer("from b")]);
+    let b = script("b", vec![answer("from b")]);
     let router = scripted(&[&a, &b], settings(&["b/m"], &["b/m"]), Jitter::Off);
     // A single attempt reports its own error, not an aggregate.
     assert_eq!(ask_model(&router, "a/m").await, Err(server_error("a")));
-    assert_eq!((a.calls().len(), b.calls().len()), (3, 0));
+    assert_eq!((a.call_times().len(), b.call_times().len()), (3, 0));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_model_of_an_unknown_provider_is_reported_and_skipped() {
-    let b = Script::new("b", vec![Step::Answer("from b")]);
+    let b = script("b", vec![answer("from b")]);
     let router = scripted(&[&b], settings(&["nope/m"], &["b/m"]), Jitter::Off);
     let answer = ask(&router, Tier::Default).await.unwrap();
     assert_eq!(
@@ -481,11 +435,14 @@ async fn a_stream_that_breaks_mid_answer_reaches_the_caller_unchanged_and_counts
         provider: "a".into(),
         message: "reading the stream failed: connection reset".into(),
     };
-    let a = Script::new(
+    let a = script(
         "a",
-        vec![Step::Break("Hel", broken.clone()), Step::Cut("Hel")],
+        vec![
+            Step::Break("Hel".to_owned(), broken.clone()),
+            Step::Cut("Hel".to_owned()),
+        ],
     );
-    let b = Script::new("b", vec![Step::Answer("from b")]);
+    let b = script("b", vec![answer("from b")]);
     let mut settings = settings(&["a/m"], &["b/m"]);
     settings.circuit_breaker.failure_threshold = 2;
     let router = scripted(&[&a, &b], settings, Jitter::Off);
@@ -505,7 +462,7 @@ async fn a_stream_that_breaks_mid_answer_reaches_the_caller_unchanged_and_counts
     // end without `Completed`), and counts as a failure too.
     let cut = ask(&router, Tier::Default).await.unwrap();
     assert_eq!(
-        (cut.model.as_str(), cut.deltas, b.calls().len()),
+        (cut.model.as_str(), cut.deltas, b.call_times().len()),
         ("a/m", vec![StreamEvent::TextDelta("Hel".into())], 0)
     );
 
@@ -526,7 +483,7 @@ async fn a_stream_that_breaks_mid_answer_reaches_the_caller_unchanged_and_counts
             }]
         )
     );
-    assert_eq!(a.calls().len(), 2);
+    assert_eq!(a.call_times().len(), 2);
 }
 
 // ---------------------------------------------------------------------------
@@ -534,17 +491,17 @@ async fn a_stream_that_breaks_mid_answer_reaches_the_caller_unchanged_and_counts
 
 #[tokio::test(start_paused = true)]
 async fn the_breaker_opens_mid_call_and_the_next_model_of_that_provider_is_skipped() {
-    let a = Script::new(
+    let a = script(
         "a",
         vec![
-            Step::Fail(server_error("a")),
-            Step::Fail(server_error("a")),
-            Step::Fail(server_error("a")),
+            fail(server_error("a")),
+            fail(server_error("a")),
+            fail(server_error("a")),
         ],
     );
-    let b = Script::new(
+    let b = script(
         "b",
-        vec![Step::Fail(Error::Auth {
+        vec![fail(Error::Auth {
             provider: "b".into(),
             status: 401,
             message: "bad key".into(),
@@ -564,17 +521,17 @@ async fn the_breaker_opens_mid_call_and_the_next_model_of_that_provider_is_skipp
     );
     assert!(!error.is_auth());
     assert!(!error.is_retryable());
-    assert_eq!(a.calls().len(), 3);
+    assert_eq!(a.call_times().len(), 3);
 }
 
 #[tokio::test(start_paused = true)]
 async fn retries_stop_when_the_breaker_opens() {
-    let a = Script::new(
+    let a = script(
         "a",
         vec![
-            Step::Fail(server_error("a")),
-            Step::Fail(server_error("a")),
-            Step::Answer("never"),
+            fail(server_error("a")),
+            fail(server_error("a")),
+            answer("never"),
         ],
     );
     let mut settings = settings(&["a/m"], &[]);
@@ -583,24 +540,21 @@ async fn retries_stop_when_the_breaker_opens() {
     let router = scripted(&[&a], settings, Jitter::Off);
     // The error is the last real one, not the skip.
     assert_eq!(ask(&router, Tier::Default).await, Err(server_error("a")));
-    assert_eq!((a.calls().len(), a.left()), (2, 1));
+    assert_eq!((a.call_times().len(), a.left()), (2, 1));
 }
 
 #[tokio::test(start_paused = true)]
 async fn after_the_cooldown_one_trial_call_closes_the_breaker_again() {
-    let a = Script::new(
+    let a = script(
         "a",
         vec![
-            Step::Fail(server_error("a")),
-            Step::Fail(server_error("a")),
-            Step::Answer("back"),
-            Step::Answer("still here"),
+            fail(server_error("a")),
+            fail(server_error("a")),
+            answer("back"),
+            answer("still here"),
         ],
     );
-    let b = Script::new(
-        "b",
-        vec![Step::Answer("b1"), Step::Answer("b2"), Step::Answer("b3")],
-    );
+    let b = script("b", vec![answer("b1"), answer("b2"), answer("b3")]);
     let mut settings = settings(&["a/m"], &["b/m"]);
     settings.retry.max_retries = 0;
     settings.circuit_breaker = CircuitBreakerConfig {
@@ -614,11 +568,11 @@ async fn after_the_cooldown_one_trial_call_closes_the_breaker_again() {
     }
     assert_eq!(answers, ["b1", "b2", "b3"]);
     // The third call skipped `a`.
-    assert_eq!(a.calls().len(), 2);
+    assert_eq!(a.call_times().len(), 2);
     tokio::time::advance(Duration::from_secs(29)).await;
     let skipped = ask(&router, Tier::Default).await;
     assert!(skipped.is_err(), "b has no answer left: {skipped:?}");
-    assert_eq!(a.calls().len(), 2);
+    assert_eq!(a.call_times().len(), 2);
     tokio::time::advance(Duration::from_secs(1)).await;
     let trial = ask(&router, Tier::Default).await.unwrap();
     assert_eq!(
@@ -634,15 +588,14 @@ async fn after_the_cooldown_one_trial_call_closes_the_breaker_again() {
 
 #[tokio::test(start_paused = true)]
 async fn the_local_tier_only_uses_local_providers() {
-    let cloud = Script::new("cloud", vec![]);
-    let ollama = Script::with_locality(
+    let cloud = script("cloud", vec![]);
+    let ollama = local_script(
         "ollama",
-        true,
         vec![
-            Step::Fail(server_error("ollama")),
-            Step::Fail(server_error("ollama")),
-            Step::Fail(server_error("ollama")),
-            Step::Answer("local answer"),
+            fail(server_error("ollama")),
+            fail(server_error("ollama")),
+            fail(server_error("ollama")),
+            answer("local answer"),
         ],
     );
     let mut settings = settings(&["cloud/big"], &["cloud/big", "ollama/llama3"]);
@@ -659,7 +612,7 @@ async fn the_local_tier_only_uses_local_providers() {
         ask(&router, Tier::Local).await.unwrap().text(),
         Ok("local answer".into())
     );
-    assert_eq!(cloud.calls().len(), 0);
+    assert_eq!(cloud.call_times().len(), 0);
 
     // With local_only off, the local tier is an ordinary tier.
     settings.local_only = false;
@@ -672,8 +625,8 @@ async fn the_local_tier_only_uses_local_providers() {
 
 #[tokio::test(start_paused = true)]
 async fn a_local_tier_with_nothing_local_is_a_config_error() {
-    let cloud = Script::new("cloud", vec![]);
-    let other = Script::new("other", vec![]);
+    let cloud = script("cloud", vec![]);
+    let other = script("other", vec![]);
     // No local tier list: it borrows the default tier's, filtered.
     let router = scripted(
         &[&cloud, &other],
@@ -687,7 +640,7 @@ async fn a_local_tier_with_nothing_local_is_a_config_error() {
             message: "the 'local' tier has no model on a local provider: models.local_only is true and cloud/big, other/m, nope/x are not local (list a model of a local provider under models.tiers.local, mark its provider `local: true`, or set models.local_only: false)".into()
         })
     );
-    assert_eq!((cloud.calls().len(), other.calls().len()), (0, 0));
+    assert_eq!((cloud.call_times().len(), other.call_times().len()), (0, 0));
     // An empty tier is still the plain "not configured" error: it names
     // the providers there are.
     let router = scripted(&[&cloud], settings(&[], &[]), Jitter::Off);

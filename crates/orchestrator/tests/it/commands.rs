@@ -4,11 +4,11 @@ use flynn_protocol::config::{AgentConfig, AgentsConfig};
 use flynn_protocol::{Message, Tier};
 use flynn_sessions::Conversations;
 
-use crate::{Harness, Scripted, Setup, key, tiers};
+use crate::{Harness, ScriptedModel, Setup, key, tiers};
 
 #[tokio::test]
 async fn help_status_and_compact_answer_without_the_model() {
-    let model = Scripted::echo("m");
+    let model = ScriptedModel::echo("m");
     let h = Harness::new(vec![model.clone()], Setup::default()).await;
     let k = key("cli:cmd");
     h.send(&k, "hello").await.0.unwrap();
@@ -26,8 +26,8 @@ async fn help_status_and_compact_answer_without_the_model() {
 
 #[tokio::test]
 async fn model_persists_in_the_session_and_routes_its_next_turns() {
-    let main = Scripted::echo("m");
-    let fast = Scripted::echo("f");
+    let main = ScriptedModel::echo("m");
+    let fast = ScriptedModel::echo("f");
     let mut models = tiers(&["m/one"]);
     models.tiers.fast = vec!["f/small".parse().unwrap()];
     let h = Harness::new(
@@ -80,7 +80,7 @@ async fn model_persists_in_the_session_and_routes_its_next_turns() {
 async fn agent_switches_the_session_and_reset_forgets_everything() {
     let mut coder = AgentConfig::new("coder");
     coder.system_prompt = Some("You code.".into());
-    let model = Scripted::echo("m");
+    let model = ScriptedModel::echo("m");
     let h = Harness::new(
         vec![model.clone()],
         Setup {

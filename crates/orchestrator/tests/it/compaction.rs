@@ -5,15 +5,13 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use flynn_context::{COMPACTION_PROMPT, MemoryFlush, SUMMARY_PREFIX, is_summary};
-use flynn_models::{
-    ClientInfo, Error as ModelError, Estimate, ModelClient, ModelRequest, ModelStream, TokenCounter,
-};
+use flynn_models::{Error as ModelError, Estimate, TokenCounter};
 use flynn_orchestrator::AgentEvent;
-use flynn_protocol::config::{ProviderKind, TiersConfig};
+use flynn_protocol::config::TiersConfig;
 use flynn_protocol::{Message, Purpose, SessionKey, Tier};
 use flynn_sessions::UsageLog;
 
-use crate::{Harness, Script, Scripted, Setup, completed, key, last_user_text, tiers};
+use crate::{Harness, Script, ScriptedModel, Setup, key, last_user_text, tiers};
 
 /// Default `m/one` with a `window`-token context window, fast `f/cheap`.
 fn windowed(window: u32) -> Setup {
@@ -54,8 +52,8 @@ fn compactions(events: &[AgentEvent]) -> Vec<(u64, bool)> {
 async fn a_turn_compacts_once_the_prompt_reaches_the_threshold_and_not_before() {
     // A 4,000-token window: 80% is 3,200. Each exchange is about 400
     // tokens (a 300-token message, and an echo of it).
-    let main = Scripted::echo("m");
-    let fast = Scripted::new("f", vec![]);
+    let main = ScriptedModel::echo("m");
+    let fast = ScriptedModel::new("f", vec![]);
     let h = Harness::new(vec![main.clone(), fast.clone()], windowed(4_000)).await;
     let k = key("cli:long");
     let mut first_compaction = None;
@@ -109,7 +107,7 @@ async fn a_turn_compacts_once_the_prompt_reaches_the_threshold_and_not_before() 
 
 #[tokio::test]
 async fn a_summariser_failure_still_compacts_with_an_extractive_summary() {
-    let main = Scripted::echo("m");
+    let main = ScriptedModel::echo("m");
     let failures: Vec<Script> = (0..20)
         .map(|_| {
             Script::Reply(Err(ModelError::Server {
@@ -119,7 +117,7 @@ async fn a_summariser_failure_still_compacts_with_an_extractive_summary() {
             }))
         })
         .collect();
-    let fast = Scripted::new("f", failures);
+    let fast = ScriptedModel::new("f", failures);
     let mut setup = windowed(4_000);
     setup.models.retry.max_retries = 0;
     let h = Harness::new(vec![main.clone(), fast.clone()], setup).await;
@@ -160,8 +158,8 @@ async fn a_context_overflow_compacts_and_retries_once() {
         .collect();
     script.push(Script::Reply(Err(overflow)));
     script.push(Script::Reply(Ok(Message::assistant("after compaction"))));
-    let main = Scripted::new("m", script);
-    let fast = Scripted::replies("f", vec![Message::assistant("the user sent six messages")]);
+    let main = ScriptedModel::new("m", script);
+    let fast = ScriptedModel::replies("f", vec![Message::assistant("the user sent six messages")]);
     let mut setup = windowed(4_000);
     setup.models.context_windows.clear();
     let h = Harness::new(vec![main.clone(), fast.clone()], setup).await;
@@ -194,8 +192,8 @@ async fn a_second_overflow_after_compaction_fails_the_turn() {
         .collect();
     script.push(overflow());
     script.push(overflow());
-    let main = Scripted::new("m", script);
-    let fast = Scripted::echo("f");
+    let main = ScriptedModel::new("m", script);
+    let fast = ScriptedModel::echo("f");
     let h = Harness::new(vec![main.clone(), fast], windowed(100_000)).await;
     let k = key("cli:o");
     for i in 0..6 {
@@ -209,8 +207,8 @@ async fn a_second_overflow_after_compaction_fails_the_turn() {
 
 #[tokio::test]
 async fn slash_compact_compacts_now_and_says_what_it_did() {
-    let main = Scripted::echo("m");
-    let fast = Scripted::replies("f", vec![Message::assistant("short summary")]);
+    let main = ScriptedModel::echo("m");
+    let fast = ScriptedModel::replies("f", vec![Message::assistant("short summary")]);
     let h = Harness::new(vec![main, fast], windowed(100_000)).await;
     let k = key("cli:c");
     assert_eq!(
@@ -253,8 +251,8 @@ impl MemoryFlush for Flushed {
 
 #[tokio::test]
 async fn the_memory_flush_gets_the_messages_before_they_are_replaced() {
-    let main = Scripted::echo("m");
-    let fast = Scripted::replies("f", vec![Message::assistant("short summary")]);
+    let main = ScriptedModel::echo("m");
+    let fast = ScriptedModel::replies("f", vec![Message::assistant("short summary")]);
     let flushed = Arc::new(Flushed::default());
     let mut setup = windowed(100_000);
     setup.memory_flush = Some(flushed.clone());
@@ -269,71 +267,49 @@ async fn the_memory_flush_gets_the_messages_before_they_are_replaced() {
 }
 
 /// A model with an 8,192-token window that refuses anything larger, as a
-/// server does, and answers with about 100 tokens.
-struct EightK {
-    info: ClientInfo,
-    largest: Mutex<usize>,
-}
-
-#[async_trait]
-impl ModelClient for EightK {
-    fn info(&self) -> &ClientInfo {
-        &self.info
-    }
-
-    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
-        let tokens =
-            Estimate.count_request(request.system.as_deref(), &request.messages, &request.tools);
-        {
-            let mut largest = self.largest.lock().unwrap();
-            *largest = (*largest).max(tokens);
-        }
-        if tokens > 8_192 {
-            return Err(ModelError::ContextOverflow {
-                provider: self.info.provider.clone(),
-                message: format!("{tokens} tokens is more than the 8192-token window"),
-            });
-        }
-        let asked = last_user_text(&request.messages);
-        let reply = if request.system.as_deref() == Some(COMPACTION_PROMPT) {
-            // A summariser that keeps it short.
-            format!("Summary: {}", asked.chars().take(400).collect::<String>())
-        } else {
-            words(
-                100,
-                &format!("re: {}", asked.split(' ').next().unwrap_or_default()),
-            )
-        };
-        Ok(Box::pin(futures::stream::iter(vec![Ok(completed(
-            Message::assistant(reply),
-            request.model,
-        ))])))
-    }
+/// server does, and answers with about 100 tokens; `largest` keeps the
+/// largest request it was sent, in tokens.
+fn eight_k(largest: Arc<Mutex<usize>>) -> Arc<ScriptedModel> {
+    ScriptedModel::builder("m")
+        .answer(move |request| {
+            let tokens = Estimate.count_request(
+                request.system.as_deref(),
+                &request.messages,
+                &request.tools,
+            );
+            {
+                let mut largest = largest.lock().unwrap();
+                *largest = (*largest).max(tokens);
+            }
+            if tokens > 8_192 {
+                return Err(ModelError::ContextOverflow {
+                    provider: "m".to_owned(),
+                    message: format!("{tokens} tokens is more than the 8192-token window"),
+                });
+            }
+            let asked = last_user_text(&request.messages);
+            let reply = if request.system.as_deref() == Some(COMPACTION_PROMPT) {
+                // A summariser that keeps it short.
+                format!("Summary: {}", asked.chars().take(400).collect::<String>())
+            } else {
+                words(
+                    100,
+                    &format!("re: {}", asked.split(' ').next().unwrap_or_default()),
+                )
+            };
+            Ok(Message::assistant(reply))
+        })
+        .build()
 }
 
 #[tokio::test]
 async fn five_hundred_turns_against_an_8k_window_never_overflow() {
-    let model = Arc::new(EightK {
-        info: ClientInfo::new("m", ProviderKind::OpenaiCompatible, false),
-        largest: Mutex::new(0),
-    });
+    let largest = Arc::new(Mutex::new(0));
+    let model = eight_k(largest.clone());
     let mut setup = windowed(8_192);
     // One model for both tiers, as a single local model would be.
     setup.models.tiers.fast = vec!["m/one".parse().unwrap()];
-    let clients =
-        std::collections::HashMap::from([("m".to_owned(), model.clone() as Arc<dyn ModelClient>)]);
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(
-        flynn_sessions::SqliteStore::open(&dir.path().join("s.db"))
-            .await
-            .unwrap(),
-    );
-    let manager = crate::manager_with(dir.path(), store.clone(), clients, setup);
-    let h = Harness {
-        dir,
-        manager,
-        store,
-    };
+    let h = Harness::new(vec![model], setup).await;
     let k = key("cli:days");
     let mut compactions_seen = 0;
     for i in 0..500 {
@@ -344,7 +320,7 @@ async fn five_hundred_turns_against_an_8k_window_never_overflow() {
         compactions_seen += compactions(&events).len();
     }
     assert!(compactions_seen >= 10, "{compactions_seen} compactions");
-    assert!(*model.largest.lock().unwrap() <= 8_192);
+    assert!(*largest.lock().unwrap() <= 8_192);
     let history = h.history(&k).await;
     assert_eq!(history.iter().filter(|m| is_summary(m)).count(), 1);
 }

@@ -13,7 +13,7 @@ use flynn_sessions::{Conversations, Turns, UsageLog};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Harness, Script, Scripted, Setup, key, tiers};
+use crate::{Harness, Script, ScriptedModel, Setup, key, tiers};
 
 fn call(id: &str, name: &str, input: Value) -> Message {
     Message {
@@ -41,7 +41,7 @@ fn three_tiers() -> Setup {
 }
 
 /// The tool result the model got for `id`, from its last request.
-fn result_for(client: &Scripted, id: &str) -> (String, bool) {
+fn result_for(client: &ScriptedModel, id: &str) -> (String, bool) {
     let request = client.requests().pop().unwrap();
     request
         .messages
@@ -70,9 +70,9 @@ async fn purposes(h: &Harness) -> Vec<(Tier, Purpose, u64)> {
 
 #[tokio::test]
 async fn delegation_runs_on_the_purposes_tier_and_is_costed_there() {
-    let main = Scripted::echo("m");
-    let fast = Scripted::replies("f", vec![Message::assistant("a summary")]);
-    let big = Scripted::echo("c");
+    let main = ScriptedModel::echo("m");
+    let fast = ScriptedModel::replies("f", vec![Message::assistant("a summary")]);
+    let big = ScriptedModel::echo("c");
     let h = Harness::new(vec![main.clone(), fast.clone(), big.clone()], three_tiers()).await;
     let k = key("cli:a");
 
@@ -114,8 +114,8 @@ async fn delegation_runs_on_the_purposes_tier_and_is_costed_there() {
 
 #[tokio::test]
 async fn the_delegation_tier_follows_config_and_depth_is_limited() {
-    let main = Scripted::echo("m");
-    let fast = Scripted::echo("f");
+    let main = ScriptedModel::echo("m");
+    let fast = ScriptedModel::echo("f");
     let mut setup = three_tiers();
     setup.agents = AgentsConfig {
         delegation: DelegationConfig {
@@ -155,7 +155,7 @@ async fn the_delegation_tier_follows_config_and_depth_is_limited() {
 
 #[tokio::test]
 async fn a_sub_agent_without_tools_answers_from_its_tier_and_the_parent_gets_it() {
-    let main = Scripted::replies(
+    let main = ScriptedModel::replies(
         "m",
         vec![
             call(
@@ -166,7 +166,7 @@ async fn a_sub_agent_without_tools_answers_from_its_tier_and_the_parent_gets_it(
             Message::assistant("The sub-agent says 2, 3, 5."),
         ],
     );
-    let fast = Scripted::replies("f", vec![Message::assistant("2, 3, 5")]);
+    let fast = ScriptedModel::replies("f", vec![Message::assistant("2, 3, 5")]);
     let h = Harness::new(vec![main.clone(), fast.clone()], three_tiers()).await;
 
     let (outcome, _) = h.send(&key("cli:a"), "primes please").await;
@@ -191,7 +191,7 @@ async fn a_sub_agent_without_tools_answers_from_its_tier_and_the_parent_gets_it(
 
 #[tokio::test]
 async fn a_sub_agent_with_tools_works_in_its_own_session_and_reports_back() {
-    let main = Scripted::replies(
+    let main = ScriptedModel::replies(
         "m",
         vec![
             call(
@@ -202,7 +202,7 @@ async fn a_sub_agent_with_tools_works_in_its_own_session_and_reports_back() {
             Message::assistant("Done."),
         ],
     );
-    let fast = Scripted::replies(
+    let fast = ScriptedModel::replies(
         "f",
         vec![
             call(
@@ -252,7 +252,7 @@ async fn a_sub_agent_with_tools_works_in_its_own_session_and_reports_back() {
 
 #[tokio::test]
 async fn cancelling_the_parent_cancels_its_running_sub_agent() {
-    let main = Scripted::replies(
+    let main = ScriptedModel::replies(
         "m",
         vec![call(
             "s1",
@@ -260,7 +260,7 @@ async fn cancelling_the_parent_cancels_its_running_sub_agent() {
             json!({"task": "think forever", "tier": "fast", "tools": true}),
         )],
     );
-    let fast = Scripted::new("f", vec![Script::Hang("thinking".into())]);
+    let fast = ScriptedModel::new("f", vec![Script::Hang("thinking".into())]);
     let h = Harness::new(vec![main.clone(), fast.clone()], three_tiers()).await;
     let k = key("cli:a");
     let handle = h.submit(&k, "go").await;
@@ -312,7 +312,7 @@ async fn cancelling_the_parent_cancels_its_running_sub_agent() {
 #[tokio::test]
 async fn sessions_tools_read_and_message_other_sessions_of_the_same_agent() {
     // One model serves both sessions, in this order.
-    let main = Scripted::replies(
+    let main = ScriptedModel::replies(
         "m",
         vec![
             Message::assistant("Noted: Friday."),
@@ -409,7 +409,7 @@ async fn session_access_keeps_other_agents_sessions_out_of_sight() {
         },
         ..Setup::default()
     };
-    let main = Scripted::replies(
+    let main = ScriptedModel::replies(
         "m",
         vec![
             Message::assistant("ok"),
@@ -429,7 +429,7 @@ async fn session_access_keeps_other_agents_sessions_out_of_sight() {
 }
 
 /// The result for `id` in any request the client got.
-fn result_for_in(client: &Scripted, id: &str) -> (String, bool) {
+fn result_for_in(client: &ScriptedModel, id: &str) -> (String, bool) {
     client
         .requests()
         .iter()
@@ -454,8 +454,8 @@ async fn a_turn_out_of_iterations_escalates_once_to_complex_and_says_so() {
         auto_escalate: true,
         ..AgentsConfig::default()
     };
-    let main = Scripted::replies("m", vec![call("t1", "file.list", json!({}))]);
-    let big = Scripted::replies("c", vec![Message::assistant("Solved on complex.")]);
+    let main = ScriptedModel::replies("m", vec![call("t1", "file.list", json!({}))]);
+    let big = ScriptedModel::replies("c", vec![Message::assistant("Solved on complex.")]);
     let h = Harness::new(vec![main.clone(), big.clone()], setup).await;
     let (outcome, events) = h.send(&key("cli:a"), "hard task").await;
     let outcome = outcome.unwrap();
@@ -484,8 +484,8 @@ async fn without_auto_escalate_a_turn_stops_at_max_iterations() {
         max_iterations: 1,
         ..AgentsConfig::default()
     };
-    let main = Scripted::replies("m", vec![call("t1", "file.list", json!({}))]);
-    let big = Scripted::echo("c");
+    let main = ScriptedModel::replies("m", vec![call("t1", "file.list", json!({}))]);
+    let big = ScriptedModel::echo("c");
     let h = Harness::new(vec![main.clone(), big.clone()], setup).await;
     let (outcome, _) = h.send(&key("cli:a"), "hard task").await;
     assert!(
@@ -502,7 +502,7 @@ async fn without_auto_escalate_a_turn_stops_at_max_iterations() {
 async fn long_tool_output_is_condensed_on_the_fast_tier_and_readable_whole() {
     let mut setup = three_tiers();
     setup.tools.summarise_over_bytes = Some(1024);
-    let main = Scripted::replies(
+    let main = ScriptedModel::replies(
         "m",
         vec![
             call("r1", "file.read", json!({"path": "big.log"})),
@@ -510,7 +510,7 @@ async fn long_tool_output_is_condensed_on_the_fast_tier_and_readable_whole() {
             Message::assistant("read it"),
         ],
     );
-    let fast = Scripted::replies("f", vec![Message::assistant("ERROR at line 77: disk full")]);
+    let fast = ScriptedModel::replies("f", vec![Message::assistant("ERROR at line 77: disk full")]);
     let h = Harness::new(vec![main.clone(), fast.clone()], setup).await;
     let log: String = (0..200).map(|i| format!("line {i}: ok\n")).collect();
     std::fs::write(h.dir.path().join("big.log"), &log).unwrap();
@@ -556,8 +556,8 @@ impl flynn_tools::Approver for Person {
 
 #[tokio::test]
 async fn a_delegated_call_dropped_by_a_timeout_still_leaves_a_usage_row() {
-    let main = Scripted::echo("m");
-    let fast = Scripted::new("f", vec![Script::Hang("summar".into())]);
+    let main = ScriptedModel::echo("m");
+    let fast = ScriptedModel::new("f", vec![Script::Hang("summar".into())]);
     let h = Harness::new(vec![main, fast.clone()], three_tiers()).await;
     let k = key("cli:a");
     // As the summariser's timeout does: the call is dropped half-way.
@@ -595,7 +595,7 @@ async fn a_delegated_call_dropped_by_a_timeout_still_leaves_a_usage_row() {
 async fn a_sub_agent_that_starts_its_own_runs_in_its_place_instead_of_waiting_forever() {
     // One place: the child holds it, and its own sub-agent must not wait
     // for it (that wait would last until agents.subagents.timeout_secs).
-    let main = Scripted::replies(
+    let main = ScriptedModel::replies(
         "m",
         vec![
             call(
@@ -606,7 +606,7 @@ async fn a_sub_agent_that_starts_its_own_runs_in_its_place_instead_of_waiting_fo
             Message::assistant("All done."),
         ],
     );
-    let fast = Scripted::replies(
+    let fast = ScriptedModel::replies(
         "f",
         vec![call(
             "s2",

@@ -1,72 +1,16 @@
 //! Lanes: ordering within a session, concurrency across sessions, the
 //! queue, cancellation, idle lanes, and the event streams.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use flynn_models::{
-    ClientInfo, Error as ModelError, ModelClient, ModelRequest, ModelStream, StreamEvent,
-};
 use flynn_orchestrator::{AgentEvent, Error, Followed, SESSION_CAPACITY, Submitted, TurnRequest};
-use flynn_protocol::config::{ProviderKind, SandboxConfig, SandboxMode, ToolsConfig};
+use flynn_protocol::config::{SandboxConfig, SandboxMode, ToolsConfig};
 use flynn_protocol::{Message, RunState};
 use flynn_sessions::{Conversations, TurnStatus, Turns};
 use tokio::sync::Semaphore;
 
-use crate::{Harness, Script, Scripted, Setup, drain_turn, key, last_user_text, tool_use};
-
-/// Echoes the last user message after a short wait, and records, per
-/// session (the message's first word), whether two calls ever overlapped,
-/// and how many calls ran at once across sessions.
-struct Overlap {
-    info: ClientInfo,
-    in_flight: Mutex<HashMap<String, usize>>,
-    overlaps: Mutex<Vec<String>>,
-    now: AtomicUsize,
-    peak: AtomicUsize,
-}
-
-#[async_trait]
-impl ModelClient for Overlap {
-    fn info(&self) -> &ClientInfo {
-        &self.info
-    }
-
-    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
-        let text = last_user_text(&request.messages);
-        let session = text
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .to_owned();
-        {
-            let mut in_flight = self.in_flight.lock().unwrap();
-            let n = in_flight.entry(session.clone()).or_default();
-            if *n > 0 {
-                self.overlaps.lock().unwrap().push(text.clone());
-            }
-            *n += 1;
-        }
-        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
-        self.peak.fetch_max(now, Ordering::SeqCst);
-        // Long enough for other sessions' calls to arrive meanwhile.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        self.now.fetch_sub(1, Ordering::SeqCst);
-        *self.in_flight.lock().unwrap().get_mut(&session).unwrap() -= 1;
-        let reply = Message::assistant(format!("re: {text}"));
-        Ok(Box::pin(futures::stream::iter(vec![Ok(
-            StreamEvent::Completed(flynn_models::ModelResponse {
-                message: reply,
-                stop_reason: flynn_models::StopReason::EndTurn,
-                usage: Default::default(),
-                model: request.model,
-            }),
-        )])))
-    }
-}
+use crate::{Harness, Script, ScriptedModel, Setup, drain_turn, key, tool_use};
 
 /// Whether a process has exited (a zombie counts: it runs no more).
 fn gone(pid: i32) -> bool {
@@ -80,13 +24,10 @@ fn gone(pid: i32) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hundred_sessions_run_concurrently_and_each_stays_in_order() {
-    let model = Arc::new(Overlap {
-        info: ClientInfo::new("m", ProviderKind::OpenaiCompatible, false),
-        in_flight: Mutex::new(HashMap::new()),
-        overlaps: Mutex::new(Vec::new()),
-        now: AtomicUsize::new(0),
-        peak: AtomicUsize::new(0),
-    });
+    // Long enough for other sessions' calls to arrive meanwhile.
+    let model = ScriptedModel::builder("m")
+        .delay(Duration::from_millis(20))
+        .build();
     let dir = tempfile::tempdir().unwrap();
     let (manager, store) = crate::with_model(dir.path(), model.clone()).await;
 
@@ -115,8 +56,26 @@ async fn a_hundred_sessions_run_concurrently_and_each_stays_in_order() {
         replies.push(reply.unwrap());
     }
     assert_eq!(replies.len(), SESSIONS * MESSAGES);
-    assert_eq!(model.overlaps.lock().unwrap().clone(), Vec::<String>::new());
-    let peak = model.peak.load(Ordering::SeqCst);
+    // No two calls of one session (the message's first word) overlapped.
+    let calls = model.calls();
+    let session = |text: &str| {
+        text.split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let overlaps: Vec<(String, String)> = calls
+        .iter()
+        .enumerate()
+        .flat_map(|(i, a)| {
+            calls[i + 1..]
+                .iter()
+                .filter(move |b| session(&a.text) == session(&b.text) && a.overlaps(b))
+                .map(move |b| (a.text.clone(), b.text.clone()))
+        })
+        .collect();
+    assert_eq!(overlaps, vec![]);
+    let peak = model.peak_in_flight();
     assert!(peak > 1, "sessions never ran at once (peak {peak})");
 
     for s in 0..SESSIONS {
@@ -153,43 +112,10 @@ async fn a_hundred_sessions_run_concurrently_and_each_stays_in_order() {
     assert_eq!(manager.active_lanes(), 0);
 }
 
-/// A model that waits for a permit before answering (echo).
-struct Gated {
-    info: ClientInfo,
-    gate: Arc<Semaphore>,
-    calls: AtomicUsize,
-}
-
-#[async_trait]
-impl ModelClient for Gated {
-    fn info(&self) -> &ClientInfo {
-        &self.info
-    }
-
-    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let permit = self.gate.acquire().await.unwrap();
-        permit.forget();
-        let text = format!("re: {}", last_user_text(&request.messages));
-        Ok(Box::pin(futures::stream::iter(vec![Ok(
-            StreamEvent::Completed(flynn_models::ModelResponse {
-                message: Message::assistant(text),
-                stop_reason: flynn_models::StopReason::EndTurn,
-                usage: Default::default(),
-                model: request.model,
-            }),
-        )])))
-    }
-}
-
 #[tokio::test]
 async fn a_message_sent_while_a_turn_runs_is_accepted_at_once_and_queued_visibly() {
     let gate = Arc::new(Semaphore::new(0));
-    let model = Arc::new(Gated {
-        info: ClientInfo::new("m", ProviderKind::OpenaiCompatible, false),
-        gate: gate.clone(),
-        calls: AtomicUsize::new(0),
-    });
+    let model = ScriptedModel::builder("m").gate(gate.clone()).build();
     let dir = tempfile::tempdir().unwrap();
     let (manager, store) = crate::with_model(dir.path(), model.clone()).await;
     let k = key("cli:q");
@@ -206,7 +132,7 @@ async fn a_message_sent_while_a_turn_runs_is_accepted_at_once_and_queued_visibly
     };
     let first = submit("first").await;
     // Wait until the first turn is inside the model.
-    while model.calls.load(Ordering::SeqCst) == 0 {
+    while model.calls().is_empty() {
         tokio::task::yield_now().await;
     }
     let second = submit("second").await;
@@ -234,7 +160,7 @@ async fn a_message_sent_while_a_turn_runs_is_accepted_at_once_and_queued_visibly
 
 #[tokio::test]
 async fn cancel_stops_a_model_stream_that_is_running() {
-    let model = Scripted::new("m", vec![Script::Hang("partial ".into())]);
+    let model = ScriptedModel::new("m", vec![Script::Hang("partial ".into())]);
     let h = Harness::new(vec![model], Setup::default()).await;
     let k = key("cli:c");
     let mut events = h.manager.subscribe(&k);
@@ -275,7 +201,7 @@ async fn cancel_kills_a_tool_process_that_is_running_and_pairs_the_call() {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("pid");
     let command = format!("echo $$ > {}; exec sleep 30", marker.display());
-    let model = Scripted::replies("m", vec![tool_use("t1", &command)]);
+    let model = ScriptedModel::replies("m", vec![tool_use("t1", &command)]);
     // No sandbox, so `$$` is the pid this test sees (bubblewrap gives the
     // command a PID namespace of its own).
     let setup = Setup {
@@ -331,7 +257,7 @@ async fn cancel_kills_a_tool_process_that_is_running_and_pairs_the_call() {
 async fn idle_lanes_are_dropped_and_come_back_on_demand() {
     let mut setup = Setup::default();
     setup.sessions.lane_idle_secs = 1;
-    let h = Harness::new(vec![Scripted::echo("m")], setup).await;
+    let h = Harness::new(vec![ScriptedModel::echo("m")], setup).await;
     for s in 0..20 {
         let (result, _) = h.send(&key(&format!("test:{s}")), "hi").await;
         result.unwrap();
@@ -357,7 +283,7 @@ async fn idle_lanes_are_dropped_and_come_back_on_demand() {
 
 #[tokio::test]
 async fn events_carry_an_envelope_and_a_global_subscriber_sees_every_session() {
-    let h = Harness::new(vec![Scripted::echo("m")], Setup::default()).await;
+    let h = Harness::new(vec![ScriptedModel::echo("m")], Setup::default()).await;
     let mut all = h.manager.subscribe_all();
     let a = key("cli:a");
     let b = key("cli:b");
@@ -391,7 +317,7 @@ async fn events_carry_an_envelope_and_a_global_subscriber_sees_every_session() {
 
 #[tokio::test]
 async fn a_subscriber_that_never_reads_is_told_it_lagged_and_never_stalls_the_turn() {
-    let model = Scripted::replies("m", vec![Message::assistant("end")]);
+    let model = ScriptedModel::replies("m", vec![Message::assistant("end")]);
     *model.extra_deltas.lock().unwrap() = SESSION_CAPACITY + 100;
     let h = Harness::new(vec![model], Setup::default()).await;
     let k = key("cli:slow");
@@ -409,7 +335,7 @@ async fn a_subscriber_that_never_reads_is_told_it_lagged_and_never_stalls_the_tu
 
 #[tokio::test]
 async fn a_followed_turn_hands_on_only_its_own_events_and_ends_with_its_last_state() {
-    let model = Scripted::new("m", vec![Script::Hang("thinking".into())]);
+    let model = ScriptedModel::new("m", vec![Script::Hang("thinking".into())]);
     let h = Harness::new(vec![model], Setup::default()).await;
     let k = key("cli:follow");
     let mut watch = h.manager.subscribe(&k);
@@ -468,7 +394,7 @@ async fn a_followed_turn_hands_on_only_its_own_events_and_ends_with_its_last_sta
 
 #[tokio::test]
 async fn a_followed_turn_whose_end_was_lost_to_lag_still_ends_with_its_outcome() {
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![Message::assistant("one"), Message::assistant("two")],
     );
@@ -517,7 +443,7 @@ async fn shutdown_kills_the_background_processes_turns_started() {
             }),
         }],
     };
-    let model = Scripted::replies("m", vec![start, Message::assistant("Started.")]);
+    let model = ScriptedModel::replies("m", vec![start, Message::assistant("Started.")]);
     // No sandbox, so `$$` is a pid this test can look up.
     let setup = Setup {
         tools: ToolsConfig {
@@ -558,11 +484,7 @@ async fn shutdown_kills_the_background_processes_turns_started() {
 #[tokio::test]
 async fn a_drain_with_a_grace_past_the_end_of_time_returns() {
     let gate = Arc::new(Semaphore::new(0));
-    let model = Arc::new(Gated {
-        info: ClientInfo::new("m", ProviderKind::OpenaiCompatible, false),
-        gate: gate.clone(),
-        calls: AtomicUsize::new(0),
-    });
+    let model = ScriptedModel::builder("m").gate(gate.clone()).build();
     let dir = tempfile::tempdir().unwrap();
     let (manager, _store) = crate::with_model(dir.path(), model).await;
     assert_eq!(manager.drain(Duration::from_secs(u64::MAX)).await, 0);

@@ -11,7 +11,7 @@ use flynn_protocol::{ContentBlock, Message, Purpose, Role};
 use flynn_sessions::UsageLog;
 use serde_json::{Value, json};
 
-use crate::{Harness, Scripted, Setup, key, tiers};
+use crate::{Harness, ScriptedModel, Setup, key, tiers};
 
 fn call(id: &str, name: &str, input: Value) -> Message {
     Message {
@@ -50,7 +50,7 @@ async fn setup(dir: &Path) -> Setup {
     }
 }
 
-fn system_of(model: &Scripted, call: usize) -> String {
+fn system_of(model: &ScriptedModel, call: usize) -> String {
     model.requests()[call].system.clone().unwrap_or_default()
 }
 
@@ -70,7 +70,7 @@ async fn a_fact_saved_in_one_session_is_used_in_another_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let memory_dir = tempfile::tempdir().unwrap();
     // Session one: the model saves what it was told.
-    let main = Scripted::replies(
+    let main = ScriptedModel::replies(
         "m",
         vec![
             call(
@@ -95,7 +95,7 @@ async fn a_fact_saved_in_one_session_is_used_in_another_after_a_restart() {
     // Days later, a new process and another session: the fact is in the
     // prompt, and memory.search finds it too.
     let dir = tempfile::tempdir().unwrap();
-    let main = Scripted::replies(
+    let main = ScriptedModel::replies(
         "m",
         vec![
             call("s1", "tools.search", json!({"query": "memory"})),
@@ -130,7 +130,7 @@ async fn related_notes_from_other_files_are_injected_for_the_message() {
         )
         .await
         .unwrap();
-    let main = Scripted::echo("m");
+    let main = ScriptedModel::echo("m");
     let h = Harness::in_dir(dir, vec![main.clone()], setup).await;
     h.send(&key("cli:a"), "when was the engine serviced?")
         .await
@@ -157,7 +157,7 @@ async fn replacing_a_file_changed_since_it_was_read_is_refused() {
         .write(&Namespace::global(), "- one", WriteMode::Append)
         .await
         .unwrap();
-    let main = Scripted::replies(
+    let main = ScriptedModel::replies(
         "m",
         vec![
             call(
@@ -202,8 +202,8 @@ async fn facts_are_extracted_after_compaction_on_the_fast_tier_without_duplicate
         .await
         .unwrap();
     let extraction = "user: The user prefers green tea\nuser: Has a sister called Ana in Porto\nglobal: The home server is called atlas\nsomething else";
-    let main = Scripted::echo("m");
-    let fast = Scripted::replies(
+    let main = ScriptedModel::echo("m");
+    let fast = ScriptedModel::replies(
         "f",
         vec![
             Message::assistant("summary one"),

@@ -7,7 +7,7 @@ use flynn_protocol::config::{InterruptedTurns, SessionsConfig};
 use flynn_protocol::{ContentBlock, Message, RecoveryAction, Role};
 use flynn_sessions::{TurnOrigin, TurnStatus, Turns};
 
-use crate::{Harness, Scripted, Setup, key, tool_use};
+use crate::{Harness, ScriptedModel, Setup, key, tool_use};
 
 /// The id of a process that has exited (and been reaped).
 fn dead_pid() -> u32 {
@@ -46,7 +46,7 @@ async fn crashed_session(h: &Harness, k: &flynn_protocol::SessionKey) -> (u64, u
 
 #[tokio::test]
 async fn an_interrupted_session_is_reported_repaired_and_continues() {
-    let model = Scripted::echo("m");
+    let model = ScriptedModel::echo("m");
     let h = Harness::new(vec![model.clone()], Setup::default()).await;
     let k = key("cli:crashed");
     let (cut, waiting) = crashed_session(&h, &k).await;
@@ -109,7 +109,7 @@ async fn an_interrupted_session_is_reported_repaired_and_continues() {
 
 #[tokio::test]
 async fn with_rerun_the_interrupted_turns_run_again_in_order() {
-    let model = Scripted::echo("m");
+    let model = ScriptedModel::echo("m");
     let h = Harness::new(
         vec![model.clone()],
         Setup {
@@ -160,7 +160,7 @@ async fn with_rerun_the_interrupted_turns_run_again_in_order() {
 
 #[tokio::test]
 async fn turns_of_a_live_process_are_left_alone() {
-    let h = Harness::new(vec![Scripted::echo("m")], Setup::default()).await;
+    let h = Harness::new(vec![ScriptedModel::echo("m")], Setup::default()).await;
     let k = key("cli:shared");
     // The parent of this test is alive: another Flynn could be it.
     let live = TurnOrigin {
@@ -202,7 +202,7 @@ async fn a_session_that_cannot_be_loaded_at_first_is_loaded_again_and_recovered_
         .accept(&k, &[ContentBlock::text("left waiting")], &origin)
         .await
         .unwrap();
-    let model = Scripted::echo("m");
+    let model = ScriptedModel::echo("m");
     let clients = std::collections::HashMap::from([(
         "m".to_owned(),
         model.clone() as std::sync::Arc<dyn flynn_models::ModelClient>,

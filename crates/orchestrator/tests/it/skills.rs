@@ -10,7 +10,7 @@ use flynn_protocol::{ContentBlock, Message, Role};
 use flynn_skills::{FixedEnvironment, Sources};
 use serde_json::json;
 
-use crate::{Harness, Scripted, Setup, key};
+use crate::{Harness, ScriptedModel, Setup, key};
 
 fn write_skill(workspace: &std::path::Path, name: &str, description: &str, body: &str) {
     let dir = workspace.join("skills").join(name);
@@ -55,7 +55,7 @@ async fn the_index_is_in_the_prompt_and_the_body_comes_when_the_model_asks() {
         Arc::new(FixedEnvironment::new("linux")),
     )
     .reload_every(Duration::ZERO);
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![
             read_skill("t1", "deploy"),
@@ -144,7 +144,7 @@ async fn a_skill_in_use_limits_the_turn_to_what_it_declares() {
         Sources::new(&workspace.join("home"), &workspace),
         Arc::new(FixedEnvironment::new("linux")),
     );
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![
             read_skill("t1", "notes"),
@@ -238,7 +238,7 @@ async fn skill_limits_cover_commands_every_path_later_skills_and_sub_agents() {
         Sources::new(&workspace.join("home"), &workspace),
         Arc::new(FixedEnvironment::new("linux")),
     );
-    let main = Scripted::replies(
+    let main = ScriptedModel::replies(
         "m",
         vec![
             read_skill("t1", "notes"),
@@ -263,7 +263,7 @@ async fn skill_limits_cover_commands_every_path_later_skills_and_sub_agents() {
             Message::assistant("Done."),
         ],
     );
-    let fast = Scripted::replies(
+    let fast = ScriptedModel::replies(
         "f",
         vec![
             call("c1", "file.read", json!({"path": "secret.txt"})),

@@ -4,9 +4,15 @@
 //! session; `/trust` clears it; a webhook's body taints from the start;
 //! a sub-agent shares its parent's taint.
 
-use flynn_protocol::config::{TaintPolicy, WebFetchConfig};
+use std::sync::Arc;
+
+use flynn_orchestrator::TurnRequest;
+use flynn_protocol::config::{TaintPolicy, ToolsConfig, WebFetchConfig};
+use flynn_protocol::{ContentBlock, Message, Role, SessionKey, TurnOutcome};
+use flynn_sessions::Conversations;
 use flynn_testkit::FakeSite;
 use flynn_tools::ApproveAll;
+use serde_json::json;
 
 use super::*;
 
@@ -75,7 +81,7 @@ async fn a_page_cannot_get_a_secret_out_under_approve_all_in_that_turn_or_the_ne
     let site = site();
     let page = site.url("/page");
     let steal = site.url("/steal?d=hunter2");
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![
             call("c1", "web.fetch", json!({"url": page})),
@@ -130,7 +136,7 @@ async fn a_page_cannot_get_a_secret_out_under_approve_all_in_that_turn_or_the_ne
 async fn trust_clears_the_taint_and_reads_run_again() {
     let site = site();
     let page = site.url("/page");
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![
             call("c1", "web.fetch", json!({"url": page})),
@@ -161,7 +167,7 @@ async fn trust_clears_the_taint_and_reads_run_again() {
 
 #[tokio::test]
 async fn a_webhook_body_taints_its_turn_from_the_start() {
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![
             call("c1", "file.read", json!({"path": "secret.txt"})),
@@ -195,7 +201,7 @@ async fn a_webhook_body_taints_its_turn_from_the_start() {
 async fn a_sub_agent_shares_its_parents_taint() {
     let site = site();
     let page = site.url("/page");
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![
             call("c1", "web.fetch", json!({"url": page})),
@@ -230,7 +236,7 @@ async fn a_sub_agent_shares_its_parents_taint() {
 async fn taint_allow_lets_an_agent_read_after_a_page() {
     let site = site();
     let page = site.url("/page");
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![
             call("c1", "web.fetch", json!({"url": page})),

@@ -15,11 +15,11 @@ use flynn_sessions::{Conversations, TurnStatus, Turns, UsageLog, UsageTotal};
 use flynn_tools::ApproveAll;
 use serde_json::json;
 
-use crate::{Harness, Script, Scripted, Setup, confirm_shell, key, tiers, tool_use};
+use crate::{Harness, Script, ScriptedModel, Setup, confirm_shell, key, tiers, tool_use};
 
 #[tokio::test]
 async fn a_plain_answer_streams_and_is_stored_with_its_turn() {
-    let model = Scripted::replies("m", vec![Message::assistant("Hello!")]);
+    let model = ScriptedModel::replies("m", vec![Message::assistant("Hello!")]);
     let h = Harness::new(vec![model.clone()], Setup::default()).await;
     let k = key("cli:test");
     let (result, events) = h.send(&k, "hi").await;
@@ -81,7 +81,7 @@ async fn a_plain_answer_streams_and_is_stored_with_its_turn() {
 
 #[tokio::test]
 async fn tool_calls_run_and_their_results_go_back_to_the_model() {
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![tool_use("t1", "echo hi"), Message::assistant("It said hi.")],
     );
@@ -127,7 +127,7 @@ async fn tool_calls_run_and_their_results_go_back_to_the_model() {
 
 #[tokio::test]
 async fn max_iterations_ends_with_a_partial_answer_and_a_warning() {
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![
             tool_use("t1", "true"),
@@ -160,8 +160,8 @@ async fn a_failing_model_falls_back_and_says_so() {
             message: "boom".into(),
         }))
     };
-    let broken = Scripted::new("a", vec![boom(), boom(), boom()]);
-    let good = Scripted::replies("b", vec![Message::assistant("from b")]);
+    let broken = ScriptedModel::new("a", vec![boom(), boom(), boom()]);
+    let good = ScriptedModel::replies("b", vec![Message::assistant("from b")]);
     let mut models = tiers(&["a/x", "b/y"]);
     models.retry.initial_backoff_ms = 1;
     models.retry.max_backoff_ms = 1;
@@ -186,7 +186,7 @@ async fn a_failing_model_falls_back_and_says_so() {
 
 #[tokio::test]
 async fn provider_errors_end_the_turn_with_an_error_event_and_keep_the_message() {
-    let broken = Scripted::new(
+    let broken = ScriptedModel::new(
         "a",
         vec![Script::Reply(Err(ModelError::Auth {
             provider: "a".into(),
@@ -227,7 +227,7 @@ async fn provider_errors_end_the_turn_with_an_error_event_and_keep_the_message()
 
 #[tokio::test]
 async fn every_model_call_is_recorded_with_its_tier_and_cost() {
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![tool_use("t1", "true"), Message::assistant("done")],
     );
@@ -273,7 +273,7 @@ async fn every_model_call_is_recorded_with_its_tier_and_cost() {
 
 #[tokio::test]
 async fn a_call_that_needs_confirmation_is_denied_without_an_approver_and_the_model_is_told() {
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![
             tool_use("t1", "touch ran.txt"),
@@ -339,7 +339,7 @@ async fn a_call_that_needs_confirmation_is_denied_without_an_approver_and_the_mo
 
 #[tokio::test]
 async fn an_approver_lets_a_confirmed_call_run() {
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![tool_use("t1", "touch ran.txt"), Message::assistant("Done.")],
     );
@@ -388,8 +388,8 @@ fn two_agents() -> AgentsConfig {
 
 #[tokio::test]
 async fn routes_pick_the_agent_whose_tier_tools_and_prompt_the_turn_uses() {
-    let fast = Scripted::echo("f");
-    let main = Scripted::echo("m");
+    let fast = ScriptedModel::echo("f");
+    let main = ScriptedModel::echo("m");
     let mut models = tiers(&["m/one"]);
     models.tiers.fast = vec!["f/small".parse().unwrap()];
     let h = Harness::new(
@@ -436,7 +436,7 @@ async fn routes_pick_the_agent_whose_tier_tools_and_prompt_the_turn_uses() {
 #[tokio::test]
 async fn refusals_happen_before_anything_is_stored() {
     let h = Harness::new(
-        vec![Scripted::echo("m")],
+        vec![ScriptedModel::echo("m")],
         Setup {
             agents: two_agents(),
             ..Setup::default()
@@ -478,7 +478,7 @@ async fn refusals_happen_before_anything_is_stored() {
 #[tokio::test]
 async fn a_session_whose_tier_has_no_model_is_refused_before_anything_is_stored() {
     let h = Harness::new(
-        vec![Scripted::echo("m")],
+        vec![ScriptedModel::echo("m")],
         Setup {
             models: tiers(&[]),
             ..Setup::default()
@@ -499,7 +499,7 @@ async fn a_session_whose_tier_has_no_model_is_refused_before_anything_is_stored(
 
 #[tokio::test]
 async fn the_prompt_is_assembled_per_turn_from_the_agent_and_workspace_files() {
-    let model = Scripted::echo("m");
+    let model = ScriptedModel::echo("m");
     let h = Harness::new(vec![model.clone()], Setup::default()).await;
     let k = key("cli:test");
     h.send(&k, "plain").await.0.unwrap();
@@ -528,7 +528,7 @@ async fn read_only_calls_of_one_answer_run_together_and_keep_their_order() {
         name: "file.read".into(),
         input: json!({"path": path}),
     };
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![
             Message {
@@ -580,7 +580,7 @@ async fn tools_search_adds_a_deferred_tool_to_the_next_request_of_the_turn() {
             input: json!({"query": "read a file"}),
         }],
     };
-    let model = Scripted::replies("m", vec![search, Message::assistant("Found it.")]);
+    let model = ScriptedModel::replies("m", vec![search, Message::assistant("Found it.")]);
     let setup = Setup {
         tools: ToolsConfig {
             enabled: Some(vec!["shell.exec".into(), "file.read".into()]),
@@ -605,7 +605,7 @@ async fn tools_search_adds_a_deferred_tool_to_the_next_request_of_the_turn() {
         ]
     );
     // A new turn starts with the deferred tool held back again.
-    let model_two = Scripted::replies("m", vec![Message::assistant("ok")]);
+    let model_two = ScriptedModel::replies("m", vec![Message::assistant("ok")]);
     let h = Harness::new(
         vec![model_two.clone()],
         Setup {
@@ -629,7 +629,7 @@ async fn tools_search_adds_a_deferred_tool_to_the_next_request_of_the_turn() {
 
 #[tokio::test]
 async fn a_provider_override_changes_the_tools_its_models_are_offered() {
-    let model = Scripted::replies("m", vec![Message::assistant("ok")]);
+    let model = ScriptedModel::replies("m", vec![Message::assistant("ok")]);
     let setup = Setup {
         tools: ToolsConfig {
             providers: [(

@@ -16,8 +16,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use flynn_automation::{Clock, PausedClock};
 use flynn_channels::{Backoff, Delivery, Registry};
+use flynn_cron::{Automation, JobOrigin};
 use flynn_models::ModelClient;
-use flynn_orchestrator::{Automation, JobOrigin, SessionManager, Submitted, TurnRequest};
+use flynn_orchestrator::{SessionManager, Submitted, TurnRequest};
 use flynn_protocol::config::{
     AutomationConfig, Autonomy, CronJobConfig, HeartbeatConfig, Missed, ToolsConfig,
 };
@@ -27,8 +28,8 @@ use flynn_testkit::store::RealTimeStore;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::channels::{Memory, Out, telegram};
-use crate::{Harness, Script, Scripted, Setup, key, last_user_text};
+use crate::{Harness, Script, ScriptedModel, Setup, key, last_user_text};
+use flynn_testkit::chat::{MemoryChannel, Out, telegram_channels};
 
 #[track_caller]
 fn at(text: &str) -> DateTime<Utc> {
@@ -97,7 +98,7 @@ struct Rig {
     store: Arc<RealTimeStore>,
     automation: Automation,
     registry: Registry,
-    adapter: Arc<Memory>,
+    adapter: Arc<MemoryChannel>,
     _deliveries: mpsc::Receiver<Delivery>,
 }
 
@@ -105,24 +106,25 @@ impl Rig {
     async fn start(
         dir: &Path,
         clock: &PausedClock,
-        model: Arc<Scripted>,
+        model: Arc<ScriptedModel>,
         config: AutomationConfig,
     ) -> Rig {
         let store = Arc::new(RealTimeStore::open_at(&dir.join("s.db")).await);
-        let automation = Automation::new(&config, &telegram(|_| {}), Arc::new(*clock)).unwrap();
+        let automation =
+            Automation::new(&config, &telegram_channels(|_| {}), Arc::new(*clock)).unwrap();
         let clients = HashMap::from([("m".to_owned(), model as Arc<dyn ModelClient>)]);
         let manager = crate::manager_with(
             dir,
             store.clone(),
             clients,
             Setup {
-                automation: Some(automation.clone()),
+                extra_tools: automation.tools(),
                 ..Setup::default()
             },
         );
         automation.bind(manager.clone()).await.unwrap();
         let (registry, deliveries) = Registry::new(Backoff::default());
-        let adapter = Memory::new(4096);
+        let adapter = MemoryChannel::new(4096);
         registry.start(adapter.clone()).await;
         automation.start(Some(registry.clone())).await.unwrap();
         Rig {
@@ -200,7 +202,7 @@ async fn a_cron_job_runs_at_its_time_and_its_answer_reaches_the_chat() {
     let dir = tempfile::tempdir().unwrap();
     // Monday 07:00 in Berlin (summer time, UTC+2).
     let clock = PausedClock::starting_at(at("2026-05-04T05:00:00Z"));
-    let model = Scripted::replies("m", vec![Message::assistant("Three meetings today.")]);
+    let model = ScriptedModel::replies("m", vec![Message::assistant("Three meetings today.")]);
     let mut brief = job("brief", "30 7 * * MON-FRI", "Give me the morning brief");
     brief.timezone = "Europe/Berlin".to_owned();
     brief.deliver_to = Some("telegram:42".to_owned());
@@ -267,7 +269,7 @@ async fn a_failed_run_is_recorded_and_told_and_the_next_one_still_runs() {
     let dir = tempfile::tempdir().unwrap();
     let clock = PausedClock::starting_at(at("2026-05-04T08:30:00Z"));
     // The first call is refused; later ones are echoed.
-    let model = Scripted::new(
+    let model = ScriptedModel::new(
         "m",
         vec![Script::Reply(Err(flynn_models::Error::InvalidRequest {
             provider: "m".to_owned(),
@@ -348,7 +350,7 @@ async fn after_a_restart_run_once_catches_up_once_and_skip_runs_nothing() {
         jobs: vec![catch_up, job("skipper", "0 * * * *", "skip")],
         ..AutomationConfig::default()
     };
-    let texts = |model: &Scripted| -> Vec<String> {
+    let texts = |model: &ScriptedModel| -> Vec<String> {
         let mut texts: Vec<String> = model
             .requests()
             .iter()
@@ -360,7 +362,7 @@ async fn after_a_restart_run_once_catches_up_once_and_skip_runs_nothing() {
 
     // The first process runs both at 09:00, then stops at 09:30.
     let clock = PausedClock::starting_at(at("2026-05-04T08:30:00Z"));
-    let first = Scripted::echo("m");
+    let first = ScriptedModel::echo("m");
     let rig = Rig::start(dir.path(), &clock, first.clone(), config.clone()).await;
     advance_to(&clock, "2026-05-04T09:30:00Z").await;
     assert_eq!(texts(&first), ["catch up", "skip"]);
@@ -368,7 +370,7 @@ async fn after_a_restart_run_once_catches_up_once_and_skip_runs_nothing() {
 
     // Down until 12:20: 10:00, 11:00 and 12:00 were missed.
     let clock = PausedClock::starting_at(at("2026-05-04T12:20:00Z"));
-    let second = Scripted::echo("m");
+    let second = ScriptedModel::echo("m");
     let rig = Rig::start(dir.path(), &clock, second.clone(), config.clone()).await;
     advance_to(&clock, "2026-05-04T12:50:00Z").await;
     assert_eq!(texts(&second), ["catch up"]);
@@ -391,7 +393,7 @@ async fn after_a_restart_run_once_catches_up_once_and_skip_runs_nothing() {
 
     // Back at 13:40 with nothing missed: nothing runs.
     let clock = PausedClock::starting_at(at("2026-05-04T13:40:00Z"));
-    let third = Scripted::echo("m");
+    let third = ScriptedModel::echo("m");
     let rig = Rig::start(dir.path(), &clock, third.clone(), config).await;
     advance_to(&clock, "2026-05-04T13:59:00Z").await;
     assert_eq!(texts(&third), Vec::<String>::new());
@@ -430,7 +432,7 @@ async fn a_run_left_running_by_a_dead_process_is_recorded_as_interrupted() {
         store.close().await;
     }
     let clock = PausedClock::starting_at(at("2026-05-04T09:00:00Z"));
-    let model = Scripted::echo("m");
+    let model = ScriptedModel::echo("m");
     let mut nightly = job("nightly", "0 3 * * *", "nightly");
     nightly.missed = Missed::RunOnce;
     let rig = Rig::start(
@@ -469,7 +471,7 @@ async fn an_agent_adds_lists_and_removes_jobs_with_the_cron_tools() {
     let dir = tempfile::tempdir().unwrap();
     // Monday 08:00 in Berlin.
     let clock = PausedClock::starting_at(at("2026-05-04T06:00:00Z"));
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![
             calls(&[(
@@ -618,7 +620,7 @@ async fn an_agent_adds_lists_and_removes_jobs_with_the_cron_tools() {
 
     // The job survives a restart, with its last run; removing it stops it.
     let clock = PausedClock::starting_at(at("2026-05-04T08:00:00Z"));
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![
             calls(&[("r1", "cron.remove", json!({"name": "standup"}))]),
@@ -665,7 +667,7 @@ async fn an_agent_adds_lists_and_removes_jobs_with_the_cron_tools() {
 
 #[tokio::test]
 async fn under_supervised_autonomy_cron_add_asks_first_and_cron_list_does_not() {
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![
             calls(&[
@@ -681,7 +683,7 @@ async fn under_supervised_autonomy_cron_add_asks_first_and_cron_list_does_not() 
     );
     let automation = Automation::new(
         &AutomationConfig::default(),
-        &telegram(|_| {}),
+        &telegram_channels(|_| {}),
         Arc::new(flynn_automation::SystemClock),
     )
     .unwrap();
@@ -692,7 +694,7 @@ async fn under_supervised_autonomy_cron_add_asks_first_and_cron_list_does_not() 
                 autonomy: Autonomy::Supervised,
                 ..ToolsConfig::default()
             },
-            automation: Some(automation.clone()),
+            extra_tools: automation.tools(),
             ..Setup::default()
         },
     )
@@ -742,7 +744,7 @@ async fn an_idle_heartbeat_makes_no_model_call_in_a_whole_day() {
     )
     .unwrap();
     let clock = PausedClock::starting_at(at("2026-05-05T00:00:00Z"));
-    let model = Scripted::echo("m");
+    let model = ScriptedModel::echo("m");
     let rig = Rig::start(
         dir.path(),
         &clock,
@@ -773,7 +775,7 @@ async fn a_due_heartbeat_task_asks_the_agent_exactly_once() {
     )
     .unwrap();
     let clock = PausedClock::starting_at(at("2026-05-05T00:00:00Z"));
-    let model = Scripted::replies("m", vec![Message::assistant("Two new mails.")]);
+    let model = ScriptedModel::replies("m", vec![Message::assistant("Two new mails.")]);
     let rig = Rig::start(
         dir.path(),
         &clock,
@@ -811,7 +813,7 @@ async fn a_heartbeat_task_whose_message_is_refused_is_due_again_at_the_next_beat
     )
     .unwrap();
     let clock = PausedClock::starting_at(at("2026-05-05T07:45:00Z"));
-    let model = Scripted::replies("m", vec![Message::assistant("Two new mails.")]);
+    let model = ScriptedModel::replies("m", vec![Message::assistant("Two new mails.")]);
     let rig = Rig::start(
         dir.path(),
         &clock,

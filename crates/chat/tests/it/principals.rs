@@ -13,8 +13,10 @@ use flynn_protocol::{ContentBlock, Message, Principal, Role};
 use flynn_sessions::{Conversations, Turns};
 use serde_json::{Value, json};
 
-use crate::channels::{Memory, Out, dm, router, sent_texts, telegram};
-use crate::{Harness, Scripted, Setup, confirm_shell, key, tool_use};
+use flynn_testkit::chat::{MemoryChannel, Out, telegram_channels};
+
+use crate::router::{dm, router, sent_texts};
+use crate::{Harness, ScriptedModel, Setup, confirm_shell, key, tool_use};
 
 fn calls(calls: &[(&str, &str, Value)]) -> Message {
     Message {
@@ -31,7 +33,7 @@ fn calls(calls: &[(&str, &str, Value)]) -> Message {
 }
 
 /// Every tool result the model was given, by call id.
-fn results(model: &Scripted) -> Vec<(String, String, bool)> {
+fn results(model: &ScriptedModel) -> Vec<(String, String, bool)> {
     model
         .requests()
         .iter()
@@ -48,7 +50,7 @@ fn results(model: &Scripted) -> Vec<(String, String, bool)> {
         .collect()
 }
 
-fn result(model: &Scripted, id: &str) -> (String, bool) {
+fn result(model: &ScriptedModel, id: &str) -> (String, bool) {
     let mut found = results(model)
         .into_iter()
         .filter(|(call, _, _)| call == id)
@@ -81,7 +83,7 @@ fn shown(out: &[Out]) -> Vec<String> {
 }
 
 /// Waits for the router to have shown a text containing `needle`.
-async fn sent_containing(adapter: &Memory, needle: &str) -> Vec<Out> {
+async fn sent_containing(adapter: &MemoryChannel, needle: &str) -> Vec<Out> {
     adapter
         .until(|out| shown(out).iter().any(|t| t.contains(needle)))
         .await
@@ -109,7 +111,7 @@ async fn a_guest_cannot_read_list_or_message_the_owners_sessions_or_memory() {
         )
         .await
         .unwrap();
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![
             Message::assistant("Noted."),
@@ -147,8 +149,8 @@ async fn a_guest_cannot_read_list_or_message_the_owners_sessions_or_memory() {
         },
     )
     .await;
-    let adapter = Memory::new(4096);
-    let config = telegram(|c| {
+    let adapter = MemoryChannel::new(4096);
+    let config = telegram_channels(|c| {
         c.owners = vec!["1".into()];
         c.allow_from = vec!["2".into()];
     });
@@ -224,7 +226,7 @@ async fn a_guest_cannot_read_list_or_message_the_owners_sessions_or_memory() {
 
 #[tokio::test]
 async fn a_guest_switches_only_to_routed_agents_and_listed_models_and_cannot_trust() {
-    let model = Scripted::replies("m", vec![]);
+    let model = ScriptedModel::replies("m", vec![]);
     let mut public = AgentConfig::new("public");
     public.models = vec!["default".into()];
     let h = Harness::new(
@@ -243,8 +245,8 @@ async fn a_guest_switches_only_to_routed_agents_and_listed_models_and_cannot_tru
         },
     )
     .await;
-    let adapter = Memory::new(4096);
-    let config = telegram(|c| {
+    let adapter = MemoryChannel::new(4096);
+    let config = telegram_channels(|c| {
         c.owners = vec!["1".into()];
         c.allow_from = vec!["2".into()];
     });
@@ -312,7 +314,7 @@ fn press(id: &str, from: &str, data: &str, chat: &str) -> InboundEvent {
 
 #[tokio::test]
 async fn a_guests_confirmation_is_asked_of_the_owner_and_the_guest_cannot_approve_it() {
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![
             Message::assistant("Hello."),
@@ -328,8 +330,8 @@ async fn a_guests_confirmation_is_asked_of_the_owner_and_the_guest_cannot_approv
         },
     )
     .await;
-    let adapter = Memory::new(8192);
-    let config = telegram(|c| {
+    let adapter = MemoryChannel::new(8192);
+    let config = telegram_channels(|c| {
         c.owners = vec!["1".into()];
         c.allow_from = vec!["2".into()];
         c.guest_tools = Some(every_tool());
@@ -382,7 +384,7 @@ async fn a_guests_confirmation_is_asked_of_the_owner_and_the_guest_cannot_approv
 
 #[tokio::test]
 async fn a_guests_confirmation_is_denied_when_no_owner_can_be_asked() {
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![
             tool_use("t1", "touch guest.txt"),
@@ -397,9 +399,9 @@ async fn a_guests_confirmation_is_denied_when_no_owner_can_be_asked() {
         },
     )
     .await;
-    let adapter = Memory::new(8192);
+    let adapter = MemoryChannel::new(8192);
     // An existing config: no owners, so every sender is a guest.
-    let config = telegram(|c| {
+    let config = telegram_channels(|c| {
         c.allow_from = vec!["2".into()];
         c.guest_tools = Some(every_tool());
     });
@@ -421,7 +423,7 @@ async fn a_guests_confirmation_is_denied_when_no_owner_can_be_asked() {
 
 #[tokio::test]
 async fn agents_reach_only_the_agents_they_may_delegate_to_and_never_widen_their_tools() {
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![
             calls(&[(
@@ -475,7 +477,7 @@ async fn agents_reach_only_the_agents_they_may_delegate_to_and_never_widen_their
 
 #[tokio::test]
 async fn a_turns_principal_survives_in_the_store_for_a_rerun() {
-    let model = Scripted::replies("m", vec![Message::assistant("Hi.")]);
+    let model = ScriptedModel::replies("m", vec![Message::assistant("Hi.")]);
     let h = Harness::new(vec![model], Setup::default()).await;
     let mut request = TurnRequest::text(key("telegram:7"), "hello");
     request.principal = Principal::guest("telegram", "7");

@@ -20,38 +20,38 @@
 //! wait.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use base64::Engine;
 use bytes::Bytes;
 use flynn_channels::outbound::{self, Sent};
 use flynn_channels::ratelimit::{RateLimiter, Verdict};
 use flynn_channels::{
-    Action, Attachment, AttachmentKind, Button, ButtonStyle, ChannelAdapter, ChannelState,
-    ChatKind, Delivery, Disposition, InboundEvent, InboundMessage, Registry, Target,
+    Action, Attachment, AttachmentKind, ChannelAdapter, ChannelState, ChatKind, Delivery,
+    Disposition, InboundEvent, InboundMessage, Registry, Target,
 };
 use flynn_protocol::config::{ChannelAccess, ChannelsConfig, DmPolicy, GuestApprovals};
 use flynn_protocol::{AgentEvent, ContentBlock, ImageSource, Principal, SessionKey, TurnId};
 use flynn_sessions::PairingError;
 use flynn_sessions::pairing::CODE_TTL_MS;
-use flynn_tools::{ApprovalRequest, Approver, Decision};
+use flynn_tools::{Approver, Decision};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
-use crate::automation::target_of;
-use crate::commands::Command;
-use crate::follow::{Followed, TurnEvents};
-use crate::lane::{RecoveredTurn, Recovery};
-use crate::outbox::Undelivered;
-use crate::runtime::{SessionManager, Submitted, TurnHandle, TurnRequest};
-use crate::{Error, Result};
+use crate::approver::{ChannelApprover, OwnerApprover};
+use crate::inbox::{megabytes, safe_file_name, save_in_inbox};
+use flynn_orchestrator::{
+    Command, Error, Followed, RecoveredTurn, Recovery, Result, SessionManager, Submitted,
+    TurnEvents, TurnHandle, TurnRequest, Undelivered,
+};
 use flynn_protocol::clock::now_millis;
 use flynn_protocol::sync::lock;
+
+mod approver;
+mod inbox;
 
 /// Largest file from a chat kept for the model.
 pub const MAX_ATTACHMENT_BYTES: usize = 20 * 1024 * 1024;
@@ -62,63 +62,63 @@ pub const MAX_ATTACHMENTS: usize = 10;
 /// does not fit is left out, saying so.
 pub const MAX_BYTES_IN_FLIGHT: u64 = 64 * 1024 * 1024;
 /// The longest one file from a chat may take to download.
-const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(120);
 /// How often the typing indicator is renewed while a turn runs (platforms
 /// show it for about five seconds).
-const TYPING_EVERY: Duration = Duration::from_secs(4);
+pub(crate) const TYPING_EVERY: Duration = Duration::from_secs(4);
 /// Button presses remembered to answer a redelivered press once.
-const RECENT_ACTIONS: usize = 1024;
+pub(crate) const RECENT_ACTIONS: usize = 1024;
 /// Chat commands remembered (by the platform's message id) to run a
 /// redelivered one once.
-const RECENT_COMMANDS: usize = 1024;
+pub(crate) const RECENT_COMMANDS: usize = 1024;
 /// How long a recovered answer waits for its channel to come up.
-const RECOVERED_WAIT: Duration = Duration::from_secs(60);
+pub(crate) const RECOVERED_WAIT: Duration = Duration::from_secs(60);
 
 /// Routes deliveries from a [`Registry`]'s adapters into sessions and
 /// answers back. Cheap to clone.
 #[derive(Clone)]
 pub struct ChannelRouter {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
-    manager: SessionManager,
-    registry: Registry,
-    access: HashMap<String, ChannelAccess>,
-    limiters: Mutex<HashMap<String, RateLimiter>>,
-    confirmations: Mutex<HashMap<String, Waiting>>,
+pub(crate) struct Inner {
+    pub(crate) manager: SessionManager,
+    pub(crate) registry: Registry,
+    pub(crate) access: HashMap<String, ChannelAccess>,
+    pub(crate) limiters: Mutex<HashMap<String, RateLimiter>>,
+    pub(crate) confirmations: Mutex<HashMap<String, Waiting>>,
     /// Where each channel's owner last wrote in a direct chat: a guest's
     /// confirmations are asked there.
-    owner_chats: Mutex<HashMap<String, Target>>,
-    recent_actions: Mutex<VecDeque<String>>,
+    pub(crate) owner_chats: Mutex<HashMap<String, Target>>,
+    pub(crate) recent_actions: Mutex<VecDeque<String>>,
     /// Commands handled, by `<session> <message id>`: a redelivered
     /// `/reset` must not wipe what came after it.
-    recent_commands: Mutex<VecDeque<String>>,
+    pub(crate) recent_commands: Mutex<VecDeque<String>>,
     /// Deliveries waiting for their chat's earlier ones, by chat: chats
     /// are handled concurrently, each one's deliveries in order.
-    lines: Mutex<HashMap<String, VecDeque<Delivery>>>,
-    tasks: TaskTracker,
+    pub(crate) lines: Mutex<HashMap<String, VecDeque<Delivery>>>,
+    pub(crate) tasks: TaskTracker,
     /// Where files from chats are saved (`<workspace>/inbox/<channel>/`).
-    workspace: PathBuf,
+    pub(crate) workspace: PathBuf,
     /// Each channel's download budget, in bytes ([`MAX_BYTES_IN_FLIGHT`]).
-    in_flight: Mutex<HashMap<String, Arc<Semaphore>>>,
+    pub(crate) in_flight: Mutex<HashMap<String, Arc<Semaphore>>>,
     /// Why each channel's deliveries are being refused, and how many were,
     /// since the last one accepted: a store that cannot write refuses
     /// every redelivery, and the reason is logged once, not each time.
-    refusing: Mutex<HashMap<String, (String, u64)>>,
+    pub(crate) refusing: Mutex<HashMap<String, (String, u64)>>,
 }
 
 /// A confirmation waiting for a button press.
-struct Waiting {
-    channel: String,
+pub(crate) struct Waiting {
+    pub(crate) channel: String,
     /// Who may press its buttons.
-    answerer: Answerer,
-    answer: oneshot::Sender<(Decision, String)>,
+    pub(crate) answerer: Answerer,
+    pub(crate) answer: oneshot::Sender<(Decision, String)>,
 }
 
 /// Who may answer a confirmation asked in a chat.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Answerer {
+pub(crate) enum Answerer {
     /// The channel's owners.
     Owners,
     /// One sender: the guest who asked (`guest_approvals: requester`).
@@ -191,7 +191,7 @@ impl ChannelRouter {
 
     /// Starts handling one delivery: behind its chat's earlier ones, if
     /// any are still being handled.
-    fn dispatch(&self, delivery: Delivery) {
+    pub(crate) fn dispatch(&self, delivery: Delivery) {
         let line = match &delivery.event {
             InboundEvent::Message(message) => {
                 format!("{}\n{}", delivery.channel, message.conversation.peer())
@@ -265,7 +265,7 @@ impl ChannelRouter {
         for (session, mut notes) in notes {
             notes.sort_by_key(|(turn, _)| *turn);
             let channel = session.channel().to_owned();
-            let target = target_of(&session);
+            let target = Target::session(&session);
             let router = self.clone();
             self.inner.tasks.spawn(async move {
                 let Some(adapter) = router.adapter_when_up(&channel).await else {
@@ -289,9 +289,9 @@ impl ChannelRouter {
     }
 
     /// Answers a turn recovery runs again in its chat, as it runs.
-    fn answer_rerun(&self, session: SessionKey, handle: TurnHandle) {
+    pub(crate) fn answer_rerun(&self, session: SessionKey, handle: TurnHandle) {
         let channel = session.channel().to_owned();
-        let target = target_of(&session);
+        let target = Target::session(&session);
         // Subscribed now: the turn may start before the adapter is up.
         let followed = handle.follow(self.inner.manager.subscribe(&session));
         let router = self.clone();
@@ -305,7 +305,7 @@ impl ChannelRouter {
     }
 
     /// Records that `turn`'s outcome reached its chat (the outbox's mark).
-    async fn delivered(&self, turn: TurnId) {
+    pub(crate) async fn delivered(&self, turn: TurnId) {
         // A test stops here as if the process died between the chat
         // getting the message and the mark.
         flynn_protocol::fault::point("answer.mark");
@@ -316,7 +316,7 @@ impl ChannelRouter {
 
     /// The adapter of `channel` once it is connected (or after
     /// [`RECOVERED_WAIT`], whatever its state).
-    async fn adapter_when_up(&self, channel: &str) -> Option<Arc<dyn ChannelAdapter>> {
+    pub(crate) async fn adapter_when_up(&self, channel: &str) -> Option<Arc<dyn ChannelAdapter>> {
         let deadline = tokio::time::Instant::now() + RECOVERED_WAIT;
         loop {
             let connected =
@@ -378,13 +378,18 @@ impl ChannelRouter {
         delivery.settle(disposition);
     }
 
-    fn access(&self, channel: &str) -> ChannelAccess {
+    pub(crate) fn access(&self, channel: &str) -> ChannelAccess {
         self.inner.access.get(channel).cloned().unwrap_or_default()
     }
 
     /// Whether `sender` is the owner on `channel`: listed in `owners`, or
     /// promoted when paired.
-    async fn is_owner(&self, channel: &str, access: &ChannelAccess, sender: &str) -> Result<bool> {
+    pub(crate) async fn is_owner(
+        &self,
+        channel: &str,
+        access: &ChannelAccess,
+        sender: &str,
+    ) -> Result<bool> {
         if access.owners.iter().any(|owner| owner == sender) {
             return Ok(true);
         }
@@ -397,7 +402,12 @@ impl ChannelRouter {
     }
 
     /// Whether `sender` may talk to `channel`.
-    async fn allowed(&self, channel: &str, access: &ChannelAccess, sender: &str) -> Result<bool> {
+    pub(crate) async fn allowed(
+        &self,
+        channel: &str,
+        access: &ChannelAccess,
+        sender: &str,
+    ) -> Result<bool> {
         if access.dm_policy == DmPolicy::Open
             || access.allow_from.iter().any(|a| a == "*" || a == sender)
         {
@@ -411,7 +421,7 @@ impl ChannelRouter {
             .await?)
     }
 
-    async fn message(
+    pub(crate) async fn message(
         &self,
         channel: &str,
         adapter: &Arc<dyn ChannelAdapter>,
@@ -564,7 +574,7 @@ impl ChannelRouter {
     /// A chat command: settled as soon as its session's lane holds it (in
     /// order with the chat's messages), answered from a task. A command
     /// the platform delivers again (same message id) runs once.
-    async fn command(
+    pub(crate) async fn command(
         &self,
         channel: &str,
         adapter: &Arc<dyn ChannelAdapter>,
@@ -612,7 +622,7 @@ impl ChannelRouter {
 
     /// An unknown sender: a pairing code in a direct chat, silence in a
     /// group.
-    async fn pair(
+    pub(crate) async fn pair(
         &self,
         channel: &str,
         adapter: &Arc<dyn ChannelAdapter>,
@@ -694,7 +704,11 @@ impl ChannelRouter {
     /// before downloading, and again while downloading), within the
     /// channel's [`MAX_BYTES_IN_FLIGHT`]; a file left out is named in the
     /// text the model sees, with the reason.
-    async fn content(&self, channel: &str, message: &InboundMessage) -> Vec<ContentBlock> {
+    pub(crate) async fn content(
+        &self,
+        channel: &str,
+        message: &InboundMessage,
+    ) -> Vec<ContentBlock> {
         let mut content = Vec::new();
         let mut text = message.text.trim().to_owned();
         let fetched = self.download(channel, &message.attachments).await;
@@ -743,7 +757,7 @@ impl ChannelRouter {
     /// Downloads a message's files through `channel`'s adapter, all at
     /// once, each within the limits; one result per attachment, in order,
     /// the error being the reason it was left out.
-    async fn download(
+    pub(crate) async fn download(
         &self,
         channel: &str,
         attachments: &[Attachment],
@@ -807,7 +821,7 @@ impl ChannelRouter {
 
     /// The download budget of `channel`: bytes of files it may fetch at
     /// once.
-    fn in_flight(&self, channel: &str) -> Arc<Semaphore> {
+    pub(crate) fn in_flight(&self, channel: &str) -> Arc<Semaphore> {
         lock(&self.inner.in_flight)
             .entry(channel.to_owned())
             .or_insert_with(|| {
@@ -820,7 +834,7 @@ impl ChannelRouter {
 
     /// Saves a file under `<workspace>/inbox/<channel>/`; returns its path
     /// relative to the workspace. See [`save_in_inbox`].
-    async fn save(
+    pub(crate) async fn save(
         &self,
         channel: &str,
         attachment: &Attachment,
@@ -834,7 +848,7 @@ impl ChannelRouter {
             .map_err(std::io::Error::other)?
     }
 
-    async fn action(
+    pub(crate) async fn action(
         &self,
         channel: &str,
         adapter: &Arc<dyn ChannelAdapter>,
@@ -918,7 +932,7 @@ impl ChannelRouter {
     }
 
     /// Sends a short message in the background.
-    fn say(&self, adapter: &Arc<dyn ChannelAdapter>, target: &Target, text: String) {
+    pub(crate) fn say(&self, adapter: &Arc<dyn ChannelAdapter>, target: &Target, text: String) {
         let adapter = adapter.clone();
         let target = target.clone();
         self.inner.tasks.spawn(async move {
@@ -929,7 +943,7 @@ impl ChannelRouter {
     }
 
     /// Streams a turn's answer to its chat.
-    async fn respond(
+    pub(crate) async fn respond(
         &self,
         adapter: Arc<dyn ChannelAdapter>,
         target: Target,
@@ -1022,410 +1036,6 @@ impl ChannelRouter {
 
 /// The key the messages of `turn`'s outcome are sent with
 /// ([`outbound::send_once`]), the same in every process.
-fn turn_key(session: &SessionKey, turn: TurnId) -> String {
+pub(crate) fn turn_key(session: &SessionKey, turn: TurnId) -> String {
     format!("{session} turn {turn}")
-}
-
-/// Largest tool input shown for approval in a chat, in bytes; a longer
-/// one is never shown cut short: it is denied, to be done another way.
-pub const MAX_APPROVAL_INPUT: usize = 32 * 1024;
-
-/// Asks for confirmations in a chat: the one a turn came from, or the
-/// owner's.
-struct ChannelApprover {
-    router: ChannelRouter,
-    adapter: Arc<dyn ChannelAdapter>,
-    target: Target,
-    channel: String,
-    /// Who may press the buttons.
-    answerer: Answerer,
-    /// Whose turn asks, when it is not the chat's own (a guest's call
-    /// asked in the owner's chat).
-    asked_for: Option<String>,
-}
-
-/// A token nobody can guess, for one confirmation's buttons.
-fn random_token() -> String {
-    let mut bytes = [0u8; 12];
-    if getrandom::fill(&mut bytes).is_err() {
-        // No OS randomness: fall back to the clock and a counter, still
-        // bound to the chat and the answerer.
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        return format!("{:x}{n:x}", now_millis());
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The tool call as a chat shows it for approval: the whole input in a
-/// code block no input can close early.
-fn approval_text(request: &ApprovalRequest, asked_for: Option<&str>) -> Option<String> {
-    let input = serde_json::to_string_pretty(&request.input).unwrap_or_default();
-    if input.len() > MAX_APPROVAL_INPUT {
-        return None;
-    }
-    let mut longest = 0;
-    let mut run = 0;
-    for c in input.chars() {
-        run = if c == '`' { run + 1 } else { 0 };
-        longest = longest.max(run);
-    }
-    let fence = "`".repeat((longest + 1).max(3));
-    let mut text = format!("**Allow `{}`?**", request.tool);
-    if let Some(who) = asked_for {
-        text.push_str(&format!("\n_Asked in a conversation with {who}._"));
-    }
-    text.push_str(&format!("\n{fence}json\n{input}\n{fence}"));
-    Some(text)
-}
-
-#[async_trait]
-impl Approver for ChannelApprover {
-    async fn approve(&self, request: &ApprovalRequest) -> Decision {
-        let inner = &self.router.inner;
-        let token = random_token();
-        let Some(mut text) = approval_text(request, self.asked_for.as_deref()) else {
-            return Decision::Deny {
-                reason: format!(
-                    "its input is longer than {} KiB, too long to show for approval in a chat",
-                    MAX_APPROVAL_INPUT / 1024
-                ),
-            };
-        };
-        if let Some(reason) = &request.reason {
-            text.push_str(&format!("\n_{reason}_"));
-        }
-        text.push_str(&format!(
-            "\nDenied automatically in {} s.",
-            request.timeout.as_secs()
-        ));
-        let buttons = [
-            Button {
-                label: "Approve".to_owned(),
-                data: format!("y:{token}"),
-                style: ButtonStyle::Primary,
-            },
-            Button {
-                label: "Deny".to_owned(),
-                data: format!("n:{token}"),
-                style: ButtonStyle::Danger,
-            },
-        ];
-        let (tx, rx) = oneshot::channel();
-        lock(&inner.confirmations).insert(
-            token.clone(),
-            Waiting {
-                channel: self.channel.clone(),
-                answerer: self.answerer.clone(),
-                answer: tx,
-            },
-        );
-        let mut guard = Unlist {
-            router: self.router.clone(),
-            token,
-            adapter: self.adapter.clone(),
-            target: self.target.clone(),
-            text: text.clone(),
-            sent: None,
-        };
-        match outbound::send(self.adapter.as_ref(), &self.target, &text, &buttons).await {
-            Ok(sent) => guard.sent = Some(sent),
-            Err(e) => {
-                return Decision::Deny {
-                    reason: format!("could not ask on {}: {e}", self.channel),
-                };
-            }
-        }
-        let Ok((decision, who)) = rx.await else {
-            return Decision::Deny {
-                reason: "the confirmation was withdrawn".to_owned(),
-            };
-        };
-        let verdict = match &decision {
-            Decision::Approve => format!("✅ Approved by {who}"),
-            Decision::Deny { .. } => format!("❌ Denied by {who}"),
-        };
-        guard.finish(verdict).await;
-        decision
-    }
-}
-
-/// Asks the owner about a guest's tool call: in the owner's direct chat
-/// on the channel when the owner has written there, else through the
-/// runtime's owner approver (the dashboard); never the guest.
-struct OwnerApprover {
-    router: ChannelRouter,
-    adapter: Arc<dyn ChannelAdapter>,
-    channel: String,
-    /// The guest, as the owner is shown it.
-    guest: String,
-}
-
-#[async_trait]
-impl Approver for OwnerApprover {
-    async fn approve(&self, request: &ApprovalRequest) -> Decision {
-        let inner = &self.router.inner;
-        let owner_chat = lock(&inner.owner_chats).get(&self.channel).cloned();
-        if let Some(target) = owner_chat {
-            let asker = ChannelApprover {
-                router: self.router.clone(),
-                adapter: self.adapter.clone(),
-                target,
-                channel: self.channel.clone(),
-                answerer: Answerer::Owners,
-                asked_for: Some(format!("the guest {} on {}", self.guest, self.channel)),
-            };
-            return asker.approve(request).await;
-        }
-        match inner.manager.owner_approver() {
-            Some(approver) => approver.approve(request).await,
-            None => Decision::Deny {
-                reason: format!(
-                    "it needs the owner's approval, and the owner could not be asked: name the owner in channels.{}.owners and write to the bot once, or open the dashboard",
-                    self.channel
-                ),
-            },
-        }
-    }
-}
-
-/// Takes a confirmation off the waiting list when its wait ends, and
-/// takes the buttons off its message.
-struct Unlist {
-    router: ChannelRouter,
-    token: String,
-    adapter: Arc<dyn ChannelAdapter>,
-    target: Target,
-    text: String,
-    sent: Option<Sent>,
-}
-
-impl Unlist {
-    async fn finish(&mut self, verdict: String) {
-        if let Some(mut sent) = self.sent.take() {
-            let text = format!("{}\n\n{verdict}", self.text);
-            if let Err(e) =
-                outbound::show(self.adapter.as_ref(), &self.target, &mut sent, &text, &[]).await
-            {
-                tracing::debug!(error = %e, "could not update the confirmation");
-            }
-        }
-    }
-}
-
-impl Drop for Unlist {
-    fn drop(&mut self) {
-        lock(&self.router.inner.confirmations).remove(&self.token);
-        // Timed out or cancelled: the buttons go, so nobody presses them
-        // for nothing.
-        if let Some(mut sent) = self.sent.take() {
-            let adapter = self.adapter.clone();
-            let target = self.target.clone();
-            let text = format!("{}\n\n⌛ No longer waiting.", self.text);
-            self.router.inner.tasks.spawn(async move {
-                let _ = outbound::show(adapter.as_ref(), &target, &mut sent, &text, &[]).await;
-            });
-        }
-    }
-}
-
-/// A file name from a chat, safe to write: no directories, no dot files,
-/// at most 100 bytes.
-fn safe_file_name(name: &str) -> String {
-    let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
-    let mut clean: String = base
-        .chars()
-        .map(|c| {
-            if c.is_alphanumeric() || matches!(c, '.' | '-' | '_') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    while clean.starts_with('.') {
-        clean.remove(0);
-    }
-    let cut = clean.floor_char_boundary(clean.len().min(100));
-    clean.truncate(cut);
-    if clean.is_empty() {
-        "file".to_owned()
-    } else {
-        clean
-    }
-}
-
-/// Names tried for one file before giving up (`<millis>-<name>`, then
-/// `<millis>-<n>-<name>`).
-const SAVE_TRIES: u32 = 16;
-
-/// Saves `data` as `inbox/<channel>/<millis>-<name>` in `workspace` and
-/// returns that relative path. Private to the daemon's user: directories
-/// it creates are 0700, the file 0600. Refuses a symbolic link (or
-/// anything but a directory) at `inbox` or `inbox/<channel>`: each
-/// directory is opened without following links and the next one is
-/// created and opened inside it, and the file is created exclusively
-/// there, so a link planted in the workspace (by a sandboxed command, say)
-/// cannot send a chat's file elsewhere.
-fn save_in_inbox(
-    workspace: &Path,
-    channel: &str,
-    name: &str,
-    data: &[u8],
-) -> std::io::Result<PathBuf> {
-    let mut relative = PathBuf::from("inbox");
-    for part in channel.split(['/', '\\']) {
-        if !part.is_empty() && part != "." && part != ".." {
-            relative.push(part);
-        }
-    }
-    let dirs: Vec<String> = relative
-        .iter()
-        .map(|part| part.to_string_lossy().into_owned())
-        .collect();
-    let millis = now_millis();
-    let mut last = None;
-    for n in 0..SAVE_TRIES {
-        let file = if n == 0 {
-            format!("{millis}-{name}")
-        } else {
-            format!("{millis}-{n}-{name}")
-        };
-        match create_private_file(workspace, &dirs, &file, data) {
-            Ok(()) => return Ok(relative.join(file)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| std::io::Error::other("no free file name in the inbox")))
-}
-
-/// The error for `dirs[..=at]`, which is not a real directory.
-fn not_a_directory(dirs: &[String], at: usize, what: &str) -> std::io::Error {
-    std::io::Error::other(format!(
-        "{} is {what}, not a directory; chat files are saved only into real directories in the workspace (remove it, and Flynn creates the directory)",
-        dirs[..=at].join("/")
-    ))
-}
-
-#[cfg(unix)]
-fn create_private_file(
-    workspace: &Path,
-    dirs: &[String],
-    file: &str,
-    data: &[u8],
-) -> std::io::Result<()> {
-    use std::io::Write;
-
-    use rustix::fs::{Mode, OFlags};
-    use rustix::io::Errno;
-    let mut dir = rustix::fs::open(
-        workspace,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    for (at, part) in dirs.iter().enumerate() {
-        match rustix::fs::mkdirat(&dir, part.as_str(), Mode::RWXU) {
-            Ok(()) | Err(Errno::EXIST) => {}
-            Err(e) => return Err(e.into()),
-        }
-        dir = match rustix::fs::openat(
-            &dir,
-            part.as_str(),
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(next) => next,
-            Err(Errno::LOOP) => return Err(not_a_directory(dirs, at, "a symbolic link")),
-            Err(Errno::NOTDIR) => {
-                let what = match rustix::fs::statat(
-                    &dir,
-                    part.as_str(),
-                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-                ) {
-                    Ok(stat)
-                        if rustix::fs::FileType::from_raw_mode(stat.st_mode)
-                            == rustix::fs::FileType::Symlink =>
-                    {
-                        "a symbolic link"
-                    }
-                    _ => "a file",
-                };
-                return Err(not_a_directory(dirs, at, what));
-            }
-            Err(e) => return Err(e.into()),
-        };
-    }
-    let fd = rustix::fs::openat(
-        &dir,
-        file,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::RUSR | Mode::WUSR,
-    )?;
-    let mut out = std::fs::File::from(fd);
-    if let Err(e) = out.write_all(data) {
-        drop(out);
-        let _ = rustix::fs::unlinkat(&dir, file, rustix::fs::AtFlags::empty());
-        return Err(e);
-    }
-    Ok(())
-}
-
-#[cfg(not(unix))]
-fn create_private_file(
-    workspace: &Path,
-    dirs: &[String],
-    file: &str,
-    data: &[u8],
-) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut dir = workspace.to_path_buf();
-    for (at, part) in dirs.iter().enumerate() {
-        dir.push(part);
-        match std::fs::symlink_metadata(&dir) {
-            Ok(meta) if meta.is_dir() => {}
-            Ok(meta) if meta.file_type().is_symlink() => {
-                return Err(not_a_directory(dirs, at, "a symbolic link"));
-            }
-            Ok(_) => return Err(not_a_directory(dirs, at, "a file")),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir(&dir)?,
-            Err(e) => return Err(e),
-        }
-    }
-    let path = dir.join(file);
-    let mut out = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)?;
-    if let Err(e) = out.write_all(data) {
-        drop(out);
-        let _ = std::fs::remove_file(&path);
-        return Err(e);
-    }
-    Ok(())
-}
-
-/// `bytes` for people: `20 MB`, `1.5 MB`.
-fn megabytes(bytes: u64) -> String {
-    let mb = bytes as f64 / 1_048_576.0;
-    if mb.fract() == 0.0 {
-        format!("{mb:.0} MB")
-    } else {
-        format!("{mb:.1} MB")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn file_names_from_chats_cannot_leave_the_inbox() {
-        assert_eq!(safe_file_name("../../etc/passwd"), "passwd");
-        assert_eq!(safe_file_name("..\\..\\boot.ini"), "boot.ini");
-        assert_eq!(safe_file_name(".bashrc"), "bashrc");
-        assert_eq!(safe_file_name("my report (v2).pdf"), "my_report__v2_.pdf");
-        assert_eq!(safe_file_name(""), "file");
-        assert_eq!(safe_file_name(&"é".repeat(80)).len(), 100);
-    }
 }

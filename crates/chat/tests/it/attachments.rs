@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use flynn_channels::telegram::TelegramAdapter;
 use flynn_channels::{Backoff, Registry};
-use flynn_orchestrator::ChannelRouter;
+use flynn_chat::ChannelRouter;
 use flynn_protocol::config::{ChannelsConfig, TelegramConfig};
 use flynn_testkit::telegram::{FakeTelegram, Incoming, TgUser};
 use serde_json::json;
 
-use crate::{Harness, Scripted, Setup};
+use crate::{Harness, ScriptedModel, Setup};
 
 const WAIT: Duration = Duration::from_secs(10);
 const GROUP: i64 = -1_001_234_567_890;
@@ -81,7 +81,7 @@ fn pdf() -> Vec<u8> {
 #[tokio::test]
 async fn a_strangers_file_is_never_downloaded_but_an_allowed_senders_is() {
     let fake = FakeTelegram::start().await;
-    let h = Harness::new(vec![Scripted::new("m", vec![])], Setup::default()).await;
+    let h = Harness::new(vec![ScriptedModel::new("m", vec![])], Setup::default()).await;
     let (_router, registry) = daemon(&h, &fake).await;
 
     // A stranger sends a document: a pairing code comes back, and the
@@ -136,7 +136,7 @@ async fn a_strangers_file_is_never_downloaded_but_an_allowed_senders_is() {
 #[tokio::test]
 async fn a_group_file_without_a_mention_is_not_downloaded() {
     let fake = FakeTelegram::start().await;
-    let h = Harness::new(vec![Scripted::new("m", vec![])], Setup::default()).await;
+    let h = Harness::new(vec![ScriptedModel::new("m", vec![])], Setup::default()).await;
     let (_router, registry) = daemon(&h, &fake).await;
 
     // Even from an allowed sender: a group message that does not address
@@ -158,7 +158,7 @@ async fn a_group_file_without_a_mention_is_not_downloaded() {
 #[tokio::test]
 async fn a_file_over_the_limit_is_named_and_not_downloaded() {
     let fake = FakeTelegram::start().await;
-    let model = Scripted::new("m", vec![]);
+    let model = ScriptedModel::new("m", vec![]);
     let h = Harness::new(vec![model.clone()], Setup::default()).await;
     let (_router, registry) = daemon(&h, &fake).await;
 

@@ -1,200 +1,24 @@
 //! The channel router: deliveries from an in-memory adapter through the
 //! access rules into sessions, answers and confirmations back.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use flynn_channels::{
-    Action, Attachment, AttachmentKind, Backoff, Button, Capabilities, ChannelAdapter,
-    ChannelError, Conversation, Disposition, Inbound, InboundEvent, InboundMessage, Measure,
-    MessageId, Registry, Sender, Target,
+    Action, Attachment, AttachmentKind, Backoff, Conversation, Disposition, InboundEvent,
+    InboundMessage, MessageId, Registry, Sender,
 };
-use flynn_orchestrator::ChannelRouter;
+use flynn_chat::ChannelRouter;
 use flynn_protocol::Message;
-use flynn_protocol::config::{ChannelsConfig, DmPolicy, SenderRateLimit, TelegramConfig};
+use flynn_protocol::config::{ChannelsConfig, DmPolicy, SenderRateLimit};
 use flynn_sessions::{Conversations, Pairing};
-use tokio::sync::{Notify, watch};
-use tokio_util::sync::CancellationToken;
+use flynn_testkit::chat::{MemoryChannel, Out, telegram_channels};
 
-use crate::{Harness, Scripted, Setup, confirm_shell, key, tool_use};
-
-/// What the memory adapter was asked to do.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Out {
-    Send {
-        chat: String,
-        id: String,
-        text: String,
-        buttons: Vec<String>,
-    },
-    Edit {
-        id: String,
-        text: String,
-        buttons: Vec<String>,
-    },
-    Answer {
-        action: String,
-        note: String,
-    },
-}
-
-/// A platform in memory: connects at once, records what it is asked.
-pub(crate) struct Memory {
-    max_len: usize,
-    out: Mutex<Vec<Out>>,
-    changed: Notify,
-    sink: watch::Sender<Option<Inbound>>,
-}
-
-impl Memory {
-    pub(crate) fn new(max_len: usize) -> Arc<Self> {
-        Arc::new(Memory {
-            max_len,
-            out: Mutex::new(Vec::new()),
-            changed: Notify::new(),
-            sink: watch::channel(None).0,
-        })
-    }
-
-    fn record(&self, out: Out) {
-        self.out.lock().unwrap().push(out);
-        self.changed.notify_waiters();
-    }
-
-    pub(crate) fn out(&self) -> Vec<Out> {
-        self.out.lock().unwrap().clone()
-    }
-
-    /// Waits until the record satisfies `done`.
-    pub(crate) async fn until(&self, done: impl Fn(&[Out]) -> bool) -> Vec<Out> {
-        tokio::time::timeout(Duration::from_secs(10), async {
-            loop {
-                let notified = self.changed.notified();
-                let out = self.out();
-                if done(&out) {
-                    return out;
-                }
-                notified.await;
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("timed out; sent so far: {:#?}", self.out()))
-    }
-
-    pub(crate) async fn deliver(&self, event: InboundEvent) -> Disposition {
-        let mut sink = self.sink.subscribe();
-        let sink = sink
-            .wait_for(Option::is_some)
-            .await
-            .unwrap()
-            .clone()
-            .unwrap();
-        sink.deliver(event).await
-    }
-}
-
-fn labels(buttons: &[Button]) -> Vec<String> {
-    buttons
-        .iter()
-        .map(|b| format!("{}={}", b.label, b.data))
-        .collect()
-}
-
-#[async_trait]
-impl ChannelAdapter for Memory {
-    fn name(&self) -> &str {
-        "telegram"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            max_len: self.max_len,
-            measure: Measure::Chars,
-            edit: true,
-            buttons: true,
-            typing: false,
-            edit_interval: Duration::from_millis(50),
-        }
-    }
-
-    fn format(&self, markdown: &str) -> String {
-        markdown.to_owned()
-    }
-
-    async fn connect(&self, sink: Inbound, stop: CancellationToken) -> Result<(), ChannelError> {
-        sink.connected("@memory");
-        self.sink.send_replace(Some(sink));
-        stop.cancelled().await;
-        Ok(())
-    }
-
-    async fn send(
-        &self,
-        to: &Target,
-        text: &str,
-        buttons: &[Button],
-    ) -> Result<MessageId, ChannelError> {
-        let sends = self
-            .out()
-            .iter()
-            .filter(|o| matches!(o, Out::Send { .. }))
-            .count();
-        let id = format!("m{sends}");
-        self.record(Out::Send {
-            chat: to.conversation.chat.clone(),
-            id: id.clone(),
-            text: text.to_owned(),
-            buttons: labels(buttons),
-        });
-        Ok(MessageId(id))
-    }
-
-    async fn edit(
-        &self,
-        _to: &Target,
-        message: &MessageId,
-        text: &str,
-        buttons: &[Button],
-    ) -> Result<(), ChannelError> {
-        self.record(Out::Edit {
-            id: message.0.clone(),
-            text: text.to_owned(),
-            buttons: labels(buttons),
-        });
-        Ok(())
-    }
-
-    async fn download(
-        &self,
-        attachment: &Attachment,
-        _limit: u64,
-    ) -> Result<bytes::Bytes, ChannelError> {
-        Ok(bytes::Bytes::from(attachment.source.clone()))
-    }
-
-    async fn answer_action(&self, action: &Action, note: &str) -> Result<(), ChannelError> {
-        self.record(Out::Answer {
-            action: action.id.clone(),
-            note: note.to_owned(),
-        });
-        Ok(())
-    }
-}
-
-pub(crate) fn telegram(configure: impl FnOnce(&mut TelegramConfig)) -> ChannelsConfig {
-    let mut config: TelegramConfig =
-        serde_json::from_value(serde_json::json!({"bot_token": "1:x"})).unwrap();
-    configure(&mut config);
-    ChannelsConfig {
-        telegram: Some(config),
-        ..ChannelsConfig::default()
-    }
-}
+use crate::{Harness, ScriptedModel, Setup, confirm_shell, key, tool_use};
 
 pub(crate) async fn router(
     h: &Harness,
-    adapter: Arc<Memory>,
+    adapter: Arc<MemoryChannel>,
     config: &ChannelsConfig,
 ) -> ChannelRouter {
     let (registry, deliveries) = Registry::new(Backoff::default());
@@ -273,10 +97,10 @@ fn final_text(out: &[Out], id: &str) -> Option<String> {
 
 #[tokio::test]
 async fn a_direct_message_is_answered_once_even_when_delivered_twice() {
-    let model = Scripted::echo("m");
+    let model = ScriptedModel::echo("m");
     let h = Harness::new(vec![model.clone()], Setup::default()).await;
-    let adapter = Memory::new(4096);
-    let config = telegram(|c| c.allow_from = vec!["42".into()]);
+    let adapter = MemoryChannel::new(4096);
+    let config = telegram_channels(|c| c.allow_from = vec!["42".into()]);
     let _router = router(&h, adapter.clone(), &config).await;
 
     assert_eq!(
@@ -300,10 +124,10 @@ async fn a_direct_message_is_answered_once_even_when_delivered_twice() {
 
 #[tokio::test]
 async fn groups_need_a_mention_and_an_allowed_sender() {
-    let model = Scripted::echo("m");
+    let model = ScriptedModel::echo("m");
     let h = Harness::new(vec![model.clone()], Setup::default()).await;
-    let adapter = Memory::new(4096);
-    let config = telegram(|c| c.allow_from = vec!["42".into()]);
+    let adapter = MemoryChannel::new(4096);
+    let config = telegram_channels(|c| c.allow_from = vec!["42".into()]);
     let _router = router(&h, adapter.clone(), &config).await;
 
     assert!(matches!(
@@ -331,10 +155,10 @@ async fn groups_need_a_mention_and_an_allowed_sender() {
 
 #[tokio::test]
 async fn an_unknown_sender_is_paired_and_then_answered() {
-    let model = Scripted::echo("m");
+    let model = ScriptedModel::echo("m");
     let h = Harness::new(vec![model.clone()], Setup::default()).await;
-    let adapter = Memory::new(4096);
-    let router = router(&h, adapter.clone(), &telegram(|_| {})).await;
+    let adapter = MemoryChannel::new(4096);
+    let router = router(&h, adapter.clone(), &telegram_channels(|_| {})).await;
 
     assert!(matches!(
         adapter.deliver(dm("p1", "99", "hi")).await,
@@ -391,10 +215,10 @@ async fn an_unknown_sender_is_paired_and_then_answered() {
 
 #[tokio::test]
 async fn the_allowlist_policy_gives_strangers_nothing() {
-    let model = Scripted::echo("m");
+    let model = ScriptedModel::echo("m");
     let h = Harness::new(vec![model.clone()], Setup::default()).await;
-    let adapter = Memory::new(4096);
-    let config = telegram(|c| c.dm_policy = DmPolicy::Allowlist);
+    let adapter = MemoryChannel::new(4096);
+    let config = telegram_channels(|c| c.dm_policy = DmPolicy::Allowlist);
     let router = router(&h, adapter.clone(), &config).await;
     assert!(matches!(
         adapter.deliver(dm("a1", "5", "hi")).await,
@@ -408,10 +232,10 @@ async fn the_allowlist_policy_gives_strangers_nothing() {
 
 #[tokio::test]
 async fn a_sender_over_the_rate_limit_is_told_once() {
-    let model = Scripted::echo("m");
+    let model = ScriptedModel::echo("m");
     let h = Harness::new(vec![model.clone()], Setup::default()).await;
-    let adapter = Memory::new(4096);
-    let config = telegram(|c| {
+    let adapter = MemoryChannel::new(4096);
+    let config = telegram_channels(|c| {
         c.allow_from = vec!["*".into()];
         c.rate_limit = SenderRateLimit {
             messages: 2,
@@ -438,10 +262,10 @@ async fn a_sender_over_the_rate_limit_is_told_once() {
 #[tokio::test]
 async fn a_long_answer_is_cut_to_the_platforms_limit() {
     let long = "word ".repeat(100);
-    let model = Scripted::replies("m", vec![Message::assistant(long.trim())]);
+    let model = ScriptedModel::replies("m", vec![Message::assistant(long.trim())]);
     let h = Harness::new(vec![model], Setup::default()).await;
-    let adapter = Memory::new(120);
-    let config = telegram(|c| c.allow_from = vec!["1".into()]);
+    let adapter = MemoryChannel::new(120);
+    let config = telegram_channels(|c| c.allow_from = vec!["1".into()]);
     let _router = router(&h, adapter.clone(), &config).await;
     adapter.deliver(dm("l1", "1", "talk")).await;
     let out = adapter
@@ -467,7 +291,7 @@ async fn a_long_answer_is_cut_to_the_platforms_limit() {
 
 #[tokio::test]
 async fn a_confirmation_is_answered_with_a_button_by_the_owner() {
-    let model = Scripted::replies(
+    let model = ScriptedModel::replies(
         "m",
         vec![tool_use("t1", "touch ran.txt"), Message::assistant("Done.")],
     );
@@ -479,8 +303,8 @@ async fn a_confirmation_is_answered_with_a_button_by_the_owner() {
         },
     )
     .await;
-    let adapter = Memory::new(4096);
-    let config = telegram(|c| {
+    let adapter = MemoryChannel::new(4096);
+    let config = telegram_channels(|c| {
         c.allow_from = vec!["13".into()];
         c.owners = vec!["42".into()];
     });
@@ -569,10 +393,10 @@ async fn a_confirmation_is_answered_with_a_button_by_the_owner() {
 
 #[tokio::test]
 async fn a_delivery_during_shutdown_is_left_for_the_platform_to_redeliver() {
-    let model = Scripted::echo("m");
+    let model = ScriptedModel::echo("m");
     let h = Harness::new(vec![model.clone()], Setup::default()).await;
-    let adapter = Memory::new(4096);
-    let config = telegram(|c| c.allow_from = vec!["42".into()]);
+    let adapter = MemoryChannel::new(4096);
+    let config = telegram_channels(|c| c.allow_from = vec!["42".into()]);
     let _router = router(&h, adapter.clone(), &config).await;
     h.manager.drain(Duration::from_millis(10)).await;
     assert!(matches!(
@@ -586,10 +410,10 @@ async fn a_delivery_during_shutdown_is_left_for_the_platform_to_redeliver() {
 #[tokio::test]
 async fn a_file_from_a_chat_is_saved_privately_in_the_inbox() {
     use std::os::unix::fs::PermissionsExt;
-    let model = Scripted::echo("m");
+    let model = ScriptedModel::echo("m");
     let h = Harness::new(vec![model.clone()], Setup::default()).await;
-    let adapter = Memory::new(4096);
-    let config = telegram(|c| c.allow_from = vec!["42".into()]);
+    let adapter = MemoryChannel::new(4096);
+    let config = telegram_channels(|c| c.allow_from = vec!["42".into()]);
     let _router = router(&h, adapter.clone(), &config).await;
 
     assert_eq!(
@@ -632,13 +456,13 @@ async fn a_file_from_a_chat_is_saved_privately_in_the_inbox() {
 #[cfg(unix)]
 #[tokio::test]
 async fn a_symlinked_inbox_is_refused_and_the_message_still_arrives() {
-    let model = Scripted::echo("m");
+    let model = ScriptedModel::echo("m");
     let h = Harness::new(vec![model.clone()], Setup::default()).await;
     let outside = tempfile::tempdir().unwrap();
     std::fs::create_dir(h.dir.path().join("inbox")).unwrap();
     std::os::unix::fs::symlink(outside.path(), h.dir.path().join("inbox/telegram")).unwrap();
-    let adapter = Memory::new(4096);
-    let config = telegram(|c| c.allow_from = vec!["42".into()]);
+    let adapter = MemoryChannel::new(4096);
+    let config = telegram_channels(|c| c.allow_from = vec!["42".into()]);
     let _router = router(&h, adapter.clone(), &config).await;
 
     assert_eq!(
@@ -703,8 +527,8 @@ async fn a_symlinked_inbox_is_refused_and_the_message_still_arrives() {
 #[tokio::test]
 async fn a_slow_compact_blocks_neither_other_chats_nor_its_own_lane() {
     // The summariser (the fast tier) stalls for the compaction's timeout.
-    let main = Scripted::echo("m");
-    let fast = Scripted::new("f", vec![crate::Script::Hang("thinking".into())]);
+    let main = ScriptedModel::echo("m");
+    let fast = ScriptedModel::new("f", vec![crate::Script::Hang("thinking".into())]);
     let mut models = crate::tiers(&["m/one"]);
     models.tiers.fast = vec!["f/cheap".parse().unwrap()];
     let mut setup = Setup {
@@ -713,8 +537,8 @@ async fn a_slow_compact_blocks_neither_other_chats_nor_its_own_lane() {
     };
     setup.compaction.timeout_secs = 5;
     let h = Harness::new(vec![main.clone(), fast.clone()], setup).await;
-    let adapter = Memory::new(4096);
-    let config = telegram(|c| c.allow_from = vec!["*".into()]);
+    let adapter = MemoryChannel::new(4096);
+    let config = telegram_channels(|c| c.allow_from = vec!["*".into()]);
     let _router = router(&h, adapter.clone(), &config).await;
     let a = key("telegram:A");
     for i in 0..6 {
@@ -794,10 +618,10 @@ async fn a_slow_compact_blocks_neither_other_chats_nor_its_own_lane() {
 
 #[tokio::test]
 async fn a_redelivered_reset_runs_once_and_keeps_what_came_after_it() {
-    let model = Scripted::echo("m");
+    let model = ScriptedModel::echo("m");
     let h = Harness::new(vec![model.clone()], Setup::default()).await;
-    let adapter = Memory::new(4096);
-    let config = telegram(|c| c.allow_from = vec!["42".into()]);
+    let adapter = MemoryChannel::new(4096);
+    let config = telegram_channels(|c| c.allow_from = vec!["42".into()]);
     let _router = router(&h, adapter.clone(), &config).await;
 
     assert_eq!(
