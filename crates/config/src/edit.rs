@@ -422,10 +422,14 @@ fn block_lines(keys: &[&str], value: &Value, indent: usize) -> String {
 /// A block map's or list's span covers its first entry only: its end is
 /// that of its last entry.
 fn node_end(text: &str, node: &Node) -> Option<usize> {
-    let own = node.span.clone().map(|span| {
-        let last = span.end.max(span.start + 1).min(text.len());
-        line_end(text, last.saturating_sub(1))
-    });
+    // An empty node (the null value of `key:` or `? key`) covers no text:
+    // the parser places it where the next token starts, which may be the
+    // next entry's line, even one of a map further out.
+    let own = node
+        .span
+        .clone()
+        .filter(|span| span.end > span.start)
+        .map(|span| line_end(text, span.end.min(text.len()).saturating_sub(1)));
     let last_entry = match &node.kind {
         NodeKind::Map(entries) => entries.last().map(|(key, value)| {
             let key_end = line_end(text, offset_of_line(text, key.line));
@@ -665,6 +669,21 @@ mod tests {
             out.ends_with("# the end\ngateway:\n  bind: \"0.0.0.0:18800\"\n"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn a_key_goes_after_an_entry_with_an_empty_value_not_after_the_next_line() {
+        // Found by the `config_edit` fuzz target: the null value of
+        // `? inner` was placed by the parser at the start of the next line,
+        // a key of the outer map, so `b` went in under that key.
+        let text = "# !op\na:\n  ? inner\n~  b:OOOOOOOOd:  \n \n";
+        let out = set(text, "a.b", json!(true));
+        let after = unexpanded(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
+        assert_eq!(after["a"]["b"], json!(true), "{out}");
+        assert_eq!(after["a"]["inner"], Value::Null, "{out}");
+        assert_eq!(after["~  b:OOOOOOOOd"], Value::Null, "{out}");
+        let out = set("a:\n  empty:\nz: 1\n", "a.b", json!(2));
+        assert_eq!(out, "a:\n  empty:\n  b: 2\nz: 1\n");
     }
 
     #[test]
