@@ -7,7 +7,7 @@ pub fn run() -> Result<()> {
         ("config/flynn.schema.json", flynn_config::schema_json()),
         (
             "docs/protocol.schema.json",
-            flynn_gateway::schema::protocol_schema_json(),
+            flynn_api::schema::protocol_schema_json(),
         ),
     ];
     for (path, content) in files {

@@ -322,11 +322,7 @@ async fn open(
         let Some(cursor) = page.cursor.filter(|_| !page.messages.is_empty()) else {
             break;
         };
-        messages.extend(
-            page.messages
-                .into_iter()
-                .filter_map(|m| serde_json::from_value::<Message>(m.message).ok()),
-        );
+        messages.extend(page.messages.into_iter().map(|m| m.message));
         after = cursor;
     }
     let _ = updates.send(Update::History(messages));

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use flynn_core::Pairing;
 use flynn_core::config;
-use flynn_core::gateway::api::{PairedSender, PairingCode, PairingList, PairingRevokeResult};
+use flynn_core::gateway::api::{PairedSender, PairingList, PairingRevokeResult};
+use flynn_core::gateway::convert;
+use flynn_core::protocol::clock::now_millis;
 use serde_json::json;
 
 use crate::cli::{PairingArgs, PairingCommand};
@@ -60,14 +62,14 @@ pub async fn run(args: PairingArgs) -> Result<(), Failure> {
                         .await
                         .map_err(storage)?
                         .into_iter()
-                        .map(PairingCode::from)
+                        .map(convert::pairing_code)
                         .collect(),
                     approved: store
                         .approved_peers()
                         .await
                         .map_err(storage)?
                         .into_iter()
-                        .map(PairedSender::from)
+                        .map(convert::paired_sender)
                         .collect(),
                 },
                 (None, None) => unreachable_source(),
@@ -103,7 +105,7 @@ pub async fn run(args: PairingArgs) -> Result<(), Failure> {
                             .map_err(storage)?;
                         peer.owner = true;
                     }
-                    PairedSender::from(peer)
+                    convert::paired_sender(peer)
                 }
                 (None, None) => unreachable_source(),
             };
@@ -208,10 +210,4 @@ fn print_list(list: &PairingList, json: bool) {
             );
         }
     }
-}
-
-fn now_millis() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

@@ -10,6 +10,7 @@ use crate::env::CliEnv;
 use flynn_core::gateway::api::{
     HistoryResult, PurposeUsage, ResetResult, SessionSummary, UsageSummary, UsageTotals,
 };
+use flynn_core::gateway::convert;
 use flynn_core::protocol::{ContentBlock, Principal, Role};
 use flynn_core::{Message, SessionKey, SessionStore, Tier};
 use jsonrpsee::ws_client::WsClient;
@@ -118,14 +119,7 @@ impl Source {
                         break;
                     };
                     for entry in page.messages {
-                        let message: Message =
-                            serde_json::from_value(entry.message).map_err(|e| {
-                                Failure::other(format!(
-                                    "the daemon sent message {} of {key} in a shape this flynn cannot read: {e}",
-                                    entry.seq
-                                ))
-                            })?;
-                        messages.push((message, entry.principal));
+                        messages.push((entry.message, entry.principal));
                     }
                     after = cursor;
                 }
@@ -170,14 +164,14 @@ impl Source {
                 Ok(UsageLines {
                     tiers: tiers
                         .iter()
-                        .map(|(tier, total)| (*tier, UsageTotals::from(total)))
+                        .map(|(tier, total)| (*tier, convert::totals(total)))
                         .collect(),
                     purposes: purposes
                         .iter()
                         .map(|line| PurposeUsage {
                             tier: line.tier,
                             purpose: line.purpose,
-                            total: UsageTotals::from(&line.total),
+                            total: convert::totals(&line.total),
                         })
                         .collect(),
                 })

@@ -29,7 +29,7 @@ pub fn origin_allowed(headers: &HeaderMap, allowed: &[String], tailscale: bool) 
 pub fn params(text: &str) -> (bool, bool) {
     let params = Params::new(Some(text));
     (
-        crate::rpc::parse_required::<SendParams>(&params).is_ok(),
-        crate::rpc::parse_required::<HistoryParams>(&params).is_ok(),
+        crate::rpc::parse_params::<SendParams>(&params).is_ok(),
+        crate::rpc::parse_params::<HistoryParams>(&params).is_ok(),
     )
 }

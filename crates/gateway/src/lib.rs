@@ -2,7 +2,7 @@
 //!
 //! One axum router on one port serves:
 //! - `/rpc`: JSON-RPC 2.0 (jsonrpsee) over WebSocket and HTTP POST; the
-//!   methods and their types are in [`api`] and `docs/protocol.md`;
+//!   methods and their types are in `flynn-api` and `docs/protocol.md`;
 //! - `/healthz` (no token), `/metrics` (Prometheus text);
 //! - `/mcp`: Flynn as an MCP server (streamable HTTP) for other agents;
 //! - `/v1/models` and `/v1/chat/completions` for OpenAI clients;
@@ -19,12 +19,12 @@
 //! only on the listener `tailscale serve` targets, confirmed with
 //! tailscaled.
 
-pub mod api;
 mod approver;
 mod audit;
 mod auth;
 mod channels;
 pub mod client;
+pub mod convert;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -34,7 +34,6 @@ mod mcp;
 mod metrics;
 mod openai;
 mod rpc;
-pub mod schema;
 pub mod scope;
 mod server;
 mod tailscale;
@@ -44,11 +43,12 @@ mod webhooks;
 
 pub use approver::{RemoteApprover, ResolveError, input_digest};
 pub use auth::Client;
-pub use error::codes;
+/// The protocol's types: the gateway serves them.
+pub use flynn_api as api;
+pub use flynn_api::{PROTOCOL_VERSION, codes, schema};
 pub use logs::{LogLayer, log_layer};
 pub use mcp::McpHost;
 pub use metrics::rss_bytes;
-pub use rpc::PROTOCOL_VERSION;
 pub use server::{Control, Gateway, GatewayExtras, GatewayParts, Serving};
 pub use token::{
     ADMIN_TOKEN_NAME, MIN_TOKEN_LEN, NamedToken, TOKEN_FILE, TokenSource, generate_token,

@@ -14,13 +14,13 @@ use jsonrpsee::{Extensions, PendingSubscriptionSink, RpcModule, SubscriptionMess
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::api::*;
-use crate::auth::Client;
-use crate::error::{self, codes};
-use crate::server::State;
+use flynn_api::methods;
+use flynn_api::*;
 
-/// The protocol's version, reported by `system.version`.
-pub const PROTOCOL_VERSION: u32 = 1;
+use crate::auth::Client;
+use crate::convert::{paired_sender, pairing_code, totals};
+use crate::error;
+use crate::server::State;
 
 type RpcResult<T> = Result<T, ErrorObjectOwned>;
 
@@ -31,19 +31,21 @@ pub(crate) fn methods(state: Arc<State>) -> RpcModule<State> {
     module
 }
 
-/// Parses the parameters: an object, or nothing for methods whose
-/// parameters are all optional.
-pub(crate) fn parse<T: DeserializeOwned + Default>(params: &Params<'_>) -> RpcResult<T> {
+/// Parses the parameters: one object by name (`[{...}]` too), or nothing
+/// (read as `{}`, so a method whose parameters are all optional may be
+/// called without them, and a missing required one is named).
+pub(crate) fn parse_params<T: DeserializeOwned>(params: &Params<'_>) -> RpcResult<T> {
     if params
         .as_str()
         .is_none_or(|p| p.trim().is_empty() || p.trim() == "null")
     {
-        return Ok(T::default());
+        return serde_json::from_value(serde_json::json!({}))
+            .map_err(|e| error::invalid_params(format!("{e}")));
     }
     parse_required(params)
 }
 
-pub(crate) fn parse_required<T: DeserializeOwned>(params: &Params<'_>) -> RpcResult<T> {
+fn parse_required<T: DeserializeOwned>(params: &Params<'_>) -> RpcResult<T> {
     let text = params.as_str().unwrap_or("null");
     // `[{...}]` (positional, one object) is accepted like `{...}`.
     let value: serde_json::Value = serde_json::from_str(text)
@@ -61,7 +63,7 @@ pub(crate) fn parse_required<T: DeserializeOwned>(params: &Params<'_>) -> RpcRes
 }
 
 /// Checks the call: the client may use the method (its scope in
-/// [`crate::scope::METHODS`]), and it is within its rate limit. Gives the
+/// [`flynn_api::METHODS`]), and it is within its rate limit. Gives the
 /// client.
 fn admit(state: &State, extensions: &Extensions, method: &str) -> RpcResult<Client> {
     state.metrics.rpc_call();
@@ -72,7 +74,7 @@ fn admit(state: &State, extensions: &Extensions, method: &str) -> RpcResult<Clie
             "the call carries no authenticated client",
         ));
     };
-    let Some(needed) = crate::scope::of_method(method) else {
+    let Some(needed) = flynn_api::scopes_of(method) else {
         return Err(error::rpc_error(
             codes::FORBIDDEN,
             "forbidden",
@@ -140,7 +142,7 @@ fn readable(client: &Client, session: &SessionKey) -> RpcResult<()> {
 /// `gateway:default` (what a client gets when it names no session)
 /// stands for the client's own default session.
 fn session_for(client: &Client, session: SessionKey) -> SessionKey {
-    if session == crate::api::default_session() {
+    if session == default_session() {
         client.default_session()
     } else {
         session
@@ -150,53 +152,62 @@ fn session_for(client: &Client, session: SessionKey) -> SessionKey {
 fn register(module: &mut RpcModule<State>) {
     // Names are static and unique, so registration cannot fail; a clash
     // would be a programming error caught by the method list test.
+    // Each handler takes the method's parameters and answers its output,
+    // as flynn-api declares them.
     macro_rules! method {
-        ($name:literal, $handler:expr) => {{
+        ($method:ty, $handler:expr) => {{
+            let name = <$method as Method>::NAME;
             let _ =
-                module.register_async_method($name, move |params, state, extensions| async move {
-                    admit(&state, &extensions, $name)?;
-                    $handler(params, state).await
+                module.register_async_method(name, move |params, state, extensions| async move {
+                    admit(&state, &extensions, name)?;
+                    let params: <$method as Method>::Params = parse_params(&params)?;
+                    let output: <$method as Method>::Output = $handler(params, state).await?;
+                    RpcResult::Ok(output)
                 });
         }};
-        ($name:literal, $handler:expr, client) => {{
+        ($method:ty, $handler:expr, client) => {{
+            let name = <$method as Method>::NAME;
             let _ =
-                module.register_async_method($name, move |params, state, extensions| async move {
-                    let client = admit(&state, &extensions, $name)?;
-                    $handler(params, state, client).await
+                module.register_async_method(name, move |params, state, extensions| async move {
+                    let client = admit(&state, &extensions, name)?;
+                    let params: <$method as Method>::Params = parse_params(&params)?;
+                    let output: <$method as Method>::Output =
+                        $handler(params, state, client).await?;
+                    RpcResult::Ok(output)
                 });
         }};
     }
 
-    method!("agent.cancel", cancel, client);
-    method!("agent.status", status, client);
-    method!("sessions.list", sessions_list, client);
-    method!("sessions.history", sessions_history, client);
-    method!("sessions.send", sessions_send, client);
-    method!("sessions.reset", sessions_reset, client);
-    method!("tools.list", tools_list);
-    method!("tools.invoke", tools_invoke, client);
-    method!("confirmations.list", confirmations_list);
-    method!("confirmations.resolve", confirmations_resolve, client);
-    method!("config.get", config_get);
-    method!("config.patch", config_patch, client);
-    method!("usage.summary", usage_summary, client);
-    method!("system.health", system_health);
-    method!("system.version", system_version, client);
-    method!("system.restart", system_restart, client);
-    method!("system.logs", system_logs);
-    method!("providers.status", providers_status);
-    method!("channels.status", channels_status);
-    method!("mcp.status", mcp_status);
-    method!("pairing.list", pairing_list);
-    method!("pairing.approve", pairing_approve, client);
-    method!("pairing.revoke", pairing_revoke, client);
+    method!(methods::AgentCancel, cancel, client);
+    method!(methods::AgentStatus, status, client);
+    method!(methods::SessionsList, sessions_list, client);
+    method!(methods::SessionsHistory, sessions_history, client);
+    method!(methods::SessionsSend, sessions_send, client);
+    method!(methods::SessionsReset, sessions_reset, client);
+    method!(methods::ToolsList, tools_list);
+    method!(methods::ToolsInvoke, tools_invoke, client);
+    method!(methods::ConfirmationsList, confirmations_list);
+    method!(methods::ConfirmationsResolve, confirmations_resolve, client);
+    method!(methods::ConfigGet, config_get);
+    method!(methods::ConfigPatch, config_patch, client);
+    method!(methods::UsageSummary, usage_summary, client);
+    method!(methods::SystemHealth, system_health);
+    method!(methods::SystemVersion, system_version, client);
+    method!(methods::SystemRestart, system_restart, client);
+    method!(methods::SystemLogs, system_logs);
+    method!(methods::ProvidersStatus, providers_status);
+    method!(methods::ChannelsStatus, channels_status);
+    method!(methods::McpStatus, mcp_status);
+    method!(methods::PairingList, pairing_list);
+    method!(methods::PairingApprove, pairing_approve, client);
+    method!(methods::PairingRevoke, pairing_revoke, client);
 
     let _ = module.register_subscription(
-        "agent.send",
-        "agent.event",
-        "agent.unsubscribe",
+        methods::AgentSend::NAME,
+        methods::AgentSend::NOTIFICATION,
+        methods::AgentSend::UNSUBSCRIBE,
         |params, pending, state, extensions| async move {
-            let client = match admit(&state, &extensions, "agent.send") {
+            let client = match admit(&state, &extensions, methods::AgentSend::NAME) {
                 Ok(client) => client,
                 Err(error) => return pending.reject(error).await,
             };
@@ -204,11 +215,11 @@ fn register(module: &mut RpcModule<State>) {
         },
     );
     let _ = module.register_subscription(
-        "sessions.subscribe",
-        "sessions.event",
-        "sessions.unsubscribe",
+        methods::SessionsSubscribe::NAME,
+        methods::SessionsSubscribe::NOTIFICATION,
+        methods::SessionsSubscribe::UNSUBSCRIBE,
         |params, pending, state, extensions| async move {
-            let client = match admit(&state, &extensions, "sessions.subscribe") {
+            let client = match admit(&state, &extensions, methods::SessionsSubscribe::NAME) {
                 Ok(client) => client,
                 Err(error) => return pending.reject(error).await,
             };
@@ -277,7 +288,7 @@ async fn agent_send(
     state: Arc<State>,
     client: Client,
 ) {
-    let mut params: SendParams = match parse_required(&params) {
+    let mut params: SendParams = match parse_params(&params) {
         Ok(params) => params,
         Err(error) => return pending.reject(error).await,
     };
@@ -382,7 +393,7 @@ async fn sessions_subscribe(
     state: Arc<State>,
     client: Client,
 ) {
-    let params: SubscribeParams = match parse(&params) {
+    let params: SubscribeParams = match parse_params(&params) {
         Ok(params) => params,
         Err(error) => return pending.reject(error).await,
     };
@@ -427,11 +438,10 @@ async fn sessions_subscribe(
 }
 
 async fn cancel(
-    params: Params<'static>,
+    params: CancelParams,
     state: Arc<State>,
     client: Client,
 ) -> RpcResult<CancelResult> {
-    let params: CancelParams = parse_required(&params)?;
     own(&client, &params.session)?;
     let cancelled = match params.turn {
         Some(turn) => state.manager.cancel_turn(&params.session, turn).await,
@@ -441,11 +451,10 @@ async fn cancel(
 }
 
 async fn status(
-    params: Params<'static>,
+    params: StatusParams,
     state: Arc<State>,
     client: Client,
 ) -> RpcResult<StatusResult> {
-    let params: StatusParams = parse(&params)?;
     if let Some(session) = &params.session {
         readable(&client, session)?;
     }
@@ -482,11 +491,10 @@ async fn status(
 }
 
 async fn sessions_list(
-    params: Params<'static>,
+    _params: NoParams,
     state: Arc<State>,
     client: Client,
 ) -> RpcResult<Vec<SessionSummary>> {
-    let _: EmptyParams = parse(&params)?;
     let sessions = state
         .manager
         .store()
@@ -510,20 +518,14 @@ async fn sessions_list(
         .collect())
 }
 
-/// Parameters of methods that take none.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EmptyParams {}
-
 const DEFAULT_PAGE: usize = 100;
 const MAX_PAGE: usize = 1000;
 
 async fn sessions_history(
-    params: Params<'static>,
+    params: HistoryParams,
     state: Arc<State>,
     client: Client,
 ) -> RpcResult<HistoryResult> {
-    let params: HistoryParams = parse_required(&params)?;
     readable(&client, &params.session)?;
     let store = state.manager.store();
     let limit = params.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
@@ -567,7 +569,7 @@ async fn sessions_history(
                 seq: m.seq,
                 turn: m.turn,
                 created_at: m.created_at,
-                message: serde_json::to_value(&m.message).unwrap_or_default(),
+                message: m.message,
                 principal: m.principal,
             })
             .collect(),
@@ -578,11 +580,10 @@ async fn sessions_history(
 
 /// `sessions.send`: like `agent.send`, answering once the turn is over.
 async fn sessions_send(
-    params: Params<'static>,
+    mut params: SendParams,
     state: Arc<State>,
     client: Client,
 ) -> RpcResult<SendResult> {
-    let mut params: SendParams = parse_required(&params)?;
     params.session = session_for(&client, params.session);
     let session = params.session.clone();
     let request = turn_request(&state, &client, params)?;
@@ -615,11 +616,10 @@ async fn sessions_send(
 }
 
 async fn sessions_reset(
-    params: Params<'static>,
+    params: SessionParams,
     state: Arc<State>,
     client: Client,
 ) -> RpcResult<ResetResult> {
-    let params: SessionParams = parse_required(&params)?;
     own(&client, &params.session)?;
     // Through the lane, so a running turn stops before the history goes.
     let existed = state
@@ -644,8 +644,7 @@ fn agent_of<'a>(
     }
 }
 
-async fn tools_list(params: Params<'static>, state: Arc<State>) -> RpcResult<Vec<ToolInfo>> {
-    let params: ToolsListParams = parse(&params)?;
+async fn tools_list(params: ToolsListParams, state: Arc<State>) -> RpcResult<Vec<ToolInfo>> {
     let agent = agent_of(&state, params.agent.as_deref())?;
     let executor = state.manager.executor();
     let mut tools: Vec<ToolInfo> = executor
@@ -666,11 +665,10 @@ async fn tools_list(params: Params<'static>, state: Arc<State>) -> RpcResult<Vec
 }
 
 async fn tools_invoke(
-    params: Params<'static>,
+    params: InvokeParams,
     state: Arc<State>,
     client: Client,
 ) -> RpcResult<InvokeResult> {
-    let params: InvokeParams = parse_required(&params)?;
     // Approving a call unasked is the owner's alone, whatever the table
     // says of tools.invoke.
     if params.confirm && !client.is_admin() {
@@ -724,19 +722,17 @@ async fn tools_invoke(
 }
 
 async fn confirmations_list(
-    params: Params<'static>,
+    _params: NoParams,
     state: Arc<State>,
 ) -> RpcResult<Vec<PendingConfirmation>> {
-    let _: EmptyParams = parse(&params)?;
     Ok(state.approver.list())
 }
 
 async fn confirmations_resolve(
-    params: Params<'static>,
+    params: ResolveParams,
     state: Arc<State>,
     client: Client,
 ) -> RpcResult<ResolveResult> {
-    let params: ResolveParams = parse_required(&params)?;
     let decision = if params.approve {
         Decision::Approve
     } else {
@@ -789,8 +785,7 @@ async fn confirmations_resolve(
     })
 }
 
-async fn config_get(params: Params<'static>, state: Arc<State>) -> RpcResult<serde_json::Value> {
-    let params: ConfigGetParams = parse(&params)?;
+async fn config_get(params: ConfigGetParams, state: Arc<State>) -> RpcResult<serde_json::Value> {
     let value = flynn_config::masked(&state.config);
     flynn_config::lookup(&value, &params.path)
         .cloned()
@@ -798,11 +793,10 @@ async fn config_get(params: Params<'static>, state: Arc<State>) -> RpcResult<ser
 }
 
 async fn config_patch(
-    params: Params<'static>,
+    params: ConfigPatchParams,
     state: Arc<State>,
     client: Client,
 ) -> RpcResult<ConfigPatchResult> {
-    let params: ConfigPatchParams = parse_required(&params)?;
     let sensitive: Vec<String> = params
         .set
         .iter()
@@ -846,11 +840,10 @@ async fn config_patch(
 }
 
 async fn usage_summary(
-    params: Params<'static>,
+    params: UsageParams,
     state: Arc<State>,
     _client: Client,
 ) -> RpcResult<UsageSummary> {
-    let params: UsageParams = parse(&params)?;
     let store = state.manager.store();
     let session = params.session.as_ref();
     let tiers = store
@@ -878,7 +871,7 @@ async fn usage_summary(
                 .map(|line| DayUsage {
                     day: line.day,
                     tier: line.tier,
-                    total: UsageTotals::from(&line.total),
+                    total: totals(&line.total),
                 })
                 .collect()
         }
@@ -889,7 +882,7 @@ async fn usage_summary(
             .iter()
             .map(|(tier, t)| TierUsage {
                 tier: *tier,
-                total: UsageTotals::from(t),
+                total: totals(t),
             })
             .collect(),
         purposes: purposes
@@ -897,10 +890,10 @@ async fn usage_summary(
             .map(|line| PurposeUsage {
                 tier: line.tier,
                 purpose: line.purpose,
-                total: UsageTotals::from(&line.total),
+                total: totals(&line.total),
             })
             .collect(),
-        total: UsageTotals::from(&total),
+        total: totals(&total),
         daily,
     })
 }
@@ -928,17 +921,15 @@ pub(crate) fn health(state: &State) -> Health {
     }
 }
 
-async fn system_health(params: Params<'static>, state: Arc<State>) -> RpcResult<Health> {
-    let _: EmptyParams = parse(&params)?;
+async fn system_health(_params: NoParams, state: Arc<State>) -> RpcResult<Health> {
     Ok(health(&state))
 }
 
 async fn system_version(
-    params: Params<'static>,
+    _params: NoParams,
     _state: Arc<State>,
     client: Client,
 ) -> RpcResult<VersionInfo> {
-    let _: EmptyParams = parse(&params)?;
     Ok(VersionInfo {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         protocol: PROTOCOL_VERSION,
@@ -951,8 +942,7 @@ async fn system_version(
     })
 }
 
-async fn system_logs(params: Params<'static>, _state: Arc<State>) -> RpcResult<LogsResult> {
-    let params: LogsParams = parse(&params)?;
+async fn system_logs(params: LogsParams, _state: Arc<State>) -> RpcResult<LogsResult> {
     let limit = params.limit.unwrap_or(200).clamp(1, 1000);
     Ok(match crate::logs::recent(limit) {
         Some(lines) => LogsResult {
@@ -966,19 +956,15 @@ async fn system_logs(params: Params<'static>, _state: Arc<State>) -> RpcResult<L
     })
 }
 
-async fn channels_status(
-    _params: Params<'static>,
-    state: Arc<State>,
-) -> RpcResult<Vec<ChannelInfo>> {
+async fn channels_status(_params: NoParams, state: Arc<State>) -> RpcResult<Vec<ChannelInfo>> {
     Ok(crate::channels::status(&state))
 }
 
-async fn mcp_status(params: Params<'static>, state: Arc<State>) -> RpcResult<Vec<McpServerStatus>> {
-    let _: EmptyParams = parse(&params)?;
+async fn mcp_status(_params: NoParams, state: Arc<State>) -> RpcResult<Vec<McpServerStatus>> {
     Ok(crate::mcp::status(&state.mcp))
 }
 
-async fn pairing_list(_params: Params<'static>, state: Arc<State>) -> RpcResult<PairingList> {
+async fn pairing_list(_params: NoParams, state: Arc<State>) -> RpcResult<PairingList> {
     let store = state.manager.store();
     let now = crate::approver::now_millis();
     let pending = store
@@ -990,17 +976,16 @@ async fn pairing_list(_params: Params<'static>, state: Arc<State>) -> RpcResult<
         .await
         .map_err(|e| error::storage(&e))?;
     Ok(PairingList {
-        pending: pending.into_iter().map(PairingCode::from).collect(),
-        approved: approved.into_iter().map(PairedSender::from).collect(),
+        pending: pending.into_iter().map(pairing_code).collect(),
+        approved: approved.into_iter().map(paired_sender).collect(),
     })
 }
 
 async fn pairing_approve(
-    params: Params<'static>,
+    params: PairingApproveParams,
     state: Arc<State>,
     client: Client,
 ) -> RpcResult<PairedSender> {
-    let params: PairingApproveParams = parse_required(&params)?;
     let approved = state
         .manager
         .store()
@@ -1019,18 +1004,17 @@ async fn pairing_approve(
                 peer.owner = true;
             }
             tracing::info!(channel = %peer.channel, sender = %peer.sender, owner = peer.owner, by = %client.principal, "pairing approved");
-            Ok(PairedSender::from(peer))
+            Ok(paired_sender(peer))
         }
         Err(refusal) => Err(error::not_found(refusal.to_string())),
     }
 }
 
 async fn pairing_revoke(
-    params: Params<'static>,
+    params: PairingRevokeParams,
     state: Arc<State>,
     client: Client,
 ) -> RpcResult<PairingRevokeResult> {
-    let params: PairingRevokeParams = parse_required(&params)?;
     tracing::info!(channel = %params.channel, sender = %params.sender, by = %client.principal, "pairing revoked");
     let revoked = state
         .manager
@@ -1045,10 +1029,9 @@ async fn pairing_revoke(
 const PROVIDER_CHECK_TTL: Duration = Duration::from_secs(30);
 
 async fn providers_status(
-    params: Params<'static>,
+    params: ProvidersParams,
     state: Arc<State>,
 ) -> RpcResult<Vec<ProviderStatus>> {
-    let params: ProvidersParams = parse(&params)?;
     if !params.refresh {
         let kept = state
             .provider_checks
@@ -1121,11 +1104,10 @@ async fn providers_status(
 }
 
 async fn system_restart(
-    params: Params<'static>,
+    _params: NoParams,
     state: Arc<State>,
     client: Client,
 ) -> RpcResult<RestartResult> {
-    let _: EmptyParams = parse(&params)?;
     tracing::info!(by = %client.principal, "restart requested over the gateway");
     // Answer first; the daemon drains and restarts right after.
     let control = state.control.clone();

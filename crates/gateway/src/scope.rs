@@ -1,5 +1,6 @@
-//! What each token may do: the one table of every JSON-RPC method's and
-//! every protected HTTP route's scope, and the rules for sessions.
+//! What each token may do: every protected HTTP route's scope (each
+//! JSON-RPC method's is in `flynn_api::METHODS`), and the rules for
+//! sessions.
 //!
 //! A client without `admin` owns the sessions of its own namespace: the
 //! channel `token-<name>` (a `chat` token named `ide` owns `token-ide:*`).
@@ -12,38 +13,6 @@ use flynn_protocol::config::TokenScope;
 
 use crate::auth::Client;
 
-/// Every JSON-RPC method (subscriptions by their subscribe name) and the
-/// scopes that let a client call it (any one of them; `admin` always). A
-/// method missing here is refused to everyone; a test fails when a
-/// registered method is missing.
-pub(crate) const METHODS: &[(&str, &[TokenScope])] = &[
-    ("agent.send", &[TokenScope::Chat]),
-    ("agent.cancel", &[TokenScope::Chat]),
-    ("agent.status", &[TokenScope::Chat, TokenScope::Read]),
-    ("sessions.list", &[TokenScope::Chat, TokenScope::Read]),
-    ("sessions.history", &[TokenScope::Chat, TokenScope::Read]),
-    ("sessions.send", &[TokenScope::Chat]),
-    ("sessions.reset", &[TokenScope::Chat]),
-    ("sessions.subscribe", &[TokenScope::Chat, TokenScope::Read]),
-    ("system.version", &[TokenScope::Chat]),
-    ("tools.list", &[TokenScope::Read]),
-    ("usage.summary", &[TokenScope::Read]),
-    ("system.health", &[TokenScope::Read]),
-    ("system.logs", &[TokenScope::Read]),
-    ("providers.status", &[TokenScope::Read]),
-    ("channels.status", &[TokenScope::Read]),
-    ("mcp.status", &[TokenScope::Read]),
-    ("confirmations.list", &[TokenScope::Approve]),
-    ("confirmations.resolve", &[TokenScope::Approve]),
-    ("pairing.list", &[TokenScope::Approve]),
-    ("pairing.approve", &[TokenScope::Approve]),
-    ("pairing.revoke", &[TokenScope::Approve]),
-    ("tools.invoke", &[TokenScope::Admin]),
-    ("config.get", &[TokenScope::Admin]),
-    ("config.patch", &[TokenScope::Admin]),
-    ("system.restart", &[TokenScope::Admin]),
-];
-
 /// Every route behind the token and the scope it needs. `/rpc` lets
 /// any token in: each method checks its own scope.
 pub(crate) const ROUTES: &[(&str, Option<TokenScope>)] = &[
@@ -53,15 +22,6 @@ pub(crate) const ROUTES: &[(&str, Option<TokenScope>)] = &[
     ("/v1/chat/completions", Some(TokenScope::Chat)),
     ("/metrics", Some(TokenScope::Read)),
 ];
-
-/// The scopes that allow a method (any one); `None` for a method not in
-/// the table.
-pub fn of_method(name: &str) -> Option<&'static [TokenScope]> {
-    METHODS
-        .iter()
-        .find(|(method, _)| *method == name)
-        .map(|(_, scope)| *scope)
-}
 
 /// The scope a protected route needs: `Ok(None)` for `/rpc`, `Err` for a
 /// path not in the table (refused).

@@ -20,7 +20,7 @@ fn the_protocol_schema_file_is_up_to_date() {
     );
     let on_disk = std::fs::read_to_string(path).unwrap_or_default();
     assert!(
-        on_disk == flynn_gateway::schema::protocol_schema_json(),
+        on_disk == flynn_api::schema::protocol_schema_json(),
         "docs/protocol.schema.json is stale: run `cargo xtask codegen`"
     );
 }
@@ -32,7 +32,7 @@ fn the_protocol_doc_names_every_method_and_error_code() {
         "/../../docs/protocol.md"
     ))
     .unwrap();
-    let schema = flynn_gateway::schema::protocol_schema();
+    let schema = flynn_api::schema::protocol_schema();
     for method in schema["methods"].as_array().unwrap() {
         let name = method["name"].as_str().unwrap();
         assert!(

@@ -256,12 +256,12 @@ async fn every_registered_method_declares_its_scope() {
         .copied()
         // Unsubscribing ends what the client already holds.
         .filter(|name| !name.ends_with(".unsubscribe"))
-        .filter(|name| flynn_gateway::scope::of_method(name).is_none())
+        .filter(|name| flynn_api::scopes_of(name).is_none())
         .collect();
     assert_eq!(
         missing,
         Vec::<&str>::new(),
-        "methods without a scope in scope::METHODS"
+        "methods without a scope in flynn_api::METHODS"
     );
     flynn.shutdown().await;
 }
