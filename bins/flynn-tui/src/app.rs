@@ -3,7 +3,7 @@
 //! and carries out the [`Action`]s it returns.
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use flynn_core::protocol::{AgentEvent, ContentBlock, EventEnvelope, Message, Role, RunState};
+use flynn_protocol::{AgentEvent, ContentBlock, EventEnvelope, Message, Role, RunState};
 use serde_json::Value;
 
 /// One entry of the conversation.

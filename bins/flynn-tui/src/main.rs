@@ -10,17 +10,20 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::Parser;
 use crossterm::event::{Event, EventStream, KeyEventKind};
-use flynn_core::gateway::api::{HistoryResult, Notification, SessionSummary, UsageSummary};
-use flynn_core::protocol::Message;
+use flynn_api::methods::{
+    AgentCancel, ConfirmationsResolve, SessionsHistory, SessionsList, SessionsSend,
+    SessionsSubscribe, UsageSummary,
+};
+use flynn_api::{
+    Approval, CancelParams, HistoryParams, NoParams, Notification, ResolveParams, SendParams,
+    SubscribeParams, UsageParams,
+};
+use flynn_client::{Backoff, Client, Error, Notifications};
+use flynn_protocol::{AgentEvent, EventEnvelope, Message, SessionKey};
 use futures::StreamExt;
-use jsonrpsee::core::client::{ClientT, Subscription, SubscriptionClientT};
-use jsonrpsee::core::params::ObjectParams;
-use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
-use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::app::{Action, App, Connection};
@@ -91,11 +94,10 @@ fn target(args: &Args) -> Result<(String, Option<String>), String> {
         .or_else(|| std::env::var("FLYNN_GATEWAY_URL").ok())
         .filter(|u| !u.trim().is_empty())
         .unwrap_or_else(|| "http://127.0.0.1:18800".to_owned());
-    let url = flynn_core::gateway::client::rpc_url(&given)?;
-    let paths =
-        flynn_core::config::Paths::resolve(args.config.as_deref(), &flynn_core::config::ProcessEnv)
-            .map_err(|e| e.to_string())?;
-    let token = flynn_core::gateway::client::client_token(
+    let url = flynn_client::rpc_url(&given)?;
+    let paths = flynn_config::Paths::resolve(args.config.as_deref(), &flynn_config::ProcessEnv)
+        .map_err(|e| e.to_string())?;
+    let token = flynn_client::client_token(
         std::env::var("FLYNN_GATEWAY_TOKEN").ok().as_deref(),
         &paths.home,
     );
@@ -105,7 +107,7 @@ fn target(args: &Args) -> Result<(String, Option<String>), String> {
 /// What the network side tells the terminal side.
 enum Update {
     Connection(Connection),
-    Event(Box<flynn_core::protocol::EventEnvelope>),
+    Event(Box<EventEnvelope>),
     History(Vec<Message>),
     Sessions(Vec<app::PickerEntry>),
     Usage { tokens: u64, cost_usd: f64 },
@@ -168,32 +170,6 @@ async fn run(
     }
 }
 
-fn object(value: Value) -> ObjectParams {
-    let mut params = ObjectParams::new();
-    if let Value::Object(map) = value {
-        for (key, value) in map {
-            let _ = params.insert(&key, value);
-        }
-    }
-    params
-}
-
-async fn connect(url: &str, token: Option<&str>) -> Result<WsClient, String> {
-    let mut headers = jsonrpsee::ws_client::HeaderMap::new();
-    if let Some(token) = token
-        && let Ok(value) = format!("Bearer {token}").parse()
-    {
-        headers.insert("authorization", value);
-    }
-    WsClientBuilder::default()
-        .set_headers(headers)
-        .connection_timeout(Duration::from_secs(5))
-        .request_timeout(Duration::from_secs(3600))
-        .build(url)
-        .await
-        .map_err(|e| e.to_string())
-}
-
 /// Keeps a connection to the daemon: follows the open session, carries out
 /// actions, and reconnects (reloading the history) when the daemon goes
 /// away.
@@ -204,23 +180,17 @@ async fn network(
     mut actions: mpsc::UnboundedReceiver<Action>,
     updates: mpsc::UnboundedSender<Update>,
 ) {
-    let mut retry = Duration::from_millis(300);
+    let mut backoff = Backoff::default();
     loop {
-        let client = match connect(&url, token.as_deref()).await {
-            Ok(client) => Arc::new(client),
-            Err(error) => {
+        let client = backoff
+            .connect(&url, token.as_deref(), |error| {
                 let _ = updates.send(Update::Connection(Connection::Down));
-                if error.contains("401") {
-                    let _ = updates.send(Update::Failed(
-                        "the daemon refused the token: set FLYNN_GATEWAY_TOKEN".to_owned(),
-                    ));
+                if let Error::Unauthorized { .. } = error {
+                    let _ = updates.send(Update::Failed(error.to_string()));
                 }
-                tokio::time::sleep(retry).await;
-                retry = (retry * 2).min(Duration::from_secs(5));
-                continue;
-            }
-        };
-        retry = Duration::from_millis(300);
+            })
+            .await;
+        let client = Arc::new(client);
         let _ = updates.send(Update::Connection(Connection::Up));
         let mut events = match open(&client, &session, &updates).await {
             Ok(events) => events,
@@ -234,7 +204,7 @@ async fn network(
                 event = events.next() => {
                     match event {
                         Some(Ok(Notification::Event(envelope))) => {
-                            let done = matches!(envelope.event, flynn_core::protocol::AgentEvent::Done { .. });
+                            let done = matches!(envelope.event, AgentEvent::Done { .. });
                             let _ = updates.send(Update::Event(envelope));
                             if done {
                                 send_usage(&client, &session, &updates).await;
@@ -248,45 +218,8 @@ async fn network(
                 }
                 action = actions.recv() => {
                     let Some(action) = action else { return };
-                    match action {
-                        Action::Send(text) => {
-                            let client = client.clone();
-                            let updates = updates.clone();
-                            let session = session.clone();
-                            tokio::spawn(async move {
-                                let result: Result<Value, _> = client
-                                    .request("sessions.send", object(json!({"session": session, "message": text, "approval": "ask"})))
-                                    .await;
-                                // The answer arrives as events; only a failure needs saying.
-                                match result {
-                                    Ok(_) => {}
-                                    Err(jsonrpsee::core::client::Error::Call(call)) if call.message().contains("cancel") => {}
-                                    Err(error) => { let _ = updates.send(Update::Failed(error.to_string())); }
-                                }
-                            });
-                        }
-                        Action::Cancel => {
-                            let _: Result<Value, _> = client.request("agent.cancel", object(json!({"session": session}))).await;
-                        }
-                        Action::Resolve { id, approve } => {
-                            let _: Result<Value, _> = client
-                                .request("confirmations.resolve", object(json!({"session": session, "id": id, "approve": approve, "reason": if approve { Value::Null } else { json!("denied in the terminal") }})))
-                                .await;
-                        }
-                        Action::Open(key) => {
-                            session = key;
-                            match open(&client, &session, &updates).await {
-                                Ok(stream) => events = stream,
-                                Err(error) => { let _ = updates.send(Update::Failed(error)); }
-                            }
-                        }
-                        Action::ListSessions => {
-                            let list: Result<Vec<SessionSummary>, _> = client.request("sessions.list", object(json!({}))).await;
-                            if let Ok(list) = list {
-                                let _ = updates.send(Update::Sessions(list.into_iter().map(|s| app::PickerEntry { key: s.key.as_str().to_owned(), title: s.title }).collect()));
-                            }
-                        }
-                        Action::Quit => return,
+                    if !act(&client, &mut session, action, &mut events, &updates).await {
+                        return;
                     }
                 }
             }
@@ -295,28 +228,109 @@ async fn network(
     }
 }
 
+/// Carries out one action; false to stop.
+async fn act(
+    client: &Arc<Client>,
+    session: &mut String,
+    action: Action,
+    events: &mut Notifications<Notification>,
+    updates: &mpsc::UnboundedSender<Update>,
+) -> bool {
+    let Ok(key) = session.parse::<SessionKey>() else {
+        let _ = updates.send(Update::Failed(format!("{session} is not a session key")));
+        return !matches!(action, Action::Quit);
+    };
+    match action {
+        Action::Send(text) => {
+            let client = client.clone();
+            let updates = updates.clone();
+            tokio::spawn(async move {
+                let params = SendParams {
+                    session: key,
+                    message: text,
+                    tier: None,
+                    model: None,
+                    agent: None,
+                    approval: Approval::Ask,
+                };
+                // The answer arrives as events; only a failure needs saying.
+                match client.call::<SessionsSend>(&params).await {
+                    Ok(_) => {}
+                    Err(error) if error.rpc().is_some_and(|e| e.is_cancelled()) => {}
+                    Err(error) => {
+                        let _ = updates.send(Update::Failed(error.to_string()));
+                    }
+                }
+            });
+        }
+        Action::Cancel => {
+            let params = CancelParams {
+                session: key,
+                turn: None,
+            };
+            let _ = client.call::<AgentCancel>(&params).await;
+        }
+        Action::Resolve { id, approve } => {
+            let params = ResolveParams {
+                session: key,
+                id,
+                approve,
+                input_digest: None,
+                reason: (!approve).then(|| "denied in the terminal".to_owned()),
+            };
+            let _ = client.call::<ConfirmationsResolve>(&params).await;
+        }
+        Action::Open(next) => {
+            *session = next;
+            match open(client, session, updates).await {
+                Ok(stream) => *events = stream,
+                Err(error) => {
+                    let _ = updates.send(Update::Failed(error));
+                }
+            }
+        }
+        Action::ListSessions => {
+            if let Ok(list) = client.call::<SessionsList>(&NoParams {}).await {
+                let entries = list
+                    .into_iter()
+                    .map(|s| app::PickerEntry {
+                        key: s.key.as_str().to_owned(),
+                        title: s.title,
+                    })
+                    .collect();
+                let _ = updates.send(Update::Sessions(entries));
+            }
+        }
+        Action::Quit => return false,
+    }
+    true
+}
+
 /// Follows `session`: subscribes, then loads its history and usage.
 async fn open(
-    client: &WsClient,
+    client: &Client,
     session: &str,
     updates: &mpsc::UnboundedSender<Update>,
-) -> Result<Subscription<Notification>, String> {
+) -> Result<Notifications<Notification>, String> {
+    let key: SessionKey = session
+        .parse()
+        .map_err(|_| format!("{session} is not a session key"))?;
     let events = client
-        .subscribe(
-            "sessions.subscribe",
-            object(json!({"sessions": [session]})),
-            "sessions.unsubscribe",
-        )
+        .subscribe::<SessionsSubscribe>(&SubscribeParams {
+            sessions: vec![key.clone()],
+        })
         .await
         .map_err(|e| e.to_string())?;
-    let mut messages = Vec::new();
+    let mut messages: Vec<Message> = Vec::new();
     let mut after = 0;
     loop {
-        let page: HistoryResult = client
-            .request(
-                "sessions.history",
-                object(json!({"session": session, "after": after, "limit": 1000})),
-            )
+        let page = client
+            .call::<SessionsHistory>(&HistoryParams {
+                session: key.clone(),
+                before: None,
+                after: Some(after),
+                limit: Some(1000),
+            })
             .await
             .map_err(|e| e.to_string())?;
         let Some(cursor) = page.cursor.filter(|_| !page.messages.is_empty()) else {
@@ -330,11 +344,15 @@ async fn open(
     Ok(events)
 }
 
-async fn send_usage(client: &WsClient, session: &str, updates: &mpsc::UnboundedSender<Update>) {
-    let usage: Result<UsageSummary, _> = client
-        .request("usage.summary", object(json!({"session": session})))
-        .await;
-    if let Ok(usage) = usage {
+async fn send_usage(client: &Client, session: &str, updates: &mpsc::UnboundedSender<Update>) {
+    let Ok(key) = session.parse::<SessionKey>() else {
+        return;
+    };
+    let params = UsageParams {
+        session: Some(key),
+        days: None,
+    };
+    if let Ok(usage) = client.call::<UsageSummary>(&params).await {
         let _ = updates.send(Update::Usage {
             tokens: usage.total.usage.input_tokens + usage.total.usage.output_tokens,
             cost_usd: usage.total.cost_usd,

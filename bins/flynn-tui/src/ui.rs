@@ -284,7 +284,7 @@ mod tests {
     use super::*;
     use crate::app::Action;
     use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-    use flynn_core::protocol::{AgentEvent, EventEnvelope, RunState, SessionKey, TurnId};
+    use flynn_protocol::{AgentEvent, EventEnvelope, RunState, SessionKey, TurnId};
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
     use serde_json::json;
@@ -372,11 +372,11 @@ mod tests {
         app.apply(&envelope(
             7,
             AgentEvent::Done {
-                outcome: flynn_core::protocol::TurnOutcome {
+                outcome: flynn_protocol::TurnOutcome {
                     reply: "There are two entries".into(),
                     provider: "openai".into(),
                     model: "gpt-4o-mini".into(),
-                    usage: flynn_core::protocol::Usage {
+                    usage: flynn_protocol::Usage {
                         input_tokens: 120,
                         output_tokens: 30,
                         ..Default::default()
@@ -413,7 +413,7 @@ mod tests {
                 id: "c9".into(),
                 name: "file.write".into(),
                 input: json!({"path": "notes.md", "content": "hello"}),
-                effect: flynn_core::protocol::ToolEffect::WritesFiles,
+                effect: flynn_protocol::ToolEffect::WritesFiles,
                 timeout_secs: 120,
                 reason: None,
             },

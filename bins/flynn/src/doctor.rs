@@ -5,9 +5,10 @@
 use std::path::Path;
 use std::time::Duration;
 
+use flynn_api::methods::{ChannelsStatus, SystemHealth};
 use flynn_core::Tier;
 use flynn_core::config::{self, Loaded, Source};
-use flynn_core::gateway::api::{ChannelInfo, Health};
+use flynn_core::gateway::api::{ChannelInfo, Health, NoParams};
 use flynn_core::protocol::config::{FlynnConfig, McpTransport, ProviderKind};
 use flynn_core::tools::sandbox::{SandboxReport, Strength};
 use serde::Serialize;
@@ -682,9 +683,9 @@ async fn gateway_lines(
     };
     let health = tokio::time::timeout(PROBE_TIMEOUT, async {
         let client = remote::connect(&target).await?;
-        let health = remote::call::<Health>(&target, &client, "system.health", json!({})).await?;
+        let health: Health = remote::call::<SystemHealth>(&target, &client, &NoParams {}).await?;
         let live: Option<Vec<ChannelInfo>> =
-            remote::call(&target, &client, "channels.status", json!({}))
+            remote::call::<ChannelsStatus>(&target, &client, &NoParams {})
                 .await
                 .ok();
         Ok::<_, Failure>((health, live))

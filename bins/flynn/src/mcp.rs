@@ -7,8 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flynn_api::methods::McpStatus;
 use flynn_core::config::{self, Loaded, Source};
-use flynn_core::gateway::api::McpServerStatus;
+use flynn_core::gateway::api::{McpServerStatus, NoParams};
 use flynn_core::mcp::{McpServer, Phase, ServerStatus};
 use flynn_core::protocol::ToolEffect;
 use flynn_core::protocol::config::{McpConfig, McpServerConfig};
@@ -147,7 +148,7 @@ async fn list(
     let live: Option<Vec<McpServerStatus>> = match remote::target(gateway, config)? {
         Some(target) => {
             let client = remote::connect(&target).await?;
-            Some(remote::call(&target, &client, "mcp.status", json!({})).await?)
+            Some(remote::call::<McpStatus>(&target, &client, &NoParams {}).await?)
         }
         None => None,
     };
@@ -491,9 +492,9 @@ async fn serve(config: Option<&Path>, gateway: Option<&str>) -> Result<(), Failu
         .filter(|url| !url.trim().is_empty());
     let stop = CancellationToken::new();
     if let Some(address) = named {
-        let url = flynn_core::gateway::client::mcp_url(&address).map_err(Failure::usage)?;
+        let url = flynn_client::mcp_url(&address).map_err(Failure::usage)?;
         let paths = flynn_core::config::Paths::resolve(config, &CliEnv)?;
-        let token = flynn_core::gateway::client::client_token(
+        let token = flynn_client::client_token(
             std::env::var("FLYNN_GATEWAY_TOKEN").ok().as_deref(),
             &paths.home,
         );

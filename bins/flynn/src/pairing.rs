@@ -5,9 +5,10 @@
 
 use std::sync::Arc;
 
+use flynn_api::methods;
 use flynn_core::Pairing;
 use flynn_core::config;
-use flynn_core::gateway::api::{PairedSender, PairingList, PairingRevokeResult};
+use flynn_core::gateway::api::{NoParams, PairingApproveParams, PairingList, PairingRevokeParams};
 use flynn_core::gateway::convert;
 use flynn_core::protocol::clock::now_millis;
 use serde_json::json;
@@ -54,7 +55,7 @@ pub async fn run(args: PairingArgs) -> Result<(), Failure> {
         PairingCommand::List { json } => {
             let list = match (&remote, &store) {
                 (Some((target, client)), _) => {
-                    remote::call::<PairingList>(target, client, "pairing.list", json!({})).await?
+                    remote::call::<methods::PairingList>(target, client, &NoParams {}).await?
                 }
                 (None, Some(store)) => PairingList {
                     pending: store
@@ -84,13 +85,12 @@ pub async fn run(args: PairingArgs) -> Result<(), Failure> {
         } => {
             let peer = match (&remote, &store) {
                 (Some((target, client)), _) => {
-                    remote::call::<PairedSender>(
-                        target,
-                        client,
-                        "pairing.approve",
-                        json!({"channel": channel, "code": code, "owner": owner}),
-                    )
-                    .await?
+                    let params = PairingApproveParams {
+                        channel: channel.clone(),
+                        code: code.clone(),
+                        owner,
+                    };
+                    remote::call::<methods::PairingApprove>(target, client, &params).await?
                 }
                 (None, Some(store)) => {
                     let mut peer = store
@@ -132,14 +132,13 @@ pub async fn run(args: PairingArgs) -> Result<(), Failure> {
         } => {
             let revoked = match (&remote, &store) {
                 (Some((target, client)), _) => {
-                    remote::call::<PairingRevokeResult>(
-                        target,
-                        client,
-                        "pairing.revoke",
-                        json!({"channel": channel, "sender": sender}),
-                    )
-                    .await?
-                    .revoked
+                    let params = PairingRevokeParams {
+                        channel: channel.clone(),
+                        sender: sender.clone(),
+                    };
+                    remote::call::<methods::PairingRevoke>(target, client, &params)
+                        .await?
+                        .revoked
                 }
                 (None, Some(store)) => store
                     .revoke_peer(&channel, &sender)

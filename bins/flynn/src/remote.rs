@@ -4,12 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flynn_core::gateway::api::{Approval, Notification, SendParams};
+use flynn_api::methods::{AgentCancel, ConfirmationsResolve};
+use flynn_api::{Approval, CancelParams, Method, Notification, ResolveParams, SendParams};
+use flynn_client::{Client, Error as ClientError};
 use flynn_core::{AgentEvent, ApprovalRequest, Decision, ErrorCode, RunState, SessionKey};
-use jsonrpsee::core::client::{ClientT, Error as RpcError, Subscription, SubscriptionClientT};
-use jsonrpsee::core::params::ObjectParams;
-use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
-use serde_json::{Value, json};
+use futures::StreamExt;
+use serde_json::json;
 
 use crate::exit::Failure;
 
@@ -34,9 +34,9 @@ pub fn target(
     let Some(url) = named else {
         return Ok(None);
     };
-    let url = flynn_core::gateway::client::rpc_url(&url).map_err(Failure::usage)?;
+    let url = flynn_client::rpc_url(&url).map_err(Failure::usage)?;
     let paths = flynn_core::config::Paths::resolve(config, &crate::env::CliEnv)?;
-    let token = flynn_core::gateway::client::client_token(
+    let token = flynn_client::client_token(
         std::env::var("FLYNN_GATEWAY_TOKEN").ok().as_deref(),
         &paths.home,
     );
@@ -50,69 +50,40 @@ fn unreachable(target: &Target, error: impl std::fmt::Display) -> Failure {
     }
 }
 
-pub async fn connect(target: &Target) -> Result<WsClient, Failure> {
-    let mut headers = jsonrpsee::ws_client::HeaderMap::new();
-    if let Some(token) = &target.token
-        && let Ok(value) = format!("Bearer {token}").parse()
-    {
-        headers.insert("authorization", value);
-    }
-    WsClientBuilder::default()
-        .set_headers(headers)
-        .connection_timeout(Duration::from_secs(5))
-        .request_timeout(Duration::from_secs(3600))
-        .build(&target.url)
+pub async fn connect(target: &Target) -> Result<Client, Failure> {
+    Client::connect(&target.url, target.token.as_deref())
         .await
-        .map_err(|e| {
-            let text = e.to_string();
-            if text.contains("401") {
-                Failure {
-                    code: 4,
-                    message: format!(
-                        "the daemon at {} refused the token (set FLYNN_GATEWAY_TOKEN, or run where FLYNN_HOME holds gateway.token)",
-                        target.url
-                    ),
-                }
-            } else {
-                unreachable(target, text)
-            }
+        .map_err(|error| match error {
+            ClientError::Unauthorized { .. } => Failure {
+                code: 4,
+                message: format!(
+                    "the daemon at {} refused the token (set FLYNN_GATEWAY_TOKEN, or run where FLYNN_HOME holds gateway.token)",
+                    target.url
+                ),
+            },
+            ClientError::Unreachable { reason, .. } => unreachable(target, reason),
+            other => unreachable(target, other),
         })
-}
-
-fn object(value: Value) -> ObjectParams {
-    let mut params = ObjectParams::new();
-    if let Value::Object(map) = value {
-        for (key, value) in map {
-            let _ = params.insert(&key, value);
-        }
-    }
-    params
 }
 
 /// One method call on the daemon; an error becomes the exit code and
 /// message embedded mode would give.
-pub async fn call<T: serde::de::DeserializeOwned>(
+pub async fn call<M: Method>(
     target: &Target,
-    client: &WsClient,
-    method: &str,
-    params: Value,
-) -> Result<T, Failure> {
+    client: &Client,
+    params: &M::Params,
+) -> Result<M::Output, Failure> {
     client
-        .request(method, object(params))
+        .call::<M>(params)
         .await
         .map_err(|error| failure(target, error).1)
 }
 
 /// The exit code and message of an error from the daemon.
-pub fn failure(target: &Target, error: RpcError) -> (ErrorCode, Failure) {
+pub fn failure(target: &Target, error: ClientError) -> (ErrorCode, Failure) {
     match error {
-        RpcError::Call(call) => {
-            let kind = call
-                .data()
-                .and_then(|d| serde_json::from_str::<Value>(d.get()).ok())
-                .and_then(|d| d["kind"].as_str().map(str::to_owned))
-                .unwrap_or_default();
-            let code = match kind.as_str() {
+        ClientError::Rpc(rpc) => {
+            let code = match rpc.kind.as_deref().unwrap_or_default() {
                 "config" | "invalid_params" => ErrorCode::Config,
                 "provider" => ErrorCode::Provider,
                 "storage" => ErrorCode::Storage,
@@ -120,7 +91,7 @@ pub fn failure(target: &Target, error: RpcError) -> (ErrorCode, Failure) {
                 "refused" | "shutting_down" | "rate_limited" => ErrorCode::Refused,
                 _ => ErrorCode::Internal,
             };
-            (code, Failure::from_code(code, call.message().to_owned()))
+            (code, Failure::from_code(code, rpc.message))
         }
         other => (ErrorCode::Refused, unreachable(target, other)),
     }
@@ -145,11 +116,7 @@ pub async fn send(
     } else {
         Approval::Deny
     };
-    let body = serde_json::to_value(&params).unwrap_or(Value::Null);
-    let mut sub: Subscription<Notification> = match client
-        .subscribe("agent.send", object(body), "agent.unsubscribe")
-        .await
-    {
+    let mut sub = match client.follow(&params).await {
         Ok(sub) => sub,
         Err(error) => {
             let (code, failure) = failure(target, error);
@@ -166,9 +133,8 @@ pub async fn send(
             next = sub.next() => next,
             _ = tokio::signal::ctrl_c(), if !cancelled => {
                 cancelled = true;
-                let _ = client
-                    .request::<Value, _>("agent.cancel", object(json!({"session": session, "turn": turn})))
-                    .await;
+                let params = CancelParams { session: session.clone(), turn };
+                let _ = client.call::<AgentCancel>(&params).await;
                 continue;
             }
         };
@@ -224,17 +190,14 @@ pub async fn send(
                         Decision::Approve => (true, None),
                         Decision::Deny { reason } => (false, Some(reason)),
                     };
-                    let _ = client
-                        .request::<Value, _>(
-                            "confirmations.resolve",
-                            object(json!({
-                                "session": request.session,
-                                "id": request.call_id,
-                                "approve": approve,
-                                "reason": reason,
-                            })),
-                        )
-                        .await;
+                    let params = ResolveParams {
+                        session: request.session,
+                        id: request.call_id,
+                        approve,
+                        input_digest: None,
+                        reason,
+                    };
+                    let _ = client.call::<ConfirmationsResolve>(&params).await;
                 });
             }
             AgentEvent::Done { outcome: done } => outcome = Some(done.clone()),

@@ -7,13 +7,15 @@ use std::sync::Arc;
 use flynn_core::config;
 
 use crate::env::CliEnv;
+use flynn_api::methods;
+use flynn_client::Client;
 use flynn_core::gateway::api::{
-    HistoryResult, PurposeUsage, ResetResult, SessionSummary, UsageSummary, UsageTotals,
+    HistoryParams, HistoryResult, NoParams, PurposeUsage, ResetResult, SessionParams,
+    SessionSummary, UsageParams, UsageSummary, UsageTotals,
 };
 use flynn_core::gateway::convert;
 use flynn_core::protocol::{ContentBlock, Principal, Role};
 use flynn_core::{Message, SessionKey, SessionStore, Tier};
-use jsonrpsee::ws_client::WsClient;
 use serde_json::json;
 
 use crate::cli::{SessionsArgs, SessionsCommand, UsageArgs};
@@ -23,7 +25,7 @@ use crate::remote::{self, Target};
 /// Where sessions are read from.
 enum Source {
     Local(Arc<dyn SessionStore>),
-    Remote(Target, WsClient),
+    Remote(Target, Client),
 }
 
 /// One line of `flynn sessions list`.
@@ -74,7 +76,7 @@ impl Source {
                 .collect()),
             Source::Remote(target, client) => {
                 let sessions: Vec<SessionSummary> =
-                    remote::call(target, client, "sessions.list", json!({})).await?;
+                    remote::call::<methods::SessionsList>(target, client, &NoParams {}).await?;
                 Ok(sessions
                     .into_iter()
                     .map(|s| Row {
@@ -108,13 +110,14 @@ impl Source {
                 let mut messages = Vec::new();
                 let mut after = 0;
                 loop {
-                    let page: HistoryResult = remote::call(
-                        target,
-                        client,
-                        "sessions.history",
-                        json!({"session": key, "after": after, "limit": 1000}),
-                    )
-                    .await?;
+                    let params = HistoryParams {
+                        session: key.clone(),
+                        before: None,
+                        after: Some(after),
+                        limit: Some(1000),
+                    };
+                    let page: HistoryResult =
+                        remote::call::<methods::SessionsHistory>(target, client, &params).await?;
                     let Some(cursor) = page.cursor.filter(|_| !page.messages.is_empty()) else {
                         break;
                     };
@@ -146,8 +149,11 @@ impl Source {
                 store.clear(key).await.map_err(storage_error)
             }
             Source::Remote(target, client) => {
+                let params = SessionParams {
+                    session: key.clone(),
+                };
                 let result: ResetResult =
-                    remote::call(target, client, "sessions.reset", json!({"session": key})).await?;
+                    remote::call::<methods::SessionsReset>(target, client, &params).await?;
                 Ok(result.existed)
             }
         }
@@ -177,12 +183,12 @@ impl Source {
                 })
             }
             Source::Remote(target, client) => {
-                let params = match session {
-                    Some(session) => json!({"session": session}),
-                    None => json!({}),
+                let params = UsageParams {
+                    session: session.cloned(),
+                    days: None,
                 };
                 let summary: UsageSummary =
-                    remote::call(target, client, "usage.summary", params).await?;
+                    remote::call::<methods::UsageSummary>(target, client, &params).await?;
                 Ok(UsageLines {
                     tiers: summary
                         .tiers

@@ -24,6 +24,10 @@ pub use types::*;
 /// The protocol's version, reported by `system.version`.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// The file in `FLYNN_HOME` where a daemon keeps the token it generated,
+/// for the CLI and the TUI on the same machine.
+pub const TOKEN_FILE: &str = "gateway.token";
+
 /// Codes beyond JSON-RPC's own (-32700 parse error, -32600 invalid
 /// request, -32601 method not found, -32602 invalid params, -32603
 /// internal error).
@@ -63,9 +67,9 @@ pub trait Method {
     /// One line for the schema and the docs.
     const SUMMARY: &'static str;
     /// The parameters: one object, by name ([`NoParams`] for none).
-    type Params: Serialize + DeserializeOwned + JsonSchema + Send + 'static;
+    type Params: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'static;
     /// What the method answers.
-    type Output: Serialize + DeserializeOwned + JsonSchema + Send + 'static;
+    type Output: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'static;
 }
 
 /// A JSON-RPC subscription: a request, then notifications until the
@@ -79,9 +83,9 @@ pub trait Subscription {
     const UNSUBSCRIBE: &'static str;
     const SCOPES: &'static [TokenScope];
     const SUMMARY: &'static str;
-    type Params: Serialize + DeserializeOwned + JsonSchema + Send + 'static;
+    type Params: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'static;
     /// Each notification's parameters.
-    type Item: Serialize + DeserializeOwned + JsonSchema + Send + 'static;
+    type Item: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'static;
 }
 
 /// The parameters of a method that takes none: omitted, `null` or `{}`

@@ -23,7 +23,6 @@ mod approver;
 mod audit;
 mod auth;
 mod channels;
-pub mod client;
 pub mod convert;
 mod error;
 #[doc(hidden)]

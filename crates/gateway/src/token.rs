@@ -5,8 +5,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Name of the token file in `FLYNN_HOME`.
-pub const TOKEN_FILE: &str = "gateway.token";
+pub use flynn_api::TOKEN_FILE;
 
 /// The name of the admin token (`gateway.token`, `FLYNN_GATEWAY_TOKEN` or
 /// the token file), in logs and the audit log.

@@ -1,6 +1,5 @@
-//! What a client of the gateway (the CLI, the TUI) needs to reach it: the
-//! `/rpc` WebSocket URL (or the `/mcp` URL) from an address a person
-//! typed, and the token.
+//! Where the gateway is: the `/rpc` WebSocket URL (or the `/mcp` URL) from
+//! an address a person typed, and the token to show it.
 
 use std::path::Path;
 
@@ -41,11 +40,15 @@ pub fn mcp_url(given: &str) -> Result<String, String> {
 }
 
 /// The token to present: `environment` (`FLYNN_GATEWAY_TOKEN`) when set,
-/// else the token file in `home` (a local daemon's own).
+/// else the token file in `home` (a local daemon's own,
+/// [`flynn_api::TOKEN_FILE`]).
 pub fn client_token(environment: Option<&str>, home: &Path) -> Option<String> {
     match environment.map(str::trim) {
         Some(token) if !token.is_empty() => Some(token.to_owned()),
-        _ => crate::read_token_file(home).ok().flatten(),
+        _ => std::fs::read_to_string(home.join(flynn_api::TOKEN_FILE))
+            .ok()
+            .map(|text| text.trim().to_owned())
+            .filter(|token| !token.is_empty()),
     }
 }
 
