@@ -13,7 +13,7 @@ macro_rules! protocol {
         subscriptions { $( $sub:ident = $sname:literal ($sparams:ty) => $notification:literal ($item:ty), $unsubscribe:literal, [$($sscope:ident),*], $ssummary:literal; )* }
     ) => {
         /// One unit type per method and subscription, named after it
-        /// (`sessions.list` is [`SessionsList`]).
+        /// (`sessions.list` is `SessionsList`).
         pub mod methods {
             use super::*;
             $(

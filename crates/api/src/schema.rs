@@ -1,5 +1,5 @@
 //! The protocol's machine-readable description, generated from
-//! [`METHODS`](crate::METHODS): every method with its scopes, parameter
+//! [`METHODS`]: every method with its scopes, parameter
 //! and result schemas, the notifications and the error codes
 //! (`docs/protocol.schema.json`, written by `cargo xtask codegen`).
 

@@ -3,7 +3,7 @@
 //! SQLite makes a writer wait up to the busy timeout ([`BUSY_TIMEOUT`]) for
 //! another writer (a second process, say the CLI's `flynn sessions reset`)
 //! and the pool makes a caller wait up to [`ACQUIRE_TIMEOUT`] for a free
-//! connection; past those the store reports [`Error::Busy`]. The writes
+//! connection; past those the store reports [`Error::Busy`](crate::Error::Busy). The writes
 //! that must not be lost (accepting a message, starting and finishing a
 //! turn, storing a paid answer and its usage, storing tool results) try
 //! again then, after a pause that doubles from [`FIRST_PAUSE`] with
