@@ -22,6 +22,7 @@
 
 pub mod adapter;
 pub mod chunk;
+pub mod configured;
 pub mod format;
 pub mod inbound;
 pub mod outbound;

@@ -26,7 +26,9 @@
 
 pub mod backup;
 mod builder;
-pub mod channels;
+/// The chat channels a config asks for, built with the adapters this
+/// binary was compiled with (`flynn_channels::configured`).
+pub use flynn_channels::configured as channels;
 #[cfg(feature = "daemon")]
 pub mod daemon;
 mod error;

@@ -4,8 +4,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use flynn_channels::ChannelAdapter;
 use flynn_protocol::config::ChannelsConfig;
+
+use crate::ChannelAdapter;
 
 /// What became of one configured channel.
 pub enum Built {
@@ -51,7 +52,7 @@ pub fn build(config: &ChannelsConfig, home: &Path) -> Vec<(&'static str, Built)>
         #[cfg(feature = "telegram")]
         built.push((
             "telegram",
-            match flynn_channels::telegram::TelegramAdapter::new(c) {
+            match crate::telegram::TelegramAdapter::new(c) {
                 Ok(adapter) => Built::Adapter(Arc::new(adapter)),
                 Err(e) => Built::Unavailable(e.to_string()),
             },
@@ -66,7 +67,7 @@ pub fn build(config: &ChannelsConfig, home: &Path) -> Vec<(&'static str, Built)>
         #[cfg(feature = "discord")]
         built.push((
             "discord",
-            match flynn_channels::discord::DiscordAdapter::new(c) {
+            match crate::discord::DiscordAdapter::new(c) {
                 Ok(adapter) => {
                     Built::Adapter(Arc::new(adapter.with_state_file(home.join(DISCORD_STATE))))
                 }
@@ -83,7 +84,7 @@ pub fn build(config: &ChannelsConfig, home: &Path) -> Vec<(&'static str, Built)>
         #[cfg(feature = "slack")]
         built.push((
             "slack",
-            match flynn_channels::slack::SlackAdapter::new(c) {
+            match crate::slack::SlackAdapter::new(c) {
                 Ok(adapter) => Built::Adapter(Arc::new(adapter)),
                 Err(e) => Built::Unavailable(e.to_string()),
             },
@@ -98,7 +99,7 @@ pub fn build(config: &ChannelsConfig, home: &Path) -> Vec<(&'static str, Built)>
         #[cfg(feature = "whatsapp")]
         built.push((
             "whatsapp",
-            match flynn_channels::whatsapp::WhatsAppAdapter::new(c) {
+            match crate::whatsapp::WhatsAppAdapter::new(c) {
                 Ok(adapter) => Built::Adapter(Arc::new(adapter)),
                 Err(e) => Built::Unavailable(e.to_string()),
             },
