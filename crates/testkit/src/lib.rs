@@ -30,6 +30,16 @@
 //! [`mcp`] is a real MCP server built on rmcp, over stdio (the
 //! `flynn-mcp-fixture` binary) or streamable HTTP behind a token.
 //!
+//! Each family of fakes is behind a cargo feature, so a crate's tests build
+//! only the fakes they use: `providers` (the model providers' and embedding
+//! APIs, the hub, [`fixtures`]), `bedrock` (Bedrock's Converse API),
+//! `channels` (Telegram, Discord, Slack and WhatsApp), `search` (the search
+//! engines) and `mcp` (the MCP server and its binary). [`FakeSite`],
+//! [`FakeRedirect`] and [`FakeTailscaled`] are always there. The default
+//! features are the four families, for this crate's own tests; the
+//! workspace's dependency turns them off, and each crate names the ones it
+//! uses.
+//!
 //! In-process stand-ins, each behind its feature: `scripted::ScriptedModel`
 //! (`models`), a model client that answers from a script;
 //! `chat::MemoryChannel` (`chat`), a chat platform in memory; and
@@ -38,43 +48,63 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+#[cfg(feature = "providers")]
 mod anthropic;
 #[cfg(feature = "bedrock")]
 pub mod bedrock;
 #[cfg(feature = "chat")]
 pub mod chat;
+#[cfg(feature = "channels")]
 pub mod discord;
+#[cfg(feature = "providers")]
 pub mod embeddings;
+#[cfg(feature = "providers")]
 pub mod fixtures;
+#[cfg(feature = "providers")]
 mod hub;
+#[cfg(feature = "providers")]
 mod llamacpp;
+#[cfg(feature = "mcp")]
 pub mod mcp;
+#[cfg(feature = "providers")]
 mod ollama;
+#[cfg(feature = "providers")]
 mod openai;
 mod redirect;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 #[cfg(feature = "models")]
 pub mod scripted;
+#[cfg(feature = "search")]
 mod search;
 mod server;
 mod site;
+#[cfg(feature = "channels")]
 pub mod slack;
 #[cfg(feature = "sessions")]
 pub mod store;
 pub mod tailscale;
+#[cfg(feature = "channels")]
 pub mod telegram;
+#[cfg(feature = "channels")]
 pub mod whatsapp;
 
+#[cfg(feature = "providers")]
 pub use anthropic::FakeAnthropic;
 #[cfg(feature = "bedrock")]
 pub use bedrock::{FakeBedrock, bedrock_error};
+#[cfg(feature = "providers")]
 pub use embeddings::{FakeEmbeddings, Vendor, fake_embedding};
+#[cfg(feature = "providers")]
 pub use hub::FakeHub;
+#[cfg(feature = "providers")]
 pub use llamacpp::FakeLlamaCpp;
+#[cfg(feature = "providers")]
 pub use ollama::FakeOllama;
+#[cfg(feature = "providers")]
 pub use openai::FakeOpenAi;
 pub use redirect::FakeRedirect;
+#[cfg(feature = "search")]
 pub use search::{FakeBrave, FakeDuckDuckGo, FakeSearxng, FakeTavily, SearchHit, SearchRequest};
 pub use server::{CapturedRequest, INPUT_TOKENS, OUTPUT_TOKENS, Reply};
 pub use site::FakeSite;

@@ -592,7 +592,15 @@ fn locate_or_build() -> Result<PathBuf, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(&cargo);
     command
-        .args(["build", "-p", "flynn-testkit", "--bin", BINARY])
+        .args([
+            "build",
+            "-p",
+            "flynn-testkit",
+            "--features",
+            "mcp",
+            "--bin",
+            BINARY,
+        ])
         .env("CARGO_TARGET_DIR", target_dir)
         .current_dir(env!("CARGO_MANIFEST_DIR"));
     match profile_dir.file_name().and_then(|name| name.to_str()) {
@@ -612,7 +620,7 @@ fn locate_or_build() -> Result<PathBuf, String> {
     })?;
     if !output.status.success() || !binary.is_file() {
         return Err(format!(
-            "{BINARY} is missing and `cargo build -p flynn-testkit --bin {BINARY}` failed ({}):\n{}",
+            "{BINARY} is missing and `cargo build -p flynn-testkit --features mcp --bin {BINARY}` failed ({}):\n{}",
             output.status,
             String::from_utf8_lossy(&output.stderr)
         ));

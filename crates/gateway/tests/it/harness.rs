@@ -2,12 +2,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use flynn_api::{Approval, Notification, SendParams};
+use flynn_client::Client;
 use flynn_core::protocol::config::{
     FlynnConfig, HookAction, HookRule, ProviderConfig, ProviderKind, TiersConfig,
 };
+use flynn_core::protocol::{AgentEvent, EventEnvelope, SessionKey};
 use flynn_core::{Flynn, Tool};
 use flynn_gateway::{Gateway, GatewayExtras, GatewayParts, RemoteApprover, Serving};
 use flynn_testkit::FakeOpenAi;
+use futures::StreamExt;
 use jsonrpsee::core::client::{ClientT, Subscription, SubscriptionClientT};
 use jsonrpsee::http_client::{HttpClient, HttpClientBuilder};
 use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
@@ -115,6 +119,14 @@ impl Harness {
             .unwrap()
     }
 
+    /// A typed client with the owner's token, as the CLI and the TUI
+    /// connect.
+    pub async fn client(&self) -> flynn_client::Client {
+        flynn_client::Client::connect(&format!("ws://{}/rpc", self.addr), Some(TOKEN))
+            .await
+            .unwrap()
+    }
+
     pub fn http(&self) -> HttpClient {
         let mut headers = jsonrpsee::http_client::HeaderMap::new();
         headers.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
@@ -206,4 +218,68 @@ pub fn confirm(tool: &str) -> HookRule {
 
 pub fn empty() -> Value {
     json!({})
+}
+
+/// `agent.send` with everything else at its default.
+pub fn send_params(session: &SessionKey, message: &str) -> SendParams {
+    SendParams {
+        session: session.clone(),
+        message: message.into(),
+        tier: None,
+        model: None,
+        agent: None,
+        approval: Approval::Ask,
+    }
+}
+
+pub fn key(text: &str) -> SessionKey {
+    text.parse().unwrap()
+}
+
+/// Follows one turn to its end (each event within 10 s).
+pub async fn follow(client: &Client, params: SendParams) -> Vec<EventEnvelope> {
+    let mut turn = client.follow(&params).await.unwrap();
+    let mut events = Vec::new();
+    while let Some(next) = tokio::time::timeout(Duration::from_secs(10), turn.next())
+        .await
+        .expect("the turn went on in time")
+    {
+        match next.unwrap() {
+            Notification::Event(envelope) => events.push(*envelope),
+            Notification::Lagged { skipped, .. } => panic!("lagged by {skipped}"),
+        }
+    }
+    events
+}
+
+/// A session watcher's events up to and including the end of a turn.
+pub async fn until_turn_ends(
+    watched: &mut flynn_client::Notifications<Notification>,
+) -> Vec<EventEnvelope> {
+    let mut events = Vec::new();
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(10), watched.next())
+            .await
+            .expect("the turn went on in time")
+            .expect("the subscription is open")
+            .unwrap();
+        let Notification::Event(envelope) = next else {
+            panic!("lagged: {next:?}");
+        };
+        let last = matches!(envelope.event, AgentEvent::RunState { state } if state.is_terminal());
+        events.push(*envelope);
+        if last {
+            return events;
+        }
+    }
+}
+
+pub fn text_of(events: &[EventEnvelope]) -> String {
+    events
+        .iter()
+        .filter_map(|envelope| match &envelope.event {
+            AgentEvent::ContentDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
 }

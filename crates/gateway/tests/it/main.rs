@@ -1,8 +1,9 @@
-//! The gateway as its clients use it: the jsonrpsee client over WebSocket
-//! and HTTP, raw frames, an independent OpenAI client, signed webhooks,
+//! The gateway as its clients use it: `flynn-client`, the jsonrpsee client
+//! over WebSocket and HTTP, raw frames, an independent OpenAI client, signed webhooks,
 //! against a runtime on the strict fake OpenAI server.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod client;
 mod harness;
 mod mcp;
 mod openai;

@@ -6,6 +6,7 @@
 
 mod anthropic;
 mod bedrock;
+mod conformance;
 mod context_windows;
 mod hub;
 mod local;
