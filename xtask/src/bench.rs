@@ -146,9 +146,30 @@ pub fn run(args: &[String]) -> Result<()> {
             .context("reading the memory benchmark's counts")?,
     )?;
     markdown.push_str(&render_memory(&memory, &micro));
-    std::fs::write(root.join("docs/benchmarks.md"), &markdown)?;
+    let path = root.join("docs/benchmarks.md");
+    let previous = std::fs::read_to_string(&path).unwrap_or_default();
+    let markdown = with_hand_written(markdown, &previous);
+    std::fs::write(&path, &markdown)?;
     print!("{markdown}");
     Ok(())
+}
+
+/// The line after which `docs/benchmarks.md` is written by hand: the
+/// measurements no bench case renders (one-off runs, before/after
+/// comparisons, crash runs), which a new run keeps as they are.
+const HAND_WRITTEN: &str =
+    "<!-- Written by hand below this line; `cargo xtask bench` keeps it as it is. -->";
+
+/// `generated`, then the hand-written part of `previous` (from its
+/// [`HAND_WRITTEN`] line on), if it has one.
+fn with_hand_written(mut generated: String, previous: &str) -> String {
+    if let Some(at) = previous.find(HAND_WRITTEN) {
+        if !generated.ends_with("\n\n") {
+            generated.push('\n');
+        }
+        generated.push_str(&previous[at..]);
+    }
+    generated
 }
 
 /// Median time (ns) and throughput (bytes or elements per iteration) of
@@ -581,7 +602,7 @@ fn machine() -> String {
 
 fn render(results: &Value, machine: &str) -> String {
     let mut md = String::from(
-        "# Benchmarks\n\nWritten by `cargo xtask bench`; do not edit by hand. Whole-process wall time of the\nrelease binary, started afresh for every run (after 5 warm-up runs).\n\n",
+        "# Benchmarks\n\nWritten by `cargo xtask bench` down to the line that says otherwise; the rest is written by hand\nand kept by the command. Whole-process wall time of the release binary, started afresh for\nevery run (after 5 warm-up runs).\n\n",
     );
     let _ = writeln!(
         md,
@@ -750,5 +771,19 @@ mod tests {
         assert!(render_memory(&memory, &slow).contains(": misses;"));
         let heavy = serde_json::json!({"runs": 1, "send_request_bytes": 4000});
         assert!(render(&heavy, "m").contains("(target: at most 3.5 KB = 3584 bytes): misses."));
+    }
+
+    #[test]
+    fn a_new_run_keeps_the_hand_written_part_and_replaces_the_rest() {
+        let previous =
+            format!("# Benchmarks\n\nold rows\n\n{HAND_WRITTEN}\n\n## Crashes\n\nkept\n");
+        assert_eq!(
+            with_hand_written("# Benchmarks\n\nnew rows\n".into(), &previous),
+            format!("# Benchmarks\n\nnew rows\n\n{HAND_WRITTEN}\n\n## Crashes\n\nkept\n")
+        );
+        assert_eq!(
+            with_hand_written("# Benchmarks\n\nnew rows\n".into(), "# Benchmarks\n\nold\n"),
+            "# Benchmarks\n\nnew rows\n"
+        );
     }
 }
