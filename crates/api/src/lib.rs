@@ -18,7 +18,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-pub use methods_def::{METHODS, methods};
+pub use methods_def::{METHODS, SCOPES, methods};
 pub use types::*;
 
 /// The protocol's version, reported by `system.version`.
@@ -167,8 +167,24 @@ impl MethodInfo {
 /// The scopes that may call `name` (any one of them); `None` for a name
 /// that is no method of the protocol.
 pub fn scopes_of(name: &str) -> Option<&'static [TokenScope]> {
-    METHODS
+    SCOPES
         .iter()
-        .find(|method| method.name == name)
-        .map(|method| method.scopes)
+        .find(|(method, _)| *method == name)
+        .map(|(_, scopes)| *scopes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scope_table_names_every_method_with_its_declared_scopes() {
+        let from_methods: Vec<(&str, &[TokenScope])> = METHODS
+            .iter()
+            .map(|method| (method.name, method.scopes))
+            .collect();
+        assert_eq!(SCOPES.to_vec(), from_methods);
+        assert_eq!(scopes_of("tools.invoke"), Some(&[TokenScope::Admin][..]));
+        assert_eq!(scopes_of("agent.fly"), None);
+    }
 }

@@ -46,6 +46,15 @@ macro_rules! protocol {
             )*
         }
 
+        /// Every method's and subscription's name with the scopes that may
+        /// call it, for the gateway's check: a table of plain data, so a
+        /// binary that checks scopes does not link the schema generators
+        /// [`METHODS`] points at.
+        pub const SCOPES: &[(&str, &[TokenScope])] = &[
+            $( ($name, &[$(TokenScope::$scope),*]), )*
+            $( ($sname, &[$(TokenScope::$sscope),*]), )*
+        ];
+
         /// Every method, then every subscription.
         pub const METHODS: &[MethodInfo] = &[
             $( MethodInfo::method::<methods::$method>(), )*
