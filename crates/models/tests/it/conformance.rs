@@ -41,6 +41,7 @@ enum Wire {
     /// Anthropic's Messages API.
     Messages,
     /// Bedrock's Converse API.
+    #[cfg(feature = "bedrock")]
     Converse,
 }
 
@@ -48,6 +49,7 @@ enum Wire {
 struct Provider {
     /// The provider's name in config, which its errors carry.
     name: &'static str,
+    kind: ProviderKind,
     model: &'static str,
     wire: Wire,
     fake: Fake,
@@ -63,6 +65,7 @@ async fn providers() -> Vec<Provider> {
     let all = vec![
         Provider {
             name: "openai",
+            kind: ProviderKind::Openai,
             model: "gpt-4o-mini",
             wire: Wire::ChatCompletions,
             client: client(
@@ -73,6 +76,7 @@ async fn providers() -> Vec<Provider> {
         },
         Provider {
             name: "local",
+            kind: ProviderKind::OpenaiCompatible,
             model: "qwen2.5-7b-instruct",
             wire: Wire::ChatCompletions,
             client: client(
@@ -83,6 +87,7 @@ async fn providers() -> Vec<Provider> {
         },
         Provider {
             name: "ollama",
+            kind: ProviderKind::Ollama,
             model: "llama3.2",
             wire: Wire::ChatCompletions,
             client: client(
@@ -93,6 +98,7 @@ async fn providers() -> Vec<Provider> {
         },
         Provider {
             name: "anthropic",
+            kind: ProviderKind::Anthropic,
             model: "claude-sonnet-4-5",
             wire: Wire::Messages,
             client: client(
@@ -140,6 +146,7 @@ mod bedrock {
         let fake = FakeBedrock::start_with_access_key(ACCESS_KEY).await;
         Provider {
             name: "bedrock",
+            kind: ProviderKind::Bedrock,
             model: "anthropic.claude-sonnet-4-5-20250929-v1:0",
             wire: Wire::Converse,
             client: build_bedrock_client("bedrock", &config(&fake), credentials(ACCESS_KEY))
@@ -191,18 +198,22 @@ impl Provider {
         assert_eq!(violations, Vec::<String>::new(), "{}", self.name);
     }
 
+    /// The fake's base URL; `None` for Bedrock, whose client takes an
+    /// endpoint and credentials instead.
+    fn base_url(&self) -> Option<String> {
+        match &self.fake {
+            Fake::OpenAi(fake) => Some(fake.base_url()),
+            Fake::Ollama(fake) => Some(fake.base_url()),
+            Fake::Anthropic(fake) => Some(fake.base_url()),
+            #[cfg(feature = "bedrock")]
+            Fake::Bedrock(_) => None,
+        }
+    }
+
     /// The same provider with a key its server does not know; `None` for
     /// the keyless servers.
     fn with_wrong_key(&self) -> Option<Arc<dyn ModelClient>> {
         match &self.fake {
-            Fake::OpenAi(fake) if self.name == "openai" => Some(client(
-                self.name,
-                &config(ProviderKind::Openai, &fake.base_url(), Some("sk-wrong")),
-            )),
-            Fake::Anthropic(fake) => Some(client(
-                self.name,
-                &config(ProviderKind::Anthropic, &fake.base_url(), Some("sk-wrong")),
-            )),
             #[cfg(feature = "bedrock")]
             Fake::Bedrock(fake) => Some(
                 flynn_models::build_bedrock_client(
@@ -212,47 +223,43 @@ impl Provider {
                 )
                 .unwrap(),
             ),
-            Fake::OpenAi(_) | Fake::Ollama(_) => None,
+            _ if matches!(self.kind, ProviderKind::Openai | ProviderKind::Anthropic) => {
+                let wrong = config(self.kind, &self.base_url()?, Some("sk-wrong"));
+                Some(client(self.name, &wrong))
+            }
+            _ => None,
         }
     }
 
     /// The same provider behind a server that redirects every request to
-    /// this provider's fake; `None` where the HTTP stack is not Flynn's.
+    /// this provider's fake; `None` where the HTTP stack is not Flynn's
+    /// (Bedrock's is the AWS SDK's).
     fn behind_redirect(&self, status: u16) -> Option<(FakeRedirect, Arc<dyn ModelClient>)> {
-        let (kind, target) = match &self.fake {
-            Fake::OpenAi(fake) if self.name == "openai" => (ProviderKind::Openai, fake.base_url()),
-            Fake::OpenAi(fake) => (ProviderKind::OpenaiCompatible, fake.base_url()),
-            Fake::Ollama(fake) => (ProviderKind::Ollama, fake.base_url()),
-            Fake::Anthropic(fake) => (ProviderKind::Anthropic, fake.base_url()),
-            #[cfg(feature = "bedrock")]
-            Fake::Bedrock(_) => return None,
-        };
-        let redirect = FakeRedirect::start(status, &target);
-        let client = client(self.name, &config(kind, &redirect.base_url(), Some(KEY)));
+        let redirect = FakeRedirect::start(status, &self.base_url()?);
+        let client = client(
+            self.name,
+            &config(self.kind, &redirect.base_url(), Some(KEY)),
+        );
         Some((redirect, client))
     }
 
     /// A reply that fails in the vendor's documented way, and the message
     /// the client must carry in its error.
     fn failing_reply(&self, failure: Failure) -> (Reply, &'static str) {
-        let (status, retry_after, message, vendor_kind) = match failure {
-            Failure::RateLimited => (429, Some("7"), "Rate limit reached", "rate_limit_error"),
-            Failure::Overloaded => (529, None, "Overloaded", "overloaded_error"),
-            Failure::ServerError => (500, None, "Internal server error", "api_error"),
-            Failure::ContextOverflow => (
-                400,
-                None,
-                "prompt is too long: 208310 tokens > 200000 maximum",
-                "invalid_request_error",
-            ),
+        // OpenAI and Anthropic say when to try again; Bedrock does not.
+        let retry_after = match failure {
+            Failure::RateLimited => vec![("retry-after".to_owned(), "7".to_owned())],
+            _ => Vec::new(),
         };
-        let headers = retry_after
-            .map(|seconds| vec![("retry-after".to_owned(), seconds.to_owned())])
-            .unwrap_or_default();
         match self.wire {
             Wire::ChatCompletions => {
                 let (status, message, kind, code) = match failure {
-                    Failure::RateLimited => (429, message, "requests", Some("rate_limit_exceeded")),
+                    Failure::RateLimited => (
+                        429,
+                        "Rate limit reached for requests",
+                        "requests",
+                        Some("rate_limit_exceeded"),
+                    ),
                     Failure::Overloaded => (
                         503,
                         "The engine is currently overloaded, please try again later",
@@ -275,27 +282,33 @@ impl Provider {
                 let body = json!({"error": {
                     "message": message, "type": kind, "param": null, "code": code
                 }});
-                (
-                    Reply::Error {
-                        status,
-                        headers,
-                        body: body.to_string(),
-                    },
-                    message,
-                )
+                let reply = Reply::Error {
+                    status,
+                    headers: retry_after,
+                    body: body.to_string(),
+                };
+                (reply, message)
             }
             Wire::Messages => {
-                let body =
-                    json!({"type": "error", "error": {"type": vendor_kind, "message": message}});
-                (
-                    Reply::Error {
-                        status,
-                        headers,
-                        body: body.to_string(),
-                    },
-                    message,
-                )
+                let (status, message, kind) = match failure {
+                    Failure::RateLimited => (429, "Rate limit reached", "rate_limit_error"),
+                    Failure::Overloaded => (529, "Overloaded", "overloaded_error"),
+                    Failure::ServerError => (500, "Internal server error", "api_error"),
+                    Failure::ContextOverflow => (
+                        400,
+                        "prompt is too long: 208310 tokens > 200000 maximum",
+                        "invalid_request_error",
+                    ),
+                };
+                let body = json!({"type": "error", "error": {"type": kind, "message": message}});
+                let reply = Reply::Error {
+                    status,
+                    headers: retry_after,
+                    body: body.to_string(),
+                };
+                (reply, message)
             }
+            #[cfg(feature = "bedrock")]
             Wire::Converse => {
                 let (status, exception, message) = match failure {
                     Failure::RateLimited => (
@@ -319,20 +332,8 @@ impl Provider {
                         "Input is too long for requested model.",
                     ),
                 };
-                let body = json!({ "message": message }).to_string();
-                let headers = vec![
-                    (
-                        "x-amzn-errortype".to_owned(),
-                        format!("{exception}:http://internal.amazon.com/coral/com.amazon.bedrock/"),
-                    ),
-                    ("content-type".to_owned(), "application/json".to_owned()),
-                ];
                 (
-                    Reply::Error {
-                        status,
-                        headers,
-                        body,
-                    },
+                    flynn_testkit::bedrock_error(status, exception, message),
                     message,
                 )
             }
@@ -351,9 +352,8 @@ impl Provider {
                     .collect(),
             )),
             Wire::Messages => self.push(Reply::RawSse(anthropic_until_message_delta())),
-            Wire::Converse =>
-            {
-                #[cfg(feature = "bedrock")]
+            #[cfg(feature = "bedrock")]
+            Wire::Converse => {
                 if let Fake::Bedrock(fake) = &self.fake {
                     fake.push_events(vec![
                         json!({"messageStart": {"role": "assistant"}}),
@@ -382,8 +382,8 @@ impl Provider {
                 anthropic_until_message_delta(),
                 json!({"type": "error", "error": {"type": "api_error", "message": "upstream connection lost"}})
             ))),
+            #[cfg(feature = "bedrock")]
             Wire::Converse => {
-                #[cfg(feature = "bedrock")]
                 if let Fake::Bedrock(fake) = &self.fake {
                     fake.push_events(vec![
                         json!({"messageStart": {"role": "assistant"}}),
@@ -429,6 +429,7 @@ fn system_sent(wire: Wire, body: &Value) -> Option<String> {
             ),
             _ => None,
         },
+        #[cfg(feature = "bedrock")]
         Wire::Converse => Some(
             body["system"]
                 .as_array()?
@@ -444,6 +445,7 @@ fn tool_names_sent(wire: Wire, body: &Value) -> Vec<String> {
     let (tools, pointer) = match wire {
         Wire::ChatCompletions => (&body["tools"], "/function/name"),
         Wire::Messages => (&body["tools"], "/name"),
+        #[cfg(feature = "bedrock")]
         Wire::Converse => (&body["toolConfig"]["tools"], "/toolSpec/name"),
     };
     tools
@@ -485,6 +487,7 @@ fn tool_results_sent(wire: Wire, body: &Value) -> Vec<(String, String)> {
                 )
             })
             .collect(),
+        #[cfg(feature = "bedrock")]
         Wire::Converse => messages
             .flat_map(|message| message["content"].as_array().into_iter().flatten())
             .filter_map(|block| block.get("toolResult"))
@@ -782,7 +785,7 @@ async fn each_kind_of_failure_is_the_same_typed_error_with_the_same_retry_advice
                     },
                     Failure::RateLimited,
                 ) => {
-                    if provider.wire != Wire::Converse {
+                    if provider.kind != ProviderKind::Bedrock {
                         assert_eq!(*retry_after, Some(Duration::from_secs(7)), "{name}");
                     }
                     message
@@ -904,13 +907,7 @@ async fn nothing_listening_is_a_retryable_connect_error_naming_the_address() {
     let url = format!("http://{addr}");
     for provider in providers().await {
         let name = provider.name;
-        let kind = match provider.wire {
-            Wire::ChatCompletions if name == "openai" => ProviderKind::Openai,
-            Wire::ChatCompletions if name == "ollama" => ProviderKind::Ollama,
-            Wire::ChatCompletions => ProviderKind::OpenaiCompatible,
-            Wire::Messages => ProviderKind::Anthropic,
-            Wire::Converse => ProviderKind::Bedrock,
-        };
+        let kind = provider.kind;
         let nowhere: Arc<dyn ModelClient> = match provider.wire {
             #[cfg(feature = "bedrock")]
             Wire::Converse => {
