@@ -64,15 +64,23 @@ fn main() -> ExitCode {
     if let Some(profile) = cli.profile.clone() {
         env::set_profile(profile);
     }
-    if let Command::Start(_) = &cli.command {
+    let serves = matches!(&cli.command, Command::Start(_));
+    if serves {
         start::init_logging();
     } else {
         init_logging();
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // `flynn start` is the daemon, serving many clients and turns at once:
+    // a worker thread per core, as `flynn-daemon` has. Every other command
+    // is one request: one thread starts faster and does the job.
+    let runtime = if serves {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    }
+    .enable_all()
+    .build();
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");

@@ -139,6 +139,39 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::Busy { .. })
     }
+
+    /// The same failure again, for each write of a batch that failed as a
+    /// whole: the database's classes keep their variant (a busy batch is
+    /// tried again by each of its writers), anything else is `Backend`
+    /// with the same message.
+    pub(crate) fn duplicate(&self) -> Error {
+        let message = match self {
+            Error::Busy { message } => {
+                return Error::Busy {
+                    message: message.clone(),
+                };
+            }
+            Error::DiskFull { message } => {
+                return Error::DiskFull {
+                    message: message.clone(),
+                };
+            }
+            Error::ReadOnly { message } => {
+                return Error::ReadOnly {
+                    message: message.clone(),
+                };
+            }
+            Error::Damaged { location, message } => {
+                return Error::Damaged {
+                    location: location.clone(),
+                    message: message.clone(),
+                };
+            }
+            Error::Backend { message } => message.clone(),
+            other => other.to_string(),
+        };
+        Error::Backend { message }
+    }
 }
 
 /// A file beside the database (the outbox's marks) could not be read or

@@ -28,6 +28,7 @@ pub mod retry;
 mod sqlite;
 mod store;
 pub mod title;
+mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

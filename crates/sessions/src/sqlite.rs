@@ -7,9 +7,10 @@ use flynn_protocol::{
     ContentBlock, Message, Principal, Purpose, Role, SessionKey, Tier, TurnId, Usage,
 };
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
-use sqlx::{Connection, Row, Sqlite, SqlitePool, Transaction};
+use sqlx::{Connection, Row, Sqlite, SqlitePool};
 
 use crate::automation::{
     JobKind, JobRuns, LastRun, RunOutcome, StoredCronJob, missed_as_str, missed_from,
@@ -20,6 +21,7 @@ use crate::pairing::{
     new_code, normalize_code,
 };
 use crate::retry;
+use crate::writer::Writer;
 use crate::{
     Conversations, DayUsage, Error, Jobs, Pairing, Result, SessionInfo, SessionMeta, StoredMessage,
     ToolOutput, TurnOrigin, TurnRecord, TurnStatus, Turns, UsageLine, UsageLog, UsageRecord,
@@ -166,6 +168,8 @@ pub struct SqliteStore {
     path: PathBuf,
     /// The outbox's marks (see [`crate::delivered`]).
     delivered: std::sync::Arc<DeliveredLog>,
+    /// The writes of turns, committed in groups (see [`crate::writer`]).
+    writer: std::sync::Arc<Writer>,
 }
 
 /// `PRAGMA cache_size` of each pooled connection: 512 KiB (negative:
@@ -231,7 +235,7 @@ impl SqliteStore {
                     Ok(!connection.is_in_transaction())
                 })
             })
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(|e| {
                 if crate::error::is_damage(&e) {
@@ -259,10 +263,12 @@ impl SqliteStore {
                 message: e.to_string(),
             },
         })?;
+        let writer = Writer::start(options, &location).await?;
         Ok(SqliteStore {
             pool,
             path: path.to_path_buf(),
             delivered: std::sync::Arc::new(DeliveredLog::beside(path)),
+            writer: std::sync::Arc::new(writer),
         })
     }
 
@@ -351,8 +357,15 @@ impl SqliteStore {
         Ok(lines.into_iter().filter(|line| line != "ok").collect())
     }
 
+    /// How many transactions the store's writer has committed: the writes
+    /// of turns that came together share one (see [`crate::writer`]).
+    pub fn write_commits(&self) -> u64 {
+        self.writer.commits()
+    }
+
     /// Closes every connection, checkpointing the WAL.
     pub async fn close(&self) {
+        self.writer.close().await;
         self.pool.close().await;
     }
 
@@ -360,7 +373,7 @@ impl SqliteStore {
     /// updated one: `updated_at` is the wall clock, but always after every
     /// other session's (by a millisecond when writes come faster than the
     /// clock ticks), so `list` shows the true order of changes.
-    async fn touch(tx: &mut Transaction<'_, Sqlite>, key: &SessionKey, now: i64) -> Result<()> {
+    async fn touch(conn: &mut SqliteConnection, key: &str, now: i64) -> Result<()> {
         sqlx::query(
             "INSERT INTO sessions (key, created_at, updated_at)
              SELECT ?1, stamp, stamp
@@ -368,9 +381,9 @@ impl SqliteStore {
              WHERE true
              ON CONFLICT (key) DO UPDATE SET updated_at = excluded.updated_at",
         )
-        .bind(key.as_str())
+        .bind(key)
         .bind(now)
-        .execute(&mut **tx)
+        .execute(&mut *conn)
         .await?;
         Ok(())
     }
@@ -392,10 +405,15 @@ impl SqliteStore {
         turn: Option<TurnId>,
         messages: &[Message],
     ) -> Result<Vec<u64>> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let seqs = Self::insert(&mut tx, key, turn, messages, now_millis()).await?;
-        tx.commit().await?;
-        Ok(seqs)
+        let key = key.as_str().to_owned();
+        let messages = Encoded::all(messages)?;
+        self.writer
+            .write(move |conn| {
+                Box::pin(
+                    async move { Self::insert(conn, &key, turn, &messages, now_millis()).await },
+                )
+            })
+            .await
     }
 
     async fn append_answer_once(
@@ -405,12 +423,19 @@ impl SqliteStore {
         message: &Message,
         usage: &UsageRecord,
     ) -> Result<u64> {
-        let now = now_millis();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let seqs = Self::insert(&mut tx, key, turn, std::slice::from_ref(message), now).await?;
-        insert_usage(&mut tx, usage, now).await?;
-        tx.commit().await?;
-        Ok(seqs.first().copied().unwrap_or_default())
+        let key = key.as_str().to_owned();
+        let messages = Encoded::all(std::slice::from_ref(message))?;
+        let usage = usage.clone();
+        self.writer
+            .write(move |conn| {
+                Box::pin(async move {
+                    let now = now_millis();
+                    let seqs = Self::insert(conn, &key, turn, &messages, now).await?;
+                    insert_usage(conn, &usage, now).await?;
+                    Ok(seqs.first().copied().unwrap_or_default())
+                })
+            })
+            .await
     }
 
     async fn accept_once(
@@ -421,14 +446,46 @@ impl SqliteStore {
     ) -> Result<TurnRecord> {
         let now = now_millis();
         let encoded = encode(content)?;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let title = crate::title::from_content(content);
+        let session = key.clone();
+        let written = origin.clone();
+        let id = self
+            .writer
+            .write(move |conn| {
+                Box::pin(async move {
+                    Self::accept_in(conn, &session, encoded, title, &written, now).await
+                })
+            })
+            .await?;
+        Ok(TurnRecord {
+            id,
+            session: key.clone(),
+            status: TurnStatus::Pending,
+            content: content.to_vec(),
+            origin: origin.clone(),
+            message_seq: None,
+            created_at: now,
+            updated_at: now,
+        })
+    }
+
+    /// Stores a pending turn with its message, refusing one whose
+    /// platform id the session has already.
+    async fn accept_in(
+        conn: &mut SqliteConnection,
+        key: &SessionKey,
+        encoded: String,
+        title: Option<String>,
+        origin: &TurnOrigin,
+        now: i64,
+    ) -> Result<TurnId> {
         if let Some(external_id) = &origin.external_id {
             let seen: Option<i64> = sqlx::query_scalar(
                 "SELECT id FROM turns WHERE session_key = ?1 AND external_id = ?2",
             )
             .bind(key.as_str())
             .bind(external_id)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut *conn)
             .await?;
             if let Some(turn) = seen {
                 return Err(Error::Duplicate {
@@ -452,8 +509,8 @@ impl SqliteStore {
         .bind(key.as_str())
         .bind(now)
         .bind(key.channel())
-        .bind(crate::title::from_content(content))
-        .execute(&mut *tx)
+        .bind(title)
+        .execute(&mut *conn)
         .await?;
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO turns (session_key, status, content, agent, owner_pid, created_at, updated_at,
@@ -467,41 +524,52 @@ impl SqliteStore {
         .bind(now)
         .bind(&origin.external_id)
         .bind(origin.principal.to_string())
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut *conn)
         .await?;
-        tx.commit().await?;
-        Ok(TurnRecord {
-            id: TurnId(to_u64(id)),
-            session: key.clone(),
-            status: TurnStatus::Pending,
-            content: content.to_vec(),
-            origin: origin.clone(),
-            message_seq: None,
-            created_at: now,
-            updated_at: now,
-        })
+        Ok(TurnId(to_u64(id)))
     }
 
     async fn start_turn_once(&self, turn: TurnId, owner_pid: u32) -> Result<u64> {
+        self.writer
+            .write(move |conn| Box::pin(Self::start_turn_in(conn, turn, owner_pid)))
+            .await
+    }
+
+    /// Marks `turn` running and puts its message in the history (once: a
+    /// turn started again after a crash keeps the message it has).
+    async fn start_turn_in(
+        conn: &mut SqliteConnection,
+        turn: TurnId,
+        owner_pid: u32,
+    ) -> Result<u64> {
         let now = now_millis();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let sql = turn_select!("WHERE id = ?1");
-        let row = sqlx::query(sql)
-            .bind(to_i64(turn.0))
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(record) = row.as_ref().map(turn_from_row).transpose()?.flatten() else {
+        let row = sqlx::query(
+            "SELECT session_key, status, message_seq, content FROM turns WHERE id = ?1",
+        )
+        .bind(to_i64(turn.0))
+        .fetch_optional(&mut *conn)
+        .await?;
+        let Some(row) = row else {
             return Err(Error::UnknownTurn { turn });
         };
-        let seq = match (record.status, record.message_seq) {
-            (TurnStatus::Running, Some(seq)) => seq,
+        let key: String = row.try_get("session_key")?;
+        if SessionKey::from_str(&key).is_err() {
+            return Err(Error::UnknownTurn { turn });
+        }
+        let status = status_from(&row.try_get::<String, _>("status")?);
+        let message_seq: Option<i64> = row.try_get("message_seq")?;
+        let seq = match (status, message_seq) {
+            (TurnStatus::Running, Some(seq)) => to_u64(seq),
             (TurnStatus::Pending | TurnStatus::Running, _) => {
-                let message = Message {
-                    role: Role::User,
-                    content: record.content,
+                // Stored as `accept` encoded it; checked, then copied.
+                let content: String = row.try_get("content")?;
+                serde_json::from_str::<Vec<ContentBlock>>(&content)
+                    .map_err(|source| Error::CorruptTurn { turn, source })?;
+                let message = Encoded {
+                    role: Role::User.as_str(),
+                    content,
                 };
-                let seqs =
-                    Self::insert(&mut tx, &record.session, Some(turn), &[message], now).await?;
+                let seqs = Self::insert(conn, &key, Some(turn), &[message], now).await?;
                 seqs.first().copied().unwrap_or_default()
             }
             (status, _) => {
@@ -516,23 +584,29 @@ impl SqliteStore {
         .bind(to_i64(seq))
         .bind(i64::from(owner_pid))
         .bind(now)
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await?;
-        tx.commit().await?;
         Ok(seq)
     }
 
     async fn finish_turn_once(&self, turn: TurnId, status: TurnStatus) -> Result<()> {
-        let done = sqlx::query("UPDATE turns SET status = ?2, updated_at = ?3 WHERE id = ?1")
-            .bind(to_i64(turn.0))
-            .bind(status.as_str())
-            .bind(now_millis())
-            .execute(&self.pool)
-            .await?;
-        if done.rows_affected() == 0 {
-            return Err(Error::UnknownTurn { turn });
-        }
-        Ok(())
+        self.writer
+            .write(move |conn| {
+                Box::pin(async move {
+                    let done =
+                        sqlx::query("UPDATE turns SET status = ?2, updated_at = ?3 WHERE id = ?1")
+                            .bind(to_i64(turn.0))
+                            .bind(status.as_str())
+                            .bind(now_millis())
+                            .execute(&mut *conn)
+                            .await?;
+                    if done.rows_affected() == 0 {
+                        return Err(Error::UnknownTurn { turn });
+                    }
+                    Ok(())
+                })
+            })
+            .await
     }
 
     /// [`Pairing::pairing_request`], with fresh codes from `codes`.
@@ -629,19 +703,18 @@ impl SqliteStore {
     /// Inserts messages at the end of the session (position = sequence).
     /// Nothing to insert changes nothing.
     async fn insert(
-        tx: &mut Transaction<'_, Sqlite>,
-        key: &SessionKey,
+        conn: &mut SqliteConnection,
+        key: &str,
         turn: Option<TurnId>,
-        messages: &[Message],
+        messages: &[Encoded],
         now: i64,
     ) -> Result<Vec<u64>> {
         if messages.is_empty() {
             return Ok(Vec::new());
         }
-        Self::touch(tx, key, now).await?;
+        Self::touch(conn, key, now).await?;
         let mut seqs = Vec::with_capacity(messages.len());
         for message in messages {
-            let content = encode(&message.content)?;
             // Position = sequence, so appends sort last. Inside this write
             // transaction the next AUTOINCREMENT number is known: one above
             // the larger of the table's counter and its largest number. Any
@@ -655,17 +728,17 @@ impl SqliteStore {
                      COALESCE((SELECT MAX(seq) FROM messages), 0)) + 1, ?2, ?3, ?4, ?5)
                  RETURNING seq, pos",
             )
-            .bind(key.as_str())
+            .bind(key)
             .bind(turn.map(|t| to_i64(t.0)))
-            .bind(message.role.as_str())
-            .bind(content)
+            .bind(message.role)
+            .bind(message.content.as_str())
             .bind(now)
-            .fetch_one(&mut **tx)
+            .fetch_one(&mut *conn)
             .await?;
             if pos != seq {
                 sqlx::query("UPDATE messages SET pos = seq WHERE seq = ?1")
                     .bind(seq)
-                    .execute(&mut **tx)
+                    .execute(&mut *conn)
                     .await?;
             }
             seqs.push(to_u64(seq));
@@ -680,6 +753,27 @@ impl SqliteStore {
     ) -> Result<Vec<StoredMessage>> {
         let rows = query.fetch_all(&self.pool).await?;
         rows.iter().map(|row| stored_from_row(key, row)).collect()
+    }
+}
+
+/// A message ready to store: its role and its content as JSON, encoded
+/// by the caller before the write is queued (the writer only writes).
+struct Encoded {
+    role: &'static str,
+    content: String,
+}
+
+impl Encoded {
+    fn all(messages: &[Message]) -> Result<Vec<Encoded>> {
+        messages
+            .iter()
+            .map(|message| {
+                Ok(Encoded {
+                    role: message.role.as_str(),
+                    content: encode(&message.content)?,
+                })
+            })
+            .collect()
     }
 }
 
@@ -957,7 +1051,7 @@ impl Conversations for SqliteStore {
             .bind(pos)
             .execute(&mut *tx)
             .await?;
-        Self::touch(&mut tx, key, now).await?;
+        Self::touch(&mut tx, key.as_str(), now).await?;
         // The replacement takes the positions just freed, ending at `pos`,
         // so what was appended after `upto` stays after it.
         let count = i64::try_from(replacement.len()).unwrap_or(i64::MAX);
@@ -996,7 +1090,7 @@ impl Conversations for SqliteStore {
     async fn set_metadata(&self, key: &SessionKey, meta: &SessionMeta) -> Result<()> {
         let now = now_millis();
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        Self::touch(&mut tx, key, now).await?;
+        Self::touch(&mut tx, key.as_str(), now).await?;
         sqlx::query(
             "UPDATE sessions SET agent = ?2, tier = ?3, model = ?4, title = ?5, last_channel = ?6
              WHERE key = ?1",
@@ -1014,16 +1108,21 @@ impl Conversations for SqliteStore {
     }
 
     async fn set_taint(&self, key: &SessionKey, taint: Option<&str>) -> Result<()> {
-        let now = now_millis();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        Self::touch(&mut tx, key, now).await?;
-        sqlx::query("UPDATE sessions SET taint = ?2 WHERE key = ?1")
-            .bind(key.as_str())
-            .bind(taint)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
+        let key = key.as_str().to_owned();
+        let taint = taint.map(str::to_owned);
+        self.writer
+            .write(move |conn| {
+                Box::pin(async move {
+                    Self::touch(conn, &key, now_millis()).await?;
+                    sqlx::query("UPDATE sessions SET taint = ?2 WHERE key = ?1")
+                        .bind(&key)
+                        .bind(taint)
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(())
+                })
+            })
+            .await
     }
 
     async fn put_tool_output(&self, key: &SessionKey, output: &ToolOutput) -> Result<()> {
@@ -1234,10 +1333,12 @@ impl Turns for SqliteStore {
 #[async_trait]
 impl UsageLog for SqliteStore {
     async fn record_usage(&self, record: &UsageRecord) -> Result<()> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        insert_usage(&mut tx, record, now_millis()).await?;
-        tx.commit().await?;
-        Ok(())
+        let record = record.clone();
+        self.writer
+            .write(move |conn| {
+                Box::pin(async move { insert_usage(conn, &record, now_millis()).await })
+            })
+            .await
     }
 
     async fn usage_by_tier(&self, session: Option<&SessionKey>) -> Result<Vec<(Tier, UsageTotal)>> {
@@ -1618,11 +1719,7 @@ impl Jobs for SqliteStore {
     }
 }
 
-async fn insert_usage(
-    tx: &mut Transaction<'_, Sqlite>,
-    record: &UsageRecord,
-    now: i64,
-) -> Result<()> {
+async fn insert_usage(conn: &mut SqliteConnection, record: &UsageRecord, now: i64) -> Result<()> {
     let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     sqlx::query(
         "INSERT INTO usage (session_key, provider, model, tier, purpose, input_tokens,
@@ -1641,7 +1738,7 @@ async fn insert_usage(
     .bind(record.cost_usd)
     .bind(now)
     .bind(record.partial)
-    .execute(&mut **tx)
+    .execute(&mut *conn)
     .await?;
     Ok(())
 }

@@ -350,3 +350,62 @@ async fn the_outbox_holds_finished_chat_turns_until_they_are_marked_sent() {
     let again = flynn_sessions::SqliteStore::open(&path).await.unwrap();
     assert_eq!(ids(again.undelivered_turns(0).await.unwrap()), vec![]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turns_arriving_together_share_commits_and_each_is_kept_whole() {
+    let (_dir, store) = open().await;
+    let store = std::sync::Arc::new(store);
+    const SESSIONS: usize = 100;
+    let before = store.write_commits();
+    let accepted = futures::future::join_all((0..SESSIONS).map(|i| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let k = key(&format!("api:s{i}"));
+            let content = vec![ContentBlock::text(format!("message {i}"))];
+            let turn = store.accept(&k, &content, &origin(7)).await.unwrap();
+            let seq = store.start_turn(turn.id, 7).await.unwrap();
+            store
+                .append_for_turn(&k, turn.id, &[Message::assistant(format!("answer {i}"))])
+                .await
+                .unwrap();
+            store
+                .finish_turn(turn.id, TurnStatus::Completed)
+                .await
+                .unwrap();
+            (k, turn.id, seq)
+        })
+    }))
+    .await;
+    let writes = SESSIONS as u64 * 4;
+    let commits = store.write_commits() - before;
+    assert!(
+        commits <= writes / 2,
+        "{writes} writes of {SESSIONS} turns at once took {commits} commits"
+    );
+    let mut ids = std::collections::BTreeSet::new();
+    for (i, joined) in accepted.into_iter().enumerate() {
+        let (k, turn, seq) = joined.unwrap();
+        assert!(ids.insert(turn), "turn {turn} given twice");
+        let history = store.history(&k).await.unwrap();
+        assert_eq!(
+            numbered(&history),
+            vec![
+                (seq, format!("message {i}")),
+                (seq_after(&history, seq), format!("answer {i}"))
+            ]
+        );
+        assert_eq!(
+            store.turn(turn).await.unwrap().unwrap().status,
+            TurnStatus::Completed
+        );
+    }
+}
+
+/// The sequence number stored after `seq` in `history`.
+fn seq_after(history: &[flynn_sessions::StoredMessage], seq: u64) -> u64 {
+    history
+        .iter()
+        .map(|m| m.seq)
+        .find(|s| *s > seq)
+        .unwrap_or_default()
+}
