@@ -135,7 +135,7 @@ struct SkillsRead(SkillsRuntime);
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ReadArgs {
-    /// The skill's name, as the skills index lists it.
+    /// The skill's name.
     name: String,
 }
 
@@ -148,7 +148,7 @@ impl TypedTool for SkillsRead {
     }
 
     fn description(&self) -> &str {
-        "Read a skill's instructions (the skills index in the system prompt lists them). Call it before doing a task a skill covers, then follow what it says."
+        "Get a skill's instructions (skills are listed in the system prompt)."
     }
 
     fn timeout(&self) -> Duration {
@@ -166,7 +166,15 @@ impl TypedTool for SkillsRead {
             let text = set
                 .instructions(&args.name)
                 .map(|text| text.into_owned())
-                .map_err(|e| ToolError::failed(e.to_string()))?;
+                .map_err(|e| match e {
+                    // The prompt names the skills only: a model that
+                    // guessed wrong learns what each one is for.
+                    flynn_skills::Error::UnknownSkill { name } => ToolError::failed(format!(
+                        "no skill is named '{name}'; the skills are:\n{}",
+                        set.catalog()
+                    )),
+                    other => ToolError::failed(other.to_string()),
+                })?;
             let home = std::env::var_os("HOME").map(PathBuf::from);
             let permissions = set
                 .get(&args.name)

@@ -283,23 +283,28 @@ impl SkillSet {
         }
     }
 
-    /// The compact index for the system prompt: one line per available
-    /// skill and how to read one. Empty when no skill is available.
+    /// The index for the system prompt: one line naming the available
+    /// skills and how to use one. Their descriptions stay out of every
+    /// request: `skills.read` gives a skill's instructions, and lists the
+    /// skills with their descriptions ([`SkillSet::catalog`]) when asked
+    /// for a name it does not know. Empty when no skill is available.
     pub fn index(&self) -> String {
-        let mut lines: Vec<String> = self
-            .available()
-            .map(|s| format!("- {} — {}", s.name, s.manifest.description.trim()))
-            .collect();
-        if lines.is_empty() {
+        let names: Vec<&str> = self.available().map(|s| s.name.as_str()).collect();
+        if names.is_empty() {
             return String::new();
         }
-        lines.insert(
-            0,
-            format!(
-                "Skills: when a task fits one of these, call `{READ_TOOL}` with the skill's name to get its instructions, then follow them."
-            ),
-        );
-        lines.join("\n")
+        format!(
+            "Skills: {}. Before a task one of them fits, call `{READ_TOOL}` with its name and follow what it returns.",
+            names.join(", ")
+        )
+    }
+
+    /// The available skills with their descriptions, one line each.
+    pub fn catalog(&self) -> String {
+        self.available()
+            .map(|s| format!("- {} — {}", s.name, s.manifest.description.trim()))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }
 

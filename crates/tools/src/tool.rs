@@ -237,9 +237,9 @@ impl<T: TypedTool> Tool for Typed<T> {
     }
 }
 
-/// The JSON Schema of `T` without the keys models do not need (`$schema`,
-/// the title, and the argument struct's own doc comment), to keep every
-/// request small.
+/// The JSON Schema of `T` without what models do not need, to keep every
+/// request small: no `$schema`, title or the argument struct's own doc
+/// comment, and [`tidy`] throughout.
 pub(crate) fn compact_schema<T: JsonSchema>() -> Value {
     let settings = schemars::generate::SchemaSettings::draft2020_12().with(|s| {
         s.meta_schema = None;
@@ -252,5 +252,145 @@ pub(crate) fn compact_schema<T: JsonSchema>() -> Value {
         object.remove("title");
         object.remove("description");
     }
+    tidy(&mut schema);
     schema
+}
+
+/// Drops from a generated schema, at every level, what says nothing a
+/// model acts on, since it is sent with every request:
+/// - `additionalProperties: false`: the arguments refuse unknown fields
+///   anyway, with an error naming the fields there are;
+/// - a `default` of `false` or `null`: a field not `required` is left out;
+/// - `null` as a type or enum value of an optional field: a model leaves
+///   the field out rather than sending `null` (which is still accepted);
+/// - an integer's `format` (`uint32`) and the `minimum: 0` that comes with
+///   an unsigned one: a negative number is refused with a clear error.
+pub(crate) fn tidy(schema: &mut Value) {
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    // An optional struct or enum: `anyOf: [{...}, {type: null}]`.
+    if let Some(Value::Array(members)) = object.get_mut("anyOf") {
+        members.retain(|m| {
+            m.get("type").and_then(Value::as_str) != Some("null")
+                || m.as_object().is_some_and(|m| m.len() > 1)
+        });
+        if members.len() == 1
+            && let Some(Value::Object(only)) = members.pop()
+        {
+            object.remove("anyOf");
+            for (key, value) in only {
+                object.entry(key).or_insert(value);
+            }
+        }
+    }
+    if object.get("additionalProperties") == Some(&Value::Bool(false)) {
+        object.remove("additionalProperties");
+    }
+    if matches!(
+        object.get("default"),
+        Some(Value::Null | Value::Bool(false))
+    ) {
+        object.remove("default");
+    }
+    if let Some(Value::Array(types)) = object.get_mut("type") {
+        types.retain(|t| t != "null");
+        if let [only] = types.as_mut_slice() {
+            let only = only.take();
+            object.insert("type".to_owned(), only);
+        }
+    }
+    if let Some(Value::Array(values)) = object.get_mut("enum") {
+        values.retain(|v| !v.is_null());
+    }
+    if matches!(object.get("type").and_then(Value::as_str), Some("integer")) {
+        let unsigned = object
+            .remove("format")
+            .is_some_and(|f| f.as_str().is_some_and(|f| f.starts_with("uint")));
+        if unsigned && object.get("minimum").and_then(Value::as_u64) == Some(0) {
+            object.remove("minimum");
+        }
+    }
+    for key in ["properties", "$defs"] {
+        if let Some(Value::Object(children)) = object.get_mut(key) {
+            children.values_mut().for_each(tidy);
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+        if let Some(Value::Array(children)) = object.get_mut(key) {
+            children.iter_mut().for_each(tidy);
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(child) = object.get_mut(key) {
+            tidy(child);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn tidy_drops_what_models_do_not_act_on_at_every_level() {
+        let mut schema = json!({
+            "type": "object",
+            "properties": {
+                "count": {"type": ["integer", "null"], "format": "uint32", "minimum": 0},
+                "offset": {"type": "integer", "format": "int64", "minimum": 5},
+                "all": {"type": "boolean", "default": false},
+                "mode": {"type": ["string", "null"], "enum": ["a", "b", null], "default": null},
+                "kept": {"type": "boolean", "default": true},
+                "inner": {
+                    "anyOf": [
+                        {"type": "object", "properties": {"x": {"type": ["string", "null"]}}, "additionalProperties": false},
+                        {"type": "null"}
+                    ],
+                    "description": "An optional struct."
+                },
+                "list": {"type": "array", "items": {"type": ["number", "null"]}}
+            },
+            "required": [],
+            "additionalProperties": false
+        });
+        tidy(&mut schema);
+        assert_eq!(
+            schema,
+            json!({
+                "type": "object",
+                "properties": {
+                    "count": {"type": "integer"},
+                    "offset": {"type": "integer", "minimum": 5},
+                    "all": {"type": "boolean"},
+                    "mode": {"type": "string", "enum": ["a", "b"]},
+                    "kept": {"type": "boolean", "default": true},
+                    "inner": {
+                        "type": "object",
+                        "properties": {"x": {"type": "string"}},
+                        "description": "An optional struct."
+                    },
+                    "list": {"type": "array", "items": {"type": "number"}}
+                },
+                "required": []
+            })
+        );
+    }
+
+    #[test]
+    fn tidy_keeps_property_names_that_are_schema_keywords() {
+        let mut schema = json!({
+            "type": "object",
+            "properties": {
+                "format": {"type": "string"},
+                "default": {"type": "boolean"},
+                "type": {"type": "string"}
+            }
+        });
+        let before = schema.clone();
+        tidy(&mut schema);
+        assert_eq!(schema, before);
+    }
 }

@@ -77,11 +77,17 @@ async fn the_index_is_in_the_prompt_and_the_body_comes_when_the_model_asks() {
     assert_eq!(result.unwrap().reply, "Staging first.");
     let requests = model.requests();
     let system = requests[0].system.clone().unwrap_or_default();
-    assert!(
-        system.contains("- deploy — Deploy the app with the team's script."),
-        "{system}"
-    );
+    let index = |system: &str| {
+        system
+            .lines()
+            .find(|line| line.starts_with("Skills: "))
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    assert!(index(&system).contains("deploy"), "{system}");
     assert!(system.contains("call `skills.read`"), "{system}");
+    // The description is the tool's to give, not every request's.
+    assert!(!system.contains("the team's script"), "{system}");
     // Only the index: the instructions are not in the prompt.
     assert!(!system.contains("deploy.sh"), "{system}");
     let (body, is_error) = tool_result(requests[1].messages.last().unwrap());
@@ -100,13 +106,18 @@ async fn the_index_is_in_the_prompt_and_the_body_comes_when_the_model_asks() {
     assert_eq!(result.unwrap().reply, "No such skill.");
     let requests = model.requests();
     let system = requests[2].system.clone().unwrap_or_default();
-    assert!(
-        system.contains("- backup — Back up the database."),
-        "{system}"
-    );
+    assert!(index(&system).contains("backup, deploy"), "{system}");
     let (error, is_error) = tool_result(requests[3].messages.last().unwrap());
     assert!(is_error, "{error}");
-    assert!(error.contains("nope"), "{error}");
+    assert!(error.contains("no skill is named 'nope'"), "{error}");
+    assert!(
+        error.contains("- backup — Back up the database."),
+        "{error}"
+    );
+    assert!(
+        error.contains("- deploy — Deploy the app with the team's script."),
+        "{error}"
+    );
 }
 
 fn call(id: &str, name: &str, input: serde_json::Value) -> Message {

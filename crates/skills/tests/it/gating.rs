@@ -62,7 +62,8 @@ fn an_unavailable_skill_is_left_out_of_the_index_and_cannot_be_read() {
     let dirs = Dirs::new();
     write_skill(dirs.workspace(), "gh", GH, Some("use gh"));
     let set = dirs.load(&linux());
-    assert!(!set.index().contains("gh —"));
+    assert!(!set.index().contains("gh,"), "{}", set.index());
+    assert!(!set.catalog().contains("gh —"), "{}", set.catalog());
     assert_eq!(
         set.instructions("gh").unwrap_err().to_string(),
         "skill 'gh' is unavailable: runs on macos only; needs the binary 'gh' on PATH; needs GITHUB_TOKEN set in the environment"
@@ -70,10 +71,17 @@ fn an_unavailable_skill_is_left_out_of_the_index_and_cannot_be_read() {
 }
 
 #[test]
-fn the_index_lists_available_skills_in_one_line_each() {
+fn the_index_names_the_available_skills_in_one_line() {
     let dirs = Dirs::new();
     write_skill(dirs.workspace(), "gh", GH, Some("use gh"));
     insta::assert_snapshot!("index_linux", dirs.load(&linux()).index());
+    // The descriptions, for a model that asks for a skill there is not.
+    let catalog = dirs.load(&linux()).catalog();
+    assert!(
+        catalog.contains("- git — Inspect and change git repositories in the workspace"),
+        "{catalog}"
+    );
+    assert!(!catalog.contains("- gh —"), "{catalog}");
     // Nothing available, no section at all.
     let none = FixedEnvironment::new("linux");
     let dirs = Dirs::new();

@@ -128,10 +128,9 @@ fn specs_carry_compact_argument_schemas() {
             "type": "object",
             "properties": {
                 "command": {"type": "string", "description": "The command line, run with `sh -c`."},
-                "cwd": {"type": ["string", "null"], "description": "Working directory, relative to the workspace."}
+                "cwd": {"type": "string", "description": "Working directory, relative to the workspace."}
             },
-            "required": ["command"],
-            "additionalProperties": false
+            "required": ["command"]
         })
     );
 }

@@ -73,12 +73,11 @@ fn web_tools_declare_network_effect_parallelism_and_untrusted_output() {
                 "url": {"type": "string", "description": "An http(s) URL."},
                 "format": {
                     "description": "How to return HTML pages (default markdown).",
-                    "type": ["string", "null"],
-                    "enum": ["markdown", "text", "html", null]
+                    "type": "string",
+                    "enum": ["markdown", "text", "html"]
                 }
             },
-            "required": ["url"],
-            "additionalProperties": false
+            "required": ["url"]
         })
     );
     assert_eq!(
@@ -88,14 +87,11 @@ fn web_tools_declare_network_effect_parallelism_and_untrusted_output() {
             "properties": {
                 "query": {"type": "string", "description": "What to search for."},
                 "count": {
-                    "type": ["integer", "null"],
-                    "format": "uint32",
-                    "minimum": 0,
+                    "type": "integer",
                     "description": "Number of results (at most 20)."
                 }
             },
-            "required": ["query"],
-            "additionalProperties": false
+            "required": ["query"]
         })
     );
 }
