@@ -214,7 +214,7 @@ fn channel_lines(config: &FlynnConfig, live: Option<Vec<ChannelInfo>>) -> Vec<Ch
                     "channel",
                     format!("{name}: configured, but this build of Flynn has no {name} support"),
                     format!(
-                        "rebuild with it: `cargo install --path bins/flynn-daemon --features {name}` (`channels` for all four; the same for bins/flynn)"
+                        "it was left out of this build: rebuild with the default features (`cargo install --path bins/flynn-daemon`), or add `--features {name}` to a `--no-default-features` build (the same for bins/flynn)"
                     ),
                 ));
             } else if live.is_some() {

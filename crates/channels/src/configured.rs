@@ -36,7 +36,7 @@ impl std::fmt::Debug for Built {
 )]
 fn not_built(name: &str) -> Built {
     Built::Unavailable(format!(
-        "channels.{name} is configured, but this build of Flynn has no {name} support; rebuild with `--features channels` (or `--features {name}`), e.g. `cargo install --path bins/flynn-daemon --features channels`"
+        "channels.{name} is configured, but this build of Flynn has no {name} support; it was left out of this build: rebuild with the default features (`cargo install --path bins/flynn-daemon`), or add `--features {name}` to a `--no-default-features` build"
     ))
 }
 
