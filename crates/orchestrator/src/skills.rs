@@ -76,6 +76,20 @@ impl SkillsRuntime {
         }
     }
 
+    /// The set read last, while it is recent enough to use: no file is
+    /// read.
+    fn fresh(&self) -> Option<Arc<SkillSet>> {
+        let loaded = self
+            .inner
+            .loaded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        loaded
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < self.inner.reload_after)
+            .map(|(_, set)| set.clone())
+    }
+
     /// The current set, read again when the last read is older than a few
     /// seconds.
     pub fn set(&self) -> Arc<SkillSet> {
@@ -120,11 +134,17 @@ impl PromptSlot for SkillsSlot {
     }
 
     async fn render(&self, _context: &PromptContext<'_>) -> Option<String> {
-        let runtime = self.0.clone();
-        // Reading the directories is blocking file I/O.
-        let index = tokio::task::spawn_blocking(move || runtime.set().index())
-            .await
-            .ok()?;
+        let index = match self.0.fresh() {
+            Some(set) => set.index(),
+            None => {
+                // Reading the directories is blocking file I/O, done off
+                // the async threads (once every few seconds at most).
+                let runtime = self.0.clone();
+                tokio::task::spawn_blocking(move || runtime.set().index())
+                    .await
+                    .ok()?
+            }
+        };
         (!index.is_empty()).then_some(index)
     }
 }

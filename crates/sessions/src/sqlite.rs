@@ -20,6 +20,7 @@ use crate::pairing::{
     ApprovedPeer, CODE_ATTEMPTS, MAX_PENDING, PairingError, PairingTicket, PendingPairing,
     new_code, normalize_code,
 };
+use crate::recent::{Kept, Newer, Recent};
 use crate::retry;
 use crate::writer::Writer;
 use crate::{
@@ -170,6 +171,8 @@ pub struct SqliteStore {
     delivered: std::sync::Arc<DeliveredLog>,
     /// The writes of turns, committed in groups (see [`crate::writer`]).
     writer: std::sync::Arc<Writer>,
+    /// Histories read lately (see [`crate::recent`]).
+    recent: std::sync::Arc<Recent>,
 }
 
 /// `PRAGMA cache_size` of each pooled connection: 512 KiB (negative:
@@ -269,6 +272,7 @@ impl SqliteStore {
             path: path.to_path_buf(),
             delivered: std::sync::Arc::new(DeliveredLog::beside(path)),
             writer: std::sync::Arc::new(writer),
+            recent: std::sync::Arc::default(),
         })
     }
 
@@ -746,6 +750,35 @@ impl SqliteStore {
         Ok(seqs)
     }
 
+    /// `kept` with the messages stored since it was read, or `None` when
+    /// the history changed otherwise (compacted, cleared) and must be read
+    /// whole.
+    async fn brought_up_to_date(&self, key: &SessionKey, kept: Kept) -> Result<Option<Kept>> {
+        let mut conn = self.pool.acquire().await?;
+        let rows = sqlx::query(
+            "SELECT seq, pos, turn_id, role, content, created_at,
+                (SELECT principal FROM turns WHERE turns.id = messages.turn_id) AS principal
+             FROM messages WHERE session_key = ?1 AND seq > ?2 ORDER BY pos",
+        )
+        .bind(key.as_str())
+        .bind(to_i64(kept.last_seq()))
+        .fetch_all(&mut *conn)
+        .await?;
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE session_key = ?1")
+            .bind(key.as_str())
+            .fetch_one(&mut *conn)
+            .await?;
+        let mut newer = Vec::with_capacity(rows.len());
+        for row in &rows {
+            newer.push(Newer {
+                pos: row.try_get("pos")?,
+                bytes: content_len(row),
+                message: stored_from_row(key, row)?,
+            });
+        }
+        Ok(Recent::extend(kept, newer, to_u64(count)))
+    }
+
     async fn read_messages(
         &self,
         key: &SessionKey,
@@ -791,6 +824,11 @@ fn to_i64(n: u64) -> i64 {
 
 fn to_u64(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
+}
+
+/// The bytes of a message row's stored JSON.
+fn content_len(row: &SqliteRow) -> usize {
+    row.try_get::<&str, _>("content").map_or(0, str::len)
 }
 
 fn stored_from_row(key: &SessionKey, row: &SqliteRow) -> Result<StoredMessage> {
@@ -942,9 +980,32 @@ impl Conversations for SqliteStore {
     }
 
     async fn history(&self, key: &SessionKey) -> Result<Vec<StoredMessage>> {
-        let sql = message_select!("WHERE session_key = ?1 ORDER BY pos");
-        self.read_messages(key, sqlx::query(sql).bind(key.as_str()))
-            .await
+        let kept = match self.recent.take(key) {
+            Some(kept) => self.brought_up_to_date(key, kept).await?,
+            None => None,
+        };
+        let kept = match kept {
+            Some(kept) => kept,
+            None => {
+                let sql = message_select!("WHERE session_key = ?1 ORDER BY pos");
+                let rows = sqlx::query(sql)
+                    .bind(key.as_str())
+                    .fetch_all(&self.pool)
+                    .await?;
+                let mut kept = Kept {
+                    messages: Vec::with_capacity(rows.len()),
+                    bytes: 0,
+                };
+                for row in &rows {
+                    kept.bytes += content_len(row);
+                    kept.messages.push(stored_from_row(key, row)?);
+                }
+                kept
+            }
+        };
+        let history = kept.messages.clone();
+        self.recent.put(key, kept);
+        Ok(history)
     }
 
     async fn history_since(&self, key: &SessionKey, after: u64) -> Result<Vec<StoredMessage>> {

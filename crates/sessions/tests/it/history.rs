@@ -408,3 +408,134 @@ async fn concurrent_appends_to_one_session_lose_nothing() {
     expected.sort();
     assert_eq!(texts, expected);
 }
+
+/// The whole history as the file holds it, read on a connection of its
+/// own (the store keeps recent histories decoded).
+async fn on_disk(path: &std::path::Path, session: &str) -> Vec<String> {
+    let mut conn = crate::raw(path).await;
+    let contents: Vec<String> =
+        sqlx::query_scalar("SELECT content FROM messages WHERE session_key = ?1 ORDER BY pos")
+            .bind(session)
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    contents
+        .iter()
+        .map(|c| {
+            let blocks: Vec<flynn_protocol::ContentBlock> = serde_json::from_str(c).unwrap();
+            Message {
+                role: flynn_protocol::Role::User,
+                content: blocks,
+            }
+            .text()
+        })
+        .collect()
+}
+
+fn texts(history: &[flynn_sessions::StoredMessage]) -> Vec<String> {
+    history.iter().map(|m| m.message.text()).collect()
+}
+
+#[tokio::test]
+async fn a_history_read_again_is_what_the_file_holds_after_every_kind_of_change() {
+    let (dir, store) = open().await;
+    let path = dir.path().join("nested/sessions.db");
+    let k = key("telegram:42");
+    let session = "telegram:42";
+    let seqs = store
+        .append(
+            &k,
+            &[
+                Message::user("one"),
+                Message::assistant("two"),
+                Message::user("three"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        texts(&store.history(&k).await.unwrap()),
+        ["one", "two", "three"]
+    );
+
+    // Appends come after what was read.
+    store
+        .append(&k, &[Message::assistant("four")])
+        .await
+        .unwrap();
+    assert_eq!(
+        texts(&store.history(&k).await.unwrap()),
+        ["one", "two", "three", "four"]
+    );
+
+    // A compaction that replaces one message with one summary keeps the
+    // count: the summary must still take its place.
+    store
+        .replace_history(&k, seqs[0], &[Message::user("summary of one")])
+        .await
+        .unwrap();
+    store.append(&k, &[Message::user("five")]).await.unwrap();
+    let history = texts(&store.history(&k).await.unwrap());
+    assert_eq!(history, ["summary of one", "two", "three", "four", "five"]);
+    assert_eq!(history, on_disk(&path, session).await);
+
+    // Another process deletes a message and appends one: same count, one
+    // message gone.
+    let mut other = crate::raw(&path).await;
+    sqlx::query("DELETE FROM messages WHERE session_key = ?1 AND seq = ?2")
+        .bind(session)
+        .bind(i64::try_from(seqs[1]).unwrap())
+        .execute(&mut other)
+        .await
+        .unwrap();
+    drop(other);
+    store
+        .append(&k, &[Message::assistant("six")])
+        .await
+        .unwrap();
+    let history = texts(&store.history(&k).await.unwrap());
+    assert_eq!(history, ["summary of one", "three", "four", "five", "six"]);
+    assert_eq!(history, on_disk(&path, session).await);
+
+    // Another process puts a message before the others: it must come
+    // first, not last.
+    let mut other = crate::raw(&path).await;
+    sqlx::query(
+        "INSERT INTO messages (session_key, pos, turn_id, role, content, created_at)
+         VALUES (?1, -1, NULL, 'user', '[{\"type\":\"text\",\"text\":\"zero\"}]', 0)",
+    )
+    .bind(session)
+    .execute(&mut other)
+    .await
+    .unwrap();
+    drop(other);
+    let history = texts(&store.history(&k).await.unwrap());
+    assert_eq!(
+        history,
+        ["zero", "summary of one", "three", "four", "five", "six"]
+    );
+    assert_eq!(history, on_disk(&path, session).await);
+
+    // A cleared session starts empty, and again from there.
+    assert!(store.clear(&k).await.unwrap());
+    assert_eq!(store.history(&k).await.unwrap(), vec![]);
+    store.append(&k, &[Message::user("seven")]).await.unwrap();
+    assert_eq!(texts(&store.history(&k).await.unwrap()), ["seven"]);
+}
+
+#[tokio::test]
+async fn many_sessions_read_in_turn_each_get_their_own_history() {
+    let (_dir, store) = open().await;
+    // More sessions than the store keeps decoded, read round and round.
+    for round in 0..3 {
+        for i in 0..40 {
+            let k = key(&format!("api:s{i}"));
+            store
+                .append(&k, &[Message::user(format!("s{i} r{round}"))])
+                .await
+                .unwrap();
+            let expected: Vec<String> = (0..=round).map(|r| format!("s{i} r{r}")).collect();
+            assert_eq!(texts(&store.history(&k).await.unwrap()), expected);
+        }
+    }
+}
