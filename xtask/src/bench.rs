@@ -47,15 +47,9 @@ pub fn run(args: &[String]) -> Result<()> {
     let daemon_out =
         std::env::temp_dir().join(format!("flynn-bench-daemon-{}.json", std::process::id()));
     let status = Command::new(&cargo)
-        .args([
-            "bench",
-            "-p",
-            "flynn",
-            "--features",
-            "channels",
-            "--bench",
-            "daemon",
-        ])
+        // The default build, every chat channel in: the same build as the
+        // process bench, so it is not built again.
+        .args(["bench", "-p", "flynn", "--bench", "daemon"])
         .env("FLYNN_BENCH_DAEMON_OUT", &daemon_out)
         .env("FLYNN_BENCH_RUNS", runs.to_string())
         .current_dir(&root)

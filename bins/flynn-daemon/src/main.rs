@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use flynn_core::config::{self, ProcessEnv};
-use flynn_core::daemon::{Daemon, DaemonOptions};
+use flynn_core::daemon::{Daemon, DaemonOptions, StopSignals};
 
 /// Flynn's daemon: runs sessions and serves the gateway (JSON-RPC at
 /// /rpc, /healthz, /metrics, /v1/chat/completions, /webhooks/<name>).
@@ -85,6 +85,7 @@ async fn run(args: &Args) -> Result<Stopped, (u8, String)> {
             path.display()
         );
     }
+    let mut stop = StopSignals::listen();
     let daemon = Daemon::start(DaemonOptions::from_loaded(loaded, args.bind.clone()))
         .await
         .map_err(|e| {
@@ -101,7 +102,7 @@ async fn run(args: &Args) -> Result<Stopped, (u8, String)> {
         daemon.token_source()
     );
     let restart = tokio::select! {
-        signal = stop_signal() => {
+        signal = stop.next() => {
             tracing::info!(signal, "shutting down");
             false
         }
@@ -113,7 +114,7 @@ async fn run(args: &Args) -> Result<Stopped, (u8, String)> {
     tokio::pin!(shutdown);
     tokio::select! {
         () = &mut shutdown => {}
-        signal = stop_signal() => {
+        signal = stop.next() => {
             tracing::warn!(signal, "stopping without waiting for running turns");
             return Ok(Stopped::Exit);
         }
@@ -136,30 +137,6 @@ impl config::Env for DaemonEnv {
             Some(profile) if name == config::PROFILE_VAR => Some(profile.clone()),
             _ => config::Env::var(&ProcessEnv, name),
         }
-    }
-}
-
-/// Waits for SIGTERM or SIGINT; returns its name.
-async fn stop_signal() -> &'static str {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            let _ = tokio::signal::ctrl_c().await;
-            return "SIGINT";
-        };
-        tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-        "Ctrl-C"
     }
 }
 

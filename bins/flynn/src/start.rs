@@ -3,13 +3,14 @@
 use flynn_core::config;
 
 use crate::env::CliEnv;
-use flynn_core::daemon::{Daemon, DaemonOptions};
+use flynn_core::daemon::{Daemon, DaemonOptions, StopSignals};
 
 use crate::cli::StartArgs;
 use crate::exit::Failure;
 
 pub async fn run(args: StartArgs) -> Result<(), Failure> {
     let loaded = config::load(args.config.as_deref(), &CliEnv)?;
+    let mut stop = StopSignals::listen();
     let daemon = Daemon::start(DaemonOptions::from_loaded(loaded, args.bind)).await?;
     eprintln!(
         "flynn {} listening on http://{} (token: {}); Ctrl-C stops",
@@ -18,24 +19,15 @@ pub async fn run(args: StartArgs) -> Result<(), Failure> {
         daemon.token_source()
     );
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate() => {}
+        signal = stop.next() => {
+            eprintln!("{signal}: shutting down");
+        }
         () = daemon.restart_requested() => {
             eprintln!("restart requested: stopping (run `flynn start` again, or use flynn-daemon under systemd)");
         }
     }
     daemon.shutdown().await;
     Ok(())
-}
-
-async fn terminate() {
-    #[cfg(unix)]
-    if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-    {
-        term.recv().await;
-        return;
-    }
-    std::future::pending::<()>().await;
 }
 
 /// The daemon logs at `info` by default (`FLYNN_LOG` overrides); the last

@@ -483,3 +483,49 @@ fn raise_file_limit() {
 
 #[cfg(not(unix))]
 fn raise_file_limit() {}
+
+/// The signals that stop the daemon: SIGTERM and SIGINT (Ctrl-C where
+/// there are no Unix signals), listened for from the moment this is made.
+/// Made before [`Daemon::start`]: the gateway answers as soon as it is
+/// bound, on worker threads, and a SIGTERM that came before the signal
+/// was listened for would kill the process instead of shutting it down.
+#[derive(Debug)]
+pub struct StopSignals {
+    #[cfg(unix)]
+    listening: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl StopSignals {
+    /// Starts listening. Must be called inside the runtime.
+    pub fn listen() -> StopSignals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let listening = match (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) {
+                (Ok(term), Ok(int)) => Some((term, int)),
+                _ => None,
+            };
+            StopSignals { listening }
+        }
+        #[cfg(not(unix))]
+        {
+            StopSignals {}
+        }
+    }
+
+    /// Waits for the next stop signal; returns its name.
+    pub async fn next(&mut self) -> &'static str {
+        #[cfg(unix)]
+        if let Some((term, int)) = &mut self.listening {
+            return tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            };
+        }
+        let _ = tokio::signal::ctrl_c().await;
+        "SIGINT"
+    }
+}

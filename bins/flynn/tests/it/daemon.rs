@@ -440,3 +440,54 @@ async fn sigterm_mid_turn_cancels_at_the_deadline_keeps_the_message_and_exits_0(
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
     assert_eq!(fake.violations(), Vec::<String>::new());
 }
+
+/// Whether `GET /healthz` at `addr` answers 200.
+fn healthy(addr: std::net::SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return false;
+    };
+    if stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0_u8; 12];
+    stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
+}
+
+#[tokio::test]
+async fn sigterm_as_soon_as_the_gateway_answers_shuts_down_cleanly() {
+    // The gateway answers from worker threads while start-up finishes:
+    // a SIGTERM right then must stop the daemon, exit 0, not kill it.
+    let fake = FakeOpenAi::start_with_key("sk-x").await;
+    let env = openai_env(&fake);
+    for _ in 0..10 {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
+        let mut child = env
+            .command(&["start", "--bind", &addr.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !healthy(addr) {
+            assert!(Instant::now() < deadline, "/healthz never answered");
+            assert!(child.try_wait().unwrap().is_none(), "the daemon exited");
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        let pid = rustix::process::Pid::from_child(&child);
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "the daemon did not stop");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(status.code(), Some(0), "{status}");
+    }
+}
