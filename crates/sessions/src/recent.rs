@@ -39,9 +39,10 @@ pub(crate) struct Kept {
 
 impl Kept {
     /// The largest sequence number kept, which every newer message
-    /// exceeds.
+    /// exceeds. Not the last message's: a compaction's summary has a new
+    /// number at an old position.
     pub(crate) fn last_seq(&self) -> u64 {
-        self.messages.last().map_or(0, |m| m.seq)
+        self.messages.iter().map(|m| m.seq).max().unwrap_or(0)
     }
 }
 
