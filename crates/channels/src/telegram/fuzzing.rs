@@ -1,8 +1,7 @@
 //! Entry points for `flynn-fuzz`: the Bot API's updates as the adapter
 //! reads them. Not part of the API.
 
-use frankenstein::types::{CallbackQuery, Message, MessageEntity};
-
+use super::api::{CallbackQuery, Message, MessageEntity};
 use super::parse::{self, Me};
 
 /// The bot the fuzz inputs address.

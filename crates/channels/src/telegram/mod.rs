@@ -1,4 +1,5 @@
-//! Telegram, through the Bot API (frankenstein's typed client on reqwest).
+//! Telegram, through the Bot API: the few methods and fields the adapter
+//! uses, by hand on reqwest ([`api`]).
 //!
 //! Receiving: `getUpdates` long polling (the default; needs no public
 //! address) or a webhook Telegram posts to the gateway's
@@ -14,6 +15,7 @@
 //! inline keyboard buttons for confirmations, `editMessageText` to grow a
 //! streamed answer, `sendChatAction` for typing.
 
+mod api;
 #[doc(hidden)]
 pub mod fuzzing;
 mod parse;
@@ -25,22 +27,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use flynn_protocol::config::{TelegramConfig, TelegramMode};
-use frankenstein::AsyncTelegramApi;
-use frankenstein::ParseMode;
-use frankenstein::client_reqwest::Bot;
-use frankenstein::methods::{
-    AnswerCallbackQueryParams, DeleteWebhookParams, EditMessageTextParams, GetFileParams,
-    GetUpdatesParams, SendChatActionParams, SendMessageParams, SetWebhookParams,
-};
-use frankenstein::response::{ErrorResponse, MethodResponse};
-use frankenstein::types::{
-    AllowedUpdate, ChatAction, InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions,
-    ReplyMarkup,
-};
-use frankenstein::updates::{Update, UpdateContent};
+use serde::de::IgnoredAny;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use self::api::{Bot, InlineButton, InlineKeyboard, Refusal, Update};
 use self::parse::Me;
 use crate::adapter::{
     Action, Attachment, Button, ButtonStyle, Capabilities, ChannelAdapter, ChannelError,
@@ -80,9 +71,7 @@ const MAX_NOTE_CHARS: usize = 200;
 const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 
 /// The update kinds Flynn asks for.
-fn allowed_updates() -> Vec<AllowedUpdate> {
-    vec![AllowedUpdate::Message, AllowedUpdate::CallbackQuery]
-}
+const ALLOWED_UPDATES: &[&str] = &["message", "callback_query"];
 
 /// A Telegram bot.
 pub struct TelegramAdapter {
@@ -141,40 +130,33 @@ fn unauthorized(detail: impl Into<String>) -> ChannelError {
 }
 
 /// A Bot API error in the terms the retry logic needs.
-fn from_response(response: &ErrorResponse) -> ChannelError {
-    match response.error_code {
+fn from_response(response: &Refusal) -> ChannelError {
+    match response.code {
         429 => ChannelError::RateLimited {
             channel: NAME.to_owned(),
-            retry_after: response
-                .parameters
-                .and_then(|p| p.retry_after)
-                .map(|secs| Duration::from_secs(u64::from(secs))),
+            retry_after: response.retry_after,
         },
         // 404 is what the Bot API answers for a token it does not know.
         401 | 404 => unauthorized(format!(
             "{} ({}): check channels.telegram.bot_token",
-            response.description, response.error_code
+            response.description, response.code
         )),
-        500.. => unavailable(format!(
-            "{} ({})",
-            response.description, response.error_code
-        )),
+        500.. => unavailable(format!("{} ({})", response.description, response.code)),
         _ => rejected(response.description.clone()),
     }
 }
 
-fn api_error(error: frankenstein::Error) -> ChannelError {
+fn api_error(error: api::Error) -> ChannelError {
     match error {
-        frankenstein::Error::Api(response) => from_response(&response),
-        // frankenstein strips the URL (and with it the token); the causes
-        // say what failed (refused, timed out, DNS).
-        frankenstein::Error::HttpReqwest(e) => unavailable(with_causes(&e)),
+        api::Error::Api(response) => from_response(&response),
+        // Without the URL (and with it the token); the causes say what
+        // failed (refused, timed out, DNS).
+        api::Error::Http(e) => unavailable(with_causes(&e)),
         // A proxy's HTML error page, or an answer cut short.
-        frankenstein::Error::JsonDecode { source, input } => unavailable(format!(
+        api::Error::Decode { source, input } => unavailable(format!(
             "unreadable answer ({source}): {}",
             input.chars().take(200).collect::<String>()
         )),
-        other => rejected(other.to_string()),
     }
 }
 
@@ -222,27 +204,24 @@ fn thread_id(conversation: &Conversation) -> Result<Option<i32>, ChannelError> {
 }
 
 /// One row of callback buttons.
-fn keyboard(buttons: &[Button]) -> InlineKeyboardMarkup {
-    let row: Vec<InlineKeyboardButton> = buttons
+fn keyboard(buttons: &[Button]) -> InlineKeyboard<'_> {
+    let row: Vec<InlineButton<'_>> = buttons
         .iter()
-        .map(|button| {
-            InlineKeyboardButton::builder()
-                .text(button.label.clone())
-                .callback_data(button.data.clone())
-                .style(match button.style {
-                    ButtonStyle::Primary => frankenstein::types::ButtonStyle::Primary,
-                    ButtonStyle::Danger => frankenstein::types::ButtonStyle::Danger,
-                })
-                .build()
+        .map(|button| InlineButton {
+            text: &button.label,
+            callback_data: &button.data,
+            style: match button.style {
+                ButtonStyle::Primary => "primary",
+                ButtonStyle::Danger => "danger",
+            },
         })
         .collect();
-    InlineKeyboardMarkup {
+    InlineKeyboard {
         inline_keyboard: if row.is_empty() {
             Vec::new()
         } else {
             vec![row]
         },
-        force_reply: None,
     }
 }
 
@@ -309,12 +288,9 @@ impl TelegramAdapter {
                 .map_err(|e| unavailable(format!("cannot set up the HTTP client: {e}")))
         };
         let bot_url = format!("{api_url}/bot{token}");
-        let bot = Bot::builder()
-            .api_url(bot_url.clone())
-            .client(client(CALL_TIMEOUT)?)
-            .build();
+        let bot = Bot::new(client(CALL_TIMEOUT)?, bot_url.clone());
         let slow = client(SLOW_TIMEOUT)?;
-        let poller = Bot::builder().api_url(bot_url).client(slow.clone()).build();
+        let poller = Bot::new(slow.clone(), bot_url);
         Ok(TelegramAdapter {
             mode: config.mode,
             webhook_url: config.webhook_url.clone(),
@@ -338,7 +314,11 @@ impl TelegramAdapter {
 
     /// `getMe`: the bot's id and username.
     async fn identify(&self) -> Result<Arc<Me>, ChannelError> {
-        let user = self.bot.get_me().await.map_err(api_error)?.result;
+        let user: api::User = self
+            .bot
+            .call("getMe", &api::NoParams {})
+            .await
+            .map_err(api_error)?;
         let username = user
             .username
             .ok_or_else(|| rejected("getMe returned a bot without a username"))?;
@@ -362,22 +342,23 @@ impl TelegramAdapter {
         let mut refusals: u32 = 0;
         loop {
             let offset = self.offset.load(Ordering::SeqCst);
-            let params = GetUpdatesParams::builder()
-                .maybe_offset((offset > 0).then_some(offset))
-                .timeout(POLL_TIMEOUT_SECS)
-                .allowed_updates(allowed_updates())
-                .build();
-            let call = self
-                .poller
-                .request::<_, MethodResponse<Vec<Value>>>("getUpdates", Some(&params));
+            let params = api::GetUpdates {
+                offset: (offset > 0).then_some(offset),
+                limit: None,
+                timeout: POLL_TIMEOUT_SECS,
+                allowed_updates: ALLOWED_UPDATES,
+            };
+            // Each update stays JSON until it is read on its own: one
+            // Flynn cannot read is skipped, not the whole batch.
+            let call = self.poller.call::<Vec<Value>>("getUpdates", &params);
             let Some(answer) = stop.run_until_cancelled(call).await else {
                 return Ok(());
             };
             let batch = match answer.map_err(api_error) {
-                Ok(response) => {
+                Ok(batch) => {
                     failures = 0;
                     self.confirmed.fetch_max(offset, Ordering::SeqCst);
-                    response.result
+                    batch
                 }
                 Err(e) if e.is_transient() && failures + 1 < POLL_ATTEMPTS => {
                     let wait = match &e {
@@ -476,12 +457,6 @@ impl TelegramAdapter {
         update_id: i64,
         me: &Me,
     ) -> Result<Option<InboundEvent>, ChannelError> {
-        let mut raw = raw;
-        // frankenstein reads `update_id` as a u32; the id used is the
-        // i64 the caller read, so a larger one cannot fail the parse.
-        if let Some(fields) = raw.as_object_mut() {
-            fields.insert("update_id".to_owned(), Value::from(0));
-        }
         let update: Update = match serde_json::from_value(raw) {
             Ok(update) => update,
             Err(e) => {
@@ -489,31 +464,31 @@ impl TelegramAdapter {
                 return Ok(None);
             }
         };
-        match update.content {
-            UpdateContent::Message(message) => {
-                let Some(inbound) = parse::message(&message, me) else {
-                    tracing::debug!(
-                        channel = NAME,
-                        update_id,
-                        "ignoring a message from a bot, a service message or unsupported media"
-                    );
-                    return Ok(None);
-                };
-                Ok(Some(InboundEvent::Message(inbound)))
-            }
-            UpdateContent::CallbackQuery(query) => {
-                let action = parse::action(&query);
-                if action.is_none() {
-                    tracing::debug!(
-                        channel = NAME,
-                        update_id,
-                        "ignoring a button press without data or message"
-                    );
-                }
-                Ok(action.map(InboundEvent::Action))
-            }
-            _ => Ok(None),
+        let update_id = update.update_id;
+        if let Some(message) = update.message {
+            let Some(inbound) = parse::message(&message, me) else {
+                tracing::debug!(
+                    channel = NAME,
+                    update_id,
+                    "ignoring a message from a bot, a service message or unsupported media"
+                );
+                return Ok(None);
+            };
+            return Ok(Some(InboundEvent::Message(inbound)));
         }
+        // Neither: a kind Flynn did not ask for.
+        let Some(query) = update.callback_query else {
+            return Ok(None);
+        };
+        let action = parse::action(&query);
+        if action.is_none() {
+            tracing::debug!(
+                channel = NAME,
+                update_id,
+                "ignoring a button press without data or message"
+            );
+        }
+        Ok(action.map(InboundEvent::Action))
     }
 
     /// Fetches one file named by its `file_id`: `getFile` for its path,
@@ -524,11 +499,12 @@ impl TelegramAdapter {
         if let Some(size) = attachment.size.filter(|size| *size > limit) {
             return Err(ChannelError::too_large(NAME, size, limit));
         }
-        let params = GetFileParams::builder()
-            .file_id(attachment.source.clone())
-            .build();
-        let info = match self.bot.get_file(&params).await.map_err(api_error) {
-            Ok(response) => response.result,
+        let params = api::GetFile {
+            file_id: &attachment.source,
+        };
+        let info = self.bot.call::<api::File>("getFile", &params).await;
+        let info = match info.map_err(api_error) {
+            Ok(info) => info,
             Err(e) if e.is_transient() => return Err(e),
             Err(e) => return Err(rejected(format!("Telegram would not hand it out ({e})"))),
         };
@@ -598,15 +574,13 @@ impl ChannelAdapter for TelegramAdapter {
         let me = me?;
         match self.mode {
             TelegramMode::Webhook => {
-                let params = SetWebhookParams::builder()
-                    .url(self.webhook_url.clone().unwrap_or_default())
-                    .maybe_secret_token(self.webhook_secret.clone())
-                    .allowed_updates(allowed_updates())
-                    .build();
-                let Some(set) = stop
-                    .run_until_cancelled(self.bot.set_webhook(&params))
-                    .await
-                else {
+                let params = api::SetWebhook {
+                    url: self.webhook_url.as_deref().unwrap_or_default(),
+                    secret_token: self.webhook_secret.as_deref(),
+                    allowed_updates: ALLOWED_UPDATES,
+                };
+                let set = self.bot.call::<IgnoredAny>("setWebhook", &params);
+                let Some(set) = stop.run_until_cancelled(set).await else {
                     return Ok(());
                 };
                 set.map_err(api_error)?;
@@ -616,11 +590,10 @@ impl ChannelAdapter for TelegramAdapter {
             }
             TelegramMode::Polling => {
                 // getUpdates answers 409 while a webhook is set.
-                let params = DeleteWebhookParams::builder().build();
-                let Some(deleted) = stop
-                    .run_until_cancelled(self.bot.delete_webhook(&params))
-                    .await
-                else {
+                let deleted = self
+                    .bot
+                    .call::<IgnoredAny>("deleteWebhook", &api::NoParams {});
+                let Some(deleted) = stop.run_until_cancelled(deleted).await else {
                     return Ok(());
                 };
                 deleted.map_err(api_error)?;
@@ -640,15 +613,13 @@ impl ChannelAdapter for TelegramAdapter {
         if offset <= self.confirmed.load(Ordering::SeqCst) {
             return;
         }
-        let params = GetUpdatesParams::builder()
-            .offset(offset)
-            .limit(1)
-            .timeout(0)
-            .allowed_updates(allowed_updates())
-            .build();
-        let call = self
-            .bot
-            .request::<_, MethodResponse<Vec<Value>>>("getUpdates", Some(&params));
+        let params = api::GetUpdates {
+            offset: Some(offset),
+            limit: Some(1),
+            timeout: 0,
+            allowed_updates: ALLOWED_UPDATES,
+        };
+        let call = self.bot.call::<IgnoredAny>("getUpdates", &params);
         match tokio::time::timeout(Duration::from_secs(5), call).await {
             Ok(Ok(_)) => {
                 self.confirmed.fetch_max(offset, Ordering::SeqCst);
@@ -671,18 +642,20 @@ impl ChannelAdapter for TelegramAdapter {
         text: &str,
         buttons: &[Button],
     ) -> Result<MessageId, ChannelError> {
-        let markup =
-            (!buttons.is_empty()).then(|| ReplyMarkup::InlineKeyboardMarkup(keyboard(buttons)));
-        let params = SendMessageParams::builder()
-            .chat_id(chat_id(&to.conversation)?)
-            .maybe_message_thread_id(thread_id(&to.conversation)?)
-            .text(text)
-            .parse_mode(ParseMode::Html)
-            .link_preview_options(LinkPreviewOptions::DISABLED)
-            .maybe_reply_markup(markup)
-            .build();
-        let sent = self.bot.send_message(&params).await.map_err(api_error)?;
-        Ok(MessageId(sent.result.message_id.to_string()))
+        let params = api::SendMessage {
+            chat_id: chat_id(&to.conversation)?,
+            message_thread_id: thread_id(&to.conversation)?,
+            text,
+            parse_mode: api::HTML,
+            link_preview_options: api::NO_PREVIEW,
+            reply_markup: (!buttons.is_empty()).then(|| keyboard(buttons)),
+        };
+        let sent: api::Sent = self
+            .bot
+            .call("sendMessage", &params)
+            .await
+            .map_err(api_error)?;
+        Ok(MessageId(sent.message_id.to_string()))
     }
 
     async fn edit(
@@ -696,20 +669,24 @@ impl ChannelAdapter for TelegramAdapter {
             .0
             .parse()
             .map_err(|_| rejected(format!("'{}' is not a Telegram message id", message.0)))?;
-        let params = EditMessageTextParams::builder()
-            .chat_id(chat_id(&to.conversation)?)
-            .message_id(message_id)
-            .text(text)
-            .parse_mode(ParseMode::Html)
-            .link_preview_options(LinkPreviewOptions::DISABLED)
+        let params = api::EditMessageText {
+            chat_id: chat_id(&to.conversation)?,
+            message_id,
+            text,
+            parse_mode: api::HTML,
+            link_preview_options: api::NO_PREVIEW,
             // An empty keyboard removes the buttons.
-            .reply_markup(keyboard(buttons))
-            .build();
-        match self.bot.edit_message_text(&params).await {
+            reply_markup: keyboard(buttons),
+        };
+        match self
+            .bot
+            .call::<IgnoredAny>("editMessageText", &params)
+            .await
+        {
             Ok(_) => Ok(()),
             // The message already shows this: the edit's goal is met.
-            Err(frankenstein::Error::Api(response))
-                if response.error_code == 400
+            Err(api::Error::Api(response))
+                if response.code == 400
                     && response.description.contains("message is not modified") =>
             {
                 Ok(())
@@ -719,13 +696,13 @@ impl ChannelAdapter for TelegramAdapter {
     }
 
     async fn typing(&self, to: &Target) -> Result<(), ChannelError> {
-        let params = SendChatActionParams::builder()
-            .chat_id(chat_id(&to.conversation)?)
-            .maybe_message_thread_id(thread_id(&to.conversation)?)
-            .action(ChatAction::Typing)
-            .build();
+        let params = api::SendChatAction {
+            chat_id: chat_id(&to.conversation)?,
+            message_thread_id: thread_id(&to.conversation)?,
+            action: "typing",
+        };
         self.bot
-            .send_chat_action(&params)
+            .call::<IgnoredAny>("sendChatAction", &params)
             .await
             .map_err(api_error)?;
         Ok(())
@@ -733,12 +710,12 @@ impl ChannelAdapter for TelegramAdapter {
 
     async fn answer_action(&self, action: &Action, note: &str) -> Result<(), ChannelError> {
         let note: String = note.chars().take(MAX_NOTE_CHARS).collect();
-        let params = AnswerCallbackQueryParams::builder()
-            .callback_query_id(action.id.clone())
-            .maybe_text((!note.is_empty()).then_some(note))
-            .build();
+        let params = api::AnswerCallbackQuery {
+            callback_query_id: &action.id,
+            text: (!note.is_empty()).then_some(note.as_str()),
+        };
         self.bot
-            .answer_callback_query(&params)
+            .call::<IgnoredAny>("answerCallbackQuery", &params)
             .await
             .map_err(api_error)?;
         Ok(())
@@ -800,17 +777,12 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use frankenstein::response::ResponseParameters;
 
-    fn error(code: u64, description: &str, retry_after: Option<u16>) -> ErrorResponse {
-        ErrorResponse {
-            ok: false,
+    fn error(code: u64, description: &str, retry_after: Option<u64>) -> Refusal {
+        Refusal {
+            code,
             description: description.to_owned(),
-            error_code: code,
-            parameters: retry_after.map(|secs| ResponseParameters {
-                migrate_to_chat_id: None,
-                retry_after: Some(secs),
-            }),
+            retry_after: retry_after.map(Duration::from_secs),
         }
     }
 

@@ -4,10 +4,7 @@
 //! only named here (by `file_id`); the adapter downloads them when the
 //! daemon asks, after its access checks.
 
-use frankenstein::types::{
-    CallbackQuery, Chat, ChatType, MaybeInaccessibleMessage, Message, MessageEntity,
-    MessageEntityType, User,
-};
+use super::api::{CallbackQuery, Chat, ChatType, EntityKind, Message, MessageEntity, User};
 
 use crate::adapter::{
     Action, Attachment, AttachmentKind, ChatKind, Conversation, InboundMessage, MessageId, Sender,
@@ -30,7 +27,7 @@ pub(super) struct Me {
 /// an `update_id` does not (after a week without updates Telegram starts
 /// them again from a random number, and a stored one could repeat).
 pub(super) fn message(message: &Message, me: &Me) -> Option<InboundMessage> {
-    let from = message.from.as_deref()?;
+    let from = message.from.as_ref()?;
     if from.is_bot {
         return None;
     }
@@ -64,23 +61,18 @@ pub(super) fn message(message: &Message, me: &Me) -> Option<InboundMessage> {
 }
 
 /// A button press; `None` when it carries no data (a game) or no message
-/// (a button under an inline-mode message, which Flynn never sends).
+/// (a button under an inline-mode message, which Flynn never sends). A
+/// message too old for the bot to see arrives as a chat and an id only,
+/// so outside any forum topic.
 pub(super) fn action(query: &CallbackQuery) -> Option<Action> {
     let data = query.data.clone()?;
-    let (chat, message_id, thread) = match query.message.as_ref()? {
-        MaybeInaccessibleMessage::Message(message) => {
-            (&*message.chat, message.message_id, topic(message))
-        }
-        MaybeInaccessibleMessage::InaccessibleMessage(message) => {
-            (&message.chat, message.message_id, None)
-        }
-    };
+    let message = query.message.as_ref()?;
     Some(Action {
         id: query.id.clone(),
-        conversation: conversation(chat, thread),
+        conversation: conversation(&message.chat, topic(message)),
         sender: sender(&query.from),
         data,
-        message: Some(MessageId(message_id.to_string())),
+        message: Some(MessageId(message.message_id.to_string())),
         reply: None,
     })
 }
@@ -100,7 +92,7 @@ fn conversation(chat: &Chat, thread: Option<i32>) -> Conversation {
     Conversation {
         chat: chat.id.to_string(),
         thread: thread.map(|t| t.to_string()),
-        kind: if chat.type_field == ChatType::Private {
+        kind: if chat.kind == ChatType::Private {
             ChatKind::Direct
         } else {
             ChatKind::Group
@@ -182,20 +174,20 @@ pub(super) fn strip_mentions(text: &str, entities: &[MessageEntity], me: &Me) ->
             continue;
         };
         let slice = &text[start..end];
-        let cut = match entity.type_field {
-            MessageEntityType::Mention
+        let cut = match entity.kind {
+            EntityKind::Mention
                 if slice
                     .strip_prefix('@')
                     .is_some_and(|name| name.eq_ignore_ascii_case(&me.username)) =>
             {
                 Some((start, end, Cut::Mention))
             }
-            MessageEntityType::TextMention
+            EntityKind::TextMention
                 if entity.user.as_ref().is_some_and(|user| user.id == me.id) =>
             {
                 Some((start, end, Cut::Mention))
             }
-            MessageEntityType::BotCommand => slice
+            EntityKind::BotCommand => slice
                 .find('@')
                 .filter(|at| slice[at + 1..].eq_ignore_ascii_case(&me.username))
                 .map(|at| (start + at, end, Cut::CommandSuffix)),
@@ -271,28 +263,29 @@ mod tests {
         }
     }
 
-    fn entity(kind: MessageEntityType, text: &str, needle: &str) -> MessageEntity {
+    fn entity(kind: EntityKind, text: &str, needle: &str) -> MessageEntity {
         let at = text.find(needle).unwrap();
         let offset = text[..at].encode_utf16().count();
         let length = needle.encode_utf16().count();
-        MessageEntity::builder()
-            .type_field(kind)
-            .offset(u16::try_from(offset).unwrap())
-            .length(u16::try_from(length).unwrap())
-            .build()
+        MessageEntity {
+            kind,
+            offset: u16::try_from(offset).unwrap(),
+            length: u16::try_from(length).unwrap(),
+            user: None,
+        }
     }
 
     #[test]
     fn the_bots_mention_is_cut_with_its_punctuation() {
         let text = "@Flynn_Bot, what is 2+2?";
-        let entities = [entity(MessageEntityType::Mention, text, "@Flynn_Bot")];
+        let entities = [entity(EntityKind::Mention, text, "@Flynn_Bot")];
         assert_eq!(
             strip_mentions(text, &entities, &me()),
             (true, "what is 2+2?".to_owned())
         );
 
         let text = "so 😀 @flynn_bot what now";
-        let entities = [entity(MessageEntityType::Mention, text, "@flynn_bot")];
+        let entities = [entity(EntityKind::Mention, text, "@flynn_bot")];
         assert_eq!(
             strip_mentions(text, &entities, &me()),
             (true, "so 😀 what now".to_owned())
@@ -302,7 +295,7 @@ mod tests {
     #[test]
     fn other_mentions_stay_and_do_not_address_the_bot() {
         let text = "ask @alice_smith about it";
-        let entities = [entity(MessageEntityType::Mention, text, "@alice_smith")];
+        let entities = [entity(EntityKind::Mention, text, "@alice_smith")];
         assert_eq!(
             strip_mentions(text, &entities, &me()),
             (false, text.to_owned())
@@ -312,29 +305,21 @@ mod tests {
     #[test]
     fn commands_lose_the_bots_name_only() {
         let text = "/reset@flynn_bot now";
-        let entities = [entity(
-            MessageEntityType::BotCommand,
-            text,
-            "/reset@flynn_bot",
-        )];
+        let entities = [entity(EntityKind::BotCommand, text, "/reset@flynn_bot")];
         assert_eq!(
             strip_mentions(text, &entities, &me()),
             (true, "/reset now".to_owned())
         );
 
         let text = "/reset@other_bot";
-        let entities = [entity(
-            MessageEntityType::BotCommand,
-            text,
-            "/reset@other_bot",
-        )];
+        let entities = [entity(EntityKind::BotCommand, text, "/reset@other_bot")];
         assert_eq!(
             strip_mentions(text, &entities, &me()),
             (false, text.to_owned())
         );
 
         let text = "/help";
-        let entities = [entity(MessageEntityType::BotCommand, text, "/help")];
+        let entities = [entity(EntityKind::BotCommand, text, "/help")];
         assert_eq!(
             strip_mentions(text, &entities, &me()),
             (false, "/help".to_owned())
@@ -344,14 +329,14 @@ mod tests {
     #[test]
     fn a_text_mention_of_the_bot_addresses_it() {
         let text = "hey Flynn look";
-        let mut mention = entity(MessageEntityType::TextMention, text, "Flynn");
-        mention.user = Some(
-            User::builder()
-                .id(42)
-                .is_bot(true)
-                .first_name("Flynn")
-                .build(),
-        );
+        let mut mention = entity(EntityKind::TextMention, text, "Flynn");
+        mention.user = Some(User {
+            id: 42,
+            is_bot: true,
+            first_name: "Flynn".to_owned(),
+            last_name: None,
+            username: None,
+        });
         assert_eq!(
             strip_mentions(text, &[mention], &me()),
             (true, "hey look".to_owned())
@@ -361,11 +346,12 @@ mod tests {
     #[test]
     fn entities_off_character_boundaries_are_ignored() {
         // Offset 1 falls inside the surrogate pair of 😀.
-        let broken = MessageEntity::builder()
-            .type_field(MessageEntityType::Mention)
-            .offset(1)
-            .length(10)
-            .build();
+        let broken = MessageEntity {
+            kind: EntityKind::Mention,
+            offset: 1,
+            length: 10,
+            user: None,
+        };
         assert_eq!(
             strip_mentions("😀@flynn_bot", &[broken], &me()),
             (false, "😀@flynn_bot".to_owned())
