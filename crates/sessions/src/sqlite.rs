@@ -223,6 +223,11 @@ impl SqliteStore {
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(retry::ACQUIRE_TIMEOUT)
+            // sqlx pings a connection before handing it out, to catch one
+            // a network dropped; a SQLite connection is a file handle on
+            // its own thread, and the ping was a round trip to that thread
+            // for every read.
+            .test_before_acquire(false)
             // A COMMIT that fails on a full disk leaves SQLite with no
             // transaction (it rolled back itself) while sqlx still counts
             // one (its own ROLLBACK fails then), and every later BEGIN on
@@ -266,7 +271,7 @@ impl SqliteStore {
                 message: e.to_string(),
             },
         })?;
-        let writer = Writer::start(options, &location).await?;
+        let writer = Writer::start(options, &location)?;
         Ok(SqliteStore {
             pool,
             path: path.to_path_buf(),
@@ -754,24 +759,31 @@ impl SqliteStore {
     /// the history changed otherwise (compacted, cleared) and must be read
     /// whole.
     async fn brought_up_to_date(&self, key: &SessionKey, kept: Kept) -> Result<Option<Kept>> {
-        let mut conn = self.pool.acquire().await?;
+        // One statement: the session's count, then the newer rows, if
+        // any, each beside it (a row of NULLs when there are none).
         let rows = sqlx::query(
-            "SELECT seq, pos, turn_id, role, content, created_at,
-                (SELECT principal FROM turns WHERE turns.id = messages.turn_id) AS principal
-             FROM messages WHERE session_key = ?1 AND seq > ?2 ORDER BY pos",
+            "SELECT c.total, m.seq, m.pos, m.turn_id, m.role, m.content, m.created_at,
+                (SELECT principal FROM turns WHERE turns.id = m.turn_id) AS principal
+             FROM (SELECT COUNT(*) AS total FROM messages WHERE session_key = ?1) AS c
+             LEFT JOIN messages AS m ON m.session_key = ?1 AND m.seq > ?2
+             ORDER BY m.pos",
         )
         .bind(key.as_str())
         .bind(to_i64(kept.last_seq()))
-        .fetch_all(&mut *conn)
+        .fetch_all(&self.pool)
         .await?;
-        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE session_key = ?1")
-            .bind(key.as_str())
-            .fetch_one(&mut *conn)
-            .await?;
+        let count: i64 = match rows.first() {
+            Some(row) => row.try_get("total")?,
+            None => 0,
+        };
         let mut newer = Vec::with_capacity(rows.len());
         for row in &rows {
+            let pos: Option<i64> = row.try_get("pos")?;
+            let Some(pos) = pos else {
+                continue;
+            };
             newer.push(Newer {
-                pos: row.try_get("pos")?,
+                pos,
                 bytes: content_len(row),
                 message: stored_from_row(key, row)?,
             });

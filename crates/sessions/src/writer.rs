@@ -105,38 +105,30 @@ fn stopped() -> Error {
 }
 
 impl Writer {
-    /// Opens the writer's connection with `options` on a thread of its
-    /// own. The thread ends when the store is closed or dropped.
-    pub(crate) async fn start(options: SqliteConnectOptions, location: &str) -> Result<Writer> {
+    /// Starts the writer on a thread of its own, which opens its
+    /// connection with `options` while the caller goes on: the first write
+    /// waits for it, and hears why when it could not be opened. The thread
+    /// ends when the store is closed or dropped.
+    pub(crate) fn start(options: SqliteConnectOptions, location: &str) -> Result<Writer> {
         let (queue, inbox) = mpsc::unbounded_channel();
-        let (ready, opened) = oneshot::channel();
         let commits = Arc::new(AtomicU64::new(0));
         let counted = commits.clone();
-        let open_error = |message: String| Error::Open {
-            location: location.to_owned(),
-            message,
-        };
         std::thread::Builder::new()
             .name("flynn-db-writer".to_owned())
             .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread()
+                match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
                 {
-                    Ok(runtime) => runtime,
-                    Err(e) => {
-                        let _ = ready.send(Err(format!("cannot start its writer: {e}")));
-                        return;
-                    }
-                };
-                runtime.block_on(serve(options, inbox, ready, counted));
+                    Ok(runtime) => runtime.block_on(serve(options, inbox, counted)),
+                    Err(e) => refuse_all(inbox, &format!("cannot start its writer: {e}")),
+                }
             })
-            .map_err(|e| open_error(format!("cannot start its writer thread: {e}")))?;
-        match opened.await {
-            Ok(Ok(())) => Ok(Writer { queue, commits }),
-            Ok(Err(message)) => Err(open_error(message)),
-            Err(_) => Err(open_error("its writer stopped while opening".to_owned())),
-        }
+            .map_err(|e| Error::Open {
+                location: location.to_owned(),
+                message: format!("cannot start its writer thread: {e}"),
+            })?;
+        Ok(Writer { queue, commits })
     }
 
     /// Runs `work` in the next batch and returns its result once the batch
@@ -181,21 +173,29 @@ impl Writer {
     }
 }
 
-/// The writer thread's loop.
+/// Tells every write that comes that the writer could not start.
+fn refuse_all(mut inbox: mpsc::UnboundedReceiver<Message>, why: &str) {
+    while let Some(message) = inbox.blocking_recv() {
+        match message {
+            Message::Write(write) => write.complete(Err(Error::Backend {
+                message: format!("the session database {why}"),
+            })),
+            Message::Close(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+/// The writer thread's loop. The connection is opened at once, so that it
+/// is ready by the first write; one that could not be opened is tried
+/// again for each batch (see [`write_batch`]).
 async fn serve(
     options: SqliteConnectOptions,
     mut inbox: mpsc::UnboundedReceiver<Message>,
-    ready: oneshot::Sender<std::result::Result<(), String>>,
     commits: Arc<AtomicU64>,
 ) {
-    let mut conn = match SqliteConnection::connect_with(&options).await {
-        Ok(conn) => Some(conn),
-        Err(e) => {
-            let _ = ready.send(Err(e.to_string()));
-            return;
-        }
-    };
-    let _ = ready.send(Ok(()));
+    let mut conn = SqliteConnection::connect_with(&options).await.ok();
     let mut batch: Vec<Box<dyn Write>> = Vec::with_capacity(MAX_BATCH);
     let mut closing: Vec<oneshot::Sender<()>> = Vec::new();
     loop {
@@ -238,18 +238,22 @@ async fn write_batch(
     batch: &mut Vec<Box<dyn Write>>,
     commits: &AtomicU64,
 ) {
-    if conn.is_none() {
-        // The connection was dropped after a failed commit; a new one
+    let connection = match conn {
+        Some(connection) => connection,
+        // Not opened yet, or dropped after a failed commit: a new one
         // starts clean.
-        *conn = SqliteConnection::connect_with(options).await.ok();
-    }
-    let Some(connection) = conn.as_mut() else {
-        for write in batch.drain(..) {
-            write.complete(Err(Error::Backend {
-                message: "cannot reconnect to the session database to write".to_owned(),
-            }));
-        }
-        return;
+        None => match SqliteConnection::connect_with(options).await {
+            Ok(opened) => conn.insert(opened),
+            Err(e) => {
+                let message = format!("cannot open the session database to write: {e}");
+                for write in batch.drain(..) {
+                    write.complete(Err(Error::Backend {
+                        message: message.clone(),
+                    }));
+                }
+                return;
+            }
+        },
     };
     let mut sound = true;
     let outcome = AssertUnwindSafe(commit(connection, batch, &mut sound))
@@ -363,10 +367,7 @@ mod tests {
             .await
             .unwrap();
         setup.close().await.unwrap();
-        (
-            Writer::start(options.clone(), "w.db").await.unwrap(),
-            options,
-        )
+        (Writer::start(options.clone(), "w.db").unwrap(), options)
     }
 
     fn insert(id: i64) -> impl for<'c> FnOnce(&'c mut SqliteConnection) -> WriteFuture<'c, i64> {
@@ -499,5 +500,32 @@ mod tests {
         assert!(failed.to_string().contains("was not stored"), "{failed}");
         assert_eq!(writer.write(insert(2)).await.unwrap(), 2);
         assert_eq!(stored(&options).await, vec![2]);
+    }
+
+    #[tokio::test]
+    async fn a_database_the_writer_cannot_open_fails_each_write_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("gone").join("w.db");
+        let writer = Writer::start(SqliteConnectOptions::new().filename(&missing), "w.db").unwrap();
+        for _ in 0..2 {
+            let refused = writer.write(insert(1)).await.unwrap_err().to_string();
+            assert!(
+                refused.contains("cannot open the session database to write"),
+                "{refused}"
+            );
+        }
+        // Once it can be opened, the next write goes through.
+        std::fs::create_dir(missing.parent().unwrap()).unwrap();
+        let options = SqliteConnectOptions::new()
+            .filename(&missing)
+            .create_if_missing(true);
+        let mut setup = SqliteConnection::connect_with(&options).await.unwrap();
+        sqlx::query("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+            .execute(&mut setup)
+            .await
+            .unwrap();
+        setup.close().await.unwrap();
+        assert_eq!(writer.write(insert(3)).await.unwrap(), 3);
+        assert_eq!(stored(&options).await, vec![3]);
     }
 }
