@@ -125,6 +125,25 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| root.join("target"), std::path::PathBuf::from);
+    // The release binaries as users build them (default features, every
+    // chat channel in): `flynn` is already built by the process bench,
+    // in the bench profile, which is the release profile.
+    let status = Command::new(&cargo)
+        .args(["build", "--profile", "bench", "-p", "flynn-daemon"])
+        .current_dir(&root)
+        .status()
+        .context("building flynn-daemon")?;
+    if !status.success() {
+        bail!("cargo build --profile bench -p flynn-daemon failed ({status})");
+    }
+    let mut sizes = Vec::new();
+    for binary in ["flynn-daemon", "flynn"] {
+        let path = target.join("release").join(binary);
+        let bytes = std::fs::metadata(&path)
+            .with_context(|| format!("reading the size of {}", path.display()))?
+            .len();
+        sizes.push((binary, bytes));
+    }
     let micro = micro_results(&target.join("criterion"))?;
     let compaction: Value = serde_json::from_str(
         &std::fs::read_to_string(target.join("criterion/flynn-compaction.json"))
@@ -133,6 +152,7 @@ pub fn run(args: &[String]) -> Result<()> {
 
     let mut markdown = render(&results, &machine());
     markdown.push_str(&render_daemon(&daemon, &results));
+    markdown.push_str(&render_sizes(&sizes));
     markdown.push_str(&render_micro(&micro));
     markdown.push_str(&render_compaction(&compaction, &micro));
     let memory: Value = serde_json::from_str(
@@ -574,6 +594,30 @@ fn render_daemon(daemon: &Value, process: &Value) -> String {
     md
 }
 
+/// The largest release binary, every chat channel in (15 MB).
+const MAX_BINARY_BYTES: u64 = 15_000_000;
+
+/// The release binaries' sizes on disk.
+fn render_sizes(sizes: &[(&str, u64)]) -> String {
+    let mut md = String::from(
+        "\n## Binary size\n\nThe release binaries as `cargo install` builds them (default features: every chat channel\nin), stripped, in bytes on disk.\n\n| binary | target | size | verdict |\n|---|---|---|---|\n",
+    );
+    for (binary, bytes) in sizes {
+        let verdict = if *bytes <= MAX_BINARY_BYTES {
+            "meets"
+        } else {
+            "misses"
+        };
+        let _ = writeln!(
+            md,
+            "| `{binary}` | ≤ {:.0} MB | {:.1} MB ({bytes} bytes) | {verdict} |",
+            MAX_BINARY_BYTES as f64 / 1e6,
+            *bytes as f64 / 1e6,
+        );
+    }
+    md
+}
+
 fn machine() -> String {
     let output = |program: &str, args: &[&str]| {
         Command::new(program)
@@ -631,6 +675,19 @@ fn render(results: &Value, machine: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_are_judged_against_fifteen_megabytes() {
+        let md = render_sizes(&[("flynn-daemon", 14_900_000), ("flynn", 15_000_001)]);
+        assert!(
+            md.contains("| `flynn-daemon` | ≤ 15 MB | 14.9 MB (14900000 bytes) | meets |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| `flynn` | ≤ 15 MB | 15.0 MB (15000001 bytes) | misses |"),
+            "{md}"
+        );
+    }
 
     #[test]
     fn micro_results_report_throughput_and_router_overhead() {
