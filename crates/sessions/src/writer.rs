@@ -361,13 +361,17 @@ mod tests {
             .filename(dir.join("w.db"))
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal);
-        let mut setup = SqliteConnection::connect_with(&options).await.unwrap();
+        create_table(&options).await;
+        (Writer::start(options.clone(), "w.db").unwrap(), options)
+    }
+
+    async fn create_table(options: &SqliteConnectOptions) {
+        let mut setup = SqliteConnection::connect_with(options).await.unwrap();
         sqlx::query("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
             .execute(&mut setup)
             .await
             .unwrap();
         setup.close().await.unwrap();
-        (Writer::start(options.clone(), "w.db").unwrap(), options)
     }
 
     fn insert(id: i64) -> impl for<'c> FnOnce(&'c mut SqliteConnection) -> WriteFuture<'c, i64> {
@@ -519,12 +523,7 @@ mod tests {
         let options = SqliteConnectOptions::new()
             .filename(&missing)
             .create_if_missing(true);
-        let mut setup = SqliteConnection::connect_with(&options).await.unwrap();
-        sqlx::query("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
-            .execute(&mut setup)
-            .await
-            .unwrap();
-        setup.close().await.unwrap();
+        create_table(&options).await;
         assert_eq!(writer.write(insert(3)).await.unwrap(), 3);
         assert_eq!(stored(&options).await, vec![3]);
     }
