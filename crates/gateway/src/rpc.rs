@@ -657,7 +657,7 @@ async fn tools_list(params: ToolsListParams, state: Arc<State>) -> RpcResult<Vec
             effect: tool.effect(),
             allowed: agent.policy.permits(tool.as_ref()),
             needs_confirmation: executor.needs_confirmation(tool.name()),
-            input_schema: tool.input_schema(),
+            input_schema: serde_json::Value::clone(&tool.input_schema()),
         })
         .collect();
     tools.sort_by(|a, b| a.name.cmp(&b.name));

@@ -3,7 +3,7 @@
 //! hints when the owner marked the server trusted (else acting on the
 //! world, its output untrusted content), its result turned into text.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -23,7 +23,7 @@ pub(crate) struct McpTool {
     remote: String,
     name: String,
     description: String,
-    schema: Value,
+    schema: Arc<Value>,
     effect: ToolEffect,
     untrusted: bool,
     timeout: Duration,
@@ -80,7 +80,7 @@ impl McpTool {
             name: format!("{server_name}.{remote}"),
             remote,
             description,
-            schema,
+            schema: Arc::new(schema),
             effect: if read_only {
                 ToolEffect::ReadOnly
             } else {
@@ -102,7 +102,7 @@ impl Tool for McpTool {
         &self.description
     }
 
-    fn input_schema(&self) -> Value {
+    fn input_schema(&self) -> Arc<Value> {
         self.schema.clone()
     }
 

@@ -53,7 +53,7 @@ fn router(default: &[&str]) -> ModelRouter {
     ModelRouter::new(clients, models)
 }
 
-fn request() -> ModelRequest {
+fn request() -> ModelRequest<'static> {
     ModelRequest::new(
         "",
         vec![

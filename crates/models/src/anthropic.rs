@@ -53,7 +53,7 @@ impl ModelClient for AnthropicClient {
         &self.info
     }
 
-    async fn stream(&self, request: ModelRequest) -> Result<ModelStream> {
+    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream> {
         let Some(api_key) = &self.api_key else {
             return Err(Error::MissingApiKey {
                 provider: self.info.provider.clone(),

@@ -195,7 +195,7 @@ impl ModelClient for BedrockClient {
         &self.info
     }
 
-    async fn stream(&self, request: ModelRequest) -> Result<ModelStream> {
+    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream> {
         let provider = self.info.provider.clone();
         let names = ToolNameMap::new(&request.tools);
         let parts = wire::request_parts(&provider, &request, &names)?;
@@ -207,7 +207,7 @@ impl ModelClient for BedrockClient {
         };
         let output = client
             .converse_stream()
-            .model_id(&request.model)
+            .model_id(request.model.as_ref())
             .set_system(parts.system)
             .set_messages(Some(parts.messages))
             .set_tool_config(parts.tool_config)

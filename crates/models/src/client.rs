@@ -1,3 +1,4 @@
+use std::borrow::Cow;
 use std::pin::Pin;
 
 use async_trait::async_trait;
@@ -36,28 +37,55 @@ impl ClientInfo {
     }
 }
 
-/// One call to a model.
+/// One call to a model. The history, tools and texts are borrowed where
+/// the caller holds them ([`Cow`]), so a call copies nothing: a turn lends
+/// its history, and the router re-targets the same request at each model
+/// it tries ([`ModelRequest::for_model`]). Owned values work too.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ModelRequest {
+pub struct ModelRequest<'a> {
     /// The provider's model id (`claude-sonnet-4-5`, `gpt-4o-mini`).
-    pub model: String,
-    pub system: Option<String>,
-    pub messages: Vec<Message>,
+    pub model: Cow<'a, str>,
+    pub system: Option<Cow<'a, str>>,
+    pub messages: Cow<'a, [Message]>,
     /// Tools offered, with their dotted names; clients map names for the wire.
-    pub tools: Vec<ToolSpec>,
+    pub tools: Cow<'a, [ToolSpec]>,
     pub max_tokens: u32,
     pub temperature: Option<f32>,
 }
 
-impl ModelRequest {
-    pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
+impl<'a> ModelRequest<'a> {
+    pub fn new(model: impl Into<Cow<'a, str>>, messages: impl Into<Cow<'a, [Message]>>) -> Self {
         ModelRequest {
             model: model.into(),
             system: None,
-            messages,
-            tools: Vec::new(),
+            messages: messages.into(),
+            tools: Cow::Borrowed(&[]),
             max_tokens: 4096,
             temperature: None,
+        }
+    }
+
+    /// The same request for `model`, borrowing everything else.
+    pub fn for_model<'b>(&'b self, model: &'b str) -> ModelRequest<'b> {
+        ModelRequest {
+            model: Cow::Borrowed(model),
+            system: self.system.as_deref().map(Cow::Borrowed),
+            messages: Cow::Borrowed(&self.messages),
+            tools: Cow::Borrowed(&self.tools),
+            max_tokens: self.max_tokens,
+            temperature: self.temperature,
+        }
+    }
+
+    /// The request owning all it holds, to keep beyond its borrows.
+    pub fn into_owned(self) -> ModelRequest<'static> {
+        ModelRequest {
+            model: Cow::Owned(self.model.into_owned()),
+            system: self.system.map(|system| Cow::Owned(system.into_owned())),
+            messages: Cow::Owned(self.messages.into_owned()),
+            tools: Cow::Owned(self.tools.into_owned()),
+            max_tokens: self.max_tokens,
+            temperature: self.temperature,
         }
     }
 }
@@ -116,7 +144,7 @@ pub trait ModelClient: Send + Sync {
     /// Sends the request and streams the answer. Errors before the first
     /// byte of the answer come back here; errors after it come through the
     /// stream.
-    async fn stream(&self, request: ModelRequest) -> Result<ModelStream>;
+    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream>;
 
     /// The context window, in tokens, the server says it serves `model`
     /// with, when the provider can be asked (Ollama, llama.cpp); `None`
@@ -128,7 +156,7 @@ pub trait ModelClient: Send + Sync {
     }
 
     /// Sends the request and waits for the whole answer.
-    async fn complete(&self, request: ModelRequest) -> Result<ModelResponse> {
+    async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
         let provider = self.info().provider.clone();
         drain(&provider, self.stream(request).await?).await
     }

@@ -211,7 +211,7 @@ impl ModelClient for LocalClient {
         Some(self.window(&engine))
     }
 
-    async fn stream(&self, request: ModelRequest) -> Result<ModelStream> {
+    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream> {
         let provider = self.info.provider.clone();
         let engine = self.engine().await?;
         let names = ToolNameMap::new(&request.tools);
@@ -261,7 +261,7 @@ impl ModelClient for LocalClient {
         let model = if request.model.is_empty() {
             model_name
         } else {
-            request.model.clone()
+            request.model.to_string()
         };
         Ok(Box::pin(async_stream::stream! {
             let _guard = guard;
@@ -432,7 +432,7 @@ mod tests {
         let tools = vec![flynn_protocol::ToolSpec {
             name: "file.read".into(),
             description: String::new(),
-            input_schema: serde_json::json!({"type": "object"}),
+            input_schema: serde_json::json!({"type": "object"}).into(),
         }];
         let names = ToolNameMap::new(&tools);
         let mut text = String::new();

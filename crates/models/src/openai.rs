@@ -114,7 +114,7 @@ impl ModelClient for OpenAiClient {
         &self.info
     }
 
-    async fn stream(&self, request: ModelRequest) -> Result<ModelStream> {
+    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream> {
         if self.authorization.is_none() && self.kind().requires_api_key() {
             return Err(Error::MissingApiKey {
                 provider: self.info.provider.clone(),

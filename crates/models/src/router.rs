@@ -262,7 +262,7 @@ impl ModelRouter {
     }
 
     /// Streams from the first model of `tier` that accepts the call.
-    pub async fn stream(&self, tier: Tier, request: ModelRequest) -> Result<RoutedStream> {
+    pub async fn stream(&self, tier: Tier, request: ModelRequest<'_>) -> Result<RoutedStream> {
         let chain = self.chain(tier);
         if chain.is_empty() {
             return Err(self.no_model(tier));
@@ -336,7 +336,7 @@ impl ModelRouter {
     pub async fn stream_model(
         &self,
         model: &ModelRef,
-        request: ModelRequest,
+        request: ModelRequest<'_>,
     ) -> Result<RoutedStream> {
         self.stream_chain(std::slice::from_ref(model), request)
             .await
@@ -348,7 +348,7 @@ impl ModelRouter {
     async fn stream_chain(
         &self,
         chain: &[ModelRef],
-        request: ModelRequest,
+        request: ModelRequest<'_>,
     ) -> Result<RoutedStream> {
         let mut failed = Vec::new();
         for model in chain {
@@ -384,7 +384,7 @@ impl ModelRouter {
     async fn attempt(
         &self,
         model: &ModelRef,
-        request: &ModelRequest,
+        request: &ModelRequest<'_>,
     ) -> std::result::Result<ModelStream, Attempt> {
         let failed = |tries, error| Attempt {
             model: model.clone(),
@@ -415,8 +415,7 @@ impl ModelRouter {
                 Err(skipped) => return Err(failed(tries, last_error.unwrap_or(skipped))),
             };
             tries += 1;
-            let mut request = request.clone();
-            request.model = model.model().to_owned();
+            let request = request.for_model(model.model());
             let error = match first_event(client.as_ref(), provider, request).await {
                 Ok((first, rest)) => {
                     return Ok(Box::pin(Watched {
@@ -448,7 +447,7 @@ impl ModelRouter {
         &self,
         client: &dyn ModelClient,
         model: &ModelRef,
-        request: &ModelRequest,
+        request: &ModelRequest<'_>,
     ) -> Option<Error> {
         let window = self.windows.resolve(client, model.model()).await;
         let found = match window.source {
@@ -506,7 +505,7 @@ impl ModelRouter {
 async fn first_event(
     client: &dyn ModelClient,
     provider: &str,
-    request: ModelRequest,
+    request: ModelRequest<'_>,
 ) -> Result<(StreamEvent, ModelStream)> {
     let mut stream = client.stream(request).await?;
     match stream.next().await {

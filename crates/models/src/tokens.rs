@@ -14,6 +14,7 @@ use std::fmt;
 
 use flynn_protocol::config::TokenCounting;
 use flynn_protocol::{ContentBlock, Message, ToolSpec};
+use serde_json::Value;
 
 /// Tokens added per message for its role and framing.
 pub const MESSAGE_OVERHEAD: usize = 4;
@@ -26,6 +27,12 @@ pub const IMAGE_TOKENS: usize = 1_000;
 pub trait TokenCounter: Send + Sync + fmt::Debug {
     /// Tokens in a piece of text.
     fn count_text(&self, text: &str) -> usize;
+
+    /// Tokens in a JSON value as it goes on the wire (tool arguments and
+    /// schemas).
+    fn count_json(&self, value: &Value) -> usize {
+        self.count_text(&value.to_string())
+    }
 
     /// Whether the counts are the model's own tokenizer's (not an estimate).
     fn is_exact(&self) -> bool {
@@ -43,7 +50,7 @@ pub trait TokenCounter: Send + Sync + fmt::Debug {
                     ContentBlock::Thinking { thinking, .. } => self.count_text(thinking),
                     ContentBlock::RedactedThinking { data } => self.count_text(data),
                     ContentBlock::ToolUse { name, input, .. } => {
-                        self.count_text(name) + self.count_text(&input.to_string())
+                        self.count_text(name) + self.count_json(input)
                     }
                     ContentBlock::ToolResult { content, .. } => self.count_text(content),
                     ContentBlock::Image { .. } => IMAGE_TOKENS,
@@ -68,7 +75,7 @@ pub trait TokenCounter: Send + Sync + fmt::Debug {
                 .map(|tool| {
                     self.count_text(&tool.name)
                         + self.count_text(&tool.description)
-                        + self.count_text(&tool.input_schema.to_string())
+                        + self.count_json(&tool.input_schema)
                 })
                 .sum::<usize>()
     }
@@ -81,6 +88,29 @@ pub struct Estimate;
 impl TokenCounter for Estimate {
     fn count_text(&self, text: &str) -> usize {
         text.len().div_ceil(4)
+    }
+
+    /// Its length as JSON, measured without writing it out: the estimate
+    /// runs before every model call, over every tool's schema.
+    fn count_json(&self, value: &Value) -> usize {
+        let mut length = Length(0);
+        // Writing to `Length` cannot fail, and a `Value` always serialises.
+        let _ = serde_json::to_writer(&mut length, value);
+        length.0.div_ceil(4)
+    }
+}
+
+/// An `io::Write` that only counts the bytes written to it.
+struct Length(usize);
+
+impl std::io::Write for Length {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -240,7 +270,7 @@ mod tests {
         let tools = vec![ToolSpec {
             name: "shell.exec".into(),
             description: "Run a command".into(),
-            input_schema: json!({"type": "object"}),
+            input_schema: json!({"type": "object"}).into(),
         }];
         (messages, tools)
     }
@@ -266,6 +296,23 @@ mod tests {
             3 + 1_028 + 12
         );
         assert!(!Estimate.is_exact());
+    }
+
+    #[test]
+    fn json_is_estimated_by_the_length_it_has_on_the_wire() {
+        let values = [
+            json!(null),
+            json!("a \"quoted\" line\nwith é and \u{1}"),
+            json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": -1.5}}}),
+            json!([1, [2, [3]], {"": {}}]),
+        ];
+        for value in values {
+            assert_eq!(
+                Estimate.count_json(&value),
+                Estimate.count_text(&value.to_string()),
+                "{value}"
+            );
+        }
     }
 
     #[test]

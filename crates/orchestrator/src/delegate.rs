@@ -1,6 +1,7 @@
 //! Delegation: stateless model calls on the tier a purpose is configured
 //! for, costed to that tier and purpose.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use flynn_models::{ModelRequest, ModelRouter, PriceTable};
@@ -25,7 +26,7 @@ struct CutShortUsage {
 
 struct CutShort {
     record: UsageRecord,
-    call: ModelRequest,
+    call: ModelRequest<'static>,
     counting: TokenCounting,
     /// USD per input token, when the model's price is known.
     input_price: Option<f64>,
@@ -219,17 +220,17 @@ impl AgentOrchestrator {
             .tier
             .unwrap_or_else(|| self.tier_for(request.purpose));
         let call = ModelRequest {
-            model: String::new(),
-            system: Some(request.system),
-            messages: vec![Message::user(request.message)],
-            tools: Vec::new(),
+            model: Cow::Borrowed(""),
+            system: Some(Cow::Owned(request.system)),
+            messages: Cow::Owned(vec![Message::user(request.message)]),
+            tools: Cow::Borrowed(&[]),
             max_tokens: request.max_tokens.unwrap_or(self.max_tokens),
             temperature: None,
         };
         let routed = tokio::select! {
             biased;
             () = cancel.cancelled() => return Err(Error::Cancelled),
-            routed = self.router.stream(tier, call.clone()) => routed?,
+            routed = self.router.stream(tier, call.for_model("")) => routed?,
         };
         let model = routed.model.clone();
         let provider = model.provider().to_owned();

@@ -1,5 +1,6 @@
 //! One turn: model → tools → model until a text answer.
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -609,10 +610,10 @@ async fn call_model(
 ) -> Result<Step> {
     let shared = &job.shared;
     let request = ModelRequest {
-        model: String::new(),
-        system: Some(system.to_owned()),
-        messages: history.to_vec(),
-        tools: tools.to_vec(),
+        model: Cow::Borrowed(""),
+        system: Some(Cow::Borrowed(system)),
+        messages: Cow::Borrowed(history),
+        tools: Cow::Borrowed(tools),
         max_tokens: shared.max_tokens,
         temperature: None,
     };
@@ -656,7 +657,7 @@ struct CutShort {
 async fn stream_model(
     job: &TurnJob,
     route: &Route,
-    request: ModelRequest,
+    request: ModelRequest<'_>,
     cut: &mut Option<CutShort>,
 ) -> Result<Step> {
     let router = &job.shared.router;

@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -8,7 +10,8 @@ use serde_json::Value;
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
-    pub input_schema: Value,
+    /// Shared: one schema serves every request that offers the tool.
+    pub input_schema: Arc<Value>,
 }
 
 /// The one key of the object a model client puts in place of a tool

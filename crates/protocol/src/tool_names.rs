@@ -100,7 +100,7 @@ mod tests {
         ToolSpec {
             name: name.into(),
             description: String::new(),
-            input_schema: serde_json::json!({"type": "object"}),
+            input_schema: serde_json::json!({"type": "object"}).into(),
         }
     }
 

@@ -96,7 +96,7 @@ pub struct ScriptedModel {
     delay: Duration,
     /// Whether requests and calls are kept (not in benchmarks).
     record: bool,
-    pub requests: Mutex<Vec<ModelRequest>>,
+    pub requests: Mutex<Vec<ModelRequest<'static>>>,
     calls: Mutex<Vec<Call>>,
     ticks: AtomicUsize,
     created: Instant,
@@ -238,7 +238,7 @@ impl ScriptedModel {
         Self::new(name, vec![])
     }
 
-    pub fn requests(&self) -> Vec<ModelRequest> {
+    pub fn requests(&self) -> Vec<ModelRequest<'static>> {
         self.requests.lock().unwrap().clone()
     }
 
@@ -304,7 +304,7 @@ impl ScriptedModel {
             Billing::Fixed(usage) => *usage,
             Billing::By(bill) => bill(request, &reply),
         };
-        let mut done = completed(reply, request.model.clone());
+        let mut done = completed(reply, request.model.to_string());
         if let StreamEvent::Completed(response) = &mut done {
             response.usage = usage;
         }
@@ -363,7 +363,7 @@ impl ModelClient for ScriptedModel {
         &self.info
     }
 
-    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
+    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
         let index = self.record.then(|| {
             let mut calls = self.calls.lock().unwrap();
             calls.push(Call {
@@ -372,7 +372,10 @@ impl ModelClient for ScriptedModel {
                 started: self.tick(),
                 ended: None,
             });
-            self.requests.lock().unwrap().push(request.clone());
+            self.requests
+                .lock()
+                .unwrap()
+                .push(request.clone().into_owned());
             calls.len() - 1
         });
         if let Some(gate) = &self.gate {

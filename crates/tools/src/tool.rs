@@ -148,7 +148,9 @@ pub trait TypedTool: Send + Sync + 'static {
 pub trait Tool: Send + Sync {
     fn name(&self) -> &str;
     fn description(&self) -> &str;
-    fn input_schema(&self) -> Value;
+    /// The JSON Schema of its arguments; called for every model request
+    /// that offers the tool, so it hands out a shared copy.
+    fn input_schema(&self) -> Arc<Value>;
     fn timeout(&self) -> Duration;
     fn effect(&self) -> ToolEffect;
     fn parallel_safe(&self) -> bool {
@@ -172,13 +174,13 @@ pub fn into_dyn<T: TypedTool>(tool: T) -> Arc<dyn Tool> {
 /// Adapts a [`TypedTool`] to [`Tool`].
 pub(crate) struct Typed<T: TypedTool> {
     pub(crate) tool: T,
-    pub(crate) schema: Value,
+    pub(crate) schema: Arc<Value>,
 }
 
 impl<T: TypedTool> Typed<T> {
     pub(crate) fn new(tool: T) -> Self {
         Typed {
-            schema: compact_schema::<T::Args>(),
+            schema: Arc::new(compact_schema::<T::Args>()),
             tool,
         }
     }
@@ -194,7 +196,7 @@ impl<T: TypedTool> Tool for Typed<T> {
         self.tool.description()
     }
 
-    fn input_schema(&self) -> Value {
+    fn input_schema(&self) -> Arc<Value> {
         self.schema.clone()
     }
 

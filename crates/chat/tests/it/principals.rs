@@ -37,7 +37,7 @@ fn results(model: &ScriptedModel) -> Vec<(String, String, bool)> {
     model
         .requests()
         .iter()
-        .flat_map(|r| r.messages.clone())
+        .flat_map(|r| r.messages.to_vec())
         .flat_map(|m| m.content)
         .filter_map(|block| match block {
             ContentBlock::ToolResult {

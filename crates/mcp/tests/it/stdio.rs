@@ -56,7 +56,7 @@ async fn the_fixtures_tools_are_offered_as_server_dot_tool_with_their_schemas_an
         .unwrap();
     assert_eq!(add.description, "Adds two numbers.");
     assert_eq!(
-        add.input_schema,
+        *add.input_schema,
         json!({
             "type": "object",
             "properties": {

@@ -26,15 +26,15 @@ pub(crate) fn is_context_overflow(status: u16, error: &VendorError) -> bool {
 // Request
 
 #[derive(Debug, Serialize)]
-pub(crate) struct MessagesRequest {
-    model: String,
+pub(crate) struct MessagesRequest<'a> {
+    model: &'a str,
     max_tokens: u32,
     /// One text block, so that it can carry a cache breakpoint.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    system: Vec<SystemBlock>,
-    messages: Vec<WireMessage>,
+    system: Vec<SystemBlock<'a>>,
+    messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<WireTool>,
+    tools: Vec<WireTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f32>,
     stream: bool,
@@ -49,74 +49,75 @@ enum CacheControl {
 }
 
 #[derive(Debug, Serialize)]
-struct SystemBlock {
+struct SystemBlock<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
-    text: String,
+    text: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     cache_control: Option<CacheControl>,
 }
 
 #[derive(Debug, Serialize)]
-struct WireMessage {
+struct WireMessage<'a> {
     role: &'static str,
-    content: Vec<CachedBlock>,
+    content: Vec<CachedBlock<'a>>,
 }
 
 /// A content block, with the breakpoint it may carry.
 #[derive(Debug, Serialize)]
-struct CachedBlock {
+struct CachedBlock<'a> {
     #[serde(flatten)]
-    block: WireBlock,
+    block: WireBlock<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cache_control: Option<CacheControl>,
 }
 
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-enum WireBlock {
+enum WireBlock<'a> {
     Text {
-        text: String,
+        text: &'a str,
     },
     Image {
-        source: WireImageSource,
+        source: WireImageSource<'a>,
     },
     ToolUse {
-        id: String,
+        id: &'a str,
         name: String,
-        input: Value,
+        input: &'a Value,
     },
     ToolResult {
-        tool_use_id: String,
-        content: String,
+        tool_use_id: &'a str,
+        content: &'a str,
         is_error: bool,
     },
     Thinking {
-        thinking: String,
-        signature: String,
+        thinking: &'a str,
+        signature: &'a str,
     },
     RedactedThinking {
-        data: String,
+        data: &'a str,
     },
 }
 
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-enum WireImageSource {
-    Base64 { media_type: String, data: String },
-    Url { url: String },
+enum WireImageSource<'a> {
+    Base64 { media_type: &'a str, data: &'a str },
+    Url { url: &'a str },
 }
 
 #[derive(Debug, Serialize)]
-struct WireTool {
-    name: String,
-    description: String,
-    input_schema: Value,
+struct WireTool<'a> {
+    name: &'a str,
+    description: &'a str,
+    input_schema: &'a Value,
     #[serde(skip_serializing_if = "Option::is_none")]
     cache_control: Option<CacheControl>,
 }
 
-/// The request body for one call.
+/// The request body for one call, borrowing from the request and the
+/// names instead of copying them.
 ///
 /// Three prompt-cache breakpoints are set, of the four the API allows: on
 /// the last tool (the tool list rarely changes), on the system prompt (tools
@@ -125,12 +126,15 @@ struct WireTool {
 /// and writes only what is new ("Prompt caching": "Large context caching"
 /// and "Multi-turn conversation"). Prompts shorter than the model's minimum
 /// cacheable length are simply not cached; nothing fails.
-pub(crate) fn request_body(request: &ModelRequest, names: &ToolNameMap) -> MessagesRequest {
-    let mut messages: Vec<WireMessage> = request
+pub(crate) fn request_body<'a>(
+    request: &'a ModelRequest<'_>,
+    names: &'a ToolNameMap,
+) -> MessagesRequest<'a> {
+    let mut messages: Vec<WireMessage<'a>> = request
         .messages
         .iter()
         .filter_map(|message| {
-            let content: Vec<CachedBlock> = message
+            let content: Vec<CachedBlock<'a>> = message
                 .content
                 .iter()
                 .filter_map(|block| wire_block(block, names))
@@ -159,13 +163,13 @@ pub(crate) fn request_body(request: &ModelRequest, names: &ToolNameMap) -> Messa
     {
         last.cache_control = Some(CacheControl::Ephemeral);
     }
-    let mut tools: Vec<WireTool> = request
+    let mut tools: Vec<WireTool<'a>> = request
         .tools
         .iter()
         .map(|tool| WireTool {
-            name: names.to_wire(&tool.name).to_owned(),
-            description: tool.description.clone(),
-            input_schema: tool.input_schema.clone(),
+            name: names.to_wire(&tool.name),
+            description: &tool.description,
+            input_schema: &tool.input_schema,
             cache_control: None,
         })
         .collect();
@@ -173,15 +177,16 @@ pub(crate) fn request_body(request: &ModelRequest, names: &ToolNameMap) -> Messa
         last.cache_control = Some(CacheControl::Ephemeral);
     }
     MessagesRequest {
-        model: request.model.clone(),
+        model: &request.model,
         max_tokens: request.max_tokens,
         system: request
             .system
-            .iter()
+            .as_deref()
+            .into_iter()
             .filter(|system| !system.is_empty())
             .map(|system| SystemBlock {
                 kind: "text",
-                text: system.clone(),
+                text: system,
                 cache_control: Some(CacheControl::Ephemeral),
             })
             .collect(),
@@ -192,32 +197,31 @@ pub(crate) fn request_body(request: &ModelRequest, names: &ToolNameMap) -> Messa
     }
 }
 
-fn wire_block(block: &ContentBlock, names: &ToolNameMap) -> Option<WireBlock> {
+fn wire_block<'a>(block: &'a ContentBlock, names: &ToolNameMap) -> Option<WireBlock<'a>> {
     Some(match block {
         // The API refuses empty text blocks.
         ContentBlock::Text { text } if text.is_empty() => return None,
-        ContentBlock::Text { text } => WireBlock::Text { text: text.clone() },
+        ContentBlock::Text { text } => WireBlock::Text { text },
         ContentBlock::Image { source } => WireBlock::Image {
             source: match source {
-                ImageSource::Base64 { media_type, data } => WireImageSource::Base64 {
-                    media_type: media_type.clone(),
-                    data: data.clone(),
-                },
-                ImageSource::Url { url } => WireImageSource::Url { url: url.clone() },
+                ImageSource::Base64 { media_type, data } => {
+                    WireImageSource::Base64 { media_type, data }
+                }
+                ImageSource::Url { url } => WireImageSource::Url { url },
             },
         },
         ContentBlock::ToolUse { id, name, input } => WireBlock::ToolUse {
-            id: id.clone(),
+            id,
             name: names.to_wire_or_sanitised(name),
-            input: input.clone(),
+            input,
         },
         ContentBlock::ToolResult {
             tool_use_id,
             content,
             is_error,
         } => WireBlock::ToolResult {
-            tool_use_id: tool_use_id.clone(),
-            content: content.clone(),
+            tool_use_id,
+            content,
             is_error: *is_error,
         },
         // Thinking goes back unchanged, with its signature; thinking from a
@@ -227,15 +231,13 @@ fn wire_block(block: &ContentBlock, names: &ToolNameMap) -> Option<WireBlock> {
             thinking,
             signature: Some(signature),
         } => WireBlock::Thinking {
-            thinking: thinking.clone(),
-            signature: signature.clone(),
+            thinking,
+            signature,
         },
         ContentBlock::Thinking {
             signature: None, ..
         } => return None,
-        ContentBlock::RedactedThinking { data } => {
-            WireBlock::RedactedThinking { data: data.clone() }
-        }
+        ContentBlock::RedactedThinking { data } => WireBlock::RedactedThinking { data },
     })
 }
 
@@ -678,6 +680,8 @@ impl Assembler for MessagesAssembler {
 
 #[cfg(test)]
 mod tests {
+    use std::borrow::Cow;
+
     use flynn_protocol::ToolSpec;
     use serde_json::json;
 
@@ -693,7 +697,7 @@ mod tests {
         let request = ModelRequest {
             model: "claude-sonnet-4-5".into(),
             system: Some("Be brief.".into()),
-            messages: vec![
+            messages: Cow::Owned(vec![
                 Message {
                     role: Role::User,
                     content: vec![
@@ -741,12 +745,12 @@ mod tests {
                         is_error: true,
                     }],
                 },
-            ],
-            tools: vec![ToolSpec {
+            ]),
+            tools: Cow::Owned(vec![ToolSpec {
                 name: "shell.exec".into(),
                 description: "Run a command".into(),
-                input_schema: json!({"type": "object"}),
-            }],
+                input_schema: json!({"type": "object"}).into(),
+            }]),
             max_tokens: 1024,
             temperature: None,
         };
@@ -800,7 +804,7 @@ mod tests {
         let tool = |name: &str| ToolSpec {
             name: name.into(),
             description: String::new(),
-            input_schema: json!({"type": "object"}),
+            input_schema: json!({"type": "object"}).into(),
         };
         let mut request = ModelRequest::new(
             "claude-sonnet-4-5",
@@ -815,7 +819,7 @@ mod tests {
                 },
             ],
         );
-        request.tools = vec![tool("a"), tool("b")];
+        request.tools = vec![tool("a"), tool("b")].into();
         let body = body(&request);
         assert_eq!(
             (&body["tools"], &body["messages"], body.get("system")),
@@ -898,7 +902,7 @@ mod tests {
         let names = ToolNameMap::new(&[ToolSpec {
             name: "weather.get".into(),
             description: String::new(),
-            input_schema: json!({}),
+            input_schema: json!({}).into(),
         }]);
         let (deltas, response) = assemble(
             &flynn_testkit::fixtures::ANTHROPIC_STREAMING_TOOL_USE
@@ -1057,7 +1061,7 @@ data: {"type":"content_block_stop","index":0}
         let names = ToolNameMap::new(&[ToolSpec {
             name: "shell.exec".into(),
             description: String::new(),
-            input_schema: json!({}),
+            input_schema: json!({}).into(),
         }]);
         let (_, response) = assemble(sse, names);
         assert_eq!(

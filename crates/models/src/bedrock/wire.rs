@@ -49,7 +49,7 @@ pub(crate) fn request_parts(
     // other models refuse requests that carry it.
     let with_status = request.model.contains("anthropic.");
     let mut messages = Vec::new();
-    for message in &request.messages {
+    for message in request.messages.iter() {
         let mut content = Vec::new();
         for block in &message.content {
             if let Some(block) = wire_block(provider, block, names, with_status)? {
@@ -81,7 +81,7 @@ pub(crate) fn request_parts(
         None
     } else {
         let mut tools = Vec::new();
-        for tool in &request.tools {
+        for tool in request.tools.iter() {
             let spec = sdk::ToolSpecification::builder()
                 .name(names.to_wire(&tool.name))
                 .set_description(
@@ -751,6 +751,8 @@ pub(crate) fn classify(provider: &str, failure: Failure) -> Error {
 
 #[cfg(test)]
 mod tests {
+    use std::borrow::Cow;
+
     use flynn_protocol::{Message, ToolSpec};
     use serde_json::json;
 
@@ -760,7 +762,8 @@ mod tests {
         ToolSpec {
             name: "shell.exec".into(),
             description: "Run a command".into(),
-            input_schema: json!({"type": "object", "properties": {"command": {"type": "string"}}}),
+            input_schema: json!({"type": "object", "properties": {"command": {"type": "string"}}})
+                .into(),
         }
     }
 
@@ -820,7 +823,7 @@ mod tests {
         let request = ModelRequest {
             model: "anthropic.claude-sonnet-4-5-20250929-v1:0".into(),
             system: Some("Be brief.".into()),
-            messages: vec![
+            messages: Cow::Owned(vec![
                 Message {
                     role: Role::User,
                     content: vec![
@@ -873,8 +876,8 @@ mod tests {
                     role: Role::Assistant,
                     content: vec![ContentBlock::text("")],
                 },
-            ],
-            tools: vec![shell()],
+            ]),
+            tools: Cow::Owned(vec![shell()]),
             max_tokens: 512,
             temperature: Some(0.5),
         };

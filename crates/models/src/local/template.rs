@@ -307,7 +307,7 @@ mod tests {
         let tools = vec![ToolSpec {
             name: "file.read".into(),
             description: "Read a file".into(),
-            input_schema: json!({"type": "object"}),
+            input_schema: json!({"type": "object"}).into(),
         }];
         let names = ToolNameMap::new(&tools);
         let messages = vec![

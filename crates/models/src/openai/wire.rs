@@ -5,6 +5,7 @@
 //! OpenAI, Ollama, vLLM, llama.cpp, LM Studio, OpenRouter and Gemini, and
 //! they disagree on which fields may be missing or null.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use eventsource_stream::Event;
@@ -32,11 +33,11 @@ pub(crate) fn is_context_overflow(_status: u16, error: &VendorError) -> bool {
 // Request
 
 #[derive(Debug, Serialize)]
-pub(crate) struct ChatRequest {
-    model: String,
-    messages: Vec<ChatMessage>,
+pub(crate) struct ChatRequest<'a> {
+    model: &'a str,
+    messages: Vec<ChatMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<ChatTool>,
+    tools: Vec<ChatTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -55,47 +56,47 @@ struct StreamOptions {
 
 #[derive(Debug, Serialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
-enum ChatMessage {
+enum ChatMessage<'a> {
     System {
-        content: String,
+        content: &'a str,
     },
     User {
-        content: UserContent,
+        content: UserContent<'a>,
     },
     Assistant {
         /// `null` when the message is only tool calls, as the API documents.
         content: Option<String>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
-        tool_calls: Vec<WireToolCall>,
+        tool_calls: Vec<WireToolCall<'a>>,
     },
     Tool {
-        tool_call_id: String,
-        content: String,
+        tool_call_id: &'a str,
+        content: &'a str,
     },
 }
 
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
-enum UserContent {
-    Text(String),
-    Parts(Vec<UserPart>),
+enum UserContent<'a> {
+    Text(&'a str),
+    Parts(Vec<UserPart<'a>>),
 }
 
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-enum UserPart {
-    Text { text: String },
-    ImageUrl { image_url: ImageUrl },
+enum UserPart<'a> {
+    Text { text: &'a str },
+    ImageUrl { image_url: ImageUrl<'a> },
 }
 
 #[derive(Debug, Serialize)]
-struct ImageUrl {
-    url: String,
+struct ImageUrl<'a> {
+    url: Cow<'a, str>,
 }
 
 #[derive(Debug, Serialize)]
-struct WireToolCall {
-    id: String,
+struct WireToolCall<'a> {
+    id: &'a str,
     #[serde(rename = "type")]
     kind: &'static str,
     function: WireFunctionCall,
@@ -109,34 +110,33 @@ struct WireFunctionCall {
 }
 
 #[derive(Debug, Serialize)]
-struct ChatTool {
+struct ChatTool<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
-    function: ChatFunction,
+    function: ChatFunction<'a>,
 }
 
 #[derive(Debug, Serialize)]
-struct ChatFunction {
-    name: String,
-    description: String,
-    parameters: Value,
+struct ChatFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
 }
 
-/// The request body for one call, shaped by the kind's [`Preset`].
+/// The request body for one call, shaped by the kind's [`Preset`]; it
+/// borrows from the request and the names instead of copying them.
 /// Thinking blocks are not sent: Chat Completions has no field for them.
-pub(crate) fn request_body(
+pub(crate) fn request_body<'a>(
     kind: ProviderKind,
-    request: &ModelRequest,
-    names: &ToolNameMap,
-) -> ChatRequest {
+    request: &'a ModelRequest<'_>,
+    names: &'a ToolNameMap,
+) -> ChatRequest<'a> {
     let preset = preset(kind);
-    let mut messages = Vec::new();
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
     if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
-        messages.push(ChatMessage::System {
-            content: system.to_owned(),
-        });
+        messages.push(ChatMessage::System { content: system });
     }
-    for message in &request.messages {
+    for message in request.messages.iter() {
         match message.role {
             Role::User => push_user(&mut messages, message),
             Role::Assistant => messages.push(assistant(message, names)),
@@ -148,9 +148,9 @@ pub(crate) fn request_body(
         .map(|tool| ChatTool {
             kind: "function",
             function: ChatFunction {
-                name: names.to_wire(&tool.name).to_owned(),
-                description: tool.description.clone(),
-                parameters: tool.input_schema.clone(),
+                name: names.to_wire(&tool.name),
+                description: &tool.description,
+                parameters: &tool.input_schema,
             },
         })
         .collect();
@@ -159,7 +159,7 @@ pub(crate) fn request_body(
         MaxTokensField::MaxCompletionTokens => (None, Some(request.max_tokens)),
     };
     ChatRequest {
-        model: request.model.clone(),
+        model: &request.model,
         messages,
         tools,
         max_tokens,
@@ -174,7 +174,7 @@ pub(crate) fn request_body(
 
 /// A user message: its tool results become `tool` messages (which must
 /// directly follow the assistant's calls), the rest one `user` message.
-fn push_user(messages: &mut Vec<ChatMessage>, message: &Message) {
+fn push_user<'a>(messages: &mut Vec<ChatMessage<'a>>, message: &'a Message) {
     let mut parts = Vec::new();
     for block in &message.content {
         match block {
@@ -183,17 +183,17 @@ fn push_user(messages: &mut Vec<ChatMessage>, message: &Message) {
                 content,
                 is_error: _,
             } => messages.push(ChatMessage::Tool {
-                tool_call_id: tool_use_id.clone(),
-                content: content.clone(),
+                tool_call_id: tool_use_id,
+                content,
             }),
-            ContentBlock::Text { text } => parts.push(UserPart::Text { text: text.clone() }),
+            ContentBlock::Text { text } => parts.push(UserPart::Text { text }),
             ContentBlock::Image { source } => parts.push(UserPart::ImageUrl {
                 image_url: ImageUrl {
                     url: match source {
                         ImageSource::Base64 { media_type, data } => {
-                            format!("data:{media_type};base64,{data}")
+                            Cow::Owned(format!("data:{media_type};base64,{data}"))
                         }
-                        ImageSource::Url { url } => url.clone(),
+                        ImageSource::Url { url } => Cow::Borrowed(url),
                     },
                 },
             }),
@@ -202,21 +202,21 @@ fn push_user(messages: &mut Vec<ChatMessage>, message: &Message) {
             | ContentBlock::RedactedThinking { .. } => {}
         }
     }
-    let content = match parts.as_mut_slice() {
+    let content = match parts.as_slice() {
         [] => return,
         // Plain text goes as a string: every compatible server takes that.
-        [UserPart::Text { text }] => UserContent::Text(std::mem::take(text)),
+        [UserPart::Text { text }] => UserContent::Text(text),
         _ => UserContent::Parts(parts),
     };
     messages.push(ChatMessage::User { content });
 }
 
-fn assistant(message: &Message, names: &ToolNameMap) -> ChatMessage {
+fn assistant<'a>(message: &'a Message, names: &ToolNameMap) -> ChatMessage<'a> {
     let text = message.text();
-    let tool_calls: Vec<WireToolCall> = message
+    let tool_calls: Vec<WireToolCall<'a>> = message
         .tool_uses()
         .map(|(id, name, input)| WireToolCall {
-            id: id.to_owned(),
+            id,
             kind: "function",
             function: WireFunctionCall {
                 name: names.to_wire_or_sanitised(name),
@@ -564,7 +564,8 @@ mod tests {
         vec![ToolSpec {
             name: "shell.exec".into(),
             description: "Run a command".into(),
-            input_schema: json!({"type": "object", "properties": {"command": {"type": "string"}}}),
+            input_schema: json!({"type": "object", "properties": {"command": {"type": "string"}}})
+                .into(),
         }]
     }
 
@@ -578,7 +579,7 @@ mod tests {
         let request = ModelRequest {
             model: "gpt-4o-mini".into(),
             system: Some("Be brief.".into()),
-            messages: vec![
+            messages: Cow::Owned(vec![
                 Message::user("List files"),
                 Message {
                     role: Role::Assistant,
@@ -612,8 +613,8 @@ mod tests {
                     ],
                 },
                 Message::assistant("A PNG."),
-            ],
-            tools: tools(),
+            ]),
+            tools: tools().into(),
             max_tokens: 1024,
             temperature: Some(0.5),
         };
@@ -705,7 +706,7 @@ mod tests {
         let names = ToolNameMap::new(&[ToolSpec {
             name: "weather.get".into(),
             description: String::new(),
-            input_schema: json!({}),
+            input_schema: json!({}).into(),
         }]);
         let (deltas, response) = assemble(
             &flynn_testkit::fixtures::OPENAI_STREAMING_TOOL_CALLS

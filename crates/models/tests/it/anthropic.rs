@@ -98,7 +98,7 @@ async fn a_tool_call_comes_back_with_its_dotted_name_and_its_result_goes_out() {
     fake.push(Reply::Text("Two files.".into()));
     let client = anthropic(&fake);
     let mut request = ModelRequest::new(MODEL, vec![Message::user("List the files")]);
-    request.tools = vec![shell_tool()];
+    request.tools = vec![shell_tool()].into();
 
     let (deltas, response) = run(&client, request.clone()).await;
 
@@ -126,8 +126,8 @@ async fn a_tool_call_comes_back_with_its_dotted_name_and_its_result_goes_out() {
     );
 
     // The follow-up carries the call and its result.
-    request.messages.push(response.message);
-    request.messages.push(Message {
+    request.messages.to_mut().push(response.message);
+    request.messages.to_mut().push(Message {
         role: Role::User,
         content: vec![ContentBlock::ToolResult {
             tool_use_id: "toolu_01".into(),
@@ -210,8 +210,8 @@ async fn thinking_and_its_signature_go_back_unchanged() {
         ]
     );
 
-    request.messages.push(message);
-    request.messages.push(Message::user("Bye"));
+    request.messages.to_mut().push(message);
+    request.messages.to_mut().push(Message::user("Bye"));
     let (_, response) = run(&client, request).await;
     assert_eq!(response.map(|r| r.message), Ok(Message::assistant("Bye!")));
     assert_eq!(
@@ -466,7 +466,7 @@ async fn thinking_goes_back_before_its_tool_use_with_its_signature() {
     fake.push(Reply::Text("Two files.".into()));
     let client = anthropic(&fake);
     let mut request = ModelRequest::new(MODEL, vec![Message::user("List the files")]);
-    request.tools = vec![shell_tool()];
+    request.tools = vec![shell_tool()].into();
 
     let (_, response) = run(&client, request.clone()).await;
     let response = response.unwrap();
@@ -499,8 +499,8 @@ async fn thinking_goes_back_before_its_tool_use_with_its_signature() {
         )
     );
 
-    request.messages.push(response.message);
-    request.messages.push(Message {
+    request.messages.to_mut().push(response.message);
+    request.messages.to_mut().push(Message {
         role: Role::User,
         content: vec![ContentBlock::ToolResult {
             tool_use_id: "toolu_01".into(),
@@ -542,10 +542,11 @@ async fn system_tools_and_the_conversation_carry_cache_breakpoints() {
         flynn_protocol::ToolSpec {
             name: "file.read".into(),
             description: "Read a file".into(),
-            input_schema: json!({"type": "object"}),
+            input_schema: json!({"type": "object"}).into(),
         },
         shell_tool(),
-    ];
+    ]
+    .into();
     let (_, response) = run(&client, request).await;
     assert_eq!(response.map(|r| r.message), Ok(Message::assistant("Done.")));
     let body = &fake.requests()[0].body;

@@ -146,8 +146,9 @@ async fn the_documented_stream_shapes_assemble() {
     request.tools = vec![ToolSpec {
         name: "radio.top_song".into(),
         description: "Get the most popular song played on a radio station.".into(),
-        input_schema: json!({"type": "object", "properties": {"sign": {"type": "string"}}}),
-    }];
+        input_schema: json!({"type": "object", "properties": {"sign": {"type": "string"}}}).into(),
+    }]
+    .into();
     let (deltas, tool) = run(&client, request).await;
     assert_eq!(
         deltas,
@@ -195,7 +196,7 @@ async fn a_tool_call_comes_back_with_its_dotted_name_and_its_result_goes_out() {
     fake.push(Reply::Text("Two files.".into()));
     let client = bedrock(&fake);
     let mut request = ModelRequest::new(MODEL, vec![Message::user("List the files")]);
-    request.tools = vec![shell_tool()];
+    request.tools = vec![shell_tool()].into();
 
     let (deltas, response) = run(&client, request.clone()).await;
 
@@ -222,8 +223,8 @@ async fn a_tool_call_comes_back_with_its_dotted_name_and_its_result_goes_out() {
         )
     );
 
-    request.messages.push(response.message);
-    request.messages.push(Message {
+    request.messages.to_mut().push(response.message);
+    request.messages.to_mut().push(Message {
         role: Role::User,
         content: vec![ContentBlock::ToolResult {
             tool_use_id: "tooluse_01".into(),
@@ -291,8 +292,8 @@ async fn reasoning_streams_and_goes_back_with_its_signature() {
         ]
     );
 
-    request.messages.push(response.message);
-    request.messages.push(Message::user("Thanks!"));
+    request.messages.to_mut().push(response.message);
+    request.messages.to_mut().push(Message::user("Thanks!"));
     let (_, second) = run(&client, request).await;
     assert_eq!(
         second.map(|r| r.message),

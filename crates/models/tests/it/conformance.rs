@@ -395,7 +395,7 @@ impl Provider {
         }
     }
 
-    fn request(&self, messages: Vec<Message>) -> ModelRequest {
+    fn request(&self, messages: Vec<Message>) -> ModelRequest<'static> {
         ModelRequest::new(self.model, messages)
     }
 }
@@ -555,7 +555,7 @@ async fn a_dotted_tool_goes_out_in_wire_form_and_its_call_and_result_round_trip_
         )]));
         provider.push(Reply::Text("Two files.".into()));
         let mut request = provider.request(vec![Message::user("List the files")]);
-        request.tools = vec![shell_tool()];
+        request.tools = vec![shell_tool()].into();
 
         let (deltas, response) = run(&provider.client, request.clone()).await;
 
@@ -592,8 +592,8 @@ async fn a_dotted_tool_goes_out_in_wire_form_and_its_call_and_result_round_trip_
         );
 
         let id = id.clone();
-        request.messages.push(response.message);
-        request.messages.push(Message {
+        request.messages.to_mut().push(response.message);
+        request.messages.to_mut().push(Message {
             role: Role::User,
             content: vec![ContentBlock::ToolResult {
                 tool_use_id: id.clone(),
@@ -625,7 +625,7 @@ async fn several_tool_calls_in_one_answer_keep_their_order_and_distinct_ids() {
             ("shell_exec".into(), json!({"command": "uptime"})),
         ]));
         let mut request = provider.request(vec![Message::user("Date and uptime?")]);
-        request.tools = vec![shell_tool()];
+        request.tools = vec![shell_tool()].into();
 
         let (_, response) = run(&provider.client, request).await;
 
@@ -697,8 +697,8 @@ async fn thinking_streams_before_the_text_and_a_signature_goes_back_unchanged() 
             "{name}"
         );
 
-        request.messages.push(response.message);
-        request.messages.push(Message::user("Bye"));
+        request.messages.to_mut().push(response.message);
+        request.messages.to_mut().push(Message::user("Bye"));
         let (_, second) = run(&provider.client, request).await;
         assert_eq!(
             second.map(|r| r.message),
@@ -943,7 +943,7 @@ async fn a_tool_call_reports_its_usage_like_text_does() {
             json!({"command": "true"}),
         )]));
         let mut request = provider.request(vec![Message::user("Run true")]);
-        request.tools = vec![shell_tool()];
+        request.tools = vec![shell_tool()].into();
 
         let (_, response) = run(&provider.client, request).await;
 

@@ -30,7 +30,7 @@ fn local_config(path: PathBuf) -> ProviderConfig {
     config
 }
 
-fn question(text: &str, max_tokens: u32) -> ModelRequest {
+fn question(text: &str, max_tokens: u32) -> ModelRequest<'static> {
     let mut request = ModelRequest::new("smollm2", vec![Message::user(text)]);
     request.max_tokens = max_tokens;
     request.temperature = Some(0.0);

@@ -45,7 +45,8 @@ fn shell_tool() -> ToolSpec {
             "type": "object",
             "properties": {"command": {"type": "string"}},
             "required": ["command"]
-        }),
+        })
+        .into(),
     }
 }
 
@@ -53,7 +54,7 @@ fn shell_tool() -> ToolSpec {
 /// that ended it. Checks that nothing follows `Completed`.
 async fn run(
     client: &Arc<dyn ModelClient>,
-    request: ModelRequest,
+    request: ModelRequest<'_>,
 ) -> (Vec<StreamEvent>, Result<ModelResponse, Error>) {
     let mut stream = match client.stream(request).await {
         Ok(stream) => stream,
@@ -83,7 +84,7 @@ async fn run(
 }
 
 /// The error of a call that must fail, whether before or during the stream.
-async fn failure(client: &Arc<dyn ModelClient>, request: ModelRequest) -> Error {
+async fn failure(client: &Arc<dyn ModelClient>, request: ModelRequest<'_>) -> Error {
     match run(client, request).await {
         (_, Err(error)) => error,
         (_, Ok(response)) => panic!("expected an error, got {response:?}"),

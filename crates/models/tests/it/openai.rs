@@ -42,7 +42,7 @@ fn usage() -> Usage {
     }
 }
 
-fn hello() -> ModelRequest {
+fn hello() -> ModelRequest<'static> {
     ModelRequest::new(MODEL, vec![Message::user("Hi")])
 }
 
@@ -112,7 +112,7 @@ async fn a_tool_call_comes_back_with_its_dotted_name_and_its_result_goes_out() {
     fake.push(Reply::Text("Two files.".into()));
     let client = openai(&fake);
     let mut request = ModelRequest::new(MODEL, vec![Message::user("List the files")]);
-    request.tools = vec![shell_tool()];
+    request.tools = vec![shell_tool()].into();
 
     let (deltas, response) = run(&client, request.clone()).await;
 
@@ -141,8 +141,8 @@ async fn a_tool_call_comes_back_with_its_dotted_name_and_its_result_goes_out() {
         }
     );
 
-    request.messages.push(response.message);
-    request.messages.push(Message {
+    request.messages.to_mut().push(response.message);
+    request.messages.to_mut().push(Message {
         role: Role::User,
         content: vec![ContentBlock::ToolResult {
             tool_use_id: "call_1".into(),

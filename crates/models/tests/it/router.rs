@@ -134,7 +134,7 @@ async fn read(routed: flynn_models::RoutedStream) -> Answer {
     }
 }
 
-fn hello() -> ModelRequest {
+fn hello() -> ModelRequest<'static> {
     ModelRequest::new("", vec![Message::user("Hi")])
 }
 

@@ -9,7 +9,7 @@ use flynn_protocol::config::ProviderKind;
 
 use crate::{client, config, failure};
 
-fn hello() -> ModelRequest {
+fn hello() -> ModelRequest<'static> {
     ModelRequest::new("some-model", vec![Message::user("Hello")])
 }
 

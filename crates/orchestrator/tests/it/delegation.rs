@@ -352,7 +352,7 @@ async fn sessions_tools_read_and_message_other_sessions_of_the_same_agent() {
     let result = |id: &str| {
         requests
             .iter()
-            .flat_map(|r| &r.messages)
+            .flat_map(|r| r.messages.iter())
             .flat_map(|m| &m.content)
             .find_map(|block| match block {
                 ContentBlock::ToolResult {
@@ -433,7 +433,7 @@ fn result_for_in(client: &ScriptedModel, id: &str) -> (String, bool) {
     client
         .requests()
         .iter()
-        .flat_map(|r| r.messages.clone())
+        .flat_map(|r| r.messages.to_vec())
         .flat_map(|m| m.content)
         .find_map(|block| match block {
             ContentBlock::ToolResult {

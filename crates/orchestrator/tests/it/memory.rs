@@ -51,7 +51,11 @@ async fn setup(dir: &Path) -> Setup {
 }
 
 fn system_of(model: &ScriptedModel, call: usize) -> String {
-    model.requests()[call].system.clone().unwrap_or_default()
+    model.requests()[call]
+        .system
+        .as_deref()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 fn tool_results(messages: &[Message]) -> Vec<String> {

@@ -93,7 +93,7 @@ async fn an_interrupted_session_is_reported_repaired_and_continues() {
     ];
     assert_eq!(h.history(&k).await, expected);
     // The model saw a history providers accept: every call answered.
-    assert_eq!(model.requests()[0].messages, expected[..7]);
+    assert_eq!(*model.requests()[0].messages, expected[..7]);
     for turn in [cut, waiting] {
         assert_eq!(
             h.store

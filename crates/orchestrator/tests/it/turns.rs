@@ -122,7 +122,7 @@ async fn tool_calls_run_and_their_results_go_back_to_the_model() {
         Message::assistant("It said hi."),
     ];
     assert_eq!(h.history(&k).await, expected);
-    assert_eq!(model.requests()[1].messages, expected[..3]);
+    assert_eq!(*model.requests()[1].messages, expected[..3]);
 }
 
 #[tokio::test]

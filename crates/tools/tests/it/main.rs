@@ -119,7 +119,7 @@ fn specs_carry_compact_argument_schemas() {
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, BUILTIN);
     assert_eq!(
-        specs
+        *specs
             .iter()
             .find(|s| s.name == "shell.exec")
             .unwrap()

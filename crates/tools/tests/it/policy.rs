@@ -207,8 +207,8 @@ impl flynn_tools::Tool for Named {
     fn description(&self) -> &str {
         "A tool of a server."
     }
-    fn input_schema(&self) -> serde_json::Value {
-        serde_json::json!({"type": "object"})
+    fn input_schema(&self) -> Arc<serde_json::Value> {
+        Arc::new(serde_json::json!({"type": "object"}))
     }
     fn timeout(&self) -> Duration {
         Duration::from_secs(1)

@@ -66,7 +66,7 @@ fn web_tools_declare_network_effect_parallelism_and_untrusted_output() {
         );
     }
     assert_eq!(
-        fetch.input_schema(),
+        *fetch.input_schema(),
         json!({
             "type": "object",
             "properties": {
@@ -81,7 +81,7 @@ fn web_tools_declare_network_effect_parallelism_and_untrusted_output() {
         })
     );
     assert_eq!(
-        search.input_schema(),
+        *search.input_schema(),
         json!({
             "type": "object",
             "properties": {
