@@ -21,6 +21,29 @@ const CASES: &[(&str, &str, f64)] = &[
 /// The most a plain turn may send to the model, in bytes (3.5 KB).
 const PLAIN_TURN_BYTES: u64 = 3584;
 
+/// Cargo, run from the project's root.
+struct Cargo {
+    program: String,
+    root: std::path::PathBuf,
+}
+
+impl Cargo {
+    /// Runs `cargo <args>` with `env` added, failing with the command when
+    /// it fails.
+    fn run(&self, args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Result<()> {
+        let status = Command::new(&self.program)
+            .args(args)
+            .envs(env.iter().copied())
+            .current_dir(&self.root)
+            .status()
+            .with_context(|| format!("running cargo {}", args.join(" ")))?;
+        if !status.success() {
+            bail!("cargo {} failed ({status})", args.join(" "));
+        }
+        Ok(())
+    }
+}
+
 pub fn run(args: &[String]) -> Result<()> {
     let root = crate::project_root();
     let runs = args
@@ -30,34 +53,32 @@ pub fn run(args: &[String]) -> Result<()> {
         .map_or(Ok(100), |v| v.parse::<usize>())
         .context("--runs takes a number")?;
     let out = std::env::temp_dir().join(format!("flynn-bench-{}.json", std::process::id()));
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let status = Command::new(&cargo)
-        .args(["bench", "-p", "flynn", "--bench", "process"])
-        .env("FLYNN_BENCH_OUT", &out)
-        .env("FLYNN_BENCH_RUNS", runs.to_string())
-        .current_dir(&root)
-        .status()
-        .context("running cargo bench")?;
-    if !status.success() {
-        bail!("cargo bench failed ({status})");
-    }
+    let runs_text = runs.to_string();
+    let cargo = Cargo {
+        program: std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()),
+        root: root.clone(),
+    };
+    cargo.run(
+        &["bench", "-p", "flynn", "--bench", "process"],
+        &[
+            ("FLYNN_BENCH_OUT", out.as_os_str()),
+            ("FLYNN_BENCH_RUNS", std::ffi::OsStr::new(&runs_text)),
+        ],
+    )?;
     let results: Value = serde_json::from_str(&std::fs::read_to_string(&out)?)?;
     let _ = std::fs::remove_file(&out);
 
     let daemon_out =
         std::env::temp_dir().join(format!("flynn-bench-daemon-{}.json", std::process::id()));
-    let status = Command::new(&cargo)
-        // The default build, every chat channel in: the same build as the
-        // process bench, so it is not built again.
-        .args(["bench", "-p", "flynn", "--bench", "daemon"])
-        .env("FLYNN_BENCH_DAEMON_OUT", &daemon_out)
-        .env("FLYNN_BENCH_RUNS", runs.to_string())
-        .current_dir(&root)
-        .status()
-        .context("running cargo bench")?;
-    if !status.success() {
-        bail!("cargo bench -p flynn --bench daemon failed ({status})");
-    }
+    // The default build, every chat channel in: the same build as the
+    // process bench, so it is not built again.
+    cargo.run(
+        &["bench", "-p", "flynn", "--bench", "daemon"],
+        &[
+            ("FLYNN_BENCH_DAEMON_OUT", daemon_out.as_os_str()),
+            ("FLYNN_BENCH_RUNS", std::ffi::OsStr::new(&runs_text)),
+        ],
+    )?;
     let daemon: Value =
         serde_json::from_str(&std::fs::read_to_string(&daemon_out).with_context(|| {
             format!(
@@ -67,75 +88,25 @@ pub fn run(args: &[String]) -> Result<()> {
         })?)?;
     let _ = std::fs::remove_file(&daemon_out);
 
-    let status = Command::new(&cargo)
-        .args([
-            "bench",
-            "-p",
-            "flynn-models",
-            "--bench",
-            "router",
-            "--bench",
-            "sse",
-        ])
-        .current_dir(&root)
-        .status()
-        .context("running cargo bench")?;
-    if !status.success() {
-        bail!("cargo bench -p flynn-models failed ({status})");
+    for (package, benches) in [
+        ("flynn-models", ["router", "sse"]),
+        ("flynn-orchestrator", ["runtime", "compaction"]),
+        ("flynn-tools", ["executor", "extract"]),
+    ] {
+        cargo.run(
+            &[
+                "bench", "-p", package, "--bench", benches[0], "--bench", benches[1],
+            ],
+            &[],
+        )?;
     }
-    let status = Command::new(&cargo)
-        .args([
-            "bench",
-            "-p",
-            "flynn-orchestrator",
-            "--bench",
-            "runtime",
-            "--bench",
-            "compaction",
-        ])
-        .current_dir(&root)
-        .status()
-        .context("running cargo bench")?;
-    if !status.success() {
-        bail!("cargo bench -p flynn-orchestrator failed ({status})");
-    }
-    let status = Command::new(&cargo)
-        .args([
-            "bench",
-            "-p",
-            "flynn-tools",
-            "--bench",
-            "executor",
-            "--bench",
-            "extract",
-        ])
-        .current_dir(&root)
-        .status()
-        .context("running cargo bench")?;
-    if !status.success() {
-        bail!("cargo bench -p flynn-tools failed ({status})");
-    }
-    let status = Command::new(&cargo)
-        .args(["bench", "-p", "flynn-memory", "--bench", "search"])
-        .current_dir(&root)
-        .status()
-        .context("running cargo bench")?;
-    if !status.success() {
-        bail!("cargo bench -p flynn-memory failed ({status})");
-    }
+    cargo.run(&["bench", "-p", "flynn-memory", "--bench", "search"], &[])?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| root.join("target"), std::path::PathBuf::from);
     // The release binaries as users build them (default features, every
     // chat channel in): `flynn` is already built by the process bench,
     // in the bench profile, which is the release profile.
-    let status = Command::new(&cargo)
-        .args(["build", "--profile", "bench", "-p", "flynn-daemon"])
-        .current_dir(&root)
-        .status()
-        .context("building flynn-daemon")?;
-    if !status.success() {
-        bail!("cargo build --profile bench -p flynn-daemon failed ({status})");
-    }
+    cargo.run(&["build", "--profile", "bench", "-p", "flynn-daemon"], &[])?;
     let mut sizes = Vec::new();
     for binary in ["flynn-daemon", "flynn"] {
         let path = target.join("release").join(binary);
