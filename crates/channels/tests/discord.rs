@@ -1090,6 +1090,40 @@ async fn heartbeats_are_sent_and_acknowledged() {
 }
 
 #[tokio::test]
+async fn unacknowledged_heartbeats_drop_the_connection_and_resume_it() {
+    let mut h = Harness::start_with(FakeDiscordOptions {
+        heartbeat_interval_ms: 200,
+        ..FakeDiscordOptions::default()
+    })
+    .await;
+    let dm = h.fake.dm_channel(&alice());
+    let session = h.fake.session_id().unwrap();
+    h.fake.withhold_heartbeat_acks(true);
+    h.fake
+        .wait_until("a resume after the heartbeats went unanswered", |f| {
+            (!f.resumes().is_empty()).then_some(())
+        })
+        .await;
+    h.fake.withhold_heartbeat_acks(false);
+    assert_eq!(h.fake.resumes()[0].session_id, session);
+    // Dropped, not closed: a close frame would be an answer to nothing.
+    assert!(
+        !h.fake
+            .gateway_frames()
+            .iter()
+            .any(|f| f.get("close").is_some()),
+        "{:?}",
+        h.fake.gateway_frames()
+    );
+    h.fake.post(dm, &alice(), "still there?").send();
+    let (message, delivery) = h.next_message().await;
+    assert_eq!(message.text, "still there?");
+    delivery.settle(Disposition::Accepted);
+    assert_eq!(h.fake.identifies(), 1);
+    h.finish().await;
+}
+
+#[tokio::test]
 async fn attachments_arrive_named_and_are_downloaded_on_request_without_the_token() {
     let mut h = Harness::start().await;
     let dm = h.fake.dm_channel(&alice());

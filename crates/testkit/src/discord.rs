@@ -306,6 +306,8 @@ struct Inner {
     commands: Vec<Value>,
     /// Where the fake listens (READY's `resume_gateway_url` points here).
     addr: String,
+    /// Heartbeats go unanswered (a connection gone "zombie").
+    withhold_acks: bool,
 }
 
 #[derive(Debug)]
@@ -369,6 +371,7 @@ impl FakeDiscord {
                 files: HashMap::new(),
                 commands: Vec::new(),
                 addr: String::new(),
+                withhold_acks: false,
             }),
             changed: watch::Sender::new(0),
             held: watch::Sender::new(false),
@@ -510,6 +513,12 @@ impl FakeDiscord {
                 ));
             }
         });
+    }
+
+    /// While set, heartbeats get no ACK, as on a connection that died
+    /// without closing; Discord expects the client to drop it and resume.
+    pub fn withhold_heartbeat_acks(&self, withhold: bool) {
+        self.state.with(|inner| inner.withhold_acks = withhold);
     }
 
     /// While held, new gateway connections wait before HELLO (so events
@@ -1139,9 +1148,11 @@ fn client_frame(
                     "gateway: heartbeat d is {d} (expected the last sequence or null)"
                 )),
             }
-            let _ = tx.send(Out::Text(
-                json!({"op": 11, "s": null, "t": null, "d": null}).to_string(),
-            ));
+            if !inner.withhold_acks {
+                let _ = tx.send(Out::Text(
+                    json!({"op": 11, "s": null, "t": null, "d": null}).to_string(),
+                ));
+            }
         }
         Some(2) => {
             if *identified {

@@ -3,12 +3,9 @@
 //! remains once its mention is taken out.
 
 use serde::Deserialize;
-use twilight_model::application::interaction::{Interaction, InteractionData, InteractionType};
-use twilight_model::channel::Message;
-use twilight_model::channel::message::MessageType;
-use twilight_model::user::User;
 
 use super::interaction::{Context, Kind};
+use super::model::{self, Interaction, Message, User};
 use crate::adapter::{Action, ChatKind, Conversation, InboundMessage, MessageId, Sender};
 
 /// The bot as READY introduced it.
@@ -21,7 +18,7 @@ pub(super) struct Identity {
     pub name: String,
 }
 
-/// The part of READY the adapter reads (twilight keeps the session id
+/// The part of READY the adapter reads (the shard keeps the session id
 /// and resume URL itself).
 #[derive(Debug, Deserialize)]
 struct Ready {
@@ -90,7 +87,7 @@ fn sender(user: &User) -> Sender {
             user.global_name
                 .as_deref()
                 .and_then(Sender::display_name)
-                .unwrap_or_else(|| user.name.clone()),
+                .unwrap_or_else(|| user.username.clone()),
         ),
     }
 }
@@ -119,7 +116,7 @@ pub(super) fn message(
     if message.author.bot || message.webhook_id.is_some() {
         return Err(Skip::Bot);
     }
-    if !matches!(message.kind, MessageType::Regular | MessageType::Reply) {
+    if !matches!(message.kind, model::REGULAR | model::REPLY) {
         return Err(Skip::System);
     }
     let conversation = conversation(message.channel_id.to_string(), message.guild_id.is_some());
@@ -181,12 +178,7 @@ pub(super) enum Interacted {
 /// does not use (autocomplete, modals, pings).
 pub(super) fn interaction(interaction: &Interaction) -> Option<Interacted> {
     let user = interaction.author()?;
-    #[allow(deprecated)]
-    let channel = interaction
-        .channel
-        .as_ref()
-        .map(|c| c.id)
-        .or(interaction.channel_id)?;
+    let channel = interaction.channel()?;
     let conversation = conversation(channel.to_string(), interaction.guild_id.is_some());
     let context = |kind| Context {
         kind,
@@ -194,8 +186,9 @@ pub(super) fn interaction(interaction: &Interaction) -> Option<Interacted> {
         interaction: interaction.id.to_string(),
         token: interaction.token.clone(),
     };
-    match (interaction.kind, interaction.data.as_ref()?) {
-        (InteractionType::ApplicationCommand, InteractionData::ApplicationCommand(data)) => {
+    let data = interaction.data.as_ref()?;
+    match (interaction.kind, &data.name, &data.custom_id) {
+        (model::APPLICATION_COMMAND, Some(name), _) => {
             let context = context(Kind::Command);
             Some(Interacted::Command(
                 InboundMessage {
@@ -203,21 +196,21 @@ pub(super) fn interaction(interaction: &Interaction) -> Option<Interacted> {
                     conversation,
                     sender: sender(user),
                     mentioned: true,
-                    text: format!("/{}", data.name),
+                    text: format!("/{name}"),
                     attachments: Vec::new(),
                     reply: Some(context.encode()),
                 },
                 context,
             ))
         }
-        (InteractionType::MessageComponent, InteractionData::MessageComponent(data)) => {
+        (model::MESSAGE_COMPONENT, _, Some(custom_id)) => {
             let context = context(Kind::Component);
             Some(Interacted::Press(
                 Action {
                     id: interaction.id.to_string(),
                     conversation,
                     sender: sender(user),
-                    data: data.custom_id.clone(),
+                    data: custom_id.clone(),
                     message: interaction
                         .message
                         .as_ref()

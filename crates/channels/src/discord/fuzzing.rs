@@ -1,12 +1,10 @@
 //! Entry points for `flynn-fuzz`: what Discord sends, as the adapter
 //! reads it. Not part of the API.
 
-use reqwest::{Method, StatusCode};
-use twilight_model::application::interaction::Interaction;
-use twilight_model::channel::Message;
-
+use super::model::{Interaction, Message};
 use super::{convert, rest};
 use crate::adapter::ChannelError;
+use reqwest::{Method, StatusCode};
 
 /// The bot the fuzz inputs address.
 pub const BOT: u64 = 42;

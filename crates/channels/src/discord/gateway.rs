@@ -1,11 +1,11 @@
-//! The receiving side: one twilight shard, the dispatches it yields
+//! The receiving side: one gateway shard (`shard.rs`), the dispatches it yields
 //! handed to the sink one at a time (in order), and RESUME used as the
 //! gateway's only way to have an event sent again.
 //!
 //! While a delivery waits for the daemon, the shard keeps being polled
 //! (so heartbeats go out); dispatches arriving meanwhile queue up behind
 //! it, at most [`MAX_QUEUED`]. Not reading the socket past that would
-//! also stop the heartbeats (twilight sends them while polled) and have
+//! also stop the heartbeats (the shard sends them while polled) and have
 //! Discord drop the connection, so instead what does not fit is not
 //! kept: once the queue has drained, the session is RESUMEd from the
 //! last dispatch the daemon took, and Discord sends the rest again.
@@ -17,7 +17,7 @@
 //! taken per channel are kept (`saved.rs`). Stopping closes with
 //! 4000, which leaves the session resumable; the next start RESUMEs it
 //! and Discord replays what was missed. When Discord refuses (INVALID
-//! SESSION, `d: false`: the session expired), twilight IDENTIFYs anew
+//! SESSION, `d: false`: the session expired), the shard IDENTIFYs anew
 //! and the channels' missed messages are read back over REST
 //! (`GET /channels/{id}/messages?after=<last>`, bounded), ahead of the
 //! new session's dispatches.
@@ -30,20 +30,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use twilight_gateway::error::ReceiveMessageErrorType;
-use twilight_gateway::{
-    CloseFrame, ConfigBuilder, Intents, Message, Session, Shard, ShardId, ShardState,
-};
-use twilight_model::gateway::payload::outgoing::identify::IdentifyProperties;
 
 use super::convert::{self, FileRef, Identity, Interacted, Skip};
 use super::interaction::{Context, State};
 use super::rest::Rest;
+use super::shard::{self, CloseFrame, Message, Session, Shard, ShardError, ShardState};
 use super::{CHANNEL, COMMANDS, DiscordAdapter, snowflake_of};
 use crate::adapter::{Attachment, AttachmentKind, ChannelError, InboundEvent};
 use crate::inbound::{Disposition, Inbound};
@@ -51,15 +47,16 @@ use crate::inbound::{Disposition, Inbound};
 /// What the bot asks the gateway for: server and DM messages with their
 /// text. `MESSAGE_CONTENT` is privileged: it must be switched on in the
 /// Developer Portal, or Discord closes the connection with 4014.
-pub(super) fn intents() -> Intents {
-    Intents::GUILD_MESSAGES | Intents::DIRECT_MESSAGES | Intents::MESSAGE_CONTENT
-}
+pub(super) const INTENTS: u64 = GUILD_MESSAGES | DIRECT_MESSAGES | MESSAGE_CONTENT;
+const GUILD_MESSAGES: u64 = 1 << 9;
+const DIRECT_MESSAGES: u64 = 1 << 12;
+const MESSAGE_CONTENT: u64 = 1 << 15;
 
 /// The first wait before resuming to have a refused delivery sent again;
 /// it doubles while deliveries keep being refused.
 const FIRST_REDELIVERY_WAIT: Duration = Duration::from_millis(500);
 const MAX_REDELIVERY_WAIT: Duration = Duration::from_secs(30);
-/// Failed reconnects in a row (twilight waits 1, 2, 4 s between them)
+/// Failed reconnects in a row (the shard waits 1, 2, 4 s between them)
 /// before the registry takes over with a new session.
 const MAX_RECONNECT_FAILURES: u32 = 4;
 /// How long a closing handshake may take.
@@ -229,8 +226,8 @@ impl Progress {
     }
 }
 
-/// The frame fields the adapter reads before handing `d` to twilight's
-/// types.
+/// The frame fields the adapter reads before reading `d` as the
+/// dispatch's type.
 #[derive(Debug, Deserialize)]
 struct Frame {
     op: u8,
@@ -286,22 +283,22 @@ pub(super) async fn run(
 }
 
 impl DiscordAdapter {
-    /// A shard for the bot, resuming `resume` when given. Built inside the
-    /// runtime: twilight's identify queue spawns a task.
+    /// A shard for the bot, resuming `resume` when given.
     fn shard(&self, resume: Option<Resume>) -> Shard {
-        let mut config = ConfigBuilder::new(self.token.clone(), intents()).identify_properties(
-            IdentifyProperties::new("flynn", "flynn", std::env::consts::OS),
-        );
-        if let Some(url) = &self.gateway_url {
-            config = config.proxy_url(url.clone());
-        }
-        if let Some(resume) = resume {
-            config = config.session(resume.session);
-            if let Some(url) = resume.url {
-                config = config.resume_url(url);
-            }
-        }
-        Shard::with_config(ShardId::ONE, config.build())
+        let (session, resume_url) = match resume {
+            Some(resume) => (Some(resume.session), resume.url),
+            None => (None, None),
+        };
+        Shard::new(shard::Config {
+            token: self.token.clone(),
+            intents: INTENTS,
+            url: self
+                .gateway_url
+                .clone()
+                .unwrap_or_else(|| super::DEFAULT_GATEWAY.to_owned()),
+            session,
+            resume_url,
+        })
     }
 }
 
@@ -319,22 +316,11 @@ async fn next_backfill(backfilling: &mut Option<Backfilling<'_>>) -> Vec<Dispatc
     }
 }
 
-/// Closes the shard with `frame` and waits (briefly) for the gateway's
-/// answer. Polling after that would reconnect.
-async fn close(shard: &mut Shard, frame: CloseFrame<'static>) {
-    shard.close(frame);
-    let _ = tokio::time::timeout(CLOSE_WAIT, async {
-        while let Some(message) = shard.next().await {
-            match message {
-                Ok(Message::Close(_)) => break,
-                // Connected again: the connection ended without the
-                // gateway's close frame. Leave before identifying.
-                _ if !matches!(shard.state(), ShardState::Disconnected { .. }) => break,
-                _ => {}
-            }
-        }
-    })
-    .await;
+/// Closes the shard with `code` and waits (briefly) for the gateway's
+/// answer; the shard has ended then.
+async fn close(shard: &mut Shard, code: u16) {
+    shard.close(code);
+    let _ = tokio::time::timeout(CLOSE_WAIT, async { while shard.next().await.is_some() {} }).await;
 }
 
 /// The error a close code stands for when it is the end (Discord does
@@ -494,8 +480,8 @@ async fn drive<'a>(
                         });
                     }
                     Some(Err(error)) => {
-                        if matches!(error.kind(), ReceiveMessageErrorType::Reconnect) {
-                            // twilight drops the resume URL after a failed
+                        if matches!(error, ShardError::Connect { .. }) {
+                            // The shard drops the resume URL after a failed
                             // connect; so does the saved state, or the next
                             // start would try it again.
                             adapter.forget_resume_url();
@@ -503,10 +489,10 @@ async fn drive<'a>(
                             if !connected || reconnect_failures >= MAX_RECONNECT_FAILURES {
                                 return Err(ChannelError::Unavailable {
                                     channel: CHANNEL.to_owned(),
-                                    detail: format!("cannot connect to the gateway: {}", error_chain(&error)),
+                                    detail: format!("cannot connect to the gateway: {error}"),
                                 });
                             }
-                            tracing::warn!(channel = CHANNEL, error = %error_chain(&error), "reconnecting to the gateway failed; trying again");
+                            tracing::warn!(channel = CHANNEL, %error, "reconnecting to the gateway failed; trying again");
                         } else {
                             tracing::warn!(channel = CHANNEL, error = %error, "skipped a gateway message");
                         }
@@ -516,7 +502,7 @@ async fn drive<'a>(
                 };
                 match message {
                     Message::Close(frame) => {
-                        let (code, reason) = frame.map(|f| (f.code, f.reason.into_owned())).unwrap_or((1005, String::new()));
+                        let (code, reason) = frame.map(|f| (f.code, f.reason)).unwrap_or((1005, String::new()));
                         if let Some(error) = fatal_close(code, &reason) {
                             return Err(error);
                         }
@@ -532,7 +518,7 @@ async fn drive<'a>(
                             continue;
                         };
                         if frame.op == 9 && frame.d == Value::Bool(false) {
-                            // twilight identifies anew; READY then reads
+                            // The shard identifies anew; READY then reads
                             // back what the lost session would have sent.
                             tracing::info!(channel = CHANNEL, "the gateway did not resume the session (it ended or expired); identifying again and reading back the messages missed");
                             adapter.forget_session();
@@ -587,17 +573,6 @@ fn took(adapter: &DiscordAdapter, shard: &Shard, progress: &mut Progress, handle
     if shard.session().is_some_and(|s| s.id() == handled.session) {
         progress.accept(adapter, shard.resume_url(), handled.session, handled.seq);
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
 }
 
 /// Sends an interaction's one callback, recording how it went; a
@@ -861,7 +836,7 @@ impl DiscordAdapter {
             tracing::warn!(channel = CHANNEL, "a message arrived before READY; skipped");
             return None;
         };
-        let message: twilight_model::channel::Message = match serde_json::from_value(data) {
+        let message: super::model::Message = match serde_json::from_value(data) {
             Ok(message) => message,
             Err(error) => {
                 tracing::warn!(channel = CHANNEL, error = %error, "skipped a MESSAGE_CREATE that does not parse");
@@ -886,14 +861,13 @@ impl DiscordAdapter {
     /// A slash command or a button press: delivered, then answered as
     /// Discord requires within 3 s.
     async fn on_interaction(&self, data: Value, sink: &Inbound) -> Option<Disposition> {
-        let interaction: twilight_model::application::interaction::Interaction =
-            match serde_json::from_value(data) {
-                Ok(interaction) => interaction,
-                Err(error) => {
-                    tracing::warn!(channel = CHANNEL, error = %error, "skipped an INTERACTION_CREATE that does not parse");
-                    return None;
-                }
-            };
+        let interaction: super::model::Interaction = match serde_json::from_value(data) {
+            Ok(interaction) => interaction,
+            Err(error) => {
+                tracing::warn!(channel = CHANNEL, error = %error, "skipped an INTERACTION_CREATE that does not parse");
+                return None;
+            }
+        };
         match convert::interaction(&interaction)? {
             Interacted::Command(message, context) => {
                 let state = self.interactions.open(&context.interaction);
@@ -1011,6 +985,6 @@ mod tests {
 
     #[test]
     fn intents_are_messages_and_their_content() {
-        assert_eq!(intents().bits(), (1 << 9) | (1 << 12) | (1 << 15));
+        assert_eq!(INTENTS, (1 << 9) | (1 << 12) | (1 << 15));
     }
 }

@@ -1,8 +1,9 @@
-//! Discord: a bot on the gateway WebSocket (twilight-gateway) for what
-//! arrives, the REST API (reqwest) for what leaves.
+//! Discord: a bot on the gateway WebSocket (a shard of Flynn's own on
+//! tokio-tungstenite) for what arrives, the REST API (reqwest) for what
+//! leaves.
 //!
 //! - Receiving: one shard with the intents `GUILD_MESSAGES`,
-//!   `DIRECT_MESSAGES` and `MESSAGE_CONTENT`. twilight heartbeats, and
+//!   `DIRECT_MESSAGES` and `MESSAGE_CONTENT`. The shard heartbeats, and
 //!   reconnects and RESUMEs after a dropped connection; Discord then
 //!   replays what was missed. The gateway has no per-event
 //!   acknowledgement: the adapter keeps the sequence number of the last
@@ -31,8 +32,10 @@ mod convert;
 pub mod fuzzing;
 mod gateway;
 mod interaction;
+mod model;
 mod rest;
 mod saved;
+mod shard;
 
 pub use gateway::MAX_QUEUED;
 
@@ -85,7 +88,7 @@ const ACK_WAIT: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub struct DiscordAdapter {
     token: String,
-    /// A gateway URL from config; twilight's default (Discord's) when absent.
+    /// A gateway URL from config; Discord's when absent.
     gateway_url: Option<String>,
     rest: Arc<Rest>,
     identity: Mutex<Option<Identity>>,
@@ -157,7 +160,7 @@ impl DiscordAdapter {
     fn saved_resume(&self) -> Option<gateway::Resume> {
         let saved = self.saved().session.clone()?;
         Some(gateway::Resume {
-            session: twilight_gateway::Session::new(saved.seq, saved.id),
+            session: shard::Session::new(saved.seq, saved.id),
             url: saved.resume_url,
         })
     }
@@ -266,7 +269,7 @@ fn api_origin(url: &str) -> Result<String, ChannelError> {
     Ok(url.to_owned())
 }
 
-/// The gateway URL twilight appends `/?v=10&encoding=json` to.
+/// The gateway URL the shard appends `/?v=10&encoding=json` to.
 fn gateway_base(url: &str) -> Result<String, ChannelError> {
     let url = url.trim();
     let url = url.split('?').next().unwrap_or(url).trim_end_matches('/');
