@@ -15,7 +15,9 @@
 //! shrinks every case, for development; `FLYNN_BENCH_ONLY=soak,turn`
 //! runs only the cases named (`idle`, `startup`, `soak`, `turn`,
 //! `concurrent`, `channels`, `send`); `FLYNN_BENCH_CONNECTIONS` sets the connections
-//! of the `concurrent` case (default 1,000).
+//! of the `concurrent` case (default 1,000). `FLYNN_BENCH_DAEMON_BIN` names a
+//! `flynn-daemon` binary whose idle memory is measured beside `flynn start`'s
+//! (`cargo xtask bench` builds it and sets it; left out otherwise).
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -194,10 +196,26 @@ fn progress(what: &str) {
     eprintln!("daemon bench: {what}");
 }
 
-/// Case 1: the daemon's memory once it has started and sits idle.
+/// Case 1: the daemon's memory once it has started and sits idle:
+/// `flynn start`, and the `flynn-daemon` binary when
+/// `FLYNN_BENCH_DAEMON_BIN` names one.
 fn idle(model: &FakeModel) -> Result<Value> {
     let scratch = Scratch::new(model, false)?;
-    let daemon = Daemon::start(scratch.start_command())?;
+    let mut report = idle_memory(scratch.start_command())?;
+    let daemon_bin = std::env::var_os("FLYNN_BENCH_DAEMON_BIN");
+    report["flynn_daemon"] = match daemon_bin {
+        Some(binary) => {
+            let scratch = Scratch::new(model, false)?;
+            idle_memory(scratch.command_of(Path::new(&binary), &["--bind", "127.0.0.1:0"]))?
+        }
+        None => Value::Null,
+    };
+    Ok(report)
+}
+
+/// A daemon's memory 2 s after it said it listens.
+fn idle_memory(command: Command) -> Result<Value> {
+    let daemon = Daemon::start(command)?;
     std::thread::sleep(Duration::from_secs(2));
     let memory = daemon.memory()?;
     let mappings = daemon.mappings()?;
@@ -746,7 +764,12 @@ impl Scratch {
     /// `OPENAI_BASE_URL` and `OPENAI_API_KEY` make the zero-config
     /// `openai/gpt-4o-mini`.
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_flynn"));
+        self.command_of(Path::new(env!("CARGO_BIN_EXE_flynn")), args)
+    }
+
+    /// `binary` with these arguments in this home, as [`command`](Self::command).
+    fn command_of(&self, binary: &Path, args: &[&str]) -> Command {
+        let mut command = Command::new(binary);
         command
             .args(args)
             .env_clear()
