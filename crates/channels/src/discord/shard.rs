@@ -493,7 +493,12 @@ impl Shard {
                     session.sequence = seq;
                 }
             }
-            1 => self.send_heartbeat(),
+            1 => {
+                // Not after the shard's own close frame: nothing may follow it.
+                if !matches!(self.state, ShardState::Disconnected | ShardState::Ended) {
+                    self.send_heartbeat();
+                }
+            }
             7 => {
                 tracing::debug!(channel = CHANNEL, "the gateway asked for a reconnect");
                 self.disconnect(Initiator::Shard(CloseFrame::new(CloseFrame::RESUME)));
@@ -743,6 +748,13 @@ mod tests {
         assert_eq!(shard.process(&invalid.to_string()), Ok(()));
         assert_eq!((shard.session(), shard.resume_url()), (None, None));
         assert_eq!(shard.state(), ShardState::Disconnected);
+        // The close frame is the last thing queued, even if the gateway
+        // asks for a heartbeat meanwhile.
+        let queued = shard.outbox.len();
+        let beat = json!({"op": 1, "s": null, "t": null, "d": null});
+        assert_eq!(shard.process(&beat.to_string()), Ok(()));
+        assert_eq!(shard.outbox.len(), queued);
+        assert!(matches!(shard.outbox.back(), Some(WsMessage::Close(_))));
         let broken = shard.process(r#"{"op": 0, "t": "MESSAGE_CREATE", "d": {}}"#);
         assert!(
             matches!(&broken, Err(ShardError::Payload { reason, .. }) if reason.contains("sequence")),
