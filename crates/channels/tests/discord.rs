@@ -96,6 +96,17 @@ impl Harness {
         }
     }
 
+    /// After a reconnect: a new message in `dm` arrives, and the bot
+    /// never identified again (the session was resumed); then finishes.
+    async fn still_answers_in_the_first_session(mut self, dm: u64) {
+        self.fake.post(dm, &alice(), "still there?").send();
+        let (message, delivery) = self.next_message().await;
+        assert_eq!(message.text, "still there?");
+        delivery.settle(Disposition::Accepted);
+        assert_eq!(self.fake.identifies(), 1);
+        self.finish().await;
+    }
+
     /// Stops the adapter, checks it left cleanly and the fake saw no
     /// violation.
     async fn finish(self) {
@@ -1014,19 +1025,14 @@ async fn a_flood_past_the_queue_is_replayed_by_resuming_not_held_or_lost() {
 
 #[tokio::test]
 async fn a_reconnect_request_is_followed_by_a_resume() {
-    let mut h = Harness::start().await;
+    let h = Harness::start().await;
     let dm = h.fake.dm_channel(&alice());
     h.fake.request_reconnect();
     h.fake
         .wait_until("a resume", |f| (!f.resumes().is_empty()).then_some(()))
         .await;
     assert!(h.fake.gateway_frames().contains(&json!({"close": 4000})));
-    h.fake.post(dm, &alice(), "still there?").send();
-    let (message, delivery) = h.next_message().await;
-    assert_eq!(message.text, "still there?");
-    delivery.settle(Disposition::Accepted);
-    assert_eq!(h.fake.identifies(), 1);
-    h.finish().await;
+    h.still_answers_in_the_first_session(dm).await;
 }
 
 #[tokio::test]
@@ -1091,7 +1097,7 @@ async fn heartbeats_are_sent_and_acknowledged() {
 
 #[tokio::test]
 async fn unacknowledged_heartbeats_drop_the_connection_and_resume_it() {
-    let mut h = Harness::start_with(FakeDiscordOptions {
+    let h = Harness::start_with(FakeDiscordOptions {
         heartbeat_interval_ms: 200,
         ..FakeDiscordOptions::default()
     })
@@ -1115,12 +1121,7 @@ async fn unacknowledged_heartbeats_drop_the_connection_and_resume_it() {
         "{:?}",
         h.fake.gateway_frames()
     );
-    h.fake.post(dm, &alice(), "still there?").send();
-    let (message, delivery) = h.next_message().await;
-    assert_eq!(message.text, "still there?");
-    delivery.settle(Disposition::Accepted);
-    assert_eq!(h.fake.identifies(), 1);
-    h.finish().await;
+    h.still_answers_in_the_first_session(dm).await;
 }
 
 #[tokio::test]

@@ -300,34 +300,23 @@ impl Shard {
                 continue;
             }
             if let Err(error) = ready!(self.poll_send(cx)) {
-                let closing = matches!(self.state, ShardState::Disconnected | ShardState::Ended);
-                self.drop_socket();
-                if closing {
-                    continue;
+                match self.failed(&error) {
+                    Some(closed) => return Poll::Ready(Some(Ok(closed))),
+                    None => continue,
                 }
-                tracing::debug!(channel = CHANNEL, %error, "the gateway connection failed");
-                self.disconnect(Initiator::Transport);
-                return Poll::Ready(Some(Ok(Message::Close(Some(CloseFrame::new(1006))))));
             }
             let Some(socket) = self.socket.as_mut() else {
                 continue;
             };
             let received = match ready!(Pin::new(socket).poll_next(cx)) {
                 Some(Ok(message)) => message,
-                Some(Err(error)) => {
-                    let closing =
-                        matches!(self.state, ShardState::Disconnected | ShardState::Ended);
-                    self.drop_socket();
-                    if closing {
-                        continue;
-                    }
-                    tracing::debug!(channel = CHANNEL, %error, "the gateway connection failed");
-                    self.disconnect(Initiator::Transport);
-                    return Poll::Ready(Some(Ok(Message::Close(Some(CloseFrame::new(1006))))));
-                }
+                Some(Err(error)) => match self.failed(&error) {
+                    Some(closed) => return Poll::Ready(Some(Ok(closed))),
+                    None => continue,
+                },
                 None => {
                     self.drop_socket();
-                    if !matches!(self.state, ShardState::Disconnected | ShardState::Ended) {
+                    if self.is_live() {
                         self.disconnect(Initiator::Transport);
                     }
                     continue;
@@ -346,7 +335,7 @@ impl Shard {
                         code: u16::from(f.code),
                         reason: f.reason.as_str().to_owned(),
                     });
-                    if !matches!(self.state, ShardState::Disconnected | ShardState::Ended) {
+                    if self.is_live() {
                         self.disconnect(Initiator::Gateway(frame.as_ref().map(|f| f.code)));
                     }
                     return Poll::Ready(Some(Ok(Message::Close(frame))));
@@ -495,7 +484,7 @@ impl Shard {
             }
             1 => {
                 // Not after the shard's own close frame: nothing may follow it.
-                if !matches!(self.state, ShardState::Disconnected | ShardState::Ended) {
+                if self.is_live() {
                     self.send_heartbeat();
                 }
             }
@@ -579,6 +568,25 @@ impl Shard {
             })));
             self.closing_by = Some(Box::pin(tokio::time::sleep(CLOSE_TIMEOUT)));
         }
+    }
+
+    /// Whether the connection is in use: not closing and not ended.
+    fn is_live(&self) -> bool {
+        !matches!(self.state, ShardState::Disconnected | ShardState::Ended)
+    }
+
+    /// The connection failed while sending or reading: dropped. A live
+    /// one is reported as closed abnormally (1006); one that was closing
+    /// anyway is not reported.
+    fn failed(&mut self, error: &tungstenite::Error) -> Option<Message> {
+        let live = self.is_live();
+        self.drop_socket();
+        if !live {
+            return None;
+        }
+        tracing::debug!(channel = CHANNEL, %error, "the gateway connection failed");
+        self.disconnect(Initiator::Transport);
+        Some(Message::Close(Some(CloseFrame::new(1006))))
     }
 
     fn drop_socket(&mut self) {
