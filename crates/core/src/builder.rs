@@ -428,11 +428,15 @@ impl Flynn {
 
     /// Stops running cron jobs and the heartbeat (runs going on are
     /// cancelled), cancels running turns, waits for every lane to stop,
-    /// then shuts the tools down (background processes are killed).
+    /// then shuts the tools down (background processes are killed), and
+    /// closes the session store last: a SQLite store checkpoints its
+    /// write-ahead log then, so the next process to open it has no log to
+    /// replay. The runtime takes no messages after this.
     pub async fn shutdown(&self) {
         self.automation.shutdown(std::time::Duration::ZERO).await;
         // The manager shuts the tools down after its lanes.
         self.manager.shutdown().await;
+        flynn_sessions::Conversations::close(self.manager.store().as_ref()).await;
     }
 
     /// Cron jobs and the heartbeat: [`Automation::start`] runs them (the

@@ -24,6 +24,7 @@ pub mod automation;
 mod delivered;
 mod error;
 pub mod pairing;
+mod reads;
 mod recent;
 pub mod retry;
 mod sqlite;

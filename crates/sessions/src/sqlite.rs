@@ -7,10 +7,9 @@ use flynn_protocol::{
     ContentBlock, Message, Principal, Purpose, Role, SessionKey, Tier, TurnId, Usage,
 };
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{Connection, Row, Sqlite, SqlitePool};
+use sqlx::{Connection, Row, Sqlite};
 
 use crate::automation::{
     JobKind, JobRuns, LastRun, RunOutcome, StoredCronJob, missed_as_str, missed_from,
@@ -20,6 +19,7 @@ use crate::pairing::{
     ApprovedPeer, CODE_ATTEMPTS, MAX_PENDING, PairingError, PairingTicket, PendingPairing,
     new_code, normalize_code,
 };
+use crate::reads::Reads;
 use crate::recent::{Kept, Newer, Recent};
 use crate::retry;
 use crate::writer::Writer;
@@ -139,7 +139,7 @@ fn make_private(_path: &Path) -> std::io::Result<()> {
 /// a word), which would start and then refuse every message: a table is
 /// created in a transaction that is rolled back (in WAL mode a read-only
 /// file still lets a write transaction begin; its first write fails).
-async fn refuse_read_only(pool: &SqlitePool, location: &str) -> Result<()> {
+async fn refuse_read_only(conn: &mut SqliteConnection, location: &str) -> Result<()> {
     let read_only = |message: String| Error::Open {
         location: location.to_owned(),
         message: format!(
@@ -147,7 +147,7 @@ async fn refuse_read_only(pool: &SqlitePool, location: &str) -> Result<()> {
         ),
     };
     let probe = async {
-        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         let written = sqlx::query("CREATE TABLE flynn_write_probe (x)")
             .execute(&mut *tx)
             .await;
@@ -165,7 +165,9 @@ async fn refuse_read_only(pool: &SqlitePool, location: &str) -> Result<()> {
 /// Sessions in a SQLite file (WAL mode, foreign keys on).
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    pool: SqlitePool,
+    /// Connections for reads (and the few transactions outside the
+    /// writer); see [`crate::reads`].
+    reads: std::sync::Arc<Reads>,
     path: PathBuf,
     /// The outbox's marks (see [`crate::delivered`]).
     delivered: std::sync::Arc<DeliveredLog>,
@@ -215,35 +217,17 @@ impl SqliteStore {
             .foreign_keys(true)
             .busy_timeout(retry::BUSY_TIMEOUT)
             // SQLite's own page cache, per connection. Its default, 2 MiB,
-            // is 8 MiB over the pool, and fills slowly as the file grows:
+            // is 8 MiB over four read connections, and fills slowly as the file grows:
             // resident memory rose by about 200 bytes per message for as
             // long as the soak ran. A turn touches a few dozen pages; the
             // kernel's page cache keeps the rest of the file a read away.
             .pragma("cache_size", CACHE_KIB);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(retry::ACQUIRE_TIMEOUT)
-            // sqlx pings a connection before handing it out, to catch one
-            // a network dropped; a SQLite connection is a file handle on
-            // its own thread, and the ping was a round trip to that thread
-            // for every read.
-            .test_before_acquire(false)
-            // A COMMIT that fails on a full disk leaves SQLite with no
-            // transaction (it rolled back itself) while sqlx still counts
-            // one (its own ROLLBACK fails then), and every later BEGIN on
-            // that connection would be refused: such a connection is
-            // closed, not handed out again. (A transaction merely dropped
-            // has its rollback queued; the query lets it run first.)
-            .after_release(|connection, _| {
-                Box::pin(async move {
-                    if !connection.is_in_transaction() {
-                        return Ok(true);
-                    }
-                    sqlx::query("SELECT 1").execute(&mut *connection).await?;
-                    Ok(!connection.is_in_transaction())
-                })
-            })
-            .connect_with(options.clone())
+        // The writer's connection is opened first, here: it checks that
+        // the file can be written and brings the schema up to date, then
+        // goes to the writer's thread. Read connections are opened as
+        // reads come (see `crate::reads`), so a command that runs one turn
+        // opens two connections: this one and one to read.
+        let mut conn = SqliteConnection::connect_with(&options)
             .await
             .map_err(|e| {
                 if crate::error::is_damage(&e) {
@@ -258,22 +242,29 @@ impl SqliteStore {
                     }
                 }
             })?;
-        refuse_read_only(&pool, &location).await?;
-        MIGRATOR.run(&pool).await.map_err(|e| match &e {
-            sqlx::migrate::MigrateError::Execute(inner) if crate::error::is_damage(inner) => {
-                Error::Damaged {
+        let ready = async {
+            refuse_read_only(&mut conn, &location).await?;
+            MIGRATOR.run(&mut conn).await.map_err(|e| match &e {
+                sqlx::migrate::MigrateError::Execute(inner) if crate::error::is_damage(inner) => {
+                    Error::Damaged {
+                        location: location.clone(),
+                        message: e.to_string(),
+                    }
+                }
+                _ => Error::Migrate {
                     location: location.clone(),
                     message: e.to_string(),
-                }
-            }
-            _ => Error::Migrate {
-                location: location.clone(),
-                message: e.to_string(),
-            },
-        })?;
-        let writer = Writer::start(options, &location)?;
+                },
+            })
+        };
+        if let Err(error) = ready.await {
+            let _ = conn.close().await;
+            return Err(error);
+        }
+        let writer = Writer::start(options.clone(), Some(conn), &location)?;
+        let reads = Reads::new(options);
         Ok(SqliteStore {
-            pool,
+            reads: std::sync::Arc::new(reads),
             path: path.to_path_buf(),
             delivered: std::sync::Arc::new(DeliveredLog::beside(path)),
             writer: std::sync::Arc::new(writer),
@@ -288,7 +279,8 @@ impl SqliteStore {
             .fold(|turns| async move {
                 retry::on_busy(|| async {
                     let now = now_millis();
-                    let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+                    let mut conn = self.reads.acquire().await?;
+                    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
                     for turn in &turns {
                         sqlx::query(
                             "UPDATE turns SET delivered_at = ?2 WHERE id = ?1 AND delivered_at IS NULL",
@@ -332,7 +324,7 @@ impl SqliteStore {
         })?;
         sqlx::query("VACUUM INTO ?1")
             .bind(text)
-            .execute(&self.pool)
+            .execute(&mut *self.reads.acquire().await?)
             .await?;
         #[cfg(unix)]
         {
@@ -351,7 +343,7 @@ impl SqliteStore {
     /// reads every page, so it takes a moment on a large database.
     pub async fn quick_check(&self) -> Result<Vec<String>> {
         let lines: Vec<String> = sqlx::query_scalar("PRAGMA quick_check")
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.reads.acquire().await?)
             .await
             .map_err(|e| {
                 if crate::error::is_damage(&e) {
@@ -375,7 +367,7 @@ impl SqliteStore {
     /// Closes every connection, checkpointing the WAL.
     pub async fn close(&self) {
         self.writer.close().await;
-        self.pool.close().await;
+        self.reads.close().await;
     }
 
     /// Creates the session if needed and stamps it as the most recently
@@ -628,7 +620,8 @@ impl SqliteStore {
         ttl_ms: i64,
         codes: &mut (dyn FnMut() -> std::result::Result<String, getrandom::Error> + Send),
     ) -> Result<PairingTicket> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut conn = self.reads.acquire().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         sqlx::query("DELETE FROM pairing_codes WHERE expires_at <= ?1")
             .bind(now)
             .execute(&mut *tx)
@@ -770,7 +763,7 @@ impl SqliteStore {
         )
         .bind(key.as_str())
         .bind(to_i64(kept.last_seq()))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reads.acquire().await?)
         .await?;
         let count: i64 = match rows.first() {
             Some(row) => row.try_get("total")?,
@@ -796,7 +789,7 @@ impl SqliteStore {
         key: &SessionKey,
         query: sqlx::query::Query<'_, Sqlite, sqlx::sqlite::SqliteArguments>,
     ) -> Result<Vec<StoredMessage>> {
-        let rows = query.fetch_all(&self.pool).await?;
+        let rows = query.fetch_all(&mut *self.reads.acquire().await?).await?;
         rows.iter().map(|row| stored_from_row(key, row)).collect()
     }
 }
@@ -987,6 +980,10 @@ fn runs_from_row(row: &SqliteRow) -> Result<Option<JobRuns>> {
 
 #[async_trait]
 impl Conversations for SqliteStore {
+    async fn close(&self) {
+        SqliteStore::close(self).await;
+    }
+
     async fn append(&self, key: &SessionKey, messages: &[Message]) -> Result<Vec<u64>> {
         self.append_as(key, None, messages).await
     }
@@ -1002,7 +999,7 @@ impl Conversations for SqliteStore {
                 let sql = message_select!("WHERE session_key = ?1 ORDER BY pos");
                 let rows = sqlx::query(sql)
                     .bind(key.as_str())
-                    .fetch_all(&self.pool)
+                    .fetch_all(&mut *self.reads.acquire().await?)
                     .await?;
                 let mut kept = Kept {
                     messages: Vec::with_capacity(rows.len()),
@@ -1042,7 +1039,7 @@ impl Conversations for SqliteStore {
                 )
                 .bind(key.as_str())
                 .bind(to_i64(before))
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.reads.acquire().await?)
                 .await?;
                 let Some(pos) = pos else {
                     return Err(Error::UnknownMessage {
@@ -1071,7 +1068,7 @@ impl Conversations for SqliteStore {
 
     async fn list(&self) -> Result<Vec<SessionInfo>> {
         let rows = sqlx::query(info_select!("ORDER BY s.updated_at DESC, s.key"))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.reads.acquire().await?)
             .await?;
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -1083,7 +1080,7 @@ impl Conversations for SqliteStore {
     async fn info(&self, key: &SessionKey) -> Result<Option<SessionInfo>> {
         let row = sqlx::query(info_select!("WHERE s.key = ?1"))
             .bind(key.as_str())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.reads.acquire().await?)
             .await?;
         match row {
             Some(row) => info_from_row(&row),
@@ -1094,7 +1091,7 @@ impl Conversations for SqliteStore {
     async fn clear(&self, key: &SessionKey) -> Result<bool> {
         let done = sqlx::query("DELETE FROM sessions WHERE key = ?1")
             .bind(key.as_str())
-            .execute(&self.pool)
+            .execute(&mut *self.reads.acquire().await?)
             .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -1106,7 +1103,8 @@ impl Conversations for SqliteStore {
         replacement: &[Message],
     ) -> Result<Vec<u64>> {
         let now = now_millis();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut conn = self.reads.acquire().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         let pos: Option<i64> =
             sqlx::query_scalar("SELECT pos FROM messages WHERE session_key = ?1 AND seq = ?2")
                 .bind(key.as_str())
@@ -1152,7 +1150,7 @@ impl Conversations for SqliteStore {
             "SELECT agent, tier, model, title, last_channel, taint FROM sessions WHERE key = ?1",
         )
         .bind(key.as_str())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.reads.acquire().await?)
         .await?;
         match row {
             Some(row) => meta_from_row(&row),
@@ -1162,7 +1160,8 @@ impl Conversations for SqliteStore {
 
     async fn set_metadata(&self, key: &SessionKey, meta: &SessionMeta) -> Result<()> {
         let now = now_millis();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut conn = self.reads.acquire().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         Self::touch(&mut tx, key.as_str(), now).await?;
         sqlx::query(
             "UPDATE sessions SET agent = ?2, tier = ?3, model = ?4, title = ?5, last_channel = ?6
@@ -1199,7 +1198,8 @@ impl Conversations for SqliteStore {
     }
 
     async fn put_tool_output(&self, key: &SessionKey, output: &ToolOutput) -> Result<()> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut conn = self.reads.acquire().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         let now = now_millis();
         sqlx::query(
             "INSERT INTO sessions (key, created_at, updated_at) VALUES (?1, ?2, ?2)
@@ -1254,7 +1254,7 @@ impl Conversations for SqliteStore {
         )
         .bind(key.as_str())
         .bind(call_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.reads.acquire().await?)
         .await?;
         row.map(|row| {
             Ok(ToolOutput {
@@ -1269,7 +1269,8 @@ impl Conversations for SqliteStore {
 
     async fn prune_idle(&self, before: i64) -> Result<Vec<SessionKey>> {
         let keys: Vec<String> = retry::on_busy(|| async {
-            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+            let mut conn = self.reads.acquire().await?;
+            let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
             let keys = sqlx::query_scalar(
                 "DELETE FROM sessions WHERE updated_at < ?1 AND NOT EXISTS (
                      SELECT 1 FROM turns t WHERE t.session_key = sessions.key
@@ -1334,7 +1335,7 @@ impl Turns for SqliteStore {
         let sql = turn_select!("WHERE id = ?1");
         let row = sqlx::query(sql)
             .bind(to_i64(turn.0))
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.reads.acquire().await?)
             .await?;
         Ok(row.as_ref().map(turn_from_row).transpose()?.flatten())
     }
@@ -1346,7 +1347,7 @@ impl Turns for SqliteStore {
         );
         let rows = sqlx::query(sql)
             .bind(session.map(SessionKey::as_str))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.reads.acquire().await?)
             .await?;
         let mut out = Vec::with_capacity(rows.len());
         let mut unreadable = Vec::new();
@@ -1388,7 +1389,10 @@ impl Turns for SqliteStore {
                 AND status NOT IN ('pending', 'running')
              ORDER BY id"
         );
-        let rows = sqlx::query(sql).bind(since).fetch_all(&self.pool).await?;
+        let rows = sqlx::query(sql)
+            .bind(since)
+            .fetch_all(&mut *self.reads.acquire().await?)
+            .await?;
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {
             match turn_from_row(row) {
@@ -1437,7 +1441,7 @@ impl UsageLog for SqliteStore {
              GROUP BY day, tier ORDER BY day, tier",
         )
         .bind(since)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reads.acquire().await?)
         .await?;
         let mut days = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -1466,7 +1470,7 @@ impl UsageLog for SqliteStore {
              GROUP BY tier, purpose",
         )
         .bind(session.map(SessionKey::as_str))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reads.acquire().await?)
         .await?;
         let mut lines = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -1495,7 +1499,7 @@ impl Pairing for SqliteStore {
         )
         .bind(channel)
         .bind(sender)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.reads.acquire().await?)
         .await?;
         Ok(found.is_some())
     }
@@ -1506,7 +1510,7 @@ impl Pairing for SqliteStore {
                 .bind(channel)
                 .bind(sender)
                 .bind(i64::from(owner))
-                .execute(&self.pool)
+                .execute(&mut *self.reads.acquire().await?)
                 .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -1516,7 +1520,7 @@ impl Pairing for SqliteStore {
             sqlx::query_scalar("SELECT 1 FROM channel_peers WHERE channel = ?1 AND sender = ?2")
                 .bind(channel)
                 .bind(sender)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.reads.acquire().await?)
                 .await?;
         Ok(found.is_some())
     }
@@ -1540,7 +1544,8 @@ impl Pairing for SqliteStore {
         now: i64,
     ) -> Result<Result<ApprovedPeer, PairingError>> {
         let code = normalize_code(code);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut conn = self.reads.acquire().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         let pending: Option<(String, Option<String>, i64)> = sqlx::query_as(
             "DELETE FROM pairing_codes WHERE channel = ?1 AND code = ?2
              RETURNING sender, name, expires_at",
@@ -1589,7 +1594,7 @@ impl Pairing for SqliteStore {
              WHERE expires_at > ?1 ORDER BY created_at, channel, code",
         )
         .bind(now)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reads.acquire().await?)
         .await?;
         Ok(rows
             .into_iter()
@@ -1611,7 +1616,7 @@ impl Pairing for SqliteStore {
             "SELECT channel, sender, name, approved_at, owner FROM channel_peers
              ORDER BY channel, approved_at, sender",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reads.acquire().await?)
         .await?;
         Ok(rows
             .into_iter()
@@ -1629,7 +1634,7 @@ impl Pairing for SqliteStore {
         let done = sqlx::query("DELETE FROM channel_peers WHERE channel = ?1 AND sender = ?2")
             .bind(channel)
             .bind(sender)
-            .execute(&self.pool)
+            .execute(&mut *self.reads.acquire().await?)
             .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -1643,7 +1648,7 @@ impl Jobs for SqliteStore {
                  created_by, created_at
              FROM cron_jobs ORDER BY name",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reads.acquire().await?)
         .await?;
         let mut jobs = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -1675,7 +1680,8 @@ impl Jobs for SqliteStore {
 
     async fn add_cron_job(&self, stored: &StoredCronJob) -> Result<bool> {
         let job = &stored.job;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut conn = self.reads.acquire().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         let inserted = sqlx::query(
             "INSERT INTO cron_jobs (name, schedule, timezone, message, agent, session, deliver_to,
                  missed, enabled, created_by, created_at)
@@ -1715,7 +1721,8 @@ impl Jobs for SqliteStore {
     }
 
     async fn remove_cron_job(&self, name: &str) -> Result<bool> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut conn = self.reads.acquire().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         let removed = sqlx::query("DELETE FROM cron_jobs WHERE name = ?1")
             .bind(name)
             .execute(&mut *tx)
@@ -1733,7 +1740,9 @@ impl Jobs for SqliteStore {
 
     async fn job_runs(&self) -> Result<Vec<JobRuns>> {
         let sql = runs_select!("ORDER BY kind, name");
-        let rows = sqlx::query(sql).fetch_all(&self.pool).await?;
+        let rows = sqlx::query(sql)
+            .fetch_all(&mut *self.reads.acquire().await?)
+            .await?;
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {
             out.extend(runs_from_row(row)?);
@@ -1742,7 +1751,8 @@ impl Jobs for SqliteStore {
     }
 
     async fn track_job(&self, kind: JobKind, name: &str, since: i64) -> Result<JobRuns> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut conn = self.reads.acquire().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         sqlx::query(
             "INSERT INTO automation_runs (kind, name, since) VALUES (?1, ?2, ?3)
              ON CONFLICT (kind, name) DO NOTHING",
@@ -1786,7 +1796,7 @@ impl Jobs for SqliteStore {
         .bind(&run.error)
         .bind(run.session.as_ref().map(SessionKey::as_str))
         .bind(run.turn.map(|t| to_i64(t.0)))
-        .execute(&self.pool)
+        .execute(&mut *self.reads.acquire().await?)
         .await?;
         Ok(())
     }
@@ -1847,8 +1857,8 @@ mod tests {
         // Hold every connection the pool may open at once, so each one is
         // looked at, not the same one four times.
         let mut held = Vec::new();
-        for _ in 0..store.pool.options().get_max_connections() {
-            held.push(store.pool.acquire().await.unwrap());
+        for _ in 0..crate::reads::MAX {
+            held.push(store.reads.acquire().await.unwrap());
         }
         let mut modes = Vec::new();
         for conn in &mut held {
@@ -1861,6 +1871,40 @@ mod tests {
         // 2 is FULL: a commit is on disk before it returns, so what was
         // acknowledged survives a power cut.
         assert_eq!(modes, vec![2; held.len()]);
+    }
+
+    #[tokio::test]
+    async fn opening_leaves_reads_to_open_their_own_connection_and_one_read_opens_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("sessions.db"))
+            .await
+            .unwrap();
+        // The schema was checked on the writer's connection: no read
+        // connection is open yet.
+        assert_eq!(store.reads.idle_count(), 0);
+        let key = "cli:one".parse::<SessionKey>().unwrap();
+        store.append(&key, &[Message::user("hello")]).await.unwrap();
+        assert_eq!(store.history(&key).await.unwrap().len(), 1);
+        assert_eq!(store.list().await.unwrap().len(), 1);
+        // Reads one after another share one connection.
+        assert_eq!(store.reads.idle_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn closing_through_the_trait_checkpoints_the_log_into_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.db");
+        let store: std::sync::Arc<dyn crate::SessionStore> =
+            std::sync::Arc::new(SqliteStore::open(&path).await.unwrap());
+        let key = "cli:one".parse::<SessionKey>().unwrap();
+        store.append(&key, &[Message::user("kept")]).await.unwrap();
+        let log = dir.path().join("sessions.db-wal");
+        assert!(std::fs::metadata(&log).unwrap().len() > 0);
+        store.close().await;
+        assert!(!log.exists(), "the write-ahead log is still there");
+        let reopened = SqliteStore::open(&path).await.unwrap();
+        assert_eq!(reopened.history(&key).await.unwrap().len(), 1);
+        reopened.close().await;
     }
 
     #[tokio::test]

@@ -284,6 +284,13 @@ pub trait Conversations: Send + Sync {
     /// unless it has a turn still pending or running; returns the keys
     /// deleted. Usage rows stay (spending stays accountable).
     async fn prune_idle(&self, before: i64) -> Result<Vec<SessionKey>>;
+
+    /// Finishes the writes already queued and closes the store's
+    /// connections; calls after it fail. A SQLite store checkpoints its
+    /// write-ahead log as its last connection closes, so the next process
+    /// to open the file has no log to replay. A store with nothing to
+    /// close keeps this default.
+    async fn close(&self) {}
 }
 
 /// The durable inbox: accepted messages as turns, their progress and

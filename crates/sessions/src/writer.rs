@@ -105,11 +105,16 @@ fn stopped() -> Error {
 }
 
 impl Writer {
-    /// Starts the writer on a thread of its own, which opens its
-    /// connection with `options` while the caller goes on: the first write
-    /// waits for it, and hears why when it could not be opened. The thread
+    /// Starts the writer on a thread of its own, writing through `conn`;
+    /// `options` open a connection for the next batch when there is none
+    /// (`conn` was `None`, or the connection was dropped after a failed
+    /// commit), and a write that finds none openable hears why. The thread
     /// ends when the store is closed or dropped.
-    pub(crate) fn start(options: SqliteConnectOptions, location: &str) -> Result<Writer> {
+    pub(crate) fn start(
+        options: SqliteConnectOptions,
+        conn: Option<SqliteConnection>,
+        location: &str,
+    ) -> Result<Writer> {
         let (queue, inbox) = mpsc::unbounded_channel();
         let commits = Arc::new(AtomicU64::new(0));
         let counted = commits.clone();
@@ -120,7 +125,7 @@ impl Writer {
                     .enable_all()
                     .build()
                 {
-                    Ok(runtime) => runtime.block_on(serve(options, inbox, counted)),
+                    Ok(runtime) => runtime.block_on(serve(options, conn, inbox, counted)),
                     Err(e) => refuse_all(inbox, &format!("cannot start its writer: {e}")),
                 }
             })
@@ -187,15 +192,15 @@ fn refuse_all(mut inbox: mpsc::UnboundedReceiver<Message>, why: &str) {
     }
 }
 
-/// The writer thread's loop. The connection is opened at once, so that it
-/// is ready by the first write; one that could not be opened is tried
-/// again for each batch (see [`write_batch`]).
+/// The writer thread's loop, on the connection it was given; without one
+/// (or after a failed commit dropped it) a connection is opened for the
+/// next batch (see [`write_batch`]).
 async fn serve(
     options: SqliteConnectOptions,
+    mut conn: Option<SqliteConnection>,
     mut inbox: mpsc::UnboundedReceiver<Message>,
     commits: Arc<AtomicU64>,
 ) {
-    let mut conn = SqliteConnection::connect_with(&options).await.ok();
     let mut batch: Vec<Box<dyn Write>> = Vec::with_capacity(MAX_BATCH);
     let mut closing: Vec<oneshot::Sender<()>> = Vec::new();
     loop {
@@ -362,7 +367,11 @@ mod tests {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal);
         create_table(&options).await;
-        (Writer::start(options.clone(), "w.db").unwrap(), options)
+        let conn = SqliteConnection::connect_with(&options).await.unwrap();
+        (
+            Writer::start(options.clone(), Some(conn), "w.db").unwrap(),
+            options,
+        )
     }
 
     async fn create_table(options: &SqliteConnectOptions) {
@@ -510,7 +519,8 @@ mod tests {
     async fn a_database_the_writer_cannot_open_fails_each_write_with_the_reason() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("gone").join("w.db");
-        let writer = Writer::start(SqliteConnectOptions::new().filename(&missing), "w.db").unwrap();
+        let writer =
+            Writer::start(SqliteConnectOptions::new().filename(&missing), None, "w.db").unwrap();
         for _ in 0..2 {
             let refused = writer.write(insert(1)).await.unwrap_err().to_string();
             assert!(

@@ -139,6 +139,10 @@ impl RealTimeStore {
 
 #[async_trait]
 impl Conversations for RealTimeStore {
+    async fn close(&self) {
+        RealTimeStore::close(self).await;
+    }
+
     async fn prune_idle(&self, before: i64) -> Result<Vec<SessionKey>> {
         self.run(move |s| async move { s.prune_idle(before).await })
             .await
