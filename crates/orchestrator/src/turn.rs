@@ -85,6 +85,8 @@ pub(crate) async fn run(job: TurnJob) -> Result<TurnOutcome> {
                 "a bug in Flynn stopped it ({message}); the session still works, send the message again"
             )))
         });
+    let recorded = matches!(result, Ok(Ended { recorded: true, .. }));
+    let result = result.map(|ended| ended.outcome);
     record_taint(&job, &provenance).await;
     let status = match &result {
         Ok(_) => TurnStatus::Completed,
@@ -92,7 +94,7 @@ pub(crate) async fn run(job: TurnJob) -> Result<TurnOutcome> {
         Err(_) => TurnStatus::Failed,
     };
     // The turn's state is durable before anyone hears how it ended.
-    if let Err(error) = job.shared.store.finish_turn(job.turn, status).await {
+    if !recorded && let Err(error) = job.shared.store.finish_turn(job.turn, status).await {
         tracing::error!(turn = %job.turn, %error, "cannot record how the turn ended; trying again until it is");
         record_end_later(job.shared.store.clone(), job.turn, status);
     }
@@ -178,7 +180,15 @@ async fn record_taint(job: &TurnJob, provenance: &Provenance) {
     }
 }
 
-async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome> {
+/// A turn's body that ended well.
+struct Ended {
+    outcome: TurnOutcome,
+    /// The turn was recorded as completed with its last answer (see
+    /// `Turns::append_last_answer`): `run` has no end left to store.
+    recorded: bool,
+}
+
+async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<Ended> {
     let shared = &job.shared;
     shared.store.start_turn(job.turn, shared.pid).await?;
     flynn_protocol::fault::point("turn");
@@ -215,7 +225,15 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome
                 &mut tally.timing,
             )
             .await?;
-            let message = tally.keep_answer(job, &route, step).await?;
+            // An answer that calls no tool ends the turn: it is stored
+            // with the turn's end, one commit for both. The session's
+            // taint goes first, so no crash leaves a completed turn whose
+            // untrusted content the session does not know of.
+            let last = step.response.message.tool_uses().next().is_none();
+            if last {
+                record_taint(job, provenance).await;
+            }
+            let message = tally.keep_answer(job, &route, step, last).await?;
             let text = message.text();
             if !text.is_empty() {
                 tally.texts.push(text.clone());
@@ -231,7 +249,10 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome
             history.push(message);
 
             if calls.is_empty() {
-                return Ok(tally.outcome(text, None));
+                return Ok(Ended {
+                    outcome: tally.outcome(text, None),
+                    recorded: true,
+                });
             }
             let running = Instant::now();
             let results = run_tools(job, &calls, &ctx, &mut tally.tool_calls).await;
@@ -273,7 +294,10 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<TurnOutcome
         message: warning.clone(),
     });
     let reply = tally.texts.join("\n\n");
-    Ok(tally.outcome(reply, Some(warning)))
+    Ok(Ended {
+        outcome: tally.outcome(reply, Some(warning)),
+        recorded: false,
+    })
 }
 
 /// The agent's system prompt for this turn.
@@ -454,8 +478,15 @@ struct Tally {
 impl Tally {
     /// Stores a model's answer with what it cost, counts it, and hands the
     /// message back. The answer and its cost are stored together: a
-    /// paid-for answer is never lost, nor counted without being kept.
-    async fn keep_answer(&mut self, job: &TurnJob, route: &Route, step: Step) -> Result<Message> {
+    /// paid-for answer is never lost, nor counted without being kept. The
+    /// `last` answer of a turn also records the turn as completed.
+    async fn keep_answer(
+        &mut self,
+        job: &TurnJob,
+        route: &Route,
+        step: Step,
+        last: bool,
+    ) -> Result<Message> {
         let shared = &job.shared;
         let usage = step.response.usage;
         self.usage.add(usage);
@@ -466,24 +497,27 @@ impl Tally {
             *self.cost.get_or_insert(0.0) += call_cost;
         }
         let message = step.response.message;
-        shared
-            .store
-            .append_answer(
-                &job.session,
-                Some(job.turn),
-                &message,
-                &UsageRecord {
-                    session: job.session.clone(),
-                    provider: step.model.provider().to_owned(),
-                    model: step.model.model().to_owned(),
-                    tier: route.tier,
-                    purpose: route.purpose,
-                    usage,
-                    cost_usd: call_cost,
-                    partial: false,
-                },
-            )
-            .await?;
+        let record = UsageRecord {
+            session: job.session.clone(),
+            provider: step.model.provider().to_owned(),
+            model: step.model.model().to_owned(),
+            tier: route.tier,
+            purpose: route.purpose,
+            usage,
+            cost_usd: call_cost,
+            partial: false,
+        };
+        if last {
+            shared
+                .store
+                .append_last_answer(&job.session, job.turn, &message, &record)
+                .await?;
+        } else {
+            shared
+                .store
+                .append_answer(&job.session, Some(job.turn), &message, &record)
+                .await?;
+        }
         self.last_model = Some(step.model);
         Ok(message)
     }

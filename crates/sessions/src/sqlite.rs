@@ -439,6 +439,36 @@ impl SqliteStore {
             .await
     }
 
+    async fn append_last_answer_once(
+        &self,
+        key: &SessionKey,
+        turn: TurnId,
+        message: &Message,
+        usage: &UsageRecord,
+    ) -> Result<u64> {
+        let key = key.as_str().to_owned();
+        let messages = Encoded::all(std::slice::from_ref(message))?;
+        let usage = usage.clone();
+        self.writer
+            .write(move |conn| {
+                Box::pin(async move {
+                    let now = now_millis();
+                    let seqs = Self::insert(conn, &key, Some(turn), &messages, now).await?;
+                    insert_usage(conn, &usage, now).await?;
+                    // No row: the turn is gone (its session was cleared);
+                    // the answer stays, as `append_answer` would keep it.
+                    sqlx::query("UPDATE turns SET status = ?2, updated_at = ?3 WHERE id = ?1")
+                        .bind(to_i64(turn.0))
+                        .bind(TurnStatus::Completed.as_str())
+                        .bind(now)
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(seqs.first().copied().unwrap_or_default())
+                })
+            })
+            .await
+    }
+
     async fn accept_once(
         &self,
         key: &SessionKey,
@@ -1303,6 +1333,16 @@ impl Turns for SqliteStore {
         usage: &UsageRecord,
     ) -> Result<u64> {
         retry::on_busy(|| self.append_answer_once(key, turn, message, usage)).await
+    }
+
+    async fn append_last_answer(
+        &self,
+        key: &SessionKey,
+        turn: TurnId,
+        message: &Message,
+        usage: &UsageRecord,
+    ) -> Result<u64> {
+        retry::on_busy(|| self.append_last_answer_once(key, turn, message, usage)).await
     }
 
     async fn append_for_turn(

@@ -308,6 +308,30 @@ pub trait Turns: Send + Sync {
         usage: &UsageRecord,
     ) -> Result<u64>;
 
+    /// Adds a turn's last answer with its usage and records the turn as
+    /// completed, all in one transaction: [`append_answer`] and
+    /// [`finish_turn`] with [`TurnStatus::Completed`] at the cost of one
+    /// commit. A turn no longer in the store (its session was cleared
+    /// meanwhile) is left unfinished, as `finish_turn` would fail on it;
+    /// the answer is kept either way. The default runs the two one after
+    /// the other.
+    ///
+    /// [`append_answer`]: Self::append_answer
+    /// [`finish_turn`]: Self::finish_turn
+    async fn append_last_answer(
+        &self,
+        key: &SessionKey,
+        turn: TurnId,
+        message: &Message,
+        usage: &UsageRecord,
+    ) -> Result<u64> {
+        let seq = self.append_answer(key, Some(turn), message, usage).await?;
+        match self.finish_turn(turn, TurnStatus::Completed).await {
+            Ok(()) | Err(crate::Error::UnknownTurn { .. }) => Ok(seq),
+            Err(error) => Err(error),
+        }
+    }
+
     /// Like [`append`](Conversations::append), marking the messages as the turn's.
     async fn append_for_turn(
         &self,

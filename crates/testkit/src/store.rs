@@ -246,6 +246,18 @@ impl Turns for RealTimeStore {
             .await
     }
 
+    async fn append_last_answer(
+        &self,
+        key: &SessionKey,
+        turn: TurnId,
+        message: &Message,
+        usage: &UsageRecord,
+    ) -> Result<u64> {
+        let (key, message, usage) = (key.clone(), message.clone(), usage.clone());
+        self.run(|s| async move { s.append_last_answer(&key, turn, &message, &usage).await })
+            .await
+    }
+
     async fn append_for_turn(
         &self,
         key: &SessionKey,

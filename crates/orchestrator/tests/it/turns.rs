@@ -80,6 +80,27 @@ async fn a_plain_answer_streams_and_is_stored_with_its_turn() {
 }
 
 #[tokio::test]
+async fn a_plain_turn_stores_its_answer_and_its_end_in_one_commit() {
+    let model = ScriptedModel::replies("m", vec![Message::assistant("Hello!")]);
+    let h = Harness::new(vec![model], Setup::default()).await;
+    let k = key("cli:commits");
+    let before = h.store.write_commits();
+    let (result, _) = h.send(&k, "hi").await;
+    result.unwrap();
+    // Accepted, started, then answered and completed together: one sync
+    // fewer than with the end stored apart.
+    assert_eq!(h.store.write_commits() - before, 3);
+    let stored = h.store.history(&k).await.unwrap();
+    assert_eq!(stored.len(), 2);
+    let turn = stored[1].turn.unwrap();
+    assert_eq!(
+        h.store.turn(turn).await.unwrap().map(|t| t.status),
+        Some(TurnStatus::Completed)
+    );
+    assert_eq!(h.store.usage_by_tier(Some(&k)).await.unwrap()[0].1.calls, 1);
+}
+
+#[tokio::test]
 async fn tool_calls_run_and_their_results_go_back_to_the_model() {
     let model = ScriptedModel::replies(
         "m",

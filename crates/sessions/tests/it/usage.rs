@@ -237,6 +237,60 @@ async fn an_answer_whose_usage_cannot_be_stored_is_not_stored_either() {
 }
 
 #[tokio::test]
+async fn a_last_answer_is_kept_with_its_usage_and_completes_its_turn_in_one_commit() {
+    let (_dir, store) = open().await;
+    let k = key("cli:last");
+    let origin = flynn_sessions::TurnOrigin {
+        agent: "main".into(),
+        owner_pid: 1,
+        external_id: None,
+        principal: Default::default(),
+    };
+    let turn = store
+        .accept(&k, &[flynn_protocol::ContentBlock::text("hi")], &origin)
+        .await
+        .unwrap();
+    store.start_turn(turn.id, 1).await.unwrap();
+    let before = store.write_commits();
+    let seq = store
+        .append_last_answer(
+            &k,
+            turn.id,
+            &Message::assistant("hello"),
+            &record("cli:last", Tier::Default, 100, Some(0.5)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.write_commits() - before, 1);
+    assert_eq!(
+        turns_of(&store.history(&k).await.unwrap()),
+        vec![(seq - 1, Some(turn.id)), (seq, Some(turn.id))]
+    );
+    assert_eq!(
+        store.turn(turn.id).await.unwrap().unwrap().status,
+        flynn_sessions::TurnStatus::Completed
+    );
+    assert_eq!(store.usage_by_tier(Some(&k)).await.unwrap()[0].1.calls, 1);
+
+    // A turn that is gone (its session was cleared meanwhile): the answer
+    // is kept all the same.
+    let other = key("cli:gone");
+    let seq = store
+        .append_last_answer(
+            &other,
+            TurnId(999),
+            &Message::assistant("still kept"),
+            &record("cli:gone", Tier::Default, 1, None),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        turns_of(&store.history(&other).await.unwrap()),
+        vec![(seq, Some(TurnId(999)))]
+    );
+}
+
+#[tokio::test]
 async fn an_answer_waits_out_a_writer_that_holds_the_database_past_the_busy_timeout() {
     use sqlx::Connection;
 
