@@ -417,12 +417,15 @@ impl SqliteStore {
             .await
     }
 
+    /// Stores an answer with its usage; with `completes`, also records its
+    /// turn as completed, in the same transaction.
     async fn append_answer_once(
         &self,
         key: &SessionKey,
         turn: Option<TurnId>,
         message: &Message,
         usage: &UsageRecord,
+        completes: bool,
     ) -> Result<u64> {
         let key = key.as_str().to_owned();
         let messages = Encoded::all(std::slice::from_ref(message))?;
@@ -433,36 +436,16 @@ impl SqliteStore {
                     let now = now_millis();
                     let seqs = Self::insert(conn, &key, turn, &messages, now).await?;
                     insert_usage(conn, &usage, now).await?;
-                    Ok(seqs.first().copied().unwrap_or_default())
-                })
-            })
-            .await
-    }
-
-    async fn append_last_answer_once(
-        &self,
-        key: &SessionKey,
-        turn: TurnId,
-        message: &Message,
-        usage: &UsageRecord,
-    ) -> Result<u64> {
-        let key = key.as_str().to_owned();
-        let messages = Encoded::all(std::slice::from_ref(message))?;
-        let usage = usage.clone();
-        self.writer
-            .write(move |conn| {
-                Box::pin(async move {
-                    let now = now_millis();
-                    let seqs = Self::insert(conn, &key, Some(turn), &messages, now).await?;
-                    insert_usage(conn, &usage, now).await?;
-                    // No row: the turn is gone (its session was cleared);
-                    // the answer stays, as `append_answer` would keep it.
-                    sqlx::query("UPDATE turns SET status = ?2, updated_at = ?3 WHERE id = ?1")
-                        .bind(to_i64(turn.0))
-                        .bind(TurnStatus::Completed.as_str())
-                        .bind(now)
-                        .execute(&mut *conn)
-                        .await?;
+                    if let Some(turn) = turn.filter(|_| completes) {
+                        // No row: the turn is gone (its session was
+                        // cleared); the answer stays all the same.
+                        sqlx::query("UPDATE turns SET status = ?2, updated_at = ?3 WHERE id = ?1")
+                            .bind(to_i64(turn.0))
+                            .bind(TurnStatus::Completed.as_str())
+                            .bind(now)
+                            .execute(&mut *conn)
+                            .await?;
+                    }
                     Ok(seqs.first().copied().unwrap_or_default())
                 })
             })
@@ -1332,7 +1315,7 @@ impl Turns for SqliteStore {
         message: &Message,
         usage: &UsageRecord,
     ) -> Result<u64> {
-        retry::on_busy(|| self.append_answer_once(key, turn, message, usage)).await
+        retry::on_busy(|| self.append_answer_once(key, turn, message, usage, false)).await
     }
 
     async fn append_last_answer(
@@ -1342,7 +1325,7 @@ impl Turns for SqliteStore {
         message: &Message,
         usage: &UsageRecord,
     ) -> Result<u64> {
-        retry::on_busy(|| self.append_last_answer_once(key, turn, message, usage)).await
+        retry::on_busy(|| self.append_answer_once(key, Some(turn), message, usage, true)).await
     }
 
     async fn append_for_turn(
