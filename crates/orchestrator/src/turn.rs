@@ -248,7 +248,7 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<Ended> {
                 .collect();
             history.push(message);
 
-            if calls.is_empty() {
+            if last {
                 return Ok(Ended {
                     outcome: tally.outcome(text, None),
                     recorded: true,
