@@ -252,7 +252,7 @@ fn render_micro(micro: &[Micro]) -> String {
         let verdict = if ms < 1.0 { "meets" } else { "misses" };
         let _ = writeln!(
             md,
-            "\nFramework overhead of a whole turn through the session manager (accept, start, prompt, the answer stored with its usage and the turn's end; zero-latency model, SQLite file): {ms:.3} ms; target under 1 ms at p50: {verdict}."
+            "\nFramework overhead of a whole turn through the session manager (accepted and started in one commit, prompt, the answer stored with its usage and the turn's end in another; zero-latency model, SQLite file): {ms:.3} ms; target under 1 ms at p50: {verdict}."
         );
     }
     if let Some(ns) = by_id("tools/executor_call") {

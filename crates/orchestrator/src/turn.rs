@@ -34,6 +34,9 @@ pub(crate) struct TurnJob {
     pub(crate) shared: Arc<Shared>,
     pub(crate) session: SessionKey,
     pub(crate) turn: TurnId,
+    /// The turn was started when its message was accepted (see
+    /// `Turns::accept_and_start`); otherwise the turn starts it.
+    pub(crate) started: bool,
     /// The message being answered (for the prompt's slots).
     pub(crate) content: Vec<ContentBlock>,
     pub(crate) agent: Arc<AgentProfile>,
@@ -190,7 +193,9 @@ struct Ended {
 
 async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<Ended> {
     let shared = &job.shared;
-    shared.store.start_turn(job.turn, shared.pid).await?;
+    if !job.started {
+        shared.store.start_turn(job.turn, shared.pid).await?;
+    }
     flynn_protocol::fault::point("turn");
     let mut history = load_history(job).await?;
     let system = system_prompt(job).await;

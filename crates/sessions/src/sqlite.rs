@@ -452,32 +452,58 @@ impl SqliteStore {
             .await
     }
 
+    /// Accepts a message as a pending turn or, with `start`, as a running
+    /// one whose message is in the history (`accept_and_start`): one
+    /// write either way.
     async fn accept_once(
         &self,
         key: &SessionKey,
         content: &[ContentBlock],
         origin: &TurnOrigin,
+        start: bool,
     ) -> Result<TurnRecord> {
         let now = now_millis();
         let encoded = encode(content)?;
         let title = crate::title::from_content(content);
         let session = key.clone();
         let written = origin.clone();
-        let id = self
+        let (id, message_seq) = self
             .writer
             .write(move |conn| {
                 Box::pin(async move {
-                    Self::accept_in(conn, &session, encoded, title, &written, now).await
+                    let message = start.then(|| Encoded {
+                        role: Role::User.as_str(),
+                        content: encoded.clone(),
+                    });
+                    let id = Self::accept_in(conn, &session, encoded, title, &written, now).await?;
+                    let Some(message) = message else {
+                        return Ok((id, None));
+                    };
+                    let seqs =
+                        Self::insert(conn, session.as_str(), Some(id), &[message], now).await?;
+                    let seq = seqs.first().copied().unwrap_or_default();
+                    sqlx::query(
+                        "UPDATE turns SET status = 'running', message_seq = ?2 WHERE id = ?1",
+                    )
+                    .bind(to_i64(id.0))
+                    .bind(to_i64(seq))
+                    .execute(&mut *conn)
+                    .await?;
+                    Ok((id, Some(seq)))
                 })
             })
             .await?;
         Ok(TurnRecord {
             id,
             session: key.clone(),
-            status: TurnStatus::Pending,
+            status: if start {
+                TurnStatus::Running
+            } else {
+                TurnStatus::Pending
+            },
             content: content.to_vec(),
             origin: origin.clone(),
-            message_seq: None,
+            message_seq,
             created_at: now,
             updated_at: now,
         })
@@ -1343,11 +1369,20 @@ impl Turns for SqliteStore {
         content: &[ContentBlock],
         origin: &TurnOrigin,
     ) -> Result<TurnRecord> {
-        retry::on_busy(|| self.accept_once(key, content, origin)).await
+        retry::on_busy(|| self.accept_once(key, content, origin, false)).await
     }
 
     async fn start_turn(&self, turn: TurnId, owner_pid: u32) -> Result<u64> {
         retry::on_busy(|| self.start_turn_once(turn, owner_pid)).await
+    }
+
+    async fn accept_and_start(
+        &self,
+        key: &SessionKey,
+        content: &[ContentBlock],
+        origin: &TurnOrigin,
+    ) -> Result<TurnRecord> {
+        retry::on_busy(|| self.accept_once(key, content, origin, true)).await
     }
 
     async fn finish_turn(&self, turn: TurnId, status: TurnStatus) -> Result<()> {

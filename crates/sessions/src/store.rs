@@ -362,6 +362,32 @@ pub trait Turns: Send + Sync {
     /// has ended.
     async fn start_turn(&self, turn: TurnId, owner_pid: u32) -> Result<u64>;
 
+    /// Accepts a message and starts its turn at once: [`accept`] and
+    /// [`start_turn`] (with the origin's `owner_pid`) in one transaction,
+    /// at the cost of one commit. For a message that finds its session
+    /// idle, with no turn waiting before it. The record is the running
+    /// turn's, its `message_seq` set.
+    ///
+    /// The default runs the two one after the other. When the start fails
+    /// there, the message stays accepted and the record says `pending`:
+    /// the turn is started later, as any accepted message is.
+    ///
+    /// [`accept`]: Self::accept
+    /// [`start_turn`]: Self::start_turn
+    async fn accept_and_start(
+        &self,
+        key: &SessionKey,
+        content: &[ContentBlock],
+        origin: &TurnOrigin,
+    ) -> Result<TurnRecord> {
+        let mut record = self.accept(key, content, origin).await?;
+        if let Ok(seq) = self.start_turn(record.id, origin.owner_pid).await {
+            record.status = TurnStatus::Running;
+            record.message_seq = Some(seq);
+        }
+        Ok(record)
+    }
+
     /// Sets a turn's status (`completed`, `failed`...). Fails with
     /// [`Error::UnknownTurn`](crate::Error::UnknownTurn) for a turn the
     /// store does not have.

@@ -83,8 +83,9 @@ impl RealTimeStore {
         }
     }
 
-    /// Makes the next `times` calls of `method` (`"metadata"` or
-    /// `"accept"`) fail as a busy database would.
+    /// Makes the next `times` calls of `method` (`"metadata"`, `"accept"`
+    /// (which fails `accept_and_start` too) or `"set_taint"`) fail as a
+    /// busy database would.
     pub fn fail_next(&self, method: &'static str, times: usize) {
         self.faults
             .lock()
@@ -214,6 +215,7 @@ impl Conversations for RealTimeStore {
     }
 
     async fn set_taint(&self, key: &SessionKey, taint: Option<&str>) -> Result<()> {
+        self.fault("set_taint")?;
         let (key, taint) = (key.clone(), taint.map(str::to_owned));
         self.run(|s| async move { s.set_taint(&key, taint.as_deref()).await })
             .await
@@ -283,6 +285,18 @@ impl Turns for RealTimeStore {
 
     async fn start_turn(&self, turn: TurnId, owner_pid: u32) -> Result<u64> {
         self.run(|s| async move { s.start_turn(turn, owner_pid).await })
+            .await
+    }
+
+    async fn accept_and_start(
+        &self,
+        key: &SessionKey,
+        content: &[ContentBlock],
+        origin: &TurnOrigin,
+    ) -> Result<TurnRecord> {
+        self.fault("accept")?;
+        let (key, content, origin) = (key.clone(), content.to_vec(), origin.clone());
+        self.run(|s| async move { s.accept_and_start(&key, &content, &origin).await })
             .await
     }
 

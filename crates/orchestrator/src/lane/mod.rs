@@ -90,6 +90,9 @@ struct Queued {
     model: Option<ModelRef>,
     approver: Option<Arc<dyn Approver>>,
     lineage: Lineage,
+    /// Its message is in the history and the turn is this process's
+    /// (`Turns::accept_and_start`): the turn needs no start of its own.
+    started: bool,
     /// Where the outcome goes; `None` for a turn rerun after a restart.
     outcome: Option<oneshot::Sender<Result<TurnOutcome>>>,
 }
@@ -328,6 +331,7 @@ impl Lane {
                         model: None,
                         approver: None,
                         lineage: Lineage::default(),
+                        started: false,
                         outcome: Some(tx),
                     });
                 }
@@ -446,11 +450,20 @@ impl Lane {
             external_id: request.external_id.clone(),
             principal: request.principal.clone(),
         };
-        let record = self
-            .shared
-            .store
-            .accept(&self.key, &request.content, &origin)
-            .await?;
+        // A message that finds the lane idle starts its turn in the same
+        // commit: `run` starts the next queued turn before it takes
+        // another operation, so nothing can come between the two. An
+        // untrusted one is not: the session's taint is recorded below,
+        // before its content joins the history.
+        let idle = self.queue.is_empty() && self.running.is_none() && self.may_start();
+        let store = &self.shared.store;
+        let record = if idle && request.untrusted.is_none() {
+            store
+                .accept_and_start(&self.key, &request.content, &origin)
+                .await?
+        } else {
+            store.accept(&self.key, &request.content, &origin).await?
+        };
         // `accept` recorded the channel in the store too, and gave an
         // untitled session its title.
         self.meta.last_channel = Some(self.key.channel().to_owned());
@@ -465,8 +478,10 @@ impl Lane {
         }
         let (tx, rx) = oneshot::channel();
         let turn = record.id;
+        let started = record.status == TurnStatus::Running;
         self.queue.push_back(Queued {
             record,
+            started,
             tier: request.tier,
             model: request.model,
             approver: request.approver,
@@ -513,6 +528,7 @@ impl Lane {
             shared: self.shared.clone(),
             session: self.key.clone(),
             turn,
+            started: queued.started,
             content: queued.record.content.clone(),
             agent,
             tier,

@@ -198,6 +198,50 @@ async fn a_webhook_body_taints_its_turn_from_the_start() {
 }
 
 #[tokio::test]
+async fn a_webhooks_body_joins_the_history_only_once_its_taint_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        Arc::new(flynn_testkit::store::RealTimeStore::open_at(&dir.path().join("s.db")).await);
+    let model = ScriptedModel::replies("m", vec![Message::assistant("Seen.")]);
+    let clients = std::collections::HashMap::from([(
+        "m".to_owned(),
+        model.clone() as Arc<dyn flynn_models::ModelClient>,
+    )]);
+    let manager = crate::manager_with(dir.path(), store.clone(), clients, Setup::default());
+    let k = key("webhook:ci");
+    let webhook = || {
+        let mut request = TurnRequest::text(
+            k.clone(),
+            flynn_protocol::wrap_untrusted("webhook ci", "build failed"),
+        );
+        request.untrusted = Some("webhook ci".into());
+        request
+    };
+    // The session is idle, but the message must not start with its
+    // acceptance: storing the taint fails, and the message stays out of
+    // the history (a crash there would leave it untainted).
+    store.fail_next("set_taint", 1);
+    assert!(manager.submit(webhook()).await.is_err());
+    assert_eq!(store.history(&k).await.unwrap(), vec![]);
+    assert_eq!(model.requests().len(), 0);
+
+    let flynn_orchestrator::Submitted::Turn(handle) = manager.submit(webhook()).await.unwrap()
+    else {
+        panic!("a turn");
+    };
+    assert_eq!(handle.outcome().await.unwrap().reply, "Seen.");
+    assert!(
+        store
+            .metadata(&k)
+            .await
+            .unwrap()
+            .taint
+            .is_some_and(|taint| taint.starts_with("webhook ci in turn ")),
+    );
+    manager.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_sub_agent_shares_its_parents_taint() {
     let site = site();
     let page = site.url("/page");

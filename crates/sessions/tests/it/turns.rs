@@ -137,6 +137,67 @@ async fn a_turn_goes_from_accepted_to_running_to_finished() {
 }
 
 #[tokio::test]
+async fn a_message_accepted_and_started_at_once_is_one_commit_and_a_running_turn() {
+    let (_dir, store) = open().await;
+    let k = key("telegram:77");
+    store.append(&k, &[Message::user("earlier")]).await.unwrap();
+    let content = vec![ContentBlock::text("book the train")];
+    let from_chat = TurnOrigin {
+        external_id: Some("m-1".into()),
+        ..origin(300)
+    };
+
+    let before = store.write_commits();
+    let record = store
+        .accept_and_start(&k, &content, &from_chat)
+        .await
+        .unwrap();
+    assert_eq!(store.write_commits() - before, 1);
+    assert_eq!(
+        (record.status, record.message_seq),
+        (TurnStatus::Running, Some(2))
+    );
+    // What the store holds is what it returned, and the message is in the
+    // history as the turn's.
+    assert_eq!(store.turn(record.id).await.unwrap(), Some(record.clone()));
+    assert_eq!(
+        store.open_turns(Some(&k)).await.unwrap(),
+        vec![record.clone()]
+    );
+    let history = store.history(&k).await.unwrap();
+    assert_eq!(
+        history.last().map(|m| (m.seq, m.turn, m.message.clone())),
+        Some((
+            2,
+            Some(record.id),
+            Message {
+                role: Role::User,
+                content: content.clone(),
+            }
+        ))
+    );
+    // As `accept` does: the session is titled and knows its channel.
+    let meta = store.metadata(&k).await.unwrap();
+    assert_eq!(meta.title.as_deref(), Some("book the train"));
+    assert_eq!(meta.last_channel.as_deref(), Some("telegram"));
+    // Starting it again (a rerun) keeps its message.
+    assert_eq!(store.start_turn(record.id, 301).await.unwrap(), 2);
+
+    // The platform's retry of the same message is refused, and stores
+    // nothing.
+    let error = store
+        .accept_and_start(&k, &content, &from_chat)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, Error::Duplicate { turn, .. } if *turn == record.id),
+        "{error:?}"
+    );
+    assert_eq!(store.history(&k).await.unwrap().len(), 2);
+    assert_eq!(store.open_turns(None).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
 async fn a_waiting_turn_does_not_split_a_running_turn_from_its_tool_results() {
     let (_dir, store) = open().await;
     let k = key("cli:default");
