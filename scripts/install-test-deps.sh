@@ -8,6 +8,8 @@
 #   tmux: flynn-tui's end-to-end test runs it in a real terminal.
 #   python3 and git: the sandbox tests connect to Unix sockets with
 #   python3 and check that common commands (git, python3) still run.
+#   postgresql: the PostgreSQL session store's tests (scripts/postgres.sh
+#   starts a throwaway server on loopback).
 #
 # Idempotent and quick when everything is there. Debian/Ubuntu (apt-get),
 # as root or through sudo.
@@ -20,6 +22,9 @@ command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 [ -x /usr/bin/python3 ] || missing+=(python3)
 command -v git >/dev/null 2>&1 || missing+=(git)
+# The PostgreSQL store's tests and the cluster test run against a real
+# server (scripts/postgres.sh starts it).
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing+=(postgresql)
 
 if [ "${#missing[@]}" -eq 0 ]; then
   exit 0

@@ -509,11 +509,14 @@ fn missing_ollama_models(config: &FlynnConfig, provider: &str, listed: &[String]
 async fn database_line(loaded: &Loaded) -> Check {
     let location = flynn_core::sessions::location(&loaded.config.sessions, &loaded.paths.home);
     let where_ = match &location {
-        Ok(flynn_core::sessions::StoreLocation::Sqlite(path)) => path.display().to_string(),
+        Ok(location) => location.redacted(),
         Err(error) => {
             return Check::fail("database", error.to_string(), "correct sessions.url");
         }
     };
+    if let Ok(flynn_core::sessions::StoreLocation::Postgres(_)) = &location {
+        return postgres_line(loaded, &where_).await;
+    }
     if let Ok(flynn_core::sessions::StoreLocation::Sqlite(path)) = &location
         && !path.exists()
     {
@@ -564,6 +567,36 @@ async fn database_line(loaded: &Loaded) -> Check {
                 "{where_}: {} session(s), integrity check passed",
                 sessions.len()
             ),
+        ),
+    }
+}
+
+/// The PostgreSQL store: reachable, its schema current (opening brings it
+/// up to date, as the daemon's start would), how many sessions it holds.
+async fn postgres_line(loaded: &Loaded, where_: &str) -> Check {
+    use flynn_core::Conversations as _;
+    let store = match flynn_core::sessions::open(&loaded.config.sessions, &loaded.paths.home).await
+    {
+        Ok(store) => store,
+        Err(error) => {
+            return Check::fail(
+                "database",
+                error.to_string(),
+                "check sessions.url, that the server is up, and that its role may connect and create tables",
+            );
+        }
+    };
+    let listed = store.list().await;
+    store.close().await;
+    match listed {
+        Ok(sessions) => Check::ok(
+            "database",
+            format!("{where_}: PostgreSQL, {} session(s)", sessions.len()),
+        ),
+        Err(error) => Check::fail(
+            "database",
+            format!("{where_}: {error}"),
+            "check that the role may read Flynn's tables",
         ),
     }
 }

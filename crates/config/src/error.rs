@@ -208,9 +208,6 @@ pub enum Problem {
     /// lowercased text before the first `:`, `None` when the text is not a
     /// URL at all. The URL itself is not kept: it may hold a password.
     InvalidSessionsUrl { scheme: Option<String> },
-    /// A `postgres://` session store URL; this build stores sessions in
-    /// SQLite only.
-    PostgresUnavailable,
     /// Any other message, e.g. from a type's own parser.
     Other { message: String },
 }
@@ -362,15 +359,15 @@ impl fmt::Display for Problem {
                     f,
                     "a SQLite URL is 'sqlite://' and a file path, expected {SQLITE_URL_FORMS}"
                 ),
+                Some("postgres" | "postgresql") => write!(
+                    f,
+                    "a PostgreSQL URL is 'postgres://' and a server, expected {POSTGRES_URL_FORM}"
+                ),
                 Some(scheme) => write!(
                     f,
-                    "unsupported URL scheme '{scheme}:', expected {SQLITE_URL_FORMS}"
+                    "unsupported URL scheme '{scheme}:', expected {SQLITE_URL_FORMS}, or {POSTGRES_URL_FORM}"
                 ),
             },
-            Problem::PostgresUnavailable => write!(
-                f,
-                "PostgreSQL sessions are not available in this build; use {SQLITE_URL_FORMS}"
-            ),
             Problem::Other { message } => f.write_str(message),
         }
     }
@@ -378,6 +375,7 @@ impl fmt::Display for Problem {
 
 /// The session store URLs this build opens, for messages.
 const SQLITE_URL_FORMS: &str = "sqlite:///absolute/path.db or sqlite://relative/path.db";
+const POSTGRES_URL_FORM: &str = "postgres://user:password@host:5432/database";
 
 struct DidYouMean<'a>(&'a Option<String>);
 

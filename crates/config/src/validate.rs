@@ -626,7 +626,12 @@ fn sessions_url_problem(url: &str) -> Option<Problem> {
                     scheme: Some(scheme),
                 })
         }
-        "postgres" | "postgresql" => Some(Problem::PostgresUnavailable),
+        "postgres" | "postgresql" => rest
+            .strip_prefix("//")
+            .is_none_or(|server| server.is_empty() || server.starts_with(['/', '?', '#']))
+            .then_some(Problem::InvalidSessionsUrl {
+                scheme: Some(scheme),
+            }),
         _ => Some(Problem::InvalidSessionsUrl {
             scheme: Some(scheme),
         }),
@@ -1316,11 +1321,12 @@ mod tests {
             ("/var/lib/flynn/sessions.db", invalid(None)),
             ("C:\\flynn\\sessions.db", invalid(None)),
             ("", invalid(None)),
-            (
-                "postgres://flynn:secret@localhost/flynn",
-                Some(Problem::PostgresUnavailable),
-            ),
-            ("PostgreSQL://localhost", Some(Problem::PostgresUnavailable)),
+            ("postgres://flynn:secret@localhost/flynn", None),
+            ("PostgreSQL://localhost", None),
+            ("postgresql://db.internal:5433/flynn?sslmode=require", None),
+            ("postgres://", invalid(Some("postgres"))),
+            ("postgres:///flynn", invalid(Some("postgres"))),
+            ("postgres:localhost", invalid(Some("postgres"))),
         ] {
             assert_eq!(sessions_url_problem(url), problem, "{url}");
         }

@@ -49,7 +49,15 @@ impl Layout {
     /// Where `config` keeps things under `home`; `config_file` is the file
     /// the config was read from (backed up when it exists).
     pub fn resolve(config: &FlynnConfig, home: &Path, config_file: Option<&Path>) -> Result<Self> {
-        let StoreLocation::Sqlite(database) = flynn_sessions::location(&config.sessions, home)?;
+        let database = match flynn_sessions::location(&config.sessions, home)? {
+            StoreLocation::Sqlite(database) => database,
+            postgres @ StoreLocation::Postgres(_) => {
+                return Err(Error::Backup(format!(
+                    "the sessions are in PostgreSQL ({}): back them up with the server's own tools (`pg_dump`); `flynn backup` copies a SQLite session store, the memory and the config",
+                    postgres.redacted()
+                )));
+            }
+        };
         Ok(Layout {
             home: home.to_path_buf(),
             database,

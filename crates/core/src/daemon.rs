@@ -436,8 +436,12 @@ impl Daemon {
 /// Refuses to start on a session database that fails `PRAGMA
 /// quick_check`, naming the problems and the way out.
 async fn check_database(config: &FlynnConfig, home: &std::path::Path) -> Result<()> {
+    // A PostgreSQL server checks its own pages.
     let flynn_sessions::StoreLocation::Sqlite(path) =
-        flynn_sessions::location(&config.sessions, home)?;
+        flynn_sessions::location(&config.sessions, home)?
+    else {
+        return Ok(());
+    };
     if !path.exists() {
         return Ok(());
     }

@@ -99,7 +99,7 @@ pub enum Error {
     TurnFinished { turn: TurnId, status: TurnStatus },
     /// `sessions.url` is not a URL this build understands.
     #[error(
-        "sessions.url '{url}': {problem}; expected sqlite:///absolute/path.db or sqlite://relative/path.db"
+        "sessions.url '{url}': {problem}; expected sqlite:///absolute/path.db, sqlite://relative/path.db or postgres://user:password@host:5432/database"
     )]
     InvalidUrl {
         /// The URL as configured, with any password replaced by `***`.

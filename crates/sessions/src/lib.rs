@@ -53,15 +53,30 @@ pub enum StoreLocation {
     /// A SQLite database file (relative paths are relative to the current
     /// directory).
     Sqlite(PathBuf),
+    /// A PostgreSQL database, by its `postgres://` URL (which may hold a
+    /// password: show it through [`StoreLocation::redacted`]).
+    Postgres(String),
+}
+
+impl StoreLocation {
+    /// Where the store is, fit to show: a file's path, or the URL with its
+    /// password hidden.
+    pub fn redacted(&self) -> String {
+        match self {
+            StoreLocation::Sqlite(path) => path.display().to_string(),
+            StoreLocation::Postgres(url) => redact(url),
+        }
+    }
 }
 
 /// Where `config` puts the store, without touching the disk:
-/// `sessions.url` (`sqlite:///absolute/path.db`, `sqlite://relative/path.db`),
+/// `sessions.url` (`sqlite:///absolute/path.db`, `sqlite://relative/path.db`,
+/// `postgres://user:password@host:port/database`),
 /// else `sessions.database`, else `<home>/sessions.db`.
 ///
-/// `postgres://` and `postgresql://` URLs are recognised and refused with
-/// [`Error::UnsupportedBackend`] until that backend exists; anything else
-/// is [`Error::InvalidUrl`]. Errors show the URL with its password hidden.
+/// `postgres://` and `postgresql://` URLs name a PostgreSQL database;
+/// anything else is [`Error::InvalidUrl`]. Errors show the URL with its
+/// password hidden.
 pub fn location(config: &SessionsConfig, home: &Path) -> Result<StoreLocation> {
     if let Some(url) = &config.url {
         return location_of_url(url);
@@ -79,6 +94,7 @@ pub fn location(config: &SessionsConfig, home: &Path) -> Result<StoreLocation> {
 pub async fn open(config: &SessionsConfig, home: &Path) -> Result<Arc<dyn SessionStore>> {
     match location(config, home)? {
         StoreLocation::Sqlite(path) => Ok(Arc::new(SqliteStore::open(&path).await?)),
+        StoreLocation::Postgres(url) => Err(Error::UnsupportedBackend { url: redact(&url) }),
     }
 }
 
@@ -101,7 +117,7 @@ fn location_of_url(url: &str) -> Result<StoreLocation> {
             "options after '?' or '#' are not supported; name the file only",
         )),
         "sqlite" => Ok(StoreLocation::Sqlite(PathBuf::from(rest))),
-        "postgres" | "postgresql" => Err(Error::UnsupportedBackend { url: redact(url) }),
+        "postgres" | "postgresql" => Ok(StoreLocation::Postgres(url.to_owned())),
         "" => Err(invalid("the URL has no scheme")),
         other => Err(invalid(&format!(
             "'{other}://' is not a session store this build knows"

@@ -411,14 +411,14 @@ config.yaml:2:45: tools.process.buffer_bytes: 10 is too small, expected at least
 }
 
 #[test]
-fn sessions_url_must_be_sqlite() {
+fn sessions_url_must_be_sqlite_or_postgres() {
     assert_error(
-        "sessions:\n  url: postgres://flynn:hunter2@db.internal/flynn\n",
-        "config.yaml:2:8: sessions.url: PostgreSQL sessions are not available in this build; use sqlite:///absolute/path.db or sqlite://relative/path.db",
+        "sessions:\n  url: postgres:///flynn\n",
+        "config.yaml:2:8: sessions.url: a PostgreSQL URL is 'postgres://' and a server, expected postgres://user:password@host:5432/database",
     );
     assert_error(
         "sessions:\n  url: mysql://db.internal/flynn\n",
-        "config.yaml:2:8: sessions.url: unsupported URL scheme 'mysql:', expected sqlite:///absolute/path.db or sqlite://relative/path.db",
+        "config.yaml:2:8: sessions.url: unsupported URL scheme 'mysql:', expected sqlite:///absolute/path.db or sqlite://relative/path.db, or postgres://user:password@host:5432/database",
     );
     assert_error(
         "sessions:\n  url: /var/lib/flynn/sessions.db\n",
@@ -432,11 +432,13 @@ fn sessions_url_must_be_sqlite() {
 
 #[test]
 fn a_secret_in_a_sessions_url_from_the_environment_is_not_shown() {
-    let env = MapEnv::new().with("DATABASE_URL", "postgres://flynn:hunter2@db/flynn");
+    let env = MapEnv::new().with("DATABASE_URL", "pgsql://flynn:hunter2@db/flynn");
     assert_eq!(
         crate::parse_with("sessions:\n  url: ${DATABASE_URL}\n", &env),
-        Err("config.yaml:2:8: sessions.url: PostgreSQL sessions are not available in this build; use sqlite:///absolute/path.db or sqlite://relative/path.db".to_owned())
+        Err("config.yaml:2:8: sessions.url: unsupported URL scheme 'pgsql:', expected sqlite:///absolute/path.db or sqlite://relative/path.db, or postgres://user:password@host:5432/database".to_owned())
     );
+    let env = MapEnv::new().with("DATABASE_URL", "postgres://flynn:hunter2@db/flynn");
+    assert!(crate::parse_with("sessions:\n  url: ${DATABASE_URL}\n", &env).is_ok());
 }
 
 #[test]

@@ -3,9 +3,9 @@
 
 use flynn_protocol::TurnId;
 use flynn_protocol::config::{CronJobConfig, Missed};
-use flynn_sessions::{JobKind, JobRuns, Jobs, LastRun, RunOutcome, SqliteStore, StoredCronJob};
+use flynn_sessions::{JobKind, JobRuns, LastRun, RunOutcome, StoredCronJob};
 
-use crate::key;
+use crate::{Db, key};
 
 fn job(name: &str) -> StoredCronJob {
     StoredCronJob {
@@ -37,12 +37,9 @@ fn finished(scheduled_for: i64, outcome: RunOutcome, error: Option<&str>) -> Las
     }
 }
 
-#[tokio::test]
-async fn agent_jobs_and_their_runs_survive_reopening_the_store() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("sessions.db");
+async fn agent_jobs_and_their_runs_survive_reopening_the_store(db: Db) {
     {
-        let store = SqliteStore::open(&path).await.unwrap();
+        let store = db.open().await;
         assert!(store.add_cron_job(&job("brief")).await.unwrap());
         let mut plain = job("plain");
         plain.job.agent = None;
@@ -60,7 +57,7 @@ async fn agent_jobs_and_their_runs_survive_reopening_the_store() {
             .unwrap();
         store.close().await;
     }
-    let store = SqliteStore::open(&path).await.unwrap();
+    let store = db.open().await;
     let mut plain = job("plain");
     plain.job.agent = None;
     plain.job.deliver_to = None;
@@ -90,9 +87,8 @@ async fn agent_jobs_and_their_runs_survive_reopening_the_store() {
     );
 }
 
-#[tokio::test]
-async fn a_name_is_taken_once_and_removing_a_job_forgets_its_runs() {
-    let (_dir, store) = crate::open().await;
+async fn a_name_is_taken_once_and_removing_a_job_forgets_its_runs(db: Db) {
+    let store = db.open().await;
     assert!(store.add_cron_job(&job("brief")).await.unwrap());
     let mut other = job("brief");
     other.job.message = "something else".to_owned();
@@ -127,9 +123,8 @@ async fn a_name_is_taken_once_and_removing_a_job_forgets_its_runs() {
     );
 }
 
-#[tokio::test]
-async fn tracking_keeps_the_first_time_and_runs_replace_the_last_one() {
-    let (_dir, store) = crate::open().await;
+async fn tracking_keeps_the_first_time_and_runs_replace_the_last_one(db: Db) {
+    let store = db.open().await;
     let fresh = store.track_job(JobKind::Cron, "daily", 100).await.unwrap();
     assert_eq!(
         fresh,
@@ -196,3 +191,9 @@ async fn tracking_keeps_the_first_time_and_runs_replace_the_last_one() {
     let new = runs.iter().find(|r| r.name == "new").unwrap();
     assert_eq!((new.since, new.last.clone()), (1_002, Some(running)));
 }
+
+crate::on_both!(
+    agent_jobs_and_their_runs_survive_reopening_the_store,
+    a_name_is_taken_once_and_removing_a_job_forgets_its_runs,
+    tracking_keeps_the_first_time_and_runs_replace_the_last_one,
+);

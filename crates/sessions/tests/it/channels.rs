@@ -3,9 +3,9 @@
 
 use flynn_protocol::ContentBlock;
 use flynn_sessions::pairing::{CODE_LEN, MAX_PENDING};
-use flynn_sessions::{Error, Pairing, PairingError, SqliteStore, TurnOrigin, Turns};
+use flynn_sessions::{Error, PairingError, TurnOrigin};
 
-use crate::{key, open};
+use crate::{Db, key};
 
 fn origin(external_id: &str) -> TurnOrigin {
     TurnOrigin {
@@ -16,9 +16,8 @@ fn origin(external_id: &str) -> TurnOrigin {
     }
 }
 
-#[tokio::test]
-async fn a_message_delivered_twice_is_accepted_once_per_session() {
-    let (_dir, store) = open().await;
+async fn a_message_delivered_twice_is_accepted_once_per_session(db: Db) {
+    let store = db.open().await;
     let telegram = key("telegram:42");
     let content = vec![ContentBlock::text("hi")];
     let first = store
@@ -58,20 +57,17 @@ async fn a_message_delivered_twice_is_accepted_once_per_session() {
     assert_eq!(store.open_turns(Some(&telegram)).await.unwrap().len(), 4);
 }
 
-#[tokio::test]
-async fn the_id_survives_reopening_the_store() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("sessions.db");
+async fn the_id_survives_reopening_the_store(db: Db) {
     let k = key("slack:C1:1700.1");
     {
-        let store = SqliteStore::open(&path).await.unwrap();
+        let store = db.open().await;
         store
             .accept(&k, &[ContentBlock::text("a")], &origin("Ev1"))
             .await
             .unwrap();
         store.close().await;
     }
-    let store = SqliteStore::open(&path).await.unwrap();
+    let store = db.open().await;
     assert!(matches!(
         store
             .accept(&k, &[ContentBlock::text("a")], &origin("Ev1"))
@@ -84,9 +80,8 @@ async fn the_id_survives_reopening_the_store() {
 
 const HOUR: i64 = 3_600_000;
 
-#[tokio::test]
-async fn an_unknown_sender_keeps_one_code_until_it_is_approved() {
-    let (_dir, store) = open().await;
+async fn an_unknown_sender_keeps_one_code_until_it_is_approved(db: Db) {
+    let store = db.open().await;
     assert!(!store.peer_approved("telegram", "42").await.unwrap());
     let ticket = store
         .pairing_request("telegram", "42", Some("@alice"), 1_000, HOUR)
@@ -150,9 +145,8 @@ async fn an_unknown_sender_keeps_one_code_until_it_is_approved() {
     assert!(!store.peer_approved("telegram", "42").await.unwrap());
 }
 
-#[tokio::test]
-async fn codes_expire_and_the_sender_gets_a_new_one() {
-    let (_dir, store) = open().await;
+async fn codes_expire_and_the_sender_gets_a_new_one(db: Db) {
+    let store = db.open().await;
     let first = store
         .pairing_request("slack", "U1", None, 0, HOUR)
         .await
@@ -180,9 +174,8 @@ async fn codes_expire_and_the_sender_gets_a_new_one() {
     assert!(!store.peer_approved("slack", "U1").await.unwrap());
 }
 
-#[tokio::test]
-async fn an_expired_code_is_refused_as_expired() {
-    let (_dir, store) = open().await;
+async fn an_expired_code_is_refused_as_expired(db: Db) {
+    let store = db.open().await;
     let ticket = store
         .pairing_request("whatsapp", "15551234567", None, 0, 10)
         .await
@@ -202,9 +195,8 @@ async fn an_expired_code_is_refused_as_expired() {
     );
 }
 
-#[tokio::test]
-async fn a_full_channel_refuses_new_codes_and_keeps_the_first_ones() {
-    let (_dir, store) = open().await;
+async fn a_full_channel_refuses_new_codes_and_keeps_the_first_ones(db: Db) {
+    let store = db.open().await;
     // The real request comes first, then a flood of accounts.
     let real = store
         .pairing_request("discord", "u0", Some("Alice"), 0, HOUR)
@@ -267,3 +259,12 @@ async fn a_full_channel_refuses_new_codes_and_keeps_the_first_ones() {
         .unwrap();
     assert!(next.fresh);
 }
+
+crate::on_both!(
+    the_id_survives_reopening_the_store,
+    a_message_delivered_twice_is_accepted_once_per_session,
+    an_unknown_sender_keeps_one_code_until_it_is_approved,
+    codes_expire_and_the_sender_gets_a_new_one,
+    an_expired_code_is_refused_as_expired,
+    a_full_channel_refuses_new_codes_and_keeps_the_first_ones,
+);

@@ -56,20 +56,18 @@ fn url_error(url: &str) -> Error {
 }
 
 #[test]
-fn postgres_is_recognised_but_not_built_yet() {
-    let error = url_error("postgres://flynn:hunter2@db.local/flynn");
+fn postgres_urls_name_a_postgres_store_and_hide_their_password_when_shown() {
+    let url = "postgres://flynn:hunter2@db.local:5432/flynn?sslmode=require";
+    let found = location(&with_url(url), Path::new("/home")).unwrap();
+    assert_eq!(found, StoreLocation::Postgres(url.to_owned()));
     assert_eq!(
-        error.to_string(),
-        "sessions.url 'postgres://flynn:***@db.local/flynn': PostgreSQL session stores are not built yet; use sqlite:///absolute/path.db (or leave sessions.url unset for FLYNN_HOME/sessions.db)"
+        found.redacted(),
+        "postgres://flynn:***@db.local:5432/flynn?sslmode=require"
     );
-    assert!(
-        matches!(error, Error::UnsupportedBackend { ref url } if url == "postgres://flynn:***@db.local/flynn"),
-        "{error:?}"
+    assert_eq!(
+        location(&with_url("PostgreSQL://db.local/flynn"), Path::new("/home")).unwrap(),
+        StoreLocation::Postgres("PostgreSQL://db.local/flynn".to_owned())
     );
-    assert!(matches!(
-        url_error("postgresql://db.local/flynn"),
-        Error::UnsupportedBackend { .. }
-    ));
 }
 
 #[test]
@@ -77,23 +75,23 @@ fn other_urls_say_what_was_expected() {
     let cases = [
         (
             "ftp://host/sessions.db",
-            "sessions.url 'ftp://host/sessions.db': 'ftp://' is not a session store this build knows; expected sqlite:///absolute/path.db or sqlite://relative/path.db",
+            "sessions.url 'ftp://host/sessions.db': 'ftp://' is not a session store this build knows; expected sqlite:///absolute/path.db, sqlite://relative/path.db or postgres://user:password@host:5432/database",
         ),
         (
             "/var/lib/flynn/sessions.db",
-            "sessions.url '/var/lib/flynn/sessions.db': not a URL (no '://'); expected sqlite:///absolute/path.db or sqlite://relative/path.db",
+            "sessions.url '/var/lib/flynn/sessions.db': not a URL (no '://'); expected sqlite:///absolute/path.db, sqlite://relative/path.db or postgres://user:password@host:5432/database",
         ),
         (
             "sqlite://",
-            "sessions.url 'sqlite://': the URL names no file; expected sqlite:///absolute/path.db or sqlite://relative/path.db",
+            "sessions.url 'sqlite://': the URL names no file; expected sqlite:///absolute/path.db, sqlite://relative/path.db or postgres://user:password@host:5432/database",
         ),
         (
             "sqlite:///s.db?mode=ro",
-            "sessions.url 'sqlite:///s.db?mode=ro': options after '?' or '#' are not supported; name the file only; expected sqlite:///absolute/path.db or sqlite://relative/path.db",
+            "sessions.url 'sqlite:///s.db?mode=ro': options after '?' or '#' are not supported; name the file only; expected sqlite:///absolute/path.db, sqlite://relative/path.db or postgres://user:password@host:5432/database",
         ),
         (
             "sqlite::memory:",
-            "sessions.url 'sqlite::memory:': in-memory stores would lose every session at exit, so they are not supported; expected sqlite:///absolute/path.db or sqlite://relative/path.db",
+            "sessions.url 'sqlite::memory:': in-memory stores would lose every session at exit, so they are not supported; expected sqlite:///absolute/path.db, sqlite://relative/path.db or postgres://user:password@host:5432/database",
         ),
     ];
     for (url, message) in cases {

@@ -4,11 +4,10 @@
 use flynn_protocol::Message;
 use flynn_sessions::{Conversations, Error, SqliteStore};
 
-use crate::{key, messages, numbered, open, tool_exchange};
+use crate::{Db, key, messages, numbered, open, tool_exchange};
 
-#[tokio::test]
-async fn appended_messages_come_back_in_order_with_every_block() {
-    let (_dir, store) = open().await;
+async fn appended_messages_come_back_in_order_with_every_block(db: Db) {
+    let store = db.open().await;
     let k = key("cli:default");
     let all = tool_exchange();
     let first = store.append(&k, &all[..2]).await.unwrap();
@@ -24,9 +23,8 @@ async fn appended_messages_come_back_in_order_with_every_block() {
     assert_eq!(store.history(&key("cli:other")).await.unwrap(), vec![]);
 }
 
-#[tokio::test]
-async fn appending_nothing_stores_nothing() {
-    let (_dir, store) = open().await;
+async fn appending_nothing_stores_nothing(db: Db) {
+    let store = db.open().await;
     let k = key("cli:default");
     assert_eq!(store.append(&k, &[]).await.unwrap(), Vec::<u64>::new());
     assert_eq!(store.history(&k).await.unwrap(), vec![]);
@@ -155,9 +153,8 @@ async fn history_pages_walk_back_from_the_end_oldest_first() {
     );
 }
 
-#[tokio::test]
-async fn list_puts_the_most_recently_changed_session_first_and_clear_removes_one() {
-    let (_dir, store) = open().await;
+async fn list_puts_the_most_recently_changed_session_first_and_clear_removes_one(db: Db) {
+    let store = db.open().await;
     store.append(&key("cli:a"), &tool_exchange()).await.unwrap();
     store
         .append(&key("cli:b"), &[Message::user("x")])
@@ -213,9 +210,8 @@ async fn list_puts_the_most_recently_changed_session_first_and_clear_removes_one
     assert!(b.created_at <= b.updated_at, "{b:?}");
 }
 
-#[tokio::test]
-async fn replace_history_keeps_what_was_appended_after_upto() {
-    let (_dir, store) = open().await;
+async fn replace_history_keeps_what_was_appended_after_upto(db: Db) {
+    let store = db.open().await;
     let k = key("cli:default");
     store.append(&k, &tool_exchange()).await.unwrap();
     // A turn appends while compaction summarises messages 1..=3.
@@ -259,9 +255,8 @@ async fn replace_history_keeps_what_was_appended_after_upto() {
     );
 }
 
-#[tokio::test]
-async fn a_replacement_may_be_longer_or_empty() {
-    let (_dir, store) = open().await;
+async fn a_replacement_may_be_longer_or_empty(db: Db) {
+    let store = db.open().await;
     let k = key("cli:default");
     store
         .append(&k, &[Message::user("one"), Message::assistant("two")])
@@ -303,11 +298,8 @@ async fn a_replacement_may_be_longer_or_empty() {
     );
 }
 
-#[tokio::test]
-async fn sequence_numbers_are_never_reused() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("sessions.db");
-    let store = SqliteStore::open(&path).await.unwrap();
+async fn sequence_numbers_are_never_reused(db: Db) {
+    let store = db.open().await;
     let k = key("cli:default");
     assert_eq!(
         store.append(&k, &tool_exchange()).await.unwrap(),
@@ -329,7 +321,7 @@ async fn sequence_numbers_are_never_reused() {
     store.close().await;
 
     // Re-created under the same key, in a new process.
-    let store = SqliteStore::open(&path).await.unwrap();
+    let store = db.open().await;
     assert_eq!(
         store.append(&k, &[Message::user("fresh")]).await.unwrap(),
         vec![6]
@@ -347,9 +339,8 @@ async fn sequence_numbers_are_never_reused() {
     );
 }
 
-#[tokio::test]
-async fn replace_history_up_to_an_unknown_message_fails_and_changes_nothing() {
-    let (_dir, store) = open().await;
+async fn replace_history_up_to_an_unknown_message_fails_and_changes_nothing(db: Db) {
+    let store = db.open().await;
     let k = key("cli:default");
     let other = key("cli:other");
     store.append(&k, &tool_exchange()).await.unwrap();
@@ -523,9 +514,8 @@ async fn a_history_read_again_is_what_the_file_holds_after_every_kind_of_change(
     assert_eq!(texts(&store.history(&k).await.unwrap()), ["seven"]);
 }
 
-#[tokio::test]
-async fn many_sessions_read_in_turn_each_get_their_own_history() {
-    let (_dir, store) = open().await;
+async fn many_sessions_read_in_turn_each_get_their_own_history(db: Db) {
+    let store = db.open().await;
     // More sessions than the store keeps decoded, read round and round.
     for round in 0..3 {
         for i in 0..40 {
@@ -539,3 +529,14 @@ async fn many_sessions_read_in_turn_each_get_their_own_history() {
         }
     }
 }
+
+crate::on_both!(
+    sequence_numbers_are_never_reused,
+    appended_messages_come_back_in_order_with_every_block,
+    appending_nothing_stores_nothing,
+    list_puts_the_most_recently_changed_session_first_and_clear_removes_one,
+    replace_history_keeps_what_was_appended_after_upto,
+    a_replacement_may_be_longer_or_empty,
+    replace_history_up_to_an_unknown_message_fails_and_changes_nothing,
+    many_sessions_read_in_turn_each_get_their_own_history,
+);

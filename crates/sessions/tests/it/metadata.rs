@@ -4,13 +4,10 @@ use flynn_protocol::config::ModelRef;
 use flynn_protocol::{Message, Tier};
 use flynn_sessions::{Conversations, SessionMeta, SqliteStore, Turns};
 
-use crate::{key, open};
+use crate::{Db, key};
 
-#[tokio::test]
-async fn metadata_round_trips_through_the_file_and_shows_in_list_and_info() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("sessions.db");
-    let store = SqliteStore::open(&path).await.unwrap();
+async fn metadata_round_trips_through_the_file_and_shows_in_list_and_info(db: Db) {
+    let store = db.open().await;
     let k = key("telegram:42");
     assert_eq!(store.metadata(&k).await.unwrap(), SessionMeta::default());
 
@@ -26,7 +23,7 @@ async fn metadata_round_trips_through_the_file_and_shows_in_list_and_info() {
     store.set_metadata(&k, &meta).await.unwrap();
     store.close().await;
 
-    let store = SqliteStore::open(&path).await.unwrap();
+    let store = db.open().await;
     assert_eq!(store.metadata(&k).await.unwrap(), meta);
     let info = store.info(&k).await.unwrap().unwrap();
     assert_eq!(
@@ -46,11 +43,8 @@ async fn metadata_round_trips_through_the_file_and_shows_in_list_and_info() {
     assert_eq!(store.metadata(&k).await.unwrap(), cleared);
 }
 
-#[tokio::test]
-async fn a_taint_is_kept_apart_from_the_rest_of_the_metadata_until_cleared() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("sessions.db");
-    let store = SqliteStore::open(&path).await.unwrap();
+async fn a_taint_is_kept_apart_from_the_rest_of_the_metadata_until_cleared(db: Db) {
+    let store = db.open().await;
     let k = key("telegram:42");
     store
         .set_taint(&k, Some("web.fetch in turn 3"))
@@ -68,7 +62,7 @@ async fn a_taint_is_kept_apart_from_the_rest_of_the_metadata_until_cleared() {
         .await
         .unwrap();
     store.close().await;
-    let store = SqliteStore::open(&path).await.unwrap();
+    let store = db.open().await;
     assert_eq!(
         store.metadata(&k).await.unwrap(),
         SessionMeta {
@@ -84,9 +78,8 @@ async fn a_taint_is_kept_apart_from_the_rest_of_the_metadata_until_cleared() {
     assert_eq!(store.metadata(&k).await.unwrap(), SessionMeta::default());
 }
 
-#[tokio::test]
-async fn a_reset_forgets_metadata() {
-    let (_dir, store) = open().await;
+async fn a_reset_forgets_metadata(db: Db) {
+    let store = db.open().await;
     let k = key("cli:default");
     store
         .set_metadata(
@@ -103,9 +96,8 @@ async fn a_reset_forgets_metadata() {
     assert_eq!(store.info(&k).await.unwrap(), None);
 }
 
-#[tokio::test]
-async fn setting_metadata_makes_the_session_the_most_recently_changed() {
-    let (_dir, store) = open().await;
+async fn setting_metadata_makes_the_session_the_most_recently_changed(db: Db) {
+    let store = db.open().await;
     store
         .append(&key("cli:a"), &[Message::user("a")])
         .await
@@ -202,3 +194,10 @@ async fn the_first_message_gives_a_session_its_title_and_a_later_one_does_not() 
         Some("Holiday")
     );
 }
+
+crate::on_both!(
+    metadata_round_trips_through_the_file_and_shows_in_list_and_info,
+    a_taint_is_kept_apart_from_the_rest_of_the_metadata_until_cleared,
+    a_reset_forgets_metadata,
+    setting_metadata_makes_the_session_the_most_recently_changed,
+);

@@ -3,7 +3,7 @@
 use flynn_protocol::{ContentBlock, Message, SessionKey};
 use flynn_sessions::{Conversations, SqliteStore, TurnOrigin, TurnStatus, Turns};
 
-use crate::{key, numbered, open};
+use crate::{Db, key, numbered, open};
 
 fn origin() -> TurnOrigin {
     TurnOrigin {
@@ -160,9 +160,8 @@ async fn idle_sessions_go_with_their_turns_and_tool_outputs_and_busy_ones_stay()
     assert_eq!(rows, 0);
 }
 
-#[tokio::test]
-async fn a_kept_tool_output_is_not_replaced_by_another_calls_output_under_the_same_id() {
-    let (_dir, store) = open().await;
+async fn a_kept_tool_output_is_not_replaced_by_another_calls_output_under_the_same_id(db: Db) {
+    let store = db.open().await;
     let k = key("cli:ids");
     let output = |content: &str| flynn_sessions::ToolOutput {
         call_id: "call_0".into(),
@@ -187,3 +186,5 @@ async fn a_kept_tool_output_is_not_replaced_by_another_calls_output_under_the_sa
         Some(output("first"))
     );
 }
+
+crate::on_both!(a_kept_tool_output_is_not_replaced_by_another_calls_output_under_the_same_id,);

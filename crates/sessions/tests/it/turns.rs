@@ -3,7 +3,7 @@
 use flynn_protocol::{ContentBlock, Message, Role, TurnId};
 use flynn_sessions::{Conversations, Error, TurnOrigin, TurnRecord, TurnStatus, Turns};
 
-use crate::{key, messages, numbered, open, turns_of};
+use crate::{Db, key, messages, numbered, open, turns_of};
 
 fn origin(pid: u32) -> TurnOrigin {
     TurnOrigin {
@@ -14,9 +14,8 @@ fn origin(pid: u32) -> TurnOrigin {
     }
 }
 
-#[tokio::test]
-async fn a_turn_goes_from_accepted_to_running_to_finished() {
-    let (_dir, store) = open().await;
+async fn a_turn_goes_from_accepted_to_running_to_finished(db: Db) {
+    let store = db.open().await;
     let k = key("cli:default");
     store
         .append(&k, &[Message::user("earlier"), Message::assistant("ok")])
@@ -136,9 +135,8 @@ async fn a_turn_goes_from_accepted_to_running_to_finished() {
     assert_eq!(store.history(&k).await.unwrap().len(), 4);
 }
 
-#[tokio::test]
-async fn a_message_accepted_and_started_at_once_is_one_commit_and_a_running_turn() {
-    let (_dir, store) = open().await;
+async fn a_message_accepted_and_started_at_once_is_a_running_turn(db: Db) {
+    let store = db.open().await;
     let k = key("telegram:77");
     store.append(&k, &[Message::user("earlier")]).await.unwrap();
     let content = vec![ContentBlock::text("book the train")];
@@ -147,12 +145,10 @@ async fn a_message_accepted_and_started_at_once_is_one_commit_and_a_running_turn
         ..origin(300)
     };
 
-    let before = store.write_commits();
     let record = store
         .accept_and_start(&k, &content, &from_chat)
         .await
         .unwrap();
-    assert_eq!(store.write_commits() - before, 1);
     assert_eq!(
         (record.status, record.message_seq),
         (TurnStatus::Running, Some(2))
@@ -197,9 +193,8 @@ async fn a_message_accepted_and_started_at_once_is_one_commit_and_a_running_turn
     assert_eq!(store.open_turns(None).await.unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn a_waiting_turn_does_not_split_a_running_turn_from_its_tool_results() {
-    let (_dir, store) = open().await;
+async fn a_waiting_turn_does_not_split_a_running_turn_from_its_tool_results(db: Db) {
+    let store = db.open().await;
     let k = key("cli:default");
     let first = store
         .accept(&k, &[ContentBlock::text("list files")], &origin(1))
@@ -224,9 +219,8 @@ async fn a_waiting_turn_does_not_split_a_running_turn_from_its_tool_results() {
     assert_eq!(messages(&store.history(&k).await.unwrap()), expected);
 }
 
-#[tokio::test]
-async fn open_turns_are_oldest_first_and_filter_by_session() {
-    let (_dir, store) = open().await;
+async fn open_turns_are_oldest_first_and_filter_by_session(db: Db) {
+    let store = db.open().await;
     let a = key("cli:a");
     let b = key("cli:b");
     let text = |t: &str| vec![ContentBlock::text(t)];
@@ -264,9 +258,8 @@ async fn open_turns_are_oldest_first_and_filter_by_session() {
     );
 }
 
-#[tokio::test]
-async fn a_reset_removes_the_sessions_turns() {
-    let (_dir, store) = open().await;
+async fn a_reset_removes_the_sessions_turns(db: Db) {
+    let store = db.open().await;
     let k = key("cli:default");
     let turn = store
         .accept(&k, &[ContentBlock::text("hi")], &origin(1))
@@ -283,9 +276,8 @@ async fn a_reset_removes_the_sessions_turns() {
     assert_eq!((turn.id, next.id), (TurnId(1), TurnId(2)));
 }
 
-#[tokio::test]
-async fn unknown_turns_are_a_clear_error() {
-    let (_dir, store) = open().await;
+async fn unknown_turns_are_a_clear_error(db: Db) {
+    let store = db.open().await;
     let error = store.start_turn(TurnId(7), 1).await.unwrap_err();
     assert_eq!(error.to_string(), "there is no turn 7 in the session store");
     assert!(
@@ -330,9 +322,8 @@ async fn an_unreadable_open_turn_is_marked_failed_and_the_others_recover() {
     assert_eq!(status, "failed");
 }
 
-#[tokio::test]
-async fn the_outbox_holds_finished_chat_turns_until_they_are_marked_sent() {
-    let (_dir, store) = open().await;
+async fn the_outbox_holds_finished_chat_turns_until_they_are_marked_sent(db: Db) {
+    let store = db.open().await;
     let chat = key("telegram:4242");
     let from_chat = |id: &str| TurnOrigin {
         external_id: Some(id.to_owned()),
@@ -406,9 +397,9 @@ async fn the_outbox_holds_finished_chat_turns_until_they_are_marked_sent() {
     // The marks outlive the process: another store on the same file (the
     // next start) sees them.
     store.mark_delivered(running.id).await.unwrap();
-    let path = store.path().to_path_buf();
+    store.close().await;
     drop(store);
-    let again = flynn_sessions::SqliteStore::open(&path).await.unwrap();
+    let again = db.open().await;
     assert_eq!(ids(again.undelivered_turns(0).await.unwrap()), vec![]);
 }
 
@@ -470,3 +461,25 @@ fn seq_after(history: &[flynn_sessions::StoredMessage], seq: u64) -> u64 {
         .find(|s| *s > seq)
         .unwrap_or_default()
 }
+
+#[tokio::test]
+async fn accepting_and_starting_at_once_is_one_commit() {
+    let (_dir, store) = open().await;
+    let before = store.write_commits();
+    let record = store
+        .accept_and_start(&key("cli:one"), &[ContentBlock::text("hi")], &origin(1))
+        .await
+        .unwrap();
+    assert_eq!(store.write_commits() - before, 1);
+    assert_eq!(record.status, TurnStatus::Running);
+}
+
+crate::on_both!(
+    a_message_accepted_and_started_at_once_is_a_running_turn,
+    the_outbox_holds_finished_chat_turns_until_they_are_marked_sent,
+    a_turn_goes_from_accepted_to_running_to_finished,
+    a_waiting_turn_does_not_split_a_running_turn_from_its_tool_results,
+    open_turns_are_oldest_first_and_filter_by_session,
+    a_reset_removes_the_sessions_turns,
+    unknown_turns_are_a_clear_error,
+);

@@ -6,7 +6,7 @@ use flynn_sessions::{
     UsageTotal,
 };
 
-use crate::{key, numbered, open, turns_of};
+use crate::{Db, key, numbered, open, turns_of};
 
 fn record(session: &str, tier: Tier, input: u64, cost: Option<f64>) -> UsageRecord {
     UsageRecord {
@@ -26,9 +26,8 @@ fn record(session: &str, tier: Tier, input: u64, cost: Option<f64>) -> UsageReco
     }
 }
 
-#[tokio::test]
-async fn usage_is_totalled_per_tier_and_purpose() {
-    let (_dir, store) = open().await;
+async fn usage_is_totalled_per_tier_and_purpose(db: Db) {
+    let store = db.open().await;
     let with = |tier, purpose, input, cost| UsageRecord {
         purpose,
         ..record("cli:a", tier, input, cost)
@@ -78,9 +77,8 @@ async fn usage_is_totalled_per_tier_and_purpose() {
     assert!((fast.1.cost_usd - 0.03).abs() < 1e-9);
 }
 
-#[tokio::test]
-async fn tool_outputs_are_kept_per_session_by_id_and_cleared_with_it() {
-    let (_dir, store) = open().await;
+async fn tool_outputs_are_kept_per_session_by_id_and_cleared_with_it(db: Db) {
+    let store = db.open().await;
     let output = |content: &str| ToolOutput {
         call_id: "call_1".into(),
         tool: "shell.exec".into(),
@@ -107,9 +105,8 @@ async fn tool_outputs_are_kept_per_session_by_id_and_cleared_with_it() {
     );
 }
 
-#[tokio::test]
-async fn usage_is_totalled_per_tier_per_session_and_survives_a_reset() {
-    let (_dir, store) = open().await;
+async fn usage_is_totalled_per_tier_per_session_and_survives_a_reset(db: Db) {
+    let store = db.open().await;
     for r in [
         record("cli:a", Tier::Default, 100, Some(0.5)),
         record("cli:a", Tier::Default, 50, None),
@@ -161,9 +158,8 @@ async fn usage_is_totalled_per_tier_per_session_and_survives_a_reset() {
     );
 }
 
-#[tokio::test]
-async fn an_answer_and_its_usage_are_stored_together() {
-    let (_dir, store) = open().await;
+async fn an_answer_and_its_usage_are_stored_together(db: Db) {
+    let store = db.open().await;
     let k = key("cli:a");
     store.append(&k, &[Message::user("hi")]).await.unwrap();
     let seq = store
@@ -363,3 +359,10 @@ async fn usage_since_a_day_reads_through_the_time_index() {
         "{plan:?}"
     );
 }
+
+crate::on_both!(
+    usage_is_totalled_per_tier_and_purpose,
+    tool_outputs_are_kept_per_session_by_id_and_cleared_with_it,
+    usage_is_totalled_per_tier_per_session_and_survives_a_reset,
+    an_answer_and_its_usage_are_stored_together,
+);
