@@ -574,7 +574,6 @@ async fn database_line(loaded: &Loaded) -> Check {
 /// The PostgreSQL store: reachable, its schema current (opening brings it
 /// up to date, as the daemon's start would), how many sessions it holds.
 async fn postgres_line(loaded: &Loaded, where_: &str) -> Check {
-    use flynn_core::Conversations as _;
     let store = match flynn_core::sessions::open(&loaded.config.sessions, &loaded.paths.home).await
     {
         Ok(store) => store,

@@ -12,9 +12,12 @@ use crate::TurnStatus;
 /// public API.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The store could not be opened or created.
+    /// The store could not be opened or created. A PostgreSQL store's
+    /// message says what to check itself (the server, the login, the
+    /// database); a SQLite file's is followed by what to check.
     #[error(
-        "cannot open the session database {location}: {message} (check that it names a SQLite file, or a place to create one, that Flynn may write)"
+        "cannot open the session database {location}: {message}{}",
+        open_advice(.location)
     )]
     Open { location: String, message: String },
     /// The directory that should hold the store could not be created.
@@ -29,7 +32,8 @@ pub enum Error {
     },
     /// The schema could not be brought up to date.
     #[error(
-        "cannot bring the session database {location} up to this version's schema: {message} (a newer Flynn may have written it: upgrade Flynn, or point sessions.url at another file)"
+        "cannot bring the session database {location} up to this version's schema: {message} (a newer Flynn may have written it: upgrade Flynn, or point sessions.url at another {})",
+        if is_postgres(.location) { "database" } else { "file" }
     )]
     Migrate { location: String, message: String },
     /// The file is damaged, or is not a SQLite database at all.
@@ -106,14 +110,6 @@ pub enum Error {
         url: String,
         problem: String,
     },
-    /// A recognised backend this build does not have yet.
-    #[error(
-        "sessions.url '{url}': PostgreSQL session stores are not built yet; use sqlite:///absolute/path.db (or leave sessions.url unset for FLYNN_HOME/sessions.db)"
-    )]
-    UnsupportedBackend {
-        /// The URL as configured, with any password replaced by `***`.
-        url: String,
-    },
     /// A pairing request or approval that cannot be granted (see
     /// [`PairingError`](crate::PairingError)).
     #[error(transparent)]
@@ -121,6 +117,23 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Whether a store's location is a PostgreSQL URL (a SQLite store's is
+/// its file's path).
+fn is_postgres(location: &str) -> bool {
+    let scheme = location.split_once("://").map_or("", |(scheme, _)| scheme);
+    scheme.eq_ignore_ascii_case("postgres") || scheme.eq_ignore_ascii_case("postgresql")
+}
+
+/// What to check when a SQLite file cannot be opened; nothing for a
+/// PostgreSQL store, whose message says it.
+fn open_advice(location: &str) -> &'static str {
+    if is_postgres(location) {
+        ""
+    } else {
+        " (check that it names a SQLite file, or a place to create one, that Flynn may write)"
+    }
+}
 
 /// Whether SQLite said the file is damaged (`SQLITE_CORRUPT`, 11) or not
 /// a database (`SQLITE_NOTADB`, 26).
@@ -186,8 +199,9 @@ impl From<std::io::Error> for Error {
 
 /// Classifies a sqlx error at the boundary: SQLite's BUSY and LOCKED (with
 /// their extended codes) and a pool that had no free connection in time
-/// are `Busy`, READONLY is `ReadOnly`, FULL is `DiskFull`; anything else
-/// is `Backend`.
+/// are `Busy`, READONLY is `ReadOnly`, FULL is `DiskFull`; PostgreSQL's
+/// serialization failures, deadlocks and lock timeouts are `Busy` and its
+/// full disk `DiskFull`; anything else is `Backend`.
 impl From<sqlx::Error> for Error {
     fn from(error: sqlx::Error) -> Self {
         if matches!(error, sqlx::Error::PoolTimedOut) {
@@ -197,6 +211,11 @@ impl From<sqlx::Error> for Error {
                     crate::retry::ACQUIRE_TIMEOUT.as_secs()
                 ),
             };
+        }
+        if let sqlx::Error::Database(db) = &error
+            && let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+        {
+            return from_postgres(pg.code(), error.to_string());
         }
         // sqlx reports extended codes, whose low byte is the primary code.
         let code = match &error {
@@ -214,6 +233,18 @@ impl From<sqlx::Error> for Error {
             Some(13) => Error::DiskFull { message },
             _ => Error::Backend { message },
         }
+    }
+}
+
+/// A PostgreSQL error by its SQLSTATE: a serialization failure (40001),
+/// a deadlock (40P01) and a lock not had within the connection's
+/// `lock_timeout` (55P03) are `Busy`, as trying again may work; a full
+/// disk on the server (53100) is `DiskFull`; anything else is `Backend`.
+fn from_postgres(code: &str, message: String) -> Error {
+    match code {
+        "40001" | "40P01" | "55P03" => Error::Busy { message },
+        "53100" => Error::DiskFull { message },
+        _ => Error::Backend { message },
     }
 }
 

@@ -24,6 +24,7 @@ pub mod automation;
 mod delivered;
 mod error;
 pub mod pairing;
+mod postgres;
 mod reads;
 mod recent;
 pub mod retry;
@@ -40,6 +41,7 @@ use flynn_protocol::config::SessionsConfig;
 pub use automation::{JobKind, JobRuns, LastRun, RunOutcome, StoredCronJob};
 pub use error::{Error, Result};
 pub use pairing::{ApprovedPeer, PairingError, PairingTicket, PendingPairing};
+pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 pub use store::{
     Conversations, DayUsage, Jobs, Pairing, SessionInfo, SessionMeta, SessionStore, StoredMessage,
@@ -94,7 +96,7 @@ pub fn location(config: &SessionsConfig, home: &Path) -> Result<StoreLocation> {
 pub async fn open(config: &SessionsConfig, home: &Path) -> Result<Arc<dyn SessionStore>> {
     match location(config, home)? {
         StoreLocation::Sqlite(path) => Ok(Arc::new(SqliteStore::open(&path).await?)),
-        StoreLocation::Postgres(url) => Err(Error::UnsupportedBackend { url: redact(&url) }),
+        StoreLocation::Postgres(url) => Ok(Arc::new(PgStore::open(&url).await?)),
     }
 }
 
