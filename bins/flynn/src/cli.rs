@@ -91,8 +91,9 @@ impl Cli {
                     | ConfigCommand::Set { config: slot, .. } => *slot = config,
                     ConfigCommand::Schema => {}
                 },
-                // FLYNN_HOME/models does not depend on the config file.
-                Command::Models(_) | Command::Completion { .. } => {}
+                // FLYNN_HOME/models does not depend on the config file,
+                // nor do the stores `flynn store` names.
+                Command::Models(_) | Command::Store(_) | Command::Completion { .. } => {}
             }
         }
         if gateway.is_some() && !gateway_taken {
@@ -146,6 +147,9 @@ pub enum Command {
     /// Put a `flynn backup` archive back in place (the daemon must be
     /// stopped); what it replaces is moved to FLYNN_HOME/before-restore-*.
     Restore(BackupArgs),
+    /// The session store itself: copy it whole into another, empty one
+    /// (from SQLite to PostgreSQL, or back).
+    Store(StoreArgs),
     /// Guided set-up: asks a few questions and writes a valid config file
     /// (--non-interactive: from flags and the environment).
     Onboard(OnboardArgs),
@@ -337,6 +341,27 @@ pub struct BackupArgs {
     /// Set from the global `--config`.
     #[arg(skip)]
     pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    #[command(subcommand)]
+    pub command: StoreCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Copy every session, turn, usage record, pairing and job from one
+    /// store into another that holds nothing yet; stop the daemon first.
+    /// Each side is a `sqlite://` or `postgres://` URL, or a SQLite file's
+    /// path. A password is better kept in PGPASSWORD or ~/.pgpass than in
+    /// the URL, which other users see in the process list.
+    Copy {
+        /// The store to copy from.
+        from: String,
+        /// The store to copy into: created if needed, and empty.
+        to: String,
+    },
 }
 
 #[derive(Debug, Args)]

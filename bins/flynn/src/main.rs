@@ -41,6 +41,7 @@ mod send;
 mod sessions;
 mod skills;
 mod start;
+mod store;
 mod token;
 mod workspace;
 
@@ -127,6 +128,7 @@ async fn run(command: Command) -> Result<(), Failure> {
         Command::Doctor(args) => doctor::run(args).await,
         Command::Backup(args) => backup::backup(args).await,
         Command::Restore(args) => backup::restore(args).await,
+        Command::Store(args) => store::run(args).await,
         Command::Onboard(args) => onboard::run(args).await,
         Command::Completion { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();

@@ -95,6 +95,8 @@ impl Stack {
 pub struct Daemon {
     /// Held until the daemon is dropped.
     _home_lock: crate::backup::DaemonLock,
+    /// Held while the daemon runs, when its sessions are in PostgreSQL.
+    _database_lock: Option<flynn_sessions::DaemonLock>,
     flynn: Flynn,
     addr: SocketAddr,
     token_source: TokenSource,
@@ -172,6 +174,20 @@ impl Daemon {
                 options.home.join(crate::backup::DAEMON_LOCK).display()
             ))
         })?;
+        // One daemon per PostgreSQL database, until daemons sharing one
+        // coordinate their work.
+        let location = flynn_sessions::location(&config.sessions, &options.home)?;
+        let database_lock = match &location {
+            flynn_sessions::StoreLocation::Postgres(url) => {
+                Some(flynn_sessions::PgStore::lock_daemon(url).await?.ok_or_else(|| {
+                    Error::Serve(format!(
+                        "another flynn daemon is using the session database {}: one daemon runs on a PostgreSQL database at a time (several need the scale-out coordination, not built yet); stop the other, or point sessions.url at another database",
+                        location.redacted()
+                    ))
+                })?)
+            }
+            flynn_sessions::StoreLocation::Sqlite(_) => None,
+        };
         check_database(&config, &options.home).await?;
 
         // The token first: tools must never show it, wherever it came from.
@@ -385,6 +401,7 @@ impl Daemon {
         );
         Ok(Daemon {
             _home_lock: home_lock,
+            _database_lock: database_lock,
             flynn,
             addr,
             token_source,

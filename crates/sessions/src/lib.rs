@@ -21,6 +21,7 @@
 //! migrations embedded in the binary.
 
 pub mod automation;
+mod copy;
 mod delivered;
 mod error;
 pub mod pairing;
@@ -39,9 +40,10 @@ use std::sync::Arc;
 use flynn_protocol::config::SessionsConfig;
 
 pub use automation::{JobKind, JobRuns, LastRun, RunOutcome, StoredCronJob};
+pub use copy::{CopyReport, copy};
 pub use error::{Error, Result};
 pub use pairing::{ApprovedPeer, PairingError, PairingTicket, PendingPairing};
-pub use postgres::PgStore;
+pub use postgres::{DaemonLock, PgStore};
 pub use sqlite::SqliteStore;
 pub use store::{
     Conversations, DayUsage, Jobs, Pairing, SessionInfo, SessionMeta, SessionStore, StoredMessage,

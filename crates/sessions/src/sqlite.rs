@@ -273,7 +273,7 @@ impl SqliteStore {
     }
 
     /// Moves the outbox's marks from their file into the database.
-    async fn fold_delivered(&self) -> Result<()> {
+    pub(crate) async fn fold_delivered(&self) -> Result<()> {
         let location = self.delivered.path().display().to_string();
         self.delivered
             .fold(|turns| async move {

@@ -123,6 +123,30 @@ macro_rules! usage_sums {
 
 type Tx = Transaction<'static, Postgres>;
 
+/// The advisory lock key of [`DaemonLock`] ("flynn" in ASCII, shifted).
+const DAEMON_LOCK_KEY: i64 = 0x666c_796e_6e00;
+
+/// A daemon's claim on its PostgreSQL database: a session-level advisory
+/// lock, held on a connection of its own for as long as the daemon runs
+/// (and given back by the server when that connection ends, however the
+/// process ends). Until daemons sharing a database coordinate who runs
+/// each session, polls each chat channel and fires each schedule, one
+/// daemon runs on a database at a time; commands such as `flynn send` do
+/// not take it.
+#[derive(Debug)]
+pub struct DaemonLock {
+    conn: Option<PgConnection>,
+}
+
+impl DaemonLock {
+    /// Gives the lock back and closes its connection.
+    pub async fn release(mut self) {
+        if let Some(conn) = self.conn.take() {
+            let _ = conn.close().await;
+        }
+    }
+}
+
 /// Sessions in a PostgreSQL database, shared safely by several processes.
 #[derive(Debug, Clone)]
 pub struct PgStore {
@@ -220,6 +244,44 @@ impl PgStore {
     /// Closes every connection; calls after it fail.
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+
+    /// Takes the daemon lock of the database `url` names (see
+    /// [`DaemonLock`]), or `None` when another process holds it.
+    pub async fn lock_daemon(url: &str) -> Result<Option<DaemonLock>> {
+        let location = crate::redact(url);
+        let password = Password::of(url);
+        let open_error = |message: String| Error::Open {
+            location: location.clone(),
+            message: password.hide(&message),
+        };
+        let options = PgConnectOptions::from_str(url).map_err(|e| {
+            open_error(format!(
+                "the URL cannot be read as a PostgreSQL URL ({e}); write it as postgres://user:password@host:port/database"
+            ))
+        })?;
+        let server = server_of(&options);
+        let connecting = PgConnection::connect_with(&options);
+        let mut conn = match tokio::time::timeout(retry::ACQUIRE_TIMEOUT, connecting).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return Err(open_error(connect_failure(&e, &server, &options))),
+            Err(_) => {
+                return Err(open_error(format!(
+                    "the PostgreSQL server at {server} did not answer within {} s; check that it runs and that this machine may reach it",
+                    retry::ACQUIRE_TIMEOUT.as_secs()
+                )));
+            }
+        };
+        let taken: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(DAEMON_LOCK_KEY)
+            .fetch_one(&mut conn)
+            .await?;
+        if taken {
+            Ok(Some(DaemonLock { conn: Some(conn) }))
+        } else {
+            let _ = conn.close().await;
+            Ok(None)
+        }
     }
 
     /// A transaction holding the store's write lock (see the module's

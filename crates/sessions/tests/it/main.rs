@@ -4,6 +4,7 @@
 
 mod automation;
 mod channels;
+mod copy;
 mod factory;
 mod history;
 mod metadata;

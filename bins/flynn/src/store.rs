@@ -1,0 +1,58 @@
+//! `flynn store copy`: moves every session, turn, usage record, pairing
+//! and job from one session store into another, empty one (see
+//! `flynn_sessions::copy`).
+
+use std::path::PathBuf;
+
+use flynn_core::protocol::config::SessionsConfig;
+use flynn_core::sessions::{self, StoreLocation};
+
+use crate::cli::{StoreArgs, StoreCommand};
+use crate::exit::Failure;
+
+pub async fn run(args: StoreArgs) -> Result<(), Failure> {
+    match args.command {
+        StoreCommand::Copy { from, to } => {
+            let from = store_arg("FROM", &from)?;
+            let to = store_arg("TO", &to)?;
+            let report = sessions::copy(&from, &to)
+                .await
+                .map_err(|e| Failure::other(e.to_string()))?;
+            let counted: Vec<String> = report
+                .rows
+                .iter()
+                .filter(|(_, rows)| *rows > 0)
+                .map(|(table, rows)| format!("{rows} {table}"))
+                .collect();
+            let what = if counted.is_empty() {
+                "nothing (the source store is empty)".to_owned()
+            } else {
+                counted.join(", ")
+            };
+            outln!(
+                "copied {what} from {} to {}",
+                from.redacted(),
+                to.redacted()
+            );
+            Ok(())
+        }
+    }
+}
+
+/// A store named on the command line: a `sqlite://` or `postgres://` URL
+/// (as `sessions.url` takes), or a SQLite file's path.
+fn store_arg(name: &str, text: &str) -> Result<StoreLocation, Failure> {
+    let config = if text.contains("://") {
+        SessionsConfig {
+            url: Some(text.to_owned()),
+            ..SessionsConfig::default()
+        }
+    } else {
+        SessionsConfig {
+            database: Some(PathBuf::from(text)),
+            ..SessionsConfig::default()
+        }
+    };
+    sessions::location(&config, std::path::Path::new("."))
+        .map_err(|e| Failure::usage(format!("{name}: {e}")))
+}
