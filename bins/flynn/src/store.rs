@@ -18,16 +18,10 @@ pub async fn run(args: StoreArgs) -> Result<(), Failure> {
             let report = sessions::copy(&from, &to)
                 .await
                 .map_err(|e| Failure::other(e.to_string()))?;
-            let counted: Vec<String> = report
-                .rows
-                .iter()
-                .filter(|(_, rows)| *rows > 0)
-                .map(|(table, rows)| format!("{rows} {table}"))
-                .collect();
-            let what = if counted.is_empty() {
+            let what = if report.rows.iter().all(|(_, rows)| *rows == 0) {
                 "nothing (the source store is empty)".to_owned()
             } else {
-                counted.join(", ")
+                report.to_string()
             };
             outln!(
                 "copied {what} from {} to {}",

@@ -40,6 +40,8 @@ enum Value {
 
 struct Table {
     name: &'static str,
+    /// What its rows are, for people.
+    label: &'static str,
     order: &'static str,
     columns: &'static [(&'static str, Kind)],
 }
@@ -52,6 +54,7 @@ use Kind::{Bool, Int, Real, Text};
 const TABLES: &[Table] = &[
     Table {
         name: "sessions",
+        label: "sessions",
         order: "key",
         columns: &[
             ("key", Text),
@@ -67,6 +70,7 @@ const TABLES: &[Table] = &[
     },
     Table {
         name: "messages",
+        label: "messages",
         order: "seq",
         columns: &[
             ("seq", Int),
@@ -80,6 +84,7 @@ const TABLES: &[Table] = &[
     },
     Table {
         name: "turns",
+        label: "turns",
         order: "id",
         columns: &[
             ("id", Int),
@@ -98,6 +103,7 @@ const TABLES: &[Table] = &[
     },
     Table {
         name: "usage",
+        label: "usage records",
         order: "id",
         columns: &[
             ("session_key", Text),
@@ -116,6 +122,7 @@ const TABLES: &[Table] = &[
     },
     Table {
         name: "tool_outputs",
+        label: "kept tool outputs",
         order: "session_key, call_id",
         columns: &[
             ("session_key", Text),
@@ -127,6 +134,7 @@ const TABLES: &[Table] = &[
     },
     Table {
         name: "channel_peers",
+        label: "approved senders",
         order: "channel, sender",
         columns: &[
             ("channel", Text),
@@ -138,6 +146,7 @@ const TABLES: &[Table] = &[
     },
     Table {
         name: "pairing_codes",
+        label: "pairing codes",
         order: "channel, code",
         columns: &[
             ("channel", Text),
@@ -150,6 +159,7 @@ const TABLES: &[Table] = &[
     },
     Table {
         name: "cron_jobs",
+        label: "cron jobs",
         order: "name",
         columns: &[
             ("name", Text),
@@ -167,6 +177,7 @@ const TABLES: &[Table] = &[
     },
     Table {
         name: "automation_runs",
+        label: "job run records",
         order: "kind, name",
         columns: &[
             ("kind", Text),
@@ -187,6 +198,30 @@ const TABLES: &[Table] = &[
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyReport {
     pub rows: Vec<(&'static str, u64)>,
+}
+
+impl std::fmt::Display for CopyReport {
+    /// What was copied, for people: "3 sessions, 6 messages, ...", or
+    /// "nothing".
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let copied: Vec<String> = self
+            .rows
+            .iter()
+            .filter(|(_, rows)| *rows > 0)
+            .map(|(name, rows)| {
+                let label = TABLES
+                    .iter()
+                    .find(|table| table.name == *name)
+                    .map_or(*name, |table| table.label);
+                format!("{rows} {label}")
+            })
+            .collect();
+        if copied.is_empty() {
+            f.write_str("nothing")
+        } else {
+            f.write_str(&copied.join(", "))
+        }
+    }
 }
 
 impl CopyReport {
@@ -291,7 +326,7 @@ async fn copy_between(
         for table in TABLES {
             let rows = count(target, table.name).await?;
             if rows > 0 {
-                held.push(format!("{rows} in {}", table.name));
+                held.push(format!("{rows} {}", table.label));
             }
         }
         if !held.is_empty() {

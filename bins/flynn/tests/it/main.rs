@@ -32,6 +32,7 @@ mod setup;
 mod skills;
 #[cfg(all(feature = "telegram", feature = "whatsapp"))]
 mod soak;
+mod store;
 mod taint;
 
 use std::path::Path;

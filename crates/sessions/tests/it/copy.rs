@@ -189,6 +189,10 @@ async fn a_store_moved_to_postgresql_and_back_keeps_everything() {
     assert_eq!(there.rows_of("turns"), 2);
     assert_eq!(there.rows_of("channel_peers"), 1);
     assert_eq!(there.rows_of("pairing_codes"), 1);
+    assert_eq!(
+        there.to_string(),
+        "1 sessions, 5 messages, 2 turns, 1 usage records, 1 kept tool outputs, 1 approved senders, 1 pairing codes, 1 cron jobs, 1 job run records"
+    );
     let again = copy(&location(&postgres), &location(&back)).await.unwrap();
     assert_eq!(again, there);
 
@@ -229,7 +233,7 @@ async fn a_copy_into_a_store_that_holds_anything_is_refused_and_changes_nothing(
     assert!(
         error
             .to_string()
-            .contains("is not empty (1 in sessions, 1 in messages): copy into an empty database"),
+            .contains("is not empty (1 sessions, 1 messages): copy into an empty database"),
         "{error}"
     );
     let after = target.open().await;
