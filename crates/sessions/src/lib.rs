@@ -21,6 +21,7 @@
 //! migrations embedded in the binary.
 
 pub mod automation;
+mod codec;
 mod copy;
 mod delivered;
 mod error;

@@ -3,9 +3,7 @@ use std::str::FromStr;
 
 use async_trait::async_trait;
 use flynn_protocol::config::{CronJobConfig, ModelRef};
-use flynn_protocol::{
-    ContentBlock, Message, Principal, Purpose, Role, SessionKey, Tier, TurnId, Usage,
-};
+use flynn_protocol::{ContentBlock, Message, Purpose, Role, SessionKey, Tier, TurnId, Usage};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteRow, SqliteSynchronous,
 };
@@ -14,6 +12,7 @@ use sqlx::{Connection, Row, Sqlite};
 use crate::automation::{
     JobKind, JobRuns, LastRun, RunOutcome, StoredCronJob, missed_as_str, missed_from,
 };
+use crate::codec::{Encoded, encode, principal_from, status_from, to_i64, to_u64};
 use crate::delivered::DeliveredLog;
 use crate::pairing::{
     ApprovedPeer, CODE_ATTEMPTS, MAX_PENDING, PairingError, PairingTicket, PendingPairing,
@@ -833,43 +832,6 @@ impl SqliteStore {
     }
 }
 
-/// A message ready to store: its role and its content as JSON, encoded
-/// by the caller before the write is queued (the writer only writes).
-struct Encoded {
-    role: &'static str,
-    content: String,
-}
-
-impl Encoded {
-    fn all(messages: &[Message]) -> Result<Vec<Encoded>> {
-        messages
-            .iter()
-            .map(|message| {
-                Ok(Encoded {
-                    role: message.role.as_str(),
-                    content: encode(&message.content)?,
-                })
-            })
-            .collect()
-    }
-}
-
-fn encode(content: &[ContentBlock]) -> Result<String> {
-    // Content blocks are plain JSON-shaped data; this cannot fail short of
-    // running out of memory.
-    serde_json::to_string(content).map_err(|e| Error::Backend {
-        message: format!("cannot encode a message as JSON: {e}"),
-    })
-}
-
-fn to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn to_u64(n: i64) -> u64 {
-    u64::try_from(n).unwrap_or(0)
-}
-
 /// The bytes of a message row's stored JSON.
 fn content_len(row: &SqliteRow) -> usize {
     row.try_get::<&str, _>("content").map_or(0, str::len)
@@ -902,12 +864,6 @@ fn stored_from_row(key: &SessionKey, row: &SqliteRow) -> Result<StoredMessage> {
     })
 }
 
-/// A stored principal; NULL (turns from before principals) and anything
-/// unreadable are the owner's, as every turn was then.
-fn principal_from(text: Option<String>) -> Principal {
-    text.and_then(|text| text.parse().ok()).unwrap_or_default()
-}
-
 fn meta_from_row(row: &SqliteRow) -> Result<SessionMeta> {
     let tier: Option<String> = row.try_get("tier")?;
     let model: Option<String> = row.try_get("model")?;
@@ -937,18 +893,6 @@ fn info_from_row(row: &SqliteRow) -> Result<Option<SessionInfo>> {
         updated_at: row.try_get("updated_at")?,
         meta: meta_from_row(row)?,
     }))
-}
-
-fn status_from(text: &str) -> TurnStatus {
-    match text {
-        "pending" => TurnStatus::Pending,
-        "running" => TurnStatus::Running,
-        "completed" => TurnStatus::Completed,
-        "cancelled" => TurnStatus::Cancelled,
-        "interrupted" => TurnStatus::Interrupted,
-        // "failed"; the table's CHECK constraint admits nothing else.
-        _ => TurnStatus::Failed,
-    }
 }
 
 fn turn_from_row(row: &SqliteRow) -> Result<Option<TurnRecord>> {

@@ -169,38 +169,20 @@ impl PgStore {
     /// the schema cannot be brought up to date; the messages name the
     /// server and never show the password.
     pub async fn open(url: &str) -> Result<Self> {
-        let location = crate::redact(url);
-        let password = Password::of(url);
+        let Connected {
+            mut conn,
+            location,
+            password,
+            server,
+            options,
+        } = Connected::to(url).await?;
         let open_error = |message: String| Error::Open {
             location: location.clone(),
             message: password.hide(&message),
         };
-        let options = PgConnectOptions::from_str(url).map_err(|e| {
-            open_error(format!(
-                "the URL cannot be read as a PostgreSQL URL ({e}); write it as postgres://user:password@host:port/database"
-            ))
-        })?;
-        let options = if options.get_application_name().is_none() {
-            options.application_name("flynn")
-        } else {
-            options
-        };
-        let server = server_of(&options);
-        // One connection of its own first: it reports what failed at once
-        // (the pool would try a refused connection again until its
-        // timeout, then say only that it timed out), and brings the schema
-        // up to date under the migrator's advisory lock.
-        let connecting = PgConnection::connect_with(&options);
-        let mut conn = match tokio::time::timeout(retry::ACQUIRE_TIMEOUT, connecting).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return Err(open_error(connect_failure(&e, &server, &options))),
-            Err(_) => {
-                return Err(open_error(format!(
-                    "the PostgreSQL server at {server} did not answer within {} s; check that it runs and that this machine may reach it",
-                    retry::ACQUIRE_TIMEOUT.as_secs()
-                )));
-            }
-        };
+        // The schema is brought up to date on that connection, under the
+        // migrator's advisory lock: processes opening together wait for
+        // the first.
         if let Err(e) = MIGRATOR.run(&mut conn).await {
             let _ = conn.close().await;
             return Err(match not_permitted(&e) {
@@ -249,29 +231,7 @@ impl PgStore {
     /// Takes the daemon lock of the database `url` names (see
     /// [`DaemonLock`]), or `None` when another process holds it.
     pub async fn lock_daemon(url: &str) -> Result<Option<DaemonLock>> {
-        let location = crate::redact(url);
-        let password = Password::of(url);
-        let open_error = |message: String| Error::Open {
-            location: location.clone(),
-            message: password.hide(&message),
-        };
-        let options = PgConnectOptions::from_str(url).map_err(|e| {
-            open_error(format!(
-                "the URL cannot be read as a PostgreSQL URL ({e}); write it as postgres://user:password@host:port/database"
-            ))
-        })?;
-        let server = server_of(&options);
-        let connecting = PgConnection::connect_with(&options);
-        let mut conn = match tokio::time::timeout(retry::ACQUIRE_TIMEOUT, connecting).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return Err(open_error(connect_failure(&e, &server, &options))),
-            Err(_) => {
-                return Err(open_error(format!(
-                    "the PostgreSQL server at {server} did not answer within {} s; check that it runs and that this machine may reach it",
-                    retry::ACQUIRE_TIMEOUT.as_secs()
-                )));
-            }
-        };
+        let Connected { mut conn, .. } = Connected::to(url).await?;
         let taken: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
             .bind(DAEMON_LOCK_KEY)
             .fetch_one(&mut conn)
@@ -834,6 +794,62 @@ async fn insert_usage(conn: &mut PgConnection, record: &UsageRecord, now: i64) -
 
 /// Where the server is, for messages: `host:port`, or the socket's
 /// directory.
+/// A connection of its own to the server a URL names, and what its errors
+/// need to say where it went.
+struct Connected {
+    conn: PgConnection,
+    /// The URL with its password hidden.
+    location: String,
+    password: Password,
+    /// `host:port`, or the socket.
+    server: String,
+    options: PgConnectOptions,
+}
+
+impl Connected {
+    /// Connects, reporting at once what failed (an unreadable URL, a
+    /// server that refuses or does not answer, a refused login), never
+    /// the password. A pool would try a refused connection again until
+    /// its timeout, then say only that it timed out.
+    async fn to(url: &str) -> Result<Connected> {
+        let location = crate::redact(url);
+        let password = Password::of(url);
+        let open_error = |message: String| Error::Open {
+            location: location.clone(),
+            message: password.hide(&message),
+        };
+        let options = PgConnectOptions::from_str(url).map_err(|e| {
+            open_error(format!(
+                "the URL cannot be read as a PostgreSQL URL ({e}); write it as postgres://user:password@host:port/database"
+            ))
+        })?;
+        let options = if options.get_application_name().is_none() {
+            options.application_name("flynn")
+        } else {
+            options
+        };
+        let server = server_of(&options);
+        let connecting = PgConnection::connect_with(&options);
+        let conn = match tokio::time::timeout(retry::ACQUIRE_TIMEOUT, connecting).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return Err(open_error(connect_failure(&e, &server, &options))),
+            Err(_) => {
+                return Err(open_error(format!(
+                    "the PostgreSQL server at {server} did not answer within {} s; check that it runs and that this machine may reach it",
+                    retry::ACQUIRE_TIMEOUT.as_secs()
+                )));
+            }
+        };
+        Ok(Connected {
+            conn,
+            location,
+            password,
+            server,
+            options,
+        })
+    }
+}
+
 fn server_of(options: &PgConnectOptions) -> String {
     match options.get_socket() {
         Some(dir) => format!("{} (a Unix socket)", dir.display()),

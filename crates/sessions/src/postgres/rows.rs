@@ -5,44 +5,15 @@ use std::borrow::Cow;
 use std::str::FromStr;
 
 use flynn_protocol::config::ModelRef;
-use flynn_protocol::{ContentBlock, Message, Principal, Role, SessionKey, Tier, TurnId, Usage};
+use flynn_protocol::{Message, Role, SessionKey, Tier, TurnId, Usage};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
 use crate::automation::{JobKind, JobRuns, LastRun, RunOutcome};
+pub(super) use crate::codec::{Encoded, encode, principal_from, status_from, to_i64, to_u64};
 use crate::{
-    Error, Result, SessionInfo, SessionMeta, StoredMessage, TurnOrigin, TurnRecord, TurnStatus,
-    UsageTotal,
+    Error, Result, SessionInfo, SessionMeta, StoredMessage, TurnOrigin, TurnRecord, UsageTotal,
 };
-
-/// A message ready to store: its role and its content as JSON.
-pub(super) struct Encoded {
-    pub(super) role: &'static str,
-    pub(super) content: String,
-}
-
-impl Encoded {
-    pub(super) fn all(messages: &[Message]) -> Result<Vec<Encoded>> {
-        messages
-            .iter()
-            .map(|message| {
-                Ok(Encoded {
-                    role: message.role.as_str(),
-                    content: encode(&message.content)?,
-                })
-            })
-            .collect()
-    }
-}
-
-pub(super) fn encode(content: &[ContentBlock]) -> Result<String> {
-    // Content blocks are plain JSON-shaped data; this cannot fail short of
-    // running out of memory. JSON escapes the NUL character, so what is
-    // encoded is text PostgreSQL can hold.
-    serde_json::to_string(content).map_err(|e| Error::Backend {
-        message: format!("cannot encode a message as JSON: {e}"),
-    })
-}
 
 /// `text` as PostgreSQL's `TEXT` can hold it. SQLite keeps the NUL
 /// character; PostgreSQL refuses the whole write, which would refuse a
@@ -59,14 +30,6 @@ pub(super) fn text(text: &str) -> Cow<'_, str> {
 /// [`text`] of an optional value.
 pub(super) fn opt_text(value: Option<&str>) -> Option<Cow<'_, str>> {
     value.map(text)
-}
-
-pub(super) fn to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-pub(super) fn to_u64(n: i64) -> u64 {
-    u64::try_from(n).unwrap_or(0)
 }
 
 /// The bytes of a message row's stored JSON.
@@ -101,12 +64,6 @@ pub(super) fn stored_from_row(key: &SessionKey, row: &PgRow) -> Result<StoredMes
     })
 }
 
-/// A stored principal; NULL (a turn stored without one) and anything
-/// unreadable are the owner's, as the SQLite store reads them.
-pub(super) fn principal_from(text: Option<String>) -> Principal {
-    text.and_then(|text| text.parse().ok()).unwrap_or_default()
-}
-
 pub(super) fn meta_from_row(row: &PgRow) -> Result<SessionMeta> {
     let tier: Option<String> = row.try_get("tier")?;
     let model: Option<String> = row.try_get("model")?;
@@ -136,18 +93,6 @@ pub(super) fn info_from_row(row: &PgRow) -> Result<Option<SessionInfo>> {
         updated_at: row.try_get("updated_at")?,
         meta: meta_from_row(row)?,
     }))
-}
-
-pub(super) fn status_from(text: &str) -> TurnStatus {
-    match text {
-        "pending" => TurnStatus::Pending,
-        "running" => TurnStatus::Running,
-        "completed" => TurnStatus::Completed,
-        "cancelled" => TurnStatus::Cancelled,
-        "interrupted" => TurnStatus::Interrupted,
-        // "failed"; the table's CHECK constraint admits nothing else.
-        _ => TurnStatus::Failed,
-    }
 }
 
 pub(super) fn turn_from_row(row: &PgRow) -> Result<Option<TurnRecord>> {
