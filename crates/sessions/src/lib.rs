@@ -130,21 +130,44 @@ fn location_of_url(url: &str) -> Result<StoreLocation> {
     }
 }
 
-/// The URL with the password of its `user:password@` part replaced by
-/// `***`, so errors can show it.
+/// The URL with its password replaced by `***`, so errors can show it:
+/// the one in its `user:password@` part, and a `password=` option after
+/// `?` (which PostgreSQL's URLs also take).
 fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(authority_end);
-    let Some((userinfo, host)) = authority.rsplit_once('@') else {
-        return url.to_owned();
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{user}:***@{host}"),
+            None => authority.to_owned(),
+        },
+        None => authority.to_owned(),
     };
-    match userinfo.split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
-        None => url.to_owned(),
-    }
+    format!("{scheme}://{authority}{}", redact_query(tail))
+}
+
+/// `tail` (path, `?` options, `#` fragment) with the value of every
+/// `password` option replaced by `***`.
+fn redact_query(tail: &str) -> String {
+    let Some((path, after)) = tail.split_once('?') else {
+        return tail.to_owned();
+    };
+    let (query, fragment) = match after.split_once('#') {
+        Some((query, fragment)) => (query, Some(fragment)),
+        None => (after, None),
+    };
+    let options: Vec<String> = query
+        .split('&')
+        .map(|option| match option.split_once('=') {
+            Some((name, _)) if name.eq_ignore_ascii_case("password") => format!("{name}=***"),
+            _ => option.to_owned(),
+        })
+        .collect();
+    let fragment = fragment.map(|f| format!("#{f}")).unwrap_or_default();
+    format!("{path}?{}{fragment}", options.join("&"))
 }
 
 #[cfg(test)]
@@ -162,6 +185,14 @@ mod tests {
             "postgres://flynn@db.local/flynn"
         );
         assert_eq!(redact("sqlite:///var/x.db"), "sqlite:///var/x.db");
+        assert_eq!(
+            redact("postgres://flynn@db.local/flynn?sslmode=require&password=s3cr%40t&x=1#f"),
+            "postgres://flynn@db.local/flynn?sslmode=require&password=***&x=1#f"
+        );
+        assert_eq!(
+            redact("postgres://flynn:a@db.local/flynn?PASSWORD=b"),
+            "postgres://flynn:***@db.local/flynn?PASSWORD=***"
+        );
         assert_eq!(redact("not a url"), "not a url");
     }
 }

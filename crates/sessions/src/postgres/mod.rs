@@ -927,15 +927,29 @@ struct Password {
 }
 
 impl Password {
+    /// The password of `url`: in its `user:password@` part, or in a
+    /// `password=` option after `?`.
     fn of(url: &str) -> Password {
         let mut forms = Vec::new();
-        let written = url.split_once("://").and_then(|(_, rest)| {
-            let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-            let (userinfo, _host) = authority.rsplit_once('@')?;
-            let (_user, password) = userinfo.split_once(':')?;
-            Some(password)
+        let Some((_, rest)) = url.split_once("://") else {
+            return Password { forms };
+        };
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let in_userinfo = rest[..authority_end]
+            .rsplit_once('@')
+            .and_then(|(userinfo, _host)| userinfo.split_once(':'))
+            .map(|(_user, password)| password);
+        let query = rest[authority_end..]
+            .split_once('?')
+            .map_or("", |(_, query)| query.split('#').next().unwrap_or_default());
+        let in_query = query.split('&').filter_map(|option| {
+            let (name, value) = option.split_once('=')?;
+            name.eq_ignore_ascii_case("password").then_some(value)
         });
-        if let Some(written) = written.filter(|p| !p.is_empty()) {
+        for written in in_userinfo.into_iter().chain(in_query) {
+            if written.is_empty() {
+                continue;
+            }
             forms.push(written.to_owned());
             let decoded = percent_decoded(written);
             if decoded != written && !decoded.is_empty() {

@@ -1112,6 +1112,19 @@ async fn opening_says_what_failed_and_never_shows_the_password() {
     );
     assert!(!message.contains("s3cret"), "{message}");
 
+    // A password given as an option after `?` is hidden too.
+    let refused = PgStore::open("postgres://flynn@127.0.0.1:1/flynn?password=s3cret-pw")
+        .await
+        .unwrap_err();
+    let message = refused.to_string();
+    assert!(
+        message.starts_with(
+            "cannot open the session database postgres://flynn@127.0.0.1:1/flynn?password=***: cannot reach"
+        ),
+        "{message}"
+    );
+    assert!(!message.contains("s3cret"), "{message}");
+
     let unreadable = PgStore::open("postgres://flynn:s3cret-pw@db.local:port/flynn")
         .await
         .unwrap_err();
@@ -1206,6 +1219,8 @@ fn passwords_are_hidden_as_written_and_decoded() {
     let password = Password::of("postgres://flynn:p%40ss-word@db.local/flynn");
     assert_eq!(password.hide("p%40ss-word and p@ss-word"), "*** and ***");
     assert_eq!(Password::of("postgres://flynn@db/x").hide("flynn"), "flynn");
+    let in_query = Password::of("postgres://flynn@db/x?sslmode=require&Password=a%26b#top");
+    assert_eq!(in_query.hide("a%26b, a&b"), "***, ***");
     assert_eq!(
         with_database("postgres://u:p@h:1/postgres?sslmode=disable", "t"),
         "postgres://u:p@h:1/t?sslmode=disable"
