@@ -207,7 +207,7 @@ impl From<sqlx::Error> for Error {
         if matches!(error, sqlx::Error::PoolTimedOut) {
             return Error::Busy {
                 message: format!(
-                    "no database connection was free within {} s (every one of the store's connections was in use)",
+                    "no database connection was free, nor could one be opened, within {} s (every one of the store's connections was in use, or its server did not answer)",
                     crate::retry::ACQUIRE_TIMEOUT.as_secs()
                 ),
             };
@@ -259,7 +259,7 @@ mod tests {
         assert!(timed_out.is_retryable());
         assert_eq!(
             timed_out.to_string(),
-            "the session database is busy: no database connection was free within 10 s (every one of the store's connections was in use) (another process may be writing; try again)"
+            "the session database is busy: no database connection was free, nor could one be opened, within 10 s (every one of the store's connections was in use, or its server did not answer) (another process may be writing; try again)"
         );
         assert!(!Error::from(sqlx::Error::RowNotFound).is_retryable());
         assert!(
