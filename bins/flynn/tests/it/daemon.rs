@@ -33,7 +33,7 @@ impl Daemon {
         Self::start_with(env, &[])
     }
 
-    fn start_with(env: &Env, extra: &[&str]) -> Daemon {
+    pub(crate) fn start_with(env: &Env, extra: &[&str]) -> Daemon {
         let mut args = vec!["start", "--bind", "127.0.0.1:0"];
         args.extend_from_slice(extra);
         Self::spawn(env.command(&args))

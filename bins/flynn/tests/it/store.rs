@@ -49,3 +49,110 @@ async fn a_store_is_copied_into_an_empty_one_and_a_full_one_is_refused() {
     assert_eq!(wrong.status.code(), Some(2), "{}", stderr(&wrong));
     assert!(stderr(&wrong).starts_with("error: FROM: sessions.url 'mysql://db/flynn'"));
 }
+
+/// A fresh database on the test PostgreSQL server, dropped at the end.
+struct Database {
+    admin: String,
+    name: String,
+}
+
+impl Database {
+    async fn create() -> Database {
+        use sqlx::Connection;
+        let admin = std::env::var("FLYNN_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+            panic!(
+                "FLYNN_TEST_POSTGRES_URL is not set: run `export FLYNN_TEST_POSTGRES_URL=$(scripts/postgres.sh)` (or scripts/test.sh)"
+            )
+        });
+        let name = format!("flynn_cli_{}", std::process::id());
+        let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
+        for sql in [
+            format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+            format!("CREATE DATABASE {name}"),
+        ] {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        Database { admin, name }
+    }
+
+    fn url(&self) -> String {
+        let base = self
+            .admin
+            .rsplit_once('/')
+            .map_or(self.admin.as_str(), |(base, _)| base);
+        format!("{base}/{}", self.name)
+    }
+
+    async fn drop_it(self) {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&self.admin).await.unwrap();
+        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_on_postgresql_keeps_a_second_one_out_and_commands_still_run() {
+    let database = Database::create().await;
+    let fake = FakeOpenAi::start().await;
+    let env = Env::new()
+        .var("OPENAI_BASE_URL", fake.base_url())
+        .var("OPENAI_API_KEY", "sk-x");
+    let config = env.path().join("flynn.yaml");
+    std::fs::write(&config, format!("sessions:\n  url: {}\n", database.url())).unwrap();
+    let config = config.to_str().unwrap().to_owned();
+
+    let mut first = crate::daemon::Daemon::start_with(&env, &["--config", &config]);
+    // A command beside the daemon stores its turn in the same database.
+    fake.push(Reply::Text("Stored in PostgreSQL.".into()));
+    let sent = env.run(&["send", "--config", &config, "--session", "cli:pg", "hello"]);
+    assert_eq!(sent.status.code(), Some(0), "{}", stderr(&sent));
+    let listed = env.run(&["sessions", "list", "--config", &config]);
+    assert!(stdout(&listed).contains("cli:pg"), "{}", stdout(&listed));
+
+    // Another daemon (its own home) on the same database is refused.
+    let other = Env::new()
+        .var("OPENAI_BASE_URL", fake.base_url())
+        .var("OPENAI_API_KEY", "sk-x");
+    let mut second = other
+        .command(&["start", "--bind", "127.0.0.1:0", "--config", &config])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while second.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = second.kill();
+            panic!("a second daemon started on the database the first one holds");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let refused = second.wait_with_output().unwrap();
+    assert_ne!(refused.status.code(), Some(0));
+    let shown = database.url().replace("flynn-test@", "***@");
+    assert!(
+        stderr(&refused).contains(&format!(
+            "another flynn daemon is using the session database {shown}: one daemon runs on a PostgreSQL database at a time"
+        )),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(
+        !stderr(&refused).contains("flynn-test@"),
+        "{}",
+        stderr(&refused)
+    );
+
+    // Once the first has stopped, the other starts.
+    assert!(first.stop(std::time::Duration::from_secs(20)).success());
+    let mut second = crate::daemon::Daemon::start_with(&other, &["--config", &config]);
+    assert!(second.stop(std::time::Duration::from_secs(20)).success());
+    database.drop_it().await;
+}
