@@ -18,13 +18,8 @@ pub async fn run(args: StoreArgs) -> Result<(), Failure> {
             let report = sessions::copy(&from, &to)
                 .await
                 .map_err(|e| Failure::other(e.to_string()))?;
-            let what = if report.rows.iter().all(|(_, rows)| *rows == 0) {
-                "nothing (the source store is empty)".to_owned()
-            } else {
-                report.to_string()
-            };
             outln!(
-                "copied {what} from {} to {}",
+                "copied {report} from {} to {}",
                 from.redacted(),
                 to.redacted()
             );

@@ -17,6 +17,7 @@ use sqlx::postgres::PgConnection;
 use sqlx::sqlite::SqliteConnection;
 use sqlx::{Connection, Row};
 
+use crate::postgres::Connected;
 use crate::{Error, PgStore, Result, SqliteStore, StoreLocation};
 
 /// How a column's values are read and written on both backends.
@@ -293,11 +294,7 @@ async fn connect(location: &StoreLocation) -> Result<End> {
         StoreLocation::Postgres(url) => {
             let store = PgStore::open(url).await?;
             store.close().await;
-            let conn = PgConnection::connect(url).await.map_err(|e| Error::Open {
-                location: location.redacted(),
-                message: e.to_string(),
-            })?;
-            Ok(End::Postgres(conn))
+            Ok(End::Postgres(Connected::to(url).await?.conn))
         }
     }
 }
@@ -314,13 +311,13 @@ async fn copy_between(
     target: &mut End,
     to: &StoreLocation,
 ) -> Result<CopyReport> {
-    begin(
+    run(
         source,
         "BEGIN",
         "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
     )
     .await?;
-    begin(target, "BEGIN IMMEDIATE", "BEGIN").await?;
+    run(target, "BEGIN IMMEDIATE", "BEGIN").await?;
     let copied = async {
         let mut held = Vec::new();
         for table in TABLES {
@@ -359,37 +356,26 @@ async fn copy_between(
     .await;
     match copied {
         Ok(report) => {
-            finish(target, "COMMIT").await?;
-            finish(source, "COMMIT").await?;
+            run(target, "COMMIT", "COMMIT").await?;
+            run(source, "COMMIT", "COMMIT").await?;
             Ok(report)
         }
         Err(error) => {
-            let _ = finish(target, "ROLLBACK").await;
-            let _ = finish(source, "ROLLBACK").await;
+            let _ = run(target, "ROLLBACK", "ROLLBACK").await;
+            let _ = run(source, "ROLLBACK", "ROLLBACK").await;
             Err(error)
         }
     }
 }
 
-async fn begin(end: &mut End, sqlite: &'static str, postgres: &'static str) -> Result<()> {
+/// Runs `sqlite` or `postgres`, whichever fits `end`'s backend.
+async fn run(end: &mut End, sqlite: &'static str, postgres: &'static str) -> Result<()> {
     match end {
         End::Sqlite(conn) => {
             sqlx::raw_sql(sqlite).execute(conn).await?;
         }
         End::Postgres(conn) => {
             sqlx::raw_sql(postgres).execute(conn).await?;
-        }
-    }
-    Ok(())
-}
-
-async fn finish(end: &mut End, sql: &'static str) -> Result<()> {
-    match end {
-        End::Sqlite(conn) => {
-            sqlx::raw_sql(sql).execute(conn).await?;
-        }
-        End::Postgres(conn) => {
-            sqlx::raw_sql(sql).execute(conn).await?;
         }
     }
     Ok(())
@@ -421,26 +407,18 @@ async fn copy_table(source: &mut End, target: &mut End, table: &Table) -> Result
         table.name,
         table.order
     );
-    let insert = match target {
-        End::Sqlite(_) => format!(
-            "INSERT INTO {} ({}) VALUES ({})",
-            table.name,
-            names.join(", "),
-            (1..=names.len())
-                .map(|i| format!("?{i}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        End::Postgres(_) => format!(
-            "INSERT INTO {} ({}) VALUES ({})",
-            table.name,
-            names.join(", "),
-            (1..=names.len())
-                .map(|i| format!("${i}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    };
+    let placeholders: Vec<String> = (1..=names.len())
+        .map(|i| match target {
+            End::Sqlite(_) => format!("?{i}"),
+            End::Postgres(_) => format!("${i}"),
+        })
+        .collect();
+    let insert = format!(
+        "INSERT INTO {} ({}) VALUES ({})",
+        table.name,
+        names.join(", "),
+        placeholders.join(", ")
+    );
     let mut copied = 0;
     match source {
         End::Sqlite(conn) => {

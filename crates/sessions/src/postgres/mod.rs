@@ -796,8 +796,8 @@ async fn insert_usage(conn: &mut PgConnection, record: &UsageRecord, now: i64) -
 /// directory.
 /// A connection of its own to the server a URL names, and what its errors
 /// need to say where it went.
-struct Connected {
-    conn: PgConnection,
+pub(crate) struct Connected {
+    pub(crate) conn: PgConnection,
     /// The URL with its password hidden.
     location: String,
     password: Password,
@@ -811,7 +811,7 @@ impl Connected {
     /// server that refuses or does not answer, a refused login), never
     /// the password. A pool would try a refused connection again until
     /// its timeout, then say only that it timed out.
-    async fn to(url: &str) -> Result<Connected> {
+    pub(crate) async fn to(url: &str) -> Result<Connected> {
         let location = crate::redact(url);
         let password = Password::of(url);
         let open_error = |message: String| Error::Open {
