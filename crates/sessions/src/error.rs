@@ -101,6 +101,14 @@ pub enum Error {
     /// A turn that cannot start because it has already ended.
     #[error("turn {turn} cannot start: it has already ended ({})", .status.as_str())]
     TurnFinished { turn: TurnId, status: TurnStatus },
+    /// A turn that may not start yet: a turn its session accepted before
+    /// it (on another node of a cluster) is still waiting.
+    #[error("turn {turn} cannot start before turn {waiting}, accepted earlier in its session")]
+    NotNext { turn: TurnId, waiting: TurnId },
+    /// A turn this node may not start: another node of the cluster holds
+    /// its session's lease (this node's lapsed, or was never had).
+    #[error("turn {turn} cannot start on this node: another node runs session '{session}' now")]
+    LeaseLost { session: String, turn: TurnId },
     /// `sessions.url` is not a URL this build understands.
     #[error(
         "sessions.url '{url}': {problem}; expected sqlite:///absolute/path.db, sqlite://relative/path.db or postgres://user:password@host:5432/database"

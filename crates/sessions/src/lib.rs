@@ -21,6 +21,7 @@
 //! migrations embedded in the binary.
 
 pub mod automation;
+pub mod cluster;
 mod codec;
 mod copy;
 mod delivered;
@@ -41,10 +42,11 @@ use std::sync::Arc;
 use flynn_protocol::config::SessionsConfig;
 
 pub use automation::{JobKind, JobRuns, LastRun, RunOutcome, StoredCronJob};
+pub use cluster::{Cluster, Lease, NodeId, NodeInfo, NodeKind, Received, Signal, TurnOwner};
 pub use copy::{CopyReport, copy};
 pub use error::{Error, Result};
 pub use pairing::{ApprovedPeer, PairingError, PairingTicket, PendingPairing};
-pub use postgres::{DaemonLock, PgStore};
+pub use postgres::{DaemonLock, PgCluster, PgStore};
 pub use sqlite::SqliteStore;
 pub use store::{
     Conversations, DayUsage, Jobs, Pairing, SessionInfo, SessionMeta, SessionStore, StoredMessage,

@@ -32,12 +32,15 @@
 //! not JSON (titles, names, tool outputs, errors...) a NUL is stored as
 //! U+FFFD (see [`rows::text`]).
 
+mod cluster;
+#[cfg(test)]
+mod cluster_tests;
 mod rows;
 #[cfg(test)]
 mod tests;
 
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use flynn_protocol::clock::now_millis;
@@ -47,6 +50,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Postgres, Row, Transaction};
 
 use crate::automation::{JobKind, JobRuns, LastRun, StoredCronJob, missed_as_str, missed_from};
+use crate::cluster::{NodeId, NodeKind};
 use crate::pairing::{
     ApprovedPeer, CODE_ATTEMPTS, MAX_PENDING, PairingError, PairingTicket, PendingPairing,
     new_code, normalize_code,
@@ -154,7 +158,14 @@ pub struct PgStore {
     /// Histories read lately (see [`crate::recent`]); each read checks
     /// what changed since, so another process's writes are seen.
     recent: Arc<Recent>,
+    /// This process's node, once it joined the cluster
+    /// ([`join_cluster`](Self::join_cluster)): turns it accepts and starts
+    /// are recorded as its, and it starts only turns of sessions whose
+    /// lease it holds, in their order.
+    node: Arc<OnceLock<NodeId>>,
 }
+
+pub use cluster::PgCluster;
 
 impl PgStore {
     /// Connects to the database `url` names
@@ -220,7 +231,30 @@ impl PgStore {
         Ok(PgStore {
             pool,
             recent: Arc::default(),
+            node: Arc::default(),
         })
+    }
+
+    /// Joins the cluster of processes sharing this database as a new node
+    /// (see [`crate::cluster`]), from now on for every clone of this store:
+    /// turns it accepts are recorded as this node's, and it starts a turn
+    /// only while it holds the lease of the turn's session and no turn the
+    /// session accepted earlier waits ([`Error::LeaseLost`],
+    /// [`Error::NotNext`]). A store joins once; joining again fails.
+    pub async fn join_cluster(&self, kind: NodeKind) -> Result<PgCluster> {
+        let cluster = PgCluster::join(self.pool.clone(), kind).await?;
+        let node = crate::cluster::Cluster::node(&cluster).clone();
+        if self.node.set(node).is_err() {
+            crate::cluster::Cluster::leave(&cluster).await;
+            return Err(Error::Backend {
+                message: "this store has joined the cluster already".to_owned(),
+            });
+        }
+        Ok(cluster)
+    }
+
+    fn node(&self) -> Option<&str> {
+        self.node.get().map(|node| node.0.as_str())
     }
 
     /// Closes every connection; calls after it fail.
@@ -320,10 +354,17 @@ impl PgStore {
                 role: Role::User.as_str(),
                 content: encoded.clone(),
             });
-            let id = accept_in(&mut tx, key, &encoded, title.as_deref(), origin, now).await?;
+            let node = self.node();
+            let id = accept_in(&mut tx, key, &encoded, title.as_deref(), origin, node, now).await?;
             let Some(message) = message else {
                 return Ok((id, None));
             };
+            // In a cluster, the turn starts here only on the session's
+            // lease holder and with no other turn of the session open
+            // (one accepted on another node waits for its start).
+            if node.is_some() && !may_start_at_once(&mut tx, key, id, node).await? {
+                return Ok((id, None));
+            }
             let seqs = insert(&mut tx, key.as_str(), Some(id), &[message], now).await?;
             let seq = seqs.first().copied().unwrap_or_default();
             sqlx::query("UPDATE turns SET status = 'running', message_seq = $2 WHERE id = $1")
@@ -338,7 +379,7 @@ impl PgStore {
         Ok(TurnRecord {
             id,
             session: key.clone(),
-            status: if start {
+            status: if message_seq.is_some() {
                 TurnStatus::Running
             } else {
                 TurnStatus::Pending
@@ -353,7 +394,7 @@ impl PgStore {
 
     async fn start_turn_once(&self, turn: TurnId, owner_pid: u32) -> Result<u64> {
         let mut tx = self.begin_locked().await?;
-        let result = start_turn_in(&mut tx, turn, owner_pid).await;
+        let result = start_turn_in(&mut tx, turn, owner_pid, self.node()).await;
         settle(tx, result).await
     }
 
@@ -560,12 +601,14 @@ async fn store_messages(
 
 /// Stores a pending turn with its message, refusing one whose platform id
 /// the session has already. Run under the store's lock.
+#[allow(clippy::too_many_arguments)]
 async fn accept_in(
     conn: &mut PgConnection,
     key: &SessionKey,
     encoded: &str,
     title: Option<&str>,
     origin: &TurnOrigin,
+    node: Option<&str>,
     now: i64,
 ) -> Result<TurnId> {
     let external_id = opt_text(origin.external_id.as_deref());
@@ -594,8 +637,8 @@ async fn accept_in(
              SET last_turn = GREATEST(last_turn, (SELECT COALESCE(MAX(id), 0) FROM turns)) + 1
              RETURNING last_turn)
          INSERT INTO turns (id, session_key, status, content, agent, owner_pid, created_at,
-             updated_at, external_id, principal)
-         SELECT last_turn, $1, 'pending', $2, $3, $4, $5, $5, $6, $7 FROM counter
+             updated_at, external_id, principal, owner_node)
+         SELECT last_turn, $1, 'pending', $2, $3, $4, $5, $5, $6, $7, $8 FROM counter
          ON CONFLICT (session_key, external_id) WHERE external_id IS NOT NULL DO NOTHING
          RETURNING id",
     )
@@ -606,6 +649,7 @@ async fn accept_in(
     .bind(now)
     .bind(&external_id)
     .bind(origin.principal.to_string())
+    .bind(node)
     .fetch_optional(&mut *conn)
     .await?;
     if let Some(id) = id {
@@ -634,7 +678,67 @@ async fn accept_in(
 /// started again after a crash keeps the message it has). Run under the
 /// store's lock; the turn's row is locked too, so a turn finished (say,
 /// cancelled) meanwhile is finished after this, not overwritten by it.
-async fn start_turn_in(conn: &mut PgConnection, turn: TurnId, owner_pid: u32) -> Result<u64> {
+/// Whether a turn just accepted may start in the same transaction: this
+/// node holds the session's lease and no other turn of it is open.
+async fn may_start_at_once(
+    conn: &mut PgConnection,
+    key: &SessionKey,
+    turn: TurnId,
+    node: Option<&str>,
+) -> Result<bool> {
+    let may: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM session_leases WHERE session_key = $1 AND node = $3)
+             AND NOT EXISTS (SELECT 1 FROM turns WHERE session_key = $1 AND id <> $2
+                 AND status IN ('pending', 'running'))",
+    )
+    .bind(key.as_str())
+    .bind(to_i64(turn.0))
+    .bind(node)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(may)
+}
+
+/// In a cluster: refuses to start `turn` unless this node holds its
+/// session's lease and no turn the session accepted before it waits.
+async fn check_turn_order(
+    conn: &mut PgConnection,
+    key: &str,
+    turn: TurnId,
+    node: &str,
+) -> Result<()> {
+    let row = sqlx::query(
+        "SELECT EXISTS (SELECT 1 FROM session_leases WHERE session_key = $1 AND node = $3)
+                 AS holds,
+             (SELECT MIN(id) FROM turns WHERE session_key = $1 AND id < $2
+                 AND status = 'pending') AS waiting",
+    )
+    .bind(key)
+    .bind(to_i64(turn.0))
+    .bind(node)
+    .fetch_one(&mut *conn)
+    .await?;
+    if !row.try_get::<bool, _>("holds")? {
+        return Err(Error::LeaseLost {
+            session: key.to_owned(),
+            turn,
+        });
+    }
+    if let Some(waiting) = row.try_get::<Option<i64>, _>("waiting")? {
+        return Err(Error::NotNext {
+            turn,
+            waiting: TurnId(to_u64(waiting)),
+        });
+    }
+    Ok(())
+}
+
+async fn start_turn_in(
+    conn: &mut PgConnection,
+    turn: TurnId,
+    owner_pid: u32,
+    node: Option<&str>,
+) -> Result<u64> {
     let now = now_millis();
     let row = sqlx::query(
         "SELECT session_key, status, message_seq, content FROM turns WHERE id = $1 FOR UPDATE",
@@ -651,6 +755,11 @@ async fn start_turn_in(conn: &mut PgConnection, turn: TurnId, owner_pid: u32) ->
     }
     let status = status_from(&row.try_get::<String, _>("status")?);
     let message_seq: Option<i64> = row.try_get("message_seq")?;
+    if let Some(node) = node
+        && status.is_open()
+    {
+        check_turn_order(conn, &key, turn, node).await?;
+    }
     let seq = match (status, message_seq) {
         (TurnStatus::Running, Some(seq)) => to_u64(seq),
         (TurnStatus::Pending | TurnStatus::Running, _) => {
@@ -670,13 +779,15 @@ async fn start_turn_in(conn: &mut PgConnection, turn: TurnId, owner_pid: u32) ->
         }
     };
     sqlx::query(
-        "UPDATE turns SET status = 'running', message_seq = $2, owner_pid = $3, updated_at = $4
+        "UPDATE turns SET status = 'running', message_seq = $2, owner_pid = $3, updated_at = $4,
+             owner_node = COALESCE($5, owner_node)
          WHERE id = $1",
     )
     .bind(to_i64(turn.0))
     .bind(to_i64(seq))
     .bind(i64::from(owner_pid))
     .bind(now)
+    .bind(node)
     .execute(&mut *conn)
     .await?;
     Ok(seq)

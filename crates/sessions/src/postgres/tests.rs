@@ -16,14 +16,14 @@ use crate::automation::RunOutcome;
 
 /// A database of one test's own; dropped with this value, also when the
 /// test fails.
-struct TestDb {
+pub(super) struct TestDb {
     admin: String,
     name: String,
     url: String,
 }
 
 impl TestDb {
-    async fn new() -> TestDb {
+    pub(super) async fn new() -> TestDb {
         let admin = std::env::var("FLYNN_TEST_POSTGRES_URL").unwrap_or_else(|_| {
             panic!(
                 "FLYNN_TEST_POSTGRES_URL is not set: the PostgreSQL store's tests need a server. \
@@ -56,7 +56,7 @@ impl TestDb {
         TestDb { admin, name, url }
     }
 
-    async fn open(&self) -> PgStore {
+    pub(super) async fn open(&self) -> PgStore {
         PgStore::open(&self.url)
             .await
             .unwrap_or_else(|e| panic!("{e}"))
@@ -64,7 +64,7 @@ impl TestDb {
 
     /// A connection of its own, to look at the database behind the
     /// store's back.
-    async fn raw(&self) -> sqlx::PgConnection {
+    pub(super) async fn raw(&self) -> sqlx::PgConnection {
         sqlx::PgConnection::connect(&self.url).await.unwrap()
     }
 }
@@ -102,11 +102,11 @@ fn with_database(url: &str, name: &str) -> String {
     format!("{scheme}://{authority}/{name}{query}")
 }
 
-fn key(s: &str) -> SessionKey {
+pub(super) fn key(s: &str) -> SessionKey {
     s.parse().unwrap()
 }
 
-fn origin(pid: u32) -> TurnOrigin {
+pub(super) fn origin(pid: u32) -> TurnOrigin {
     TurnOrigin {
         agent: "main".into(),
         owner_pid: pid,

@@ -1,0 +1,160 @@
+//! Several processes (nodes) sharing one database: who runs each
+//! session's turns, who is alive, and the signals nodes send each other.
+//!
+//! A session's turns run on one node at a time: the node holding the
+//! session's lease. Any node may accept a message (store it as a pending
+//! turn); the holder runs it, in acceptance order. A node that stops
+//! renewing its presence is dead after [`NODE_TTL`], and its leases may be
+//! taken; the taker recovers the turns it left open as a restarted daemon
+//! does. Only a store shared by several processes has a cluster (the
+//! PostgreSQL one, [`PgStore::join_cluster`](crate::PgStore::join_cluster)); a
+//! process on a SQLite file runs every session it has a lane for.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use flynn_protocol::{SessionKey, TurnId};
+use tokio::sync::broadcast;
+
+use crate::Result;
+
+/// How often a node renews its presence.
+pub const HEARTBEAT: Duration = Duration::from_secs(2);
+/// How long a node may go without renewing its presence before the
+/// others take it for dead and take over its sessions.
+pub const NODE_TTL: Duration = Duration::from_secs(10);
+
+/// A node's id: unique to one process's run (host, process id and a
+/// random part), so a restarted process is a new node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub String);
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What kind of process a node is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKind {
+    /// `flynn-daemon` or `flynn start`.
+    Daemon,
+    /// A command that runs turns itself, such as `flynn send`.
+    Command,
+}
+
+impl NodeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeKind::Daemon => "daemon",
+            NodeKind::Command => "command",
+        }
+    }
+}
+
+/// A node as the database knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeInfo {
+    pub id: NodeId,
+    pub host: String,
+    pub pid: u32,
+    /// `daemon` or `command` (see [`NodeKind`]).
+    pub kind: String,
+    /// Unix milliseconds, by the database's clock.
+    pub started_at: i64,
+    /// Milliseconds since the node last renewed its presence.
+    pub silent_ms: i64,
+    /// Whether it renewed its presence within [`NODE_TTL`].
+    pub alive: bool,
+    /// Sessions whose lease it holds.
+    pub leases: u64,
+}
+
+/// Who holds a session's lease, as [`Cluster::acquire`] found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lease {
+    /// This node: it runs the session's turns.
+    Held,
+    /// Another live node runs them.
+    HeldBy(NodeId),
+}
+
+/// What one node tells the others.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Signal {
+    /// A message was accepted for the session on the sending node: the
+    /// session's lease holder should run it.
+    Accepted { session: SessionKey },
+    /// The sending node gave the session's lease back: a node with turns
+    /// waiting there may take it.
+    Released { session: SessionKey },
+    /// An event of a turn (or a command) of the session on the sending
+    /// node, as the runtime encodes it, for the session's followers on
+    /// other nodes.
+    Event { session: SessionKey, body: String },
+}
+
+/// A signal from another node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Received {
+    pub from: NodeId,
+    pub signal: Signal,
+}
+
+/// What a node knows about the open turns of a session when it takes
+/// the session over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnOwner {
+    /// This node accepted or ran it.
+    This,
+    /// A node that is alive.
+    Alive,
+    /// A node that is dead or gone, or none recorded (a process from
+    /// before the cluster, or a store copied in).
+    Gone,
+}
+
+/// The coordination of the nodes sharing a store.
+#[async_trait]
+pub trait Cluster: Send + Sync {
+    /// This node.
+    fn node(&self) -> &NodeId;
+
+    /// Takes the session's lease, or keeps it: [`Lease::Held`] when this
+    /// node holds it now (it was free, this node's, or its holder is
+    /// dead), else who holds it.
+    async fn acquire(&self, session: &SessionKey) -> Result<Lease>;
+
+    /// Gives the session's lease back, if this node holds it, and tells
+    /// the other nodes ([`Signal::Released`]).
+    async fn release(&self, session: &SessionKey) -> Result<()>;
+
+    /// Sends a signal to every other node. Delivery is best-effort (a
+    /// node whose connection to the database is down misses it): what a
+    /// signal announces is in the store, and nodes check it there too.
+    async fn signal(&self, signal: Signal) -> Result<()>;
+
+    /// The signals other nodes send, from now on. A receiver that falls
+    /// behind loses the oldest.
+    fn signals(&self) -> broadcast::Receiver<Received>;
+
+    /// Who accepted or runs each open (pending or running) turn of the
+    /// session, by turn.
+    async fn turn_owners(&self, session: &SessionKey) -> Result<HashMap<TurnId, TurnOwner>>;
+
+    /// Whether this node is still counted alive: false once it went
+    /// without renewing its presence for [`NODE_TTL`] (its leases may
+    /// have been taken meanwhile), until it has renewed it again.
+    fn is_alive(&self) -> bool;
+
+    /// Every node the database knows, this one included, with how many
+    /// leases each holds.
+    async fn nodes(&self) -> Result<Vec<NodeInfo>>;
+
+    /// Leaves the cluster: gives back every lease and removes this node,
+    /// so the others take over at once instead of after [`NODE_TTL`].
+    async fn leave(&self);
+}

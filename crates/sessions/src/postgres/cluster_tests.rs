@@ -1,0 +1,293 @@
+//! Nodes sharing one PostgreSQL store: leases, the order of turns, who
+//! owns open turns, and signals. Each test is two stores (two nodes) on a
+//! database of its own (see [`super::tests`]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use flynn_protocol::ContentBlock;
+use sqlx::Executor;
+use tokio::sync::broadcast;
+
+use super::tests::{TestDb, key, origin};
+use super::*;
+use crate::cluster::{Cluster, Lease, Received, Signal, TurnOwner};
+
+async fn node(db: &TestDb) -> (PgStore, PgCluster) {
+    let store = db.open().await;
+    let cluster = store.join_cluster(NodeKind::Daemon).await.unwrap();
+    (store, cluster)
+}
+
+fn text(text: &str) -> Vec<ContentBlock> {
+    vec![ContentBlock::text(text)]
+}
+
+/// The next signal from another node that matches, within five seconds.
+async fn next_signal(
+    rx: &mut broadcast::Receiver<Received>,
+    matches: impl Fn(&Signal) -> bool,
+) -> Received {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let received = rx.recv().await.unwrap();
+            if matches(&received.signal) {
+                return received;
+            }
+        }
+    })
+    .await
+    .expect("no such signal within 5 s")
+}
+
+#[tokio::test]
+async fn one_node_holds_a_lease_until_it_gives_it_back() {
+    let db = TestDb::new().await;
+    let (_, a) = node(&db).await;
+    let (_, b) = node(&db).await;
+    let session = key("telegram:1");
+    let mut b_signals = b.signals();
+
+    assert_eq!(a.acquire(&session).await.unwrap(), Lease::Held);
+    assert_eq!(a.acquire(&session).await.unwrap(), Lease::Held, "kept");
+    assert_eq!(
+        b.acquire(&session).await.unwrap(),
+        Lease::HeldBy(a.node().clone())
+    );
+    // Another session is free for b.
+    assert_eq!(b.acquire(&key("telegram:2")).await.unwrap(), Lease::Held);
+
+    a.release(&session).await.unwrap();
+    let released = next_signal(&mut b_signals, |s| matches!(s, Signal::Released { .. })).await;
+    assert_eq!(released.from, *a.node());
+    assert_eq!(
+        released.signal,
+        Signal::Released {
+            session: session.clone()
+        }
+    );
+    assert_eq!(b.acquire(&session).await.unwrap(), Lease::Held);
+    assert_eq!(
+        a.acquire(&session).await.unwrap(),
+        Lease::HeldBy(b.node().clone())
+    );
+
+    let nodes = a.nodes().await.unwrap();
+    assert_eq!(nodes.len(), 2);
+    let of = |id: &NodeId| nodes.iter().find(|n| &n.id == id).unwrap();
+    assert_eq!(of(a.node()).leases, 0);
+    assert_eq!(of(b.node()).leases, 2);
+    assert!(nodes.iter().all(|n| n.alive && n.kind == "daemon"));
+    assert_eq!(of(a.node()).pid, std::process::id());
+
+    // Leaving gives every lease back at once and tells the others.
+    let mut a_signals = a.signals();
+    b.leave().await;
+    next_signal(&mut a_signals, |s| matches!(s, Signal::Released { .. })).await;
+    assert_eq!(a.acquire(&session).await.unwrap(), Lease::Held);
+    assert_eq!(a.nodes().await.unwrap().len(), 1, "b is gone");
+}
+
+#[tokio::test]
+async fn a_silent_node_loses_its_leases_and_may_start_nothing_more() {
+    let db = TestDb::new().await;
+    let (a_store, a) = node(&db).await;
+    let (_, b) = node(&db).await;
+    let session = key("telegram:1");
+    assert_eq!(a.acquire(&session).await.unwrap(), Lease::Held);
+    let pending = a_store
+        .accept(&session, &text("hello"), &origin(1))
+        .await
+        .unwrap();
+
+    // a freezes: no heartbeat, and its last one is older than the TTL.
+    a.stop_tasks();
+    let mut raw = db.raw().await;
+    raw.execute(sqlx::AssertSqlSafe(format!(
+        "UPDATE cluster_nodes SET seen_at = now() - interval '1 minute' WHERE id = '{}'",
+        a.node()
+    )))
+    .await
+    .unwrap();
+
+    assert_eq!(b.acquire(&session).await.unwrap(), Lease::Held);
+    let owners = b.turn_owners(&session).await.unwrap();
+    assert_eq!(owners.get(&pending.id), Some(&TurnOwner::Gone));
+    // a, thawed, may not start the turn: b runs the session now.
+    let refused = a_store.start_turn(pending.id, 1).await.unwrap_err();
+    assert!(
+        matches!(&refused, Error::LeaseLost { turn, .. } if *turn == pending.id),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("another node runs session"));
+    // Nor start a new message at once: it is accepted, and waits.
+    let later = a_store
+        .accept_and_start(&session, &text("again"), &origin(1))
+        .await
+        .unwrap();
+    assert_eq!(later.status, TurnStatus::Pending);
+    assert_eq!(later.message_seq, None);
+    assert!(a_store.history(&session).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn turns_start_in_the_order_their_session_accepted_them_across_nodes() {
+    let db = TestDb::new().await;
+    let (a_store, a) = node(&db).await;
+    let (b_store, b) = node(&db).await;
+    let session = key("web:ann");
+    assert_eq!(a.acquire(&session).await.unwrap(), Lease::Held);
+
+    // b accepts a message for a's session; a, idle, accepts the next one.
+    let first = b_store
+        .accept(&session, &text("first"), &origin(2))
+        .await
+        .unwrap();
+    let second = a_store
+        .accept_and_start(&session, &text("second"), &origin(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        second.status,
+        TurnStatus::Pending,
+        "not started ahead of the first"
+    );
+    let refused = a_store.start_turn(second.id, 1).await.unwrap_err();
+    assert!(
+        matches!(refused, Error::NotNext { turn, waiting } if turn == second.id && waiting == first.id),
+        "{refused:?}"
+    );
+    assert!(
+        b_store.start_turn(first.id, 2).await.is_err(),
+        "b holds no lease"
+    );
+
+    let owners = a.turn_owners(&session).await.unwrap();
+    assert_eq!(owners.get(&first.id), Some(&TurnOwner::Alive));
+    assert_eq!(owners.get(&second.id), Some(&TurnOwner::This));
+
+    a_store.start_turn(first.id, 1).await.unwrap();
+    a_store
+        .finish_turn(first.id, TurnStatus::Completed)
+        .await
+        .unwrap();
+    a_store.start_turn(second.id, 1).await.unwrap();
+    let history: Vec<String> = a_store
+        .history(&session)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.message.text())
+        .collect();
+    assert_eq!(history, ["first", "second"]);
+    // The runner is the turn's owner now.
+    let owners = b.turn_owners(&session).await.unwrap();
+    assert_eq!(owners.get(&first.id), None, "finished");
+    assert_eq!(owners.get(&second.id), Some(&TurnOwner::Alive));
+
+    // The holder with nothing open starts a message at once.
+    a_store
+        .finish_turn(second.id, TurnStatus::Completed)
+        .await
+        .unwrap();
+    let third = a_store
+        .accept_and_start(&session, &text("third"), &origin(1))
+        .await
+        .unwrap();
+    assert_eq!(third.status, TurnStatus::Running);
+    assert!(third.message_seq.is_some());
+
+    // A node gone: its open turns are nobody's.
+    let fourth = b_store
+        .accept(&session, &text("fourth"), &origin(2))
+        .await
+        .unwrap();
+    b.leave().await;
+    let owners = a.turn_owners(&session).await.unwrap();
+    assert_eq!(owners.get(&fourth.id), Some(&TurnOwner::Gone));
+}
+
+#[tokio::test]
+async fn signals_reach_the_other_nodes_long_ones_through_the_table() {
+    let db = TestDb::new().await;
+    let (_, a) = node(&db).await;
+    let (_, b) = node(&db).await;
+    let mut a_signals = a.signals();
+    let mut b_signals = b.signals();
+    let session = key("web:ann");
+
+    b.signal(Signal::Accepted {
+        session: session.clone(),
+    })
+    .await
+    .unwrap();
+    let long = "é".repeat(20_000);
+    b.signal(Signal::Event {
+        session: session.clone(),
+        body: long.clone(),
+    })
+    .await
+    .unwrap();
+    let accepted = next_signal(&mut a_signals, |_| true).await;
+    assert_eq!(accepted.from, *b.node());
+    assert_eq!(
+        accepted.signal,
+        Signal::Accepted {
+            session: session.clone()
+        }
+    );
+    let event = next_signal(&mut a_signals, |_| true).await;
+    assert_eq!(
+        event.signal,
+        Signal::Event {
+            session: session.clone(),
+            body: long
+        },
+        "in order, whole"
+    );
+    // A node does not hear itself.
+    a.signal(Signal::Accepted {
+        session: session.clone(),
+    })
+    .await
+    .unwrap();
+    next_signal(&mut b_signals, |s| matches!(s, Signal::Accepted { .. })).await;
+    assert!(a_signals.try_recv().is_err(), "a heard its own signal");
+}
+
+#[tokio::test]
+async fn a_node_silent_past_the_ttl_knows_it_was_not_alive() {
+    let db = TestDb::new().await;
+    let (_, a) = node(&db).await;
+    assert!(a.is_alive());
+    let mut raw = db.raw().await;
+    raw.execute(sqlx::AssertSqlSafe(format!(
+        "UPDATE cluster_nodes SET seen_at = now() - interval '1 minute' WHERE id = '{}'",
+        a.node()
+    )))
+    .await
+    .unwrap();
+    // Its next heartbeat (every 2 s) finds out, and renews its presence.
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while a.is_alive() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the node still thinks it was alive");
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !a.is_alive() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the node did not count itself alive again after renewing");
+}
+
+#[tokio::test]
+async fn a_store_joins_once() {
+    let db = TestDb::new().await;
+    let (store, _a) = node(&db).await;
+    let again = store.join_cluster(NodeKind::Command).await.unwrap_err();
+    assert!(again.to_string().contains("joined the cluster already"));
+}
