@@ -314,6 +314,7 @@ impl FlynnBuilder {
             compaction: config.compaction.clone(),
             memory_flush: self.memory_flush,
             memory: memory.clone(),
+            cluster: None,
         });
         automation.bind(manager.clone()).await?;
         // `start: boot` servers start now, in the background; the first

@@ -51,6 +51,13 @@ pub enum Error {
         "delegation depth {depth} is more than agents.max_delegation_depth ({max}); do this part yourself instead of delegating it"
     )]
     DelegationTooDeep { depth: u32, max: u32 },
+    /// The turn ran on another node of the cluster and failed there.
+    #[error("the turn failed on node {node}: {message}")]
+    Remote {
+        node: String,
+        code: ErrorCode,
+        message: String,
+    },
     /// The turn's task ended without reporting (a bug or a panic in a tool).
     #[error("the turn ended unexpectedly: {0}")]
     Lost(String),
@@ -73,6 +80,7 @@ impl Error {
             | Error::LaneBusy { .. }
             | Error::ShuttingDown
             | Error::DelegationTooDeep { .. } => ErrorCode::Refused,
+            Error::Remote { code, .. } => *code,
             Error::Lost(_) => ErrorCode::Internal,
         }
     }

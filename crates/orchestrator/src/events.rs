@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 pub(crate) use flynn_protocol::clock::now_millis;
 use flynn_protocol::{AgentEvent, EventEnvelope, Lagged, SessionKey, TurnId};
 use futures::Stream;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 
 /// Events one session's subscribers may fall behind by before they lag.
 /// Every session's ring is allocated whole when the session is first
@@ -71,12 +71,24 @@ impl Stream for EventStream {
 #[derive(Debug, Clone)]
 pub(crate) struct EventBus {
     global: broadcast::Sender<Arc<EventEnvelope>>,
+    /// In a cluster: where this node's own events go to be sent to the
+    /// other nodes (see [`crate::cluster`]).
+    outbox: Option<mpsc::Sender<Arc<EventEnvelope>>>,
 }
 
 impl EventBus {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(outbox: Option<mpsc::Sender<Arc<EventEnvelope>>>) -> Self {
         EventBus {
             global: broadcast::channel(GLOBAL_CAPACITY).0,
+            outbox,
+        }
+    }
+
+    /// An event from another node, for the global subscribers only (no
+    /// lane of this node follows its session).
+    pub(crate) fn publish_remote(&self, envelope: Arc<EventEnvelope>) {
+        if self.global.receiver_count() > 0 {
+            let _ = self.global.send(envelope);
         }
     }
 
@@ -91,6 +103,7 @@ impl EventBus {
             seq: AtomicU64::new(0),
             local: broadcast::channel(SESSION_CAPACITY).0,
             global: self.global.clone(),
+            outbox: self.outbox.clone(),
         })
     }
 }
@@ -103,6 +116,7 @@ pub(crate) struct SessionEvents {
     seq: AtomicU64,
     local: broadcast::Sender<Arc<EventEnvelope>>,
     global: broadcast::Sender<Arc<EventEnvelope>>,
+    outbox: Option<mpsc::Sender<Arc<EventEnvelope>>>,
 }
 
 impl SessionEvents {
@@ -125,6 +139,20 @@ impl SessionEvents {
             time_ms: now_millis(),
             event,
         });
+        if let Some(outbox) = &self.outbox {
+            // Full: the other nodes miss it rather than the turn waiting.
+            let _ = outbox.try_send(envelope.clone());
+        }
+        self.send(envelope);
+    }
+
+    /// An event of this session from another node, as it was numbered
+    /// there; not sent on to other nodes.
+    pub(crate) fn publish_remote(&self, envelope: Arc<EventEnvelope>) {
+        self.send(envelope);
+    }
+
+    fn send(&self, envelope: Arc<EventEnvelope>) {
         // No subscribers is not an error: nobody is listening.
         if self.global.receiver_count() > 0 {
             let _ = self.global.send(envelope.clone());

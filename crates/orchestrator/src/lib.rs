@@ -25,6 +25,7 @@
 //! [`Approver`]: flynn_tools::Approver
 
 mod agents;
+mod cluster;
 mod commands;
 mod compact;
 mod delegate;

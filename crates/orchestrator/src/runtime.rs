@@ -17,7 +17,7 @@ use flynn_protocol::config::{
 use flynn_protocol::{
     AgentEvent, ContentBlock, Principal, RunState, SessionKey, Tier, TurnId, TurnOutcome,
 };
-use flynn_sessions::SessionStore;
+use flynn_sessions::{Cluster, SessionStore};
 use flynn_tools::{Approver, Guards, Provenance, ToolExecutor, ToolPolicy};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -203,6 +203,10 @@ pub struct RuntimeParts {
     /// compaction (the tools and the prompt slot are added by whoever
     /// builds the registry and the agents, see [`MemoryRuntime`]).
     pub memory: Option<MemoryRuntime>,
+    /// The cluster this runtime is a node of, when its store is shared by
+    /// several processes (see [`crate::cluster`]); `None` runs every
+    /// session it is asked to.
+    pub cluster: Option<Arc<dyn Cluster>>,
 }
 
 impl std::fmt::Debug for RuntimeParts {
@@ -240,12 +244,14 @@ pub(crate) struct Shared {
     pub(crate) owner_approver: RwLock<Option<Arc<dyn Approver>>>,
     /// This process; owner of the turns it runs.
     pub(crate) pid: u32,
+    /// The cluster this runtime is a node of, if any.
+    pub(crate) cluster: Option<Arc<dyn Cluster>>,
     pub(crate) tracker: TaskTracker,
     pub(crate) shutdown: CancellationToken,
     /// Set by [`SessionManager::drain`]: new messages are refused while
     /// the turns already accepted finish.
     draining: std::sync::atomic::AtomicBool,
-    lanes: Mutex<HashMap<SessionKey, LaneHandle>>,
+    pub(crate) lanes: Mutex<HashMap<SessionKey, LaneHandle>>,
     generation: AtomicU64,
 }
 
@@ -384,6 +390,13 @@ impl SessionManager {
             parts.prices.clone(),
             parts.delegation.clone(),
         );
+        let (outbox, forwarded) = match &parts.cluster {
+            Some(_) => {
+                let (tx, rx) = mpsc::channel(crate::cluster::OUTBOX);
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
         let places = usize::try_from(parts.delegation.subagents.max_concurrent.max(1))
             .unwrap_or(usize::MAX)
             .min(Semaphore::MAX_PERMITS);
@@ -402,19 +415,34 @@ impl SessionManager {
             queue_limit: parts.sessions.queue_limit.max(1),
             lane_idle: Duration::from_secs(parts.sessions.lane_idle_secs.max(1)),
             interrupted_turns: parts.sessions.interrupted_turns,
-            bus: EventBus::new(),
+            bus: EventBus::new(outbox),
             channel_guest_tools: RwLock::new(HashMap::new()),
             owner_approver: RwLock::new(None),
             pid: std::process::id(),
+            cluster: parts.cluster,
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
             lanes: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
         };
-        SessionManager {
-            shared: Arc::new(shared),
+        let shared = Arc::new(shared);
+        if let (Some(cluster), Some(forwarded)) = (&shared.cluster, forwarded) {
+            shared.tracker.spawn(crate::cluster::forward(
+                forwarded,
+                cluster.clone(),
+                shared.shutdown.clone(),
+            ));
+            shared
+                .tracker
+                .spawn(crate::cluster::dispatch(shared.clone(), cluster.clone()));
         }
+        SessionManager { shared }
+    }
+
+    /// The cluster this runtime is a node of, if any.
+    pub fn cluster(&self) -> Option<&Arc<dyn Cluster>> {
+        self.shared.cluster.as_ref()
     }
 
     pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
@@ -659,14 +687,22 @@ impl SessionManager {
     /// the note of a reported one and the outcome of a rerun one, for
     /// whoever should tell the sender (the channel router tells the chat
     /// the message came from).
+    ///
+    /// In a cluster, only sessions no live node holds are concerned: the
+    /// others' turns are their holders' to finish.
     pub async fn recover_turns(&self) -> Result<Vec<RecoveredTurn>> {
-        let open = self.shared.store.open_turns(None).await?;
-        let mut sessions: Vec<SessionKey> = Vec::new();
-        for turn in open {
-            if !sessions.contains(&turn.session) {
-                sessions.push(turn.session);
+        let sessions: Vec<SessionKey> = match &self.shared.cluster {
+            Some(cluster) => cluster.orphaned_sessions().await?,
+            None => {
+                let mut sessions: Vec<SessionKey> = Vec::new();
+                for turn in self.shared.store.open_turns(None).await? {
+                    if !sessions.contains(&turn.session) {
+                        sessions.push(turn.session);
+                    }
+                }
+                sessions
             }
-        }
+        };
         let mut recovered = Vec::new();
         for session in &sessions {
             let (tx, rx) = oneshot::channel();
@@ -738,10 +774,16 @@ impl SessionManager {
     /// Stops: refuses new messages, cancels running turns (each ends with
     /// its tool calls paired and its state stored), waits for every lane
     /// to finish, then shuts the tools down (background processes die).
+    ///
+    /// A node of a cluster then leaves it: the sessions it held are free
+    /// for the other nodes at once.
     pub async fn shutdown(&self) {
         self.shared.shutdown.cancel();
         self.shared.tracker.close();
         self.shared.tracker.wait().await;
+        if let Some(cluster) = &self.shared.cluster {
+            cluster.leave().await;
+        }
         // Then the tools: background processes are killed.
         self.shared.executor.registry().shutdown().await;
     }

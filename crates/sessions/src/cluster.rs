@@ -85,9 +85,9 @@ pub enum Lease {
 /// What one node tells the others.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Signal {
-    /// A message was accepted for the session on the sending node: the
-    /// session's lease holder should run it.
-    Accepted { session: SessionKey },
+    /// A message was accepted for the session on the sending node: `to`,
+    /// the session's lease holder as the sender found it, should run it.
+    Accepted { session: SessionKey, to: NodeId },
     /// The sending node gave the session's lease back: a node with turns
     /// waiting there may take it.
     Released { session: SessionKey },
@@ -137,6 +137,14 @@ pub trait Cluster: Send + Sync {
     /// signal announces is in the store, and nodes check it there too.
     async fn signal(&self, signal: Signal) -> Result<()>;
 
+    /// Sends several signals, in order, at the cost of one.
+    async fn signal_all(&self, signals: Vec<Signal>) -> Result<()> {
+        for signal in signals {
+            self.signal(signal).await?;
+        }
+        Ok(())
+    }
+
     /// The signals other nodes send, from now on. A receiver that falls
     /// behind loses the oldest.
     fn signals(&self) -> broadcast::Receiver<Received>;
@@ -144,6 +152,11 @@ pub trait Cluster: Send + Sync {
     /// Who accepted or runs each open (pending or running) turn of the
     /// session, by turn.
     async fn turn_owners(&self, session: &SessionKey) -> Result<HashMap<TurnId, TurnOwner>>;
+
+    /// Sessions with open turns and no live lease holder: their holder
+    /// died (or left) before it finished them, and any node may take them
+    /// over.
+    async fn orphaned_sessions(&self) -> Result<Vec<SessionKey>>;
 
     /// Whether this node is still counted alive: false once it went
     /// without renewing its presence for [`NODE_TTL`] (its leases may

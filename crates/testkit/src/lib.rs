@@ -70,6 +70,8 @@ pub mod mcp;
 mod ollama;
 #[cfg(feature = "providers")]
 mod openai;
+#[cfg(feature = "sessions")]
+pub mod postgres;
 mod redirect;
 #[cfg(feature = "runtime")]
 pub mod runtime;

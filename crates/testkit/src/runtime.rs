@@ -60,6 +60,8 @@ pub struct Setup {
     /// Registered beside the built-in tools (a cron runtime's `cron.*`
     /// tools, say).
     pub extra_tools: Vec<Arc<dyn Tool>>,
+    /// The cluster the runtime is a node of (a PostgreSQL store's).
+    pub cluster: Option<Arc<dyn flynn_sessions::Cluster>>,
 }
 
 impl Default for Setup {
@@ -79,6 +81,7 @@ impl Default for Setup {
             memory: None,
             skills: None,
             extra_tools: Vec::new(),
+            cluster: None,
         }
     }
 }
@@ -227,6 +230,7 @@ pub fn manager_with(
         compaction: setup.compaction,
         memory_flush: setup.memory_flush,
         memory: setup.memory,
+        cluster: setup.cluster,
     })
 }
 

@@ -1,7 +1,7 @@
 //! One session's lane: the task that owns the session's state, accepts
 //! its messages in arrival order and runs its turns one after another.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use flynn_protocol::{
     AgentEvent, ContentBlock, Message, Principal, RecoveryAction, Role, RunState, SessionKey, Tier,
     TurnId, TurnOutcome,
 };
-use flynn_sessions::{SessionMeta, TurnOrigin, TurnRecord, TurnStatus};
+use flynn_sessions::{Lease, NodeId, SessionMeta, TurnOrigin, TurnOwner, TurnRecord, TurnStatus};
 use flynn_tools::{Approver, DenyAll};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -57,6 +57,36 @@ pub(crate) enum LaneOp {
     Recovered {
         done: oneshot::Sender<Vec<RecoveredTurn>>,
     },
+    /// From another node of the cluster (see [`crate::cluster`]).
+    Cluster(ClusterOp),
+}
+
+/// What another node of the cluster tells a lane.
+pub(crate) enum ClusterOp {
+    /// A message was accepted for this session elsewhere, for this
+    /// node (the lease holder) to run.
+    Accepted,
+    /// The session's holder gave its lease back (or died): a lane with
+    /// turns waiting may take it.
+    Released,
+    /// A turn this lane accepted ended on the node that ran it.
+    Ended {
+        turn: TurnId,
+        result: Box<Result<TurnOutcome>>,
+    },
+}
+
+/// Whether this lane runs its session's turns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Place {
+    /// No cluster: it runs every turn it is given.
+    Solo,
+    /// In a cluster, before the session is loaded.
+    Unknown,
+    /// It holds the session's lease.
+    Holder,
+    /// Another node holds it: messages are accepted here and run there.
+    Follower(NodeId),
 }
 
 /// A turn a previous process left unfinished, as its lane recovered it.
@@ -77,6 +107,13 @@ pub enum Recovery {
     /// Run again: its outcome, for whoever should hear the answer.
     Rerun(TurnHandle),
 }
+
+/// How often a follower with turns waiting checks on them and on the
+/// session's lease.
+const FOLLOW_TICK: Duration = Duration::from_secs(1);
+/// A follower tells the holder again about its waiting turns every so
+/// many ticks, in case the signal was missed.
+const RESIGNAL_TICKS: u32 = 5;
 
 /// Times a lane tries to load its session before it runs turns anyway.
 const LOAD_ATTEMPTS: u32 = 5;
@@ -117,6 +154,13 @@ pub(crate) struct Lane {
     /// What tainted the session (`SessionMeta::taint`), shared with its
     /// running turn, which records new taint here and in the store.
     taint: Arc<Mutex<Option<String>>>,
+    /// Whether it runs the session's turns (in a cluster: holds its lease).
+    role: Place,
+    /// Turns this lane accepted for another node to run, with whoever
+    /// waits for their outcome.
+    awaiting: BTreeMap<TurnId, oneshot::Sender<Result<TurnOutcome>>>,
+    /// Follower ticks since the holder was last told of waiting turns.
+    ticks: u32,
 }
 
 impl Lane {
@@ -126,6 +170,7 @@ impl Lane {
         handle: LaneHandle,
         rx: mpsc::Receiver<LaneOp>,
     ) -> Self {
+        let shared_has_cluster = shared.cluster.is_some();
         Lane {
             shared,
             key,
@@ -138,6 +183,13 @@ impl Lane {
             load_failures: Some(0),
             recovered: Vec::new(),
             taint: Arc::default(),
+            role: if shared_has_cluster {
+                Place::Unknown
+            } else {
+                Place::Solo
+            },
+            awaiting: BTreeMap::new(),
+            ticks: 0,
         }
     }
 
@@ -147,7 +199,8 @@ impl Lane {
             if self.running.is_none() && self.may_start() {
                 self.start_next().await;
             }
-            let idle = self.running.is_none() && self.queue.is_empty();
+            let idle = self.running.is_none() && self.queue.is_empty() && self.awaiting.is_empty();
+            let following = !self.awaiting.is_empty() && matches!(self.role, Place::Follower(_));
             let retry = self.load_retry();
             tokio::select! {
                 biased;
@@ -164,6 +217,9 @@ impl Lane {
                 () = tokio::time::sleep(retry.unwrap_or_default()), if retry.is_some() => {
                     self.try_load().await;
                 }
+                () = tokio::time::sleep(FOLLOW_TICK), if following => {
+                    self.follow().await;
+                }
                 op = self.rx.recv() => match op {
                     Some(op) => self.handle(op).await,
                     None => break,
@@ -171,6 +227,7 @@ impl Lane {
                 () = tokio::time::sleep(self.shared.lane_idle), if idle => {
                     if self.shared.retire(&self.key, self.handle.generation, !self.rx.is_empty()) {
                         self.rx.close();
+                        self.release_lease().await;
                         self.forward_leftovers().await;
                         break;
                     }
@@ -193,6 +250,9 @@ impl Lane {
     /// accepted (pending) for the next start to recover.
     async fn stop(&mut self) {
         self.end_running().await;
+        for (_, outcome) in std::mem::take(&mut self.awaiting) {
+            let _ = outcome.send(Err(Error::ShuttingDown));
+        }
         for queued in self.queue.drain(..) {
             if let Some(outcome) = queued.outcome {
                 let _ = outcome.send(Err(Error::ShuttingDown));
@@ -248,25 +308,175 @@ impl Lane {
     async fn load(&mut self) -> Result<()> {
         self.meta = self.shared.store.metadata(&self.key).await?;
         *lock(&self.taint) = self.meta.taint.clone();
+        if let Some(cluster) = &self.shared.cluster {
+            match cluster.acquire(&self.key).await? {
+                Lease::Held => self.role = Place::Holder,
+                // The holder recovers what needs it.
+                Lease::HeldBy(node) => {
+                    self.role = Place::Follower(node);
+                    return Ok(());
+                }
+            }
+        }
         self.recover().await
     }
 
+    /// Gives the session's lease back, if this lane holds it.
+    async fn release_lease(&mut self) {
+        if self.role != Place::Holder {
+            return;
+        }
+        if let Some(cluster) = &self.shared.cluster
+            && let Err(error) = cluster.release(&self.key).await
+        {
+            tracing::warn!(session = %self.key, %error, "cannot give the session's lease back; other nodes take it once this one stops");
+        }
+        self.role = Place::Unknown;
+    }
+
+    /// A follower's tick: hands out the outcomes of waiting turns that
+    /// ended without their events reaching this node, takes the lease if
+    /// its holder gave it back or died, and now and then tells the holder
+    /// again that turns wait.
+    async fn follow(&mut self) {
+        let Some(cluster) = self.shared.cluster.clone() else {
+            return;
+        };
+        let waiting: Vec<TurnId> = self.awaiting.keys().copied().collect();
+        for turn in waiting {
+            match self.shared.store.turn(turn).await {
+                Ok(Some(record)) => {
+                    if let Some(result) =
+                        crate::cluster::stored_outcome(&self.shared, &record).await
+                        && let Some(outcome) = self.awaiting.remove(&turn)
+                    {
+                        let _ = outcome.send(result);
+                    }
+                }
+                // Its session was reset meanwhile.
+                Ok(None) => {
+                    if let Some(outcome) = self.awaiting.remove(&turn) {
+                        let _ = outcome.send(Err(Error::Cancelled));
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(session = %self.key, %turn, %error, "cannot check a turn another node runs");
+                }
+            }
+        }
+        if self.awaiting.is_empty() {
+            return;
+        }
+        self.take_over(&*cluster).await;
+    }
+
+    /// Takes the session's lease if it is free (then recovers and runs
+    /// what waits), else makes sure the holder knows turns wait.
+    async fn take_over(&mut self, cluster: &dyn flynn_sessions::Cluster) {
+        match cluster.acquire(&self.key).await {
+            Ok(Lease::Held) => {
+                self.role = Place::Holder;
+                self.ticks = 0;
+                if let Err(error) = self.recover().await {
+                    // Loaded again (and recovered) through the retries.
+                    tracing::warn!(session = %self.key, %error, "cannot take over the session's waiting turns; trying again");
+                    self.load_failures = Some(1);
+                }
+            }
+            Ok(Lease::HeldBy(node)) => {
+                let changed = self.role != Place::Follower(node.clone());
+                self.role = Place::Follower(node.clone());
+                self.ticks += 1;
+                if changed || self.ticks >= RESIGNAL_TICKS {
+                    self.ticks = 0;
+                    self.tell_holder(cluster, node).await;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(session = %self.key, %error, "cannot check who runs the session");
+            }
+        }
+    }
+
+    async fn tell_holder(&self, cluster: &dyn flynn_sessions::Cluster, holder: NodeId) {
+        let signal = flynn_sessions::Signal::Accepted {
+            session: self.key.clone(),
+            to: holder,
+        };
+        if let Err(error) = cluster.signal(signal).await {
+            tracing::warn!(session = %self.key, %error, "cannot tell the session's node that a message waits; it is told again shortly");
+        }
+    }
+
+    /// The holder lost its lease (it went silent too long and another
+    /// node took the session): what waits here is run there.
+    async fn lose_lease(&mut self) {
+        let Some(cluster) = self.shared.cluster.clone() else {
+            return;
+        };
+        tracing::warn!(session = %self.key, "this node no longer holds the session; its waiting turns run on the node that does");
+        for queued in self.queue.drain(..) {
+            if let Some(outcome) = queued.outcome {
+                self.awaiting.insert(queued.record.id, outcome);
+            }
+        }
+        self.role = Place::Unknown;
+        self.take_over(&*cluster).await;
+    }
+
     /// Reports or reruns the turns a previous process left open.
+    ///
+    /// In a cluster (this lane holding the lease) it also takes in the
+    /// turns other nodes accepted for it, and what a node that stopped
+    /// left open; turns run in the order the session accepted them.
     async fn recover(&mut self) -> Result<()> {
         let store = self.shared.store.clone();
         let running = lock(&self.handle.current).as_ref().map(|r| r.turn);
+        let open = store.open_turns(Some(&self.key)).await?;
+        let owners = match &self.shared.cluster {
+            Some(cluster) if !open.is_empty() => Some(cluster.turn_owners(&self.key).await?),
+            _ => None,
+        };
         // Rerun turns go before what the lane accepted meanwhile.
         let mut rerun: VecDeque<Queued> = VecDeque::new();
-        for record in store.open_turns(Some(&self.key)).await? {
+        for record in open {
             // A retried load meets the turns this lane accepted meanwhile,
             // and those an earlier attempt queued.
             if running == Some(record.id) || self.queue.iter().any(|q| q.record.id == record.id) {
                 continue;
             }
-            let owner = record.origin.owner_pid;
-            if owner != self.shared.pid && process_alive(owner) {
-                // Another live process is running it.
-                continue;
+            match &owners {
+                None => {
+                    let owner = record.origin.owner_pid;
+                    if owner != self.shared.pid && process_alive(owner) {
+                        // Another live process is running it.
+                        continue;
+                    }
+                }
+                Some(owners) => {
+                    let owner = owners.get(&record.id).copied().unwrap_or(TurnOwner::Gone);
+                    match (owner, record.status) {
+                        // Accepted by a live node (this one or another) for
+                        // the holder to run: it runs now, as any message.
+                        (TurnOwner::This | TurnOwner::Alive, TurnStatus::Pending) => {
+                            let outcome = self.awaiting.remove(&record.id);
+                            rerun.push_back(Queued {
+                                record,
+                                tier: None,
+                                model: None,
+                                approver: None,
+                                lineage: Lineage::default(),
+                                started: false,
+                                outcome,
+                            });
+                            continue;
+                        }
+                        // Running on a live node (its lease lapsed while
+                        // it ran): left to finish there.
+                        (TurnOwner::This | TurnOwner::Alive, _) => continue,
+                        (TurnOwner::Gone, _) => {}
+                    }
+                }
             }
             let was_running = record.status == TurnStatus::Running;
             if was_running {
@@ -276,7 +486,25 @@ impl Lane {
             match self.shared.interrupted_turns {
                 InterruptedTurns::Report => {
                     // A pending turn's message joins the history here.
-                    store.start_turn(record.id, self.shared.pid).await?;
+                    match store.start_turn(record.id, self.shared.pid).await {
+                        Ok(_) => {}
+                        // In a cluster, a turn accepted earlier by a live
+                        // node waits before this one: this one waits too,
+                        // and runs.
+                        Err(flynn_sessions::Error::NotNext { .. }) => {
+                            rerun.push_back(Queued {
+                                record,
+                                tier: None,
+                                model: None,
+                                approver: None,
+                                lineage: Lineage::default(),
+                                started: false,
+                                outcome: None,
+                            });
+                            continue;
+                        }
+                        Err(error) => return Err(error.into()),
+                    }
                     let note = format!(
                         "⚠ Interrupted: Flynn stopped before it finished answering \"{preview}\". Nothing more was done; send the message again if you still want it."
                     );
@@ -338,6 +566,12 @@ impl Lane {
             }
         }
         rerun.extend(self.queue.drain(..));
+        if owners.is_some() {
+            // Acceptance order, across the nodes that accepted them.
+            rerun
+                .make_contiguous()
+                .sort_by_key(|queued| queued.record.id);
+        }
         self.queue = rerun;
         Ok(())
     }
@@ -422,12 +656,39 @@ impl Lane {
             LaneOp::Recovered { done } => {
                 let _ = done.send(std::mem::take(&mut self.recovered));
             }
+            LaneOp::Cluster(op) => self.cluster_op(op).await,
+        }
+    }
+
+    async fn cluster_op(&mut self, op: ClusterOp) {
+        match op {
+            ClusterOp::Accepted => {
+                if self.role == Place::Holder
+                    && self.load_failures.is_none()
+                    && let Err(error) = self.recover().await
+                {
+                    tracing::warn!(session = %self.key, %error, "cannot take in a message another node accepted; it runs with the next one");
+                }
+            }
+            ClusterOp::Released => {
+                if matches!(self.role, Place::Follower(_))
+                    && !self.awaiting.is_empty()
+                    && let Some(cluster) = self.shared.cluster.clone()
+                {
+                    self.take_over(&*cluster).await;
+                }
+            }
+            ClusterOp::Ended { turn, result } => {
+                if let Some(outcome) = self.awaiting.remove(&turn) {
+                    let _ = outcome.send(*result);
+                }
+            }
         }
     }
 
     /// Stores the message as a pending turn and queues it.
     async fn accept(&mut self, request: TurnRequest) -> Result<TurnHandle> {
-        if self.queue.len() >= self.shared.queue_limit {
+        if self.queue.len() + self.awaiting.len() >= self.shared.queue_limit {
             return Err(Error::QueueFull {
                 session: self.key.clone(),
                 limit: self.shared.queue_limit,
@@ -455,7 +716,10 @@ impl Lane {
         // another operation, so nothing can come between the two. An
         // untrusted one is not: the session's taint is recorded below,
         // before its content joins the history.
-        let idle = self.queue.is_empty() && self.running.is_none() && self.may_start();
+        let idle = self.queue.is_empty()
+            && self.running.is_none()
+            && self.may_start()
+            && matches!(self.role, Place::Solo | Place::Holder);
         let store = &self.shared.store;
         let record = if idle && request.untrusted.is_none() {
             store
@@ -479,6 +743,21 @@ impl Lane {
         let (tx, rx) = oneshot::channel();
         let turn = record.id;
         let started = record.status == TurnStatus::Running;
+        if let Place::Follower(holder) = &self.role {
+            // The holder runs it; its events bring the outcome here.
+            self.awaiting.insert(turn, tx);
+            if let Some(cluster) = self.shared.cluster.clone() {
+                self.tell_holder(&*cluster, holder.clone()).await;
+            }
+            return Ok(TurnHandle {
+                turn,
+                session: self.key.clone(),
+                outcome: rx,
+            });
+        }
+        // In a cluster, a message that found the lane idle but was not
+        // started at once has turns accepted elsewhere before it.
+        let adopt = idle && !started && self.role == Place::Holder;
         self.queue.push_back(Queued {
             record,
             started,
@@ -488,6 +767,9 @@ impl Lane {
             lineage: request.lineage,
             outcome: Some(tx),
         });
+        if adopt && let Err(error) = self.recover().await {
+            tracing::warn!(session = %self.key, %error, "cannot take in the messages other nodes accepted first");
+        }
         Ok(TurnHandle {
             turn,
             session: self.key.clone(),
@@ -507,9 +789,53 @@ impl Lane {
 
     /// Starts the next waiting turn, if any.
     async fn start_next(&mut self) {
-        let Some(queued) = self.queue.pop_front() else {
-            return;
-        };
+        for _ in 0..3 {
+            match self.start_in_cluster().await {
+                Some(queued) => return self.spawn_turn(queued),
+                None if self.role == Place::Holder && self.load_failures.is_none() => {}
+                None => return,
+            }
+        }
+    }
+
+    /// The next waiting turn, started in the store first when this lane
+    /// holds its session's lease; `None` when there is none, or it cannot
+    /// start here yet (turns accepted before it were taken in, or the
+    /// lease was lost).
+    async fn start_in_cluster(&mut self) -> Option<Queued> {
+        let mut queued = self.queue.pop_front()?;
+        if self.role == Place::Holder && !queued.started {
+            // In a cluster the lane starts the turn itself: the store
+            // refuses a turn whose session this node no longer holds, or
+            // one that a turn accepted before it (elsewhere) waits for.
+            match self
+                .shared
+                .store
+                .start_turn(queued.record.id, self.shared.pid)
+                .await
+            {
+                Ok(_) => queued.started = true,
+                Err(flynn_sessions::Error::NotNext { .. }) => {
+                    self.queue.push_front(queued);
+                    if let Err(error) = self.recover().await {
+                        tracing::warn!(session = %self.key, %error, "cannot take in the turns accepted before this one");
+                        self.load_failures = Some(1);
+                    }
+                    return None;
+                }
+                Err(flynn_sessions::Error::LeaseLost { .. }) => {
+                    self.queue.push_front(queued);
+                    self.lose_lease().await;
+                    return None;
+                }
+                // The turn reports it as it fails.
+                Err(_) => {}
+            }
+        }
+        Some(queued)
+    }
+
+    fn spawn_turn(&mut self, queued: Queued) {
         let turn = queued.record.id;
         let agent = self
             .shared
@@ -669,6 +995,11 @@ fn refuse(op: LaneOp, error: Error) {
         }
         LaneOp::Recovered { done } => {
             let _ = done.send(Vec::new());
+        }
+        LaneOp::Cluster(op) => {
+            if let ClusterOp::Ended { result, .. } = op {
+                drop(result);
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 //! shared with the crates above the orchestrator).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod cluster;
 mod commands;
 mod compaction;
 mod delegation;

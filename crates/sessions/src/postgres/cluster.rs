@@ -118,16 +118,17 @@ impl PgCluster {
 
     /// The payload of one signal: inline, or stored with its id inline.
     async fn payload(&self, signal: &Signal) -> Result<String> {
-        let (kind, session, body) = match signal {
-            Signal::Accepted { session } => ("accepted", session, None),
-            Signal::Released { session } => ("released", session, None),
-            Signal::Event { session, body } => ("event", session, Some(body.as_str())),
+        let (kind, session, body, to) = match signal {
+            Signal::Accepted { session, to } => ("accepted", session, None, Some(to.0.as_str())),
+            Signal::Released { session } => ("released", session, None, None),
+            Signal::Event { session, body } => ("event", session, Some(body.as_str()), None),
         };
         let full = json!({
             "from": self.node.0,
             "kind": kind,
             "session": session.as_str(),
             "body": body,
+            "to": to,
         })
         .to_string();
         if full.len() <= INLINE_PAYLOAD {
@@ -283,7 +284,14 @@ async fn decode(payload: &str, pool: &PgPool, me: &NodeId) -> Result<Option<Rece
         .and_then(|key| SessionKey::from_str(key).ok())
         .ok_or_else(|| bad("names no session"))?;
     let signal = match field("kind") {
-        Some("accepted") => Signal::Accepted { session },
+        Some("accepted") => Signal::Accepted {
+            session,
+            to: NodeId(
+                field("to")
+                    .ok_or_else(|| bad("names no holder"))?
+                    .to_owned(),
+            ),
+        },
         Some("released") => Signal::Released { session },
         Some("event") => Signal::Event {
             session,
@@ -350,13 +358,43 @@ impl Cluster for PgCluster {
     }
 
     async fn signal(&self, signal: Signal) -> Result<()> {
-        let payload = self.payload(&signal).await?;
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(CHANNEL)
-            .bind(payload)
-            .execute(&self.pool)
-            .await?;
+        self.signal_all(vec![signal]).await
+    }
+
+    async fn signal_all(&self, signals: Vec<Signal>) -> Result<()> {
+        let mut payloads = Vec::with_capacity(signals.len());
+        for signal in &signals {
+            payloads.push(self.payload(signal).await?);
+        }
+        // Notifications of one transaction are delivered in the order
+        // they were sent.
+        sqlx::query(
+            "SELECT pg_notify($1, payload) FROM unnest($2::TEXT[]) WITH ORDINALITY AS p(payload, n)
+             ORDER BY n",
+        )
+        .bind(CHANNEL)
+        .bind(payloads)
+        .execute(&self.pool)
+        .await?;
         Ok(())
+    }
+
+    async fn orphaned_sessions(&self) -> Result<Vec<SessionKey>> {
+        let keys: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT t.session_key FROM turns t
+             WHERE t.status IN ('pending', 'running')
+               AND NOT EXISTS (SELECT 1 FROM session_leases l JOIN cluster_nodes n ON n.id = l.node
+                   WHERE l.session_key = t.session_key
+                     AND n.seen_at > now() - ($1::BIGINT * INTERVAL '1 millisecond'))
+             ORDER BY t.session_key",
+        )
+        .bind(millis(NODE_TTL))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(keys
+            .iter()
+            .filter_map(|key| SessionKey::from_str(key).ok())
+            .collect())
     }
 
     fn signals(&self) -> broadcast::Receiver<Received> {

@@ -95,6 +95,7 @@ async fn a_silent_node_loses_its_leases_and_may_start_nothing_more() {
     let (_, b) = node(&db).await;
     let session = key("telegram:1");
     assert_eq!(a.acquire(&session).await.unwrap(), Lease::Held);
+    assert!(b.orphaned_sessions().await.unwrap().is_empty());
     let pending = a_store
         .accept(&session, &text("hello"), &origin(1))
         .await
@@ -110,7 +111,13 @@ async fn a_silent_node_loses_its_leases_and_may_start_nothing_more() {
     .await
     .unwrap();
 
+    assert_eq!(
+        b.orphaned_sessions().await.unwrap(),
+        std::slice::from_ref(&session),
+        "its open turn waits for a node to take it"
+    );
     assert_eq!(b.acquire(&session).await.unwrap(), Lease::Held);
+    assert!(b.orphaned_sessions().await.unwrap().is_empty(), "b has it");
     let owners = b.turn_owners(&session).await.unwrap();
     assert_eq!(owners.get(&pending.id), Some(&TurnOwner::Gone));
     // a, thawed, may not start the turn: b runs the session now.
@@ -216,16 +223,20 @@ async fn signals_reach_the_other_nodes_long_ones_through_the_table() {
     let mut b_signals = b.signals();
     let session = key("web:ann");
 
-    b.signal(Signal::Accepted {
-        session: session.clone(),
-    })
-    .await
-    .unwrap();
     let long = "é".repeat(20_000);
-    b.signal(Signal::Event {
-        session: session.clone(),
-        body: long.clone(),
-    })
+    b.signal_all(vec![
+        Signal::Accepted {
+            session: session.clone(),
+            to: a.node().clone(),
+        },
+        Signal::Event {
+            session: session.clone(),
+            body: long.clone(),
+        },
+        Signal::Released {
+            session: session.clone(),
+        },
+    ])
     .await
     .unwrap();
     let accepted = next_signal(&mut a_signals, |_| true).await;
@@ -233,7 +244,8 @@ async fn signals_reach_the_other_nodes_long_ones_through_the_table() {
     assert_eq!(
         accepted.signal,
         Signal::Accepted {
-            session: session.clone()
+            session: session.clone(),
+            to: a.node().clone(),
         }
     );
     let event = next_signal(&mut a_signals, |_| true).await;
@@ -245,9 +257,17 @@ async fn signals_reach_the_other_nodes_long_ones_through_the_table() {
         },
         "in order, whole"
     );
+    let released = next_signal(&mut a_signals, |_| true).await;
+    assert_eq!(
+        released.signal,
+        Signal::Released {
+            session: session.clone()
+        }
+    );
     // A node does not hear itself.
     a.signal(Signal::Accepted {
         session: session.clone(),
+        to: b.node().clone(),
     })
     .await
     .unwrap();

@@ -1,0 +1,200 @@
+//! Two runtimes (two nodes) on one PostgreSQL store: a session's turns
+//! run on the node holding its lease, whichever node a message arrives
+//! at, in the order the session accepted them; the other node's callers
+//! get the outcome and the events.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flynn_models::ModelClient;
+use flynn_orchestrator::{AgentEvent, SessionManager, TurnRequest};
+use flynn_protocol::{Role, RunState, SessionKey};
+use flynn_sessions::{Cluster, Conversations, NodeKind, PgStore, Turns};
+use flynn_testkit::postgres::TestDatabase;
+
+use crate::{ScriptedModel, Setup, key, manager_with};
+
+struct Node {
+    _dir: tempfile::TempDir,
+    manager: SessionManager,
+    model: Arc<ScriptedModel>,
+    store: PgStore,
+}
+
+async fn node(db: &TestDatabase) -> Node {
+    let dir = tempfile::tempdir().unwrap();
+    let store = PgStore::open(db.url()).await.unwrap();
+    let cluster: Arc<dyn Cluster> = Arc::new(store.join_cluster(NodeKind::Daemon).await.unwrap());
+    let model = ScriptedModel::echo("m");
+    let clients = HashMap::from([("m".to_owned(), model.clone() as Arc<dyn ModelClient>)]);
+    let manager = manager_with(
+        dir.path(),
+        Arc::new(store.clone()),
+        clients,
+        Setup {
+            cluster: Some(cluster),
+            ..Setup::default()
+        },
+    );
+    Node {
+        _dir: dir,
+        manager,
+        model,
+        store,
+    }
+}
+
+/// The history's text, user and assistant messages alike.
+async fn texts(store: &PgStore, key: &SessionKey) -> Vec<String> {
+    store
+        .history(key)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.message.text())
+        .collect()
+}
+
+async fn send(node: &Node, key: &SessionKey, text: &str) -> (String, Vec<AgentEvent>) {
+    let turn = node
+        .manager
+        .submit_and_follow(TurnRequest::text(key.clone(), text))
+        .await
+        .unwrap();
+    let flynn_orchestrator::Followed::Turn(mut turn) = turn else {
+        panic!("a command, not a turn");
+    };
+    let mut events = Vec::new();
+    let collected = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(event) = turn.next().await {
+            let envelope = event.unwrap();
+            if envelope.turn == Some(turn.turn()) {
+                events.push(envelope.event);
+            }
+        }
+        turn.outcome().await
+    })
+    .await
+    .expect("the turn did not end within 20 s");
+    (collected.unwrap().reply, events)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_at_the_other_node_runs_on_the_session_holder_and_its_events_come_back() {
+    let db = TestDatabase::create().await;
+    let a = node(&db).await;
+    let b = node(&db).await;
+    let k = key("web:ann");
+
+    let (reply, _) = send(&a, &k, "one").await;
+    assert_eq!(reply, "re: one");
+    // a's lane holds the session: b's message runs there.
+    let (reply, events) = send(&b, &k, "two").await;
+    assert_eq!(reply, "re: two");
+    assert_eq!(a.model.calls().len(), 2, "both ran on a");
+    assert_eq!(b.model.calls().len(), 0, "b ran nothing");
+    // b's follower saw the turn as it ran on a.
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, AgentEvent::ContentDelta { .. })),
+        "{events:?}"
+    );
+    assert!(
+        matches!(
+            events.last(),
+            Some(AgentEvent::RunState {
+                state: RunState::Complete
+            })
+        ),
+        "{events:?}"
+    );
+    assert_eq!(
+        texts(&b.store, &k).await,
+        ["one", "re: one", "two", "re: two"]
+    );
+    a.manager.shutdown().await;
+    b.manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn messages_sent_to_both_nodes_are_answered_once_each_in_acceptance_order() {
+    let db = TestDatabase::create().await;
+    let a = node(&db).await;
+    let b = node(&db).await;
+    let k = key("telegram:42");
+    // Accepted alternately on a and b, without waiting for answers.
+    let mut handles = Vec::new();
+    for i in 0..10 {
+        let at = if i % 2 == 0 { &a } else { &b };
+        let submitted = at
+            .manager
+            .submit(TurnRequest::text(k.clone(), format!("m{i}")))
+            .await
+            .unwrap();
+        let flynn_orchestrator::Submitted::Turn(handle) = submitted else {
+            panic!("a command");
+        };
+        handles.push((i, handle));
+    }
+    for (i, handle) in handles {
+        let outcome = tokio::time::timeout(Duration::from_secs(30), handle.outcome())
+            .await
+            .expect("no outcome within 30 s")
+            .unwrap();
+        assert_eq!(outcome.reply, format!("re: m{i}"));
+    }
+    let history = a.store.history(&k).await.unwrap();
+    let users: Vec<String> = history
+        .iter()
+        .filter(|m| m.message.role == Role::User)
+        .map(|m| m.message.text())
+        .collect();
+    let expected: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+    assert_eq!(users, expected, "acceptance order");
+    for pair in history.chunks(2) {
+        assert_eq!(
+            pair[1].message.text(),
+            format!("re: {}", pair[0].message.text())
+        );
+    }
+    assert_eq!(
+        a.model.calls().len() + b.model.calls().len(),
+        10,
+        "each answered once"
+    );
+    assert!(
+        a.model.calls().is_empty() || b.model.calls().is_empty(),
+        "one node ran the session: a {}, b {}",
+        a.model.calls().len(),
+        b.model.calls().len()
+    );
+    assert!(a.store.open_turns(Some(&k)).await.unwrap().is_empty());
+    a.manager.shutdown().await;
+    b.manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_that_stops_hands_its_sessions_over_at_once() {
+    let db = TestDatabase::create().await;
+    let a = node(&db).await;
+    let b = node(&db).await;
+    let k = key("web:ann");
+    send(&a, &k, "one").await;
+    let cluster = b.manager.cluster().unwrap().clone();
+    assert_eq!(cluster.nodes().await.unwrap().len(), 2);
+    a.manager.shutdown().await;
+    // a left: no node to wait out, no lease to take over.
+    let nodes = cluster.nodes().await.unwrap();
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    assert_eq!(nodes[0].leases, 0);
+    assert_eq!(
+        cluster.acquire(&k).await.unwrap(),
+        flynn_sessions::Lease::Held
+    );
+    let (reply, _) = send(&b, &k, "two").await;
+    assert_eq!(reply, "re: two");
+    assert_eq!(b.model.calls().len(), 1, "b runs it now");
+    b.manager.shutdown().await;
+}
