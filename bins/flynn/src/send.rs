@@ -86,6 +86,12 @@ pub async fn run(args: SendArgs) -> Result<(), Failure> {
             named.join(", ")
         );
     }
+    // A node of a cluster (sessions in PostgreSQL) leaves it, after its
+    // turn's last events went to the other nodes: the sessions it held
+    // are free for them at once.
+    if flynn.manager().cluster().is_some() {
+        flynn.manager().shutdown().await;
+    }
     // The store is left open for the process's exit: closing it would
     // checkpoint the write-ahead log (three more syncs), which costs this
     // command more time than replaying the log costs the next one.

@@ -287,6 +287,7 @@ impl FlynnBuilder {
             agents.add_slot(slot);
         }
 
+        let mut cluster: Option<Arc<dyn flynn_sessions::Cluster>> = None;
         let store = match self.store {
             Some(store) => store,
             None => {
@@ -298,7 +299,29 @@ impl FlynnBuilder {
                     ));
                 }
                 let home = self.home.clone().unwrap_or_default();
-                flynn_sessions::open(&config.sessions, &home).await?
+                match flynn_sessions::location(&config.sessions, &home)? {
+                    // Several processes may share it: this one joins them
+                    // as a node, and runs only the sessions it holds.
+                    flynn_sessions::StoreLocation::Postgres(url) => {
+                        let store = flynn_sessions::PgStore::open(&url).await?;
+                        let kind = match self.processes {
+                            ProcessLifetime::Runtime => flynn_sessions::NodeKind::Daemon,
+                            ProcessLifetime::Command => flynn_sessions::NodeKind::Command,
+                        };
+                        let node: Arc<dyn flynn_sessions::Cluster> =
+                            Arc::new(store.join_cluster(kind).await?);
+                        if let Err(error) =
+                            flynn_orchestrator::forget_stopped_local_nodes(&*node).await
+                        {
+                            tracing::warn!(%error, "cannot look for stopped nodes of this machine; their sessions are taken over once they time out");
+                        }
+                        cluster = Some(node);
+                        Arc::new(store)
+                    }
+                    flynn_sessions::StoreLocation::Sqlite(_) => {
+                        flynn_sessions::open(&config.sessions, &home).await?
+                    }
+                }
             }
         };
 
@@ -314,7 +337,7 @@ impl FlynnBuilder {
             compaction: config.compaction.clone(),
             memory_flush: self.memory_flush,
             memory: memory.clone(),
-            cluster: None,
+            cluster,
         });
         automation.bind(manager.clone()).await?;
         // `start: boot` servers start now, in the background; the first

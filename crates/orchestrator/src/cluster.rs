@@ -32,6 +32,22 @@ const BATCH: usize = 512;
 /// How often a node looks for sessions left without a live holder.
 pub(crate) const SWEEP: Duration = Duration::from_secs(3);
 
+/// Forgets the nodes that ran on this machine (in this process-id
+/// namespace) and whose process is gone: a daemon restarted after a crash
+/// takes its sessions back at once instead of after
+/// [`NODE_TTL`](flynn_sessions::cluster::NODE_TTL). Returns how many.
+pub async fn forget_stopped_local_nodes(cluster: &dyn Cluster) -> Result<usize> {
+    let mut forgotten = 0;
+    for node in cluster.nodes().await? {
+        if node.local && &node.id != cluster.node() && !crate::lane::process_alive(node.pid) {
+            tracing::info!(node = %node.id, "forgetting a node of this machine whose process is gone");
+            cluster.forget(&node.id).await?;
+            forgotten += 1;
+        }
+    }
+    Ok(forgotten)
+}
+
 /// Sends this node's events to the other nodes until `shutdown`, then
 /// what is left.
 pub(crate) async fn forward(

@@ -42,6 +42,7 @@ mod skills;
 mod turn;
 
 pub use agents::{AgentProfile, Agents};
+pub use cluster::forget_stopped_local_nodes;
 pub use commands::{BadArgument, Command, HELP, ModelChoice};
 pub use delegate::{AgentOrchestrator, DelegationSettings, SubAgentRequest, SubAgentResult};
 pub use error::{Error, Result};

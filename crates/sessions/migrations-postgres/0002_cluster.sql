@@ -9,6 +9,10 @@ CREATE TABLE cluster_nodes (
     id         TEXT COLLATE "C" PRIMARY KEY,
     host       TEXT NOT NULL,
     pid        BIGINT NOT NULL,
+    -- The machine's boot and the process-id namespace the pid belongs to:
+    -- a process seeing the same key may check whether that pid still
+    -- runs, and forget a node whose process is gone without waiting.
+    local_key  TEXT NOT NULL,
     -- 'daemon', or 'cli' for a command such as `flynn send`.
     kind       TEXT NOT NULL,
     started_at TIMESTAMPTZ NOT NULL DEFAULT now(),

@@ -71,6 +71,9 @@ pub struct NodeInfo {
     pub alive: bool,
     /// Sessions whose lease it holds.
     pub leases: u64,
+    /// It runs on this machine, in this process's process-id namespace:
+    /// whether `pid` still runs can be checked here.
+    pub local: bool,
 }
 
 /// Who holds a session's lease, as [`Cluster::acquire`] found it.
@@ -166,6 +169,11 @@ pub trait Cluster: Send + Sync {
     /// Every node the database knows, this one included, with how many
     /// leases each holds.
     async fn nodes(&self) -> Result<Vec<NodeInfo>>;
+
+    /// Forgets another node (its lease, its presence) at once, without
+    /// waiting [`NODE_TTL`]: for a node whose process is known to be gone
+    /// (see [`NodeInfo::local`]).
+    async fn forget(&self, node: &NodeId) -> Result<()>;
 
     /// Leaves the cluster: gives back every lease and removes this node,
     /// so the others take over at once instead of after [`NODE_TTL`].

@@ -116,6 +116,47 @@ async fn a_daemon_on_postgresql_keeps_a_second_one_out_and_commands_still_run() 
     let listed = env.run(&["sessions", "list", "--config", &config]);
     assert!(stdout(&listed).contains("cli:pg"), "{}", stdout(&listed));
 
+    // A session the daemon runs: a command's message to it is run there,
+    // in its turn, and the command prints the answer.
+    fake.push(Reply::Text("The daemon answered.".into()));
+    let held = env.run(&[
+        "send",
+        "--gateway",
+        &first.url,
+        "--session",
+        "cli:held",
+        "one",
+    ]);
+    assert_eq!(held.status.code(), Some(0), "{}", stderr(&held));
+    fake.push(Reply::Text("The daemon answered again.".into()));
+    let beside = env.run(&["send", "--config", &config, "--session", "cli:held", "two"]);
+    assert_eq!(beside.status.code(), Some(0), "{}", stderr(&beside));
+    assert_eq!(stdout(&beside).trim(), "The daemon answered again.");
+    {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&database.url()).await.unwrap();
+        let owners: Vec<(String, Option<String>)> = sqlx::query_as(
+            "SELECT status, owner_node FROM turns WHERE session_key = 'cli:held' ORDER BY id",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!(owners.len(), 2, "{owners:?}");
+        assert!(
+            owners.iter().all(|(status, _)| status == "completed"),
+            "{owners:?}"
+        );
+        assert_eq!(owners[0].1, owners[1].1, "one node ran both: {owners:?}");
+        // The command left the cluster as it exited; the daemon stays.
+        let nodes: Vec<(String, String)> = sqlx::query_as("SELECT id, kind FROM cluster_nodes")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(nodes.len(), 1, "{nodes:?}");
+        assert_eq!(nodes[0].1, "daemon");
+        assert_eq!(Some(&nodes[0].0), owners[0].1.as_ref());
+    }
+
     // Another daemon (its own home) on the same database is refused.
     let other = Env::new()
         .var("OPENAI_BASE_URL", fake.base_url())

@@ -1036,7 +1036,7 @@ pub(crate) fn preview(content: &[ContentBlock]) -> String {
 
 /// Whether a process with this id exists (it may not be Flynn: a reused
 /// id keeps its turns open until that process ends, which is safe).
-fn process_alive(pid: u32) -> bool {
+pub(crate) fn process_alive(pid: u32) -> bool {
     #[cfg(unix)]
     {
         let Some(pid) = i32::try_from(pid)

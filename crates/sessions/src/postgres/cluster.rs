@@ -72,6 +72,22 @@ fn new_node_id() -> Result<NodeId> {
     Ok(NodeId(format!("{host}/{}/{suffix}", std::process::id())))
 }
 
+/// The machine's boot and this process's process-id namespace: the same
+/// for every process that sees the same process ids.
+fn local_key() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|id| id.trim().to_owned())
+        .unwrap_or_default();
+    let namespace = std::fs::read_link("/proc/self/ns/pid")
+        .map(|link| link.display().to_string())
+        .unwrap_or_default();
+    if boot.is_empty() || namespace.is_empty() {
+        // Unknown: never matches, so no process is judged by its pid.
+        return String::new();
+    }
+    format!("{boot}/{namespace}")
+}
+
 /// This machine's name, as the kernel has it.
 fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -151,13 +167,14 @@ impl Drop for PgCluster {
 
 async fn register(pool: &PgPool, node: &NodeId, kind: NodeKind) -> Result<()> {
     sqlx::query(
-        "INSERT INTO cluster_nodes (id, host, pid, kind) VALUES ($1, $2, $3, $4)
+        "INSERT INTO cluster_nodes (id, host, pid, kind, local_key) VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (id) DO UPDATE SET seen_at = now()",
     )
     .bind(&node.0)
     .bind(host_name())
     .bind(i64::from(std::process::id()))
     .bind(kind.as_str())
+    .bind(local_key())
     .execute(pool)
     .await?;
     Ok(())
@@ -437,10 +454,12 @@ impl Cluster for PgCluster {
                  (EXTRACT(EPOCH FROM n.started_at) * 1000)::BIGINT AS started_at,
                  (EXTRACT(EPOCH FROM now() - n.seen_at) * 1000)::BIGINT AS silent_ms,
                  n.seen_at > now() - ($1::BIGINT * INTERVAL '1 millisecond') AS alive,
-                 (SELECT COUNT(*) FROM session_leases l WHERE l.node = n.id) AS leases
+                 (SELECT COUNT(*) FROM session_leases l WHERE l.node = n.id) AS leases,
+                 n.local_key <> '' AND n.local_key = $2 AS local
              FROM cluster_nodes n ORDER BY n.started_at, n.id",
         )
         .bind(millis(NODE_TTL))
+        .bind(local_key())
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
@@ -454,9 +473,26 @@ impl Cluster for PgCluster {
                     silent_ms: row.try_get("silent_ms")?,
                     alive: row.try_get("alive")?,
                     leases: to_u64(row.try_get("leases")?),
+                    local: row.try_get("local")?,
                 })
             })
             .collect()
+    }
+
+    async fn forget(&self, node: &NodeId) -> Result<()> {
+        let released: Vec<String> = sqlx::query_scalar(
+            "WITH gone AS (DELETE FROM cluster_nodes WHERE id = $1)
+             DELETE FROM session_leases WHERE node = $1 RETURNING session_key",
+        )
+        .bind(&node.0)
+        .fetch_all(&self.pool)
+        .await?;
+        let signals = released
+            .iter()
+            .filter_map(|key| SessionKey::from_str(key).ok())
+            .map(|session| Signal::Released { session })
+            .collect();
+        self.signal_all(signals).await
     }
 
     async fn leave(&self) {

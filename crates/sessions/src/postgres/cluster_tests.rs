@@ -77,8 +77,26 @@ async fn one_node_holds_a_lease_until_it_gives_it_back() {
     let of = |id: &NodeId| nodes.iter().find(|n| &n.id == id).unwrap();
     assert_eq!(of(a.node()).leases, 0);
     assert_eq!(of(b.node()).leases, 2);
-    assert!(nodes.iter().all(|n| n.alive && n.kind == "daemon"));
+    assert!(
+        nodes
+            .iter()
+            .all(|n| n.alive && n.kind == "daemon" && n.local)
+    );
     assert_eq!(of(a.node()).pid, std::process::id());
+
+    // A node forgotten (its process known gone) loses its leases at once.
+    let c_store = db.open().await;
+    let c = c_store.join_cluster(NodeKind::Command).await.unwrap();
+    let other = key("cli:c");
+    assert_eq!(c.acquire(&other).await.unwrap(), Lease::Held);
+    assert_eq!(
+        a.acquire(&other).await.unwrap(),
+        Lease::HeldBy(c.node().clone())
+    );
+    c.stop_tasks();
+    a.forget(c.node()).await.unwrap();
+    assert_eq!(a.acquire(&other).await.unwrap(), Lease::Held);
+    assert_eq!(a.nodes().await.unwrap().len(), 2, "c is forgotten");
 
     // Leaving gives every lease back at once and tells the others.
     let mut a_signals = a.signals();
