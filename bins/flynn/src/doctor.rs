@@ -245,6 +245,13 @@ fn channel_lines(config: &FlynnConfig, live: Option<Vec<ChannelInfo>>) -> Vec<Ch
                     status.received
                 ),
             )),
+            "standby" => lines.push(Check::ok(
+                "channel",
+                format!(
+                    "{name}: on standby: node {} holds its connection, this one takes over if it stops",
+                    status.detail.as_deref().unwrap_or("another node")
+                ),
+            )),
             "connecting" => lines.push(Check::warn(
                 "channel",
                 format!("{name}: still connecting"),
@@ -574,8 +581,11 @@ async fn database_line(loaded: &Loaded) -> Check {
 /// The PostgreSQL store: reachable, its schema current (opening brings it
 /// up to date, as the daemon's start would), how many sessions it holds.
 async fn postgres_line(loaded: &Loaded, where_: &str) -> Check {
-    let store = match flynn_core::sessions::open(&loaded.config.sessions, &loaded.paths.home).await
-    {
+    let url = match flynn_core::sessions::location(&loaded.config.sessions, &loaded.paths.home) {
+        Ok(flynn_core::sessions::StoreLocation::Postgres(url)) => url,
+        _ => return Check::fail("database", where_, "correct sessions.url"),
+    };
+    let store = match flynn_core::sessions::PgStore::open(&url).await {
         Ok(store) => store,
         Err(error) => {
             return Check::fail(
@@ -585,12 +595,18 @@ async fn postgres_line(loaded: &Loaded, where_: &str) -> Check {
             );
         }
     };
+    use flynn_core::Conversations as _;
     let listed = store.list().await;
+    let nodes = store.cluster_nodes().await;
     store.close().await;
     match listed {
         Ok(sessions) => Check::ok(
             "database",
-            format!("{where_}: PostgreSQL, {} session(s)", sessions.len()),
+            format!(
+                "{where_}: PostgreSQL, {} session(s){}",
+                sessions.len(),
+                nodes.map(|nodes| cluster_text(&nodes)).unwrap_or_default()
+            ),
         ),
         Err(error) => Check::fail(
             "database",
@@ -598,6 +614,26 @@ async fn postgres_line(loaded: &Loaded, where_: &str) -> Check {
             "check that the role may read Flynn's tables",
         ),
     }
+}
+
+/// The live nodes sharing the database and what each holds, after the
+/// database's line: `; cluster: 2 daemon node(s): a/12/9f (3 sessions,
+/// automation), ...`.
+fn cluster_text(nodes: &[flynn_core::sessions::NodeInfo]) -> String {
+    let live: Vec<&flynn_core::sessions::NodeInfo> = nodes.iter().filter(|n| n.alive).collect();
+    let daemons = live.iter().filter(|n| n.kind == "daemon").count();
+    if live.is_empty() {
+        return "; cluster: no daemon running on it".to_owned();
+    }
+    let each: Vec<String> = live
+        .iter()
+        .map(|n| {
+            let mut held = vec![format!("{} session(s)", n.leases)];
+            held.extend(n.roles.iter().cloned());
+            format!("{} {} ({})", n.kind, n.id, held.join(", "))
+        })
+        .collect();
+    format!("; cluster: {daemons} daemon node(s): {}", each.join("; "))
 }
 
 /// The sandbox of shell and process tools, as `flynn sandbox` sees it.

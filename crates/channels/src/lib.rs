@@ -46,7 +46,7 @@ pub use adapter::{
 };
 pub use chunk::{Measure, chunk};
 pub use inbound::{Delivery, Disposition, Inbound};
-pub use registry::{Backoff, ChannelState, ChannelStatus, Registry};
+pub use registry::{Backoff, ChannelState, ChannelStatus, ConnectGate, Registry};
 
 /// Message length limits of the platforms, in their own measure.
 pub mod limits {

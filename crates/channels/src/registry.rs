@@ -35,6 +35,26 @@ pub enum ChannelState {
     /// Configured, but it cannot run (this build lacks its cargo feature,
     /// or its settings are unusable); `last_error` says why.
     Unavailable,
+    /// Another node of the cluster holds the connection; this one takes
+    /// it over if that node stops (`detail` names the holder). Webhooks
+    /// and answers still go through this node.
+    Standby,
+}
+
+/// Decides when this process may hold a channel's connection: in a
+/// cluster of daemons, one node per channel at a time (a chat platform
+/// allows one long poll or gateway session per bot).
+#[async_trait::async_trait]
+pub trait ConnectGate: Send + Sync {
+    /// Waits until this process may connect `channel`, telling `standby`
+    /// who holds it meanwhile; returns a token cancelled once it may hold
+    /// it no longer, or `None` when `stop` was cancelled first.
+    async fn admit(
+        &self,
+        channel: &str,
+        standby: &(dyn Fn(String) + Send + Sync),
+        stop: &CancellationToken,
+    ) -> Option<CancellationToken>;
 }
 
 /// One channel's health, for `flynn doctor`, the dashboard and
@@ -112,6 +132,15 @@ impl StatusCell {
         }
     }
 
+    fn standby(&self, holder: String) {
+        let mut status = self.lock();
+        if status.state != ChannelState::Standby {
+            status.state = ChannelState::Standby;
+            status.since = now_millis();
+        }
+        status.detail = Some(holder);
+    }
+
     fn failed(&self, error: &str, unauthorized: bool, retry_in: Duration) {
         {
             let mut status = self.lock();
@@ -179,6 +208,7 @@ struct Inner {
     unavailable: Mutex<BTreeMap<String, ChannelStatus>>,
     tx: mpsc::Sender<Delivery>,
     backoff: Backoff,
+    gate: Mutex<Option<Arc<dyn ConnectGate>>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -199,9 +229,15 @@ impl Registry {
                 unavailable: Mutex::new(BTreeMap::new()),
                 tx,
                 backoff,
+                gate: Mutex::new(None),
             }),
         };
         (registry, rx)
+    }
+
+    /// Adapters started from now on connect only when `gate` admits them.
+    pub fn set_gate(&self, gate: Arc<dyn ConnectGate>) {
+        *flynn_protocol::sync::lock(&self.inner.gate) = Some(gate);
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Running>> {
@@ -216,12 +252,14 @@ impl Registry {
         let status = Arc::new(StatusCell::new(&name));
         let sink = Inbound::new(&name, self.inner.tx.clone(), status.clone());
         let stop = CancellationToken::new();
+        let gate = flynn_protocol::sync::lock(&self.inner.gate).clone();
         let task = tokio::spawn(supervise(
             adapter.clone(),
             sink.clone(),
             status.clone(),
             stop.clone(),
             self.inner.backoff,
+            gate,
         ));
         self.lock().insert(
             name,
@@ -327,24 +365,54 @@ async fn supervise(
     status: Arc<StatusCell>,
     stop: CancellationToken,
     backoff: Backoff,
+    gate: Option<Arc<dyn ConnectGate>>,
 ) {
     let name = adapter.name().to_owned();
     let mut wait = backoff.first;
     loop {
+        let admitted = match &gate {
+            Some(gate) => {
+                let standby = |holder: String| status.standby(holder);
+                match gate.admit(&name, &standby, &stop).await {
+                    Some(admitted) => Some(admitted),
+                    None => {
+                        status.set(ChannelState::Stopped);
+                        return;
+                    }
+                }
+            }
+            None => None,
+        };
         status.set(ChannelState::Connecting);
         let started = Instant::now();
+        let connection = stop.child_token();
+        // The connection ends once this process may hold it no longer.
+        let revoked = admitted.clone().map(|admitted| {
+            let connection = connection.clone();
+            tokio::spawn(async move {
+                admitted.cancelled().await;
+                connection.cancel();
+            })
+        });
         let connecting = async {
             flynn_protocol::fault::point("adapter.connect");
-            adapter.connect(sink.clone(), stop.child_token()).await
+            adapter.connect(sink.clone(), connection.clone()).await
         };
         let outcome = std::panic::AssertUnwindSafe(connecting)
             .catch_unwind()
             .await;
+        if let Some(revoked) = revoked {
+            revoked.abort();
+        }
         adapter.disconnect().await;
         if stop.is_cancelled() {
             status.set(ChannelState::Stopped);
             tracing::info!(channel = %name, "stopped");
             return;
+        }
+        if admitted.is_some_and(|admitted| admitted.is_cancelled()) {
+            tracing::warn!(channel = %name, "another node holds the channel's connection now; standing by");
+            continue;
         }
         if started.elapsed() >= backoff.stable_after {
             wait = backoff.first;

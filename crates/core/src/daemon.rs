@@ -95,8 +95,6 @@ impl Stack {
 pub struct Daemon {
     /// Held until the daemon is dropped.
     _home_lock: crate::backup::DaemonLock,
-    /// Held while the daemon runs, when its sessions are in PostgreSQL.
-    _database_lock: Option<flynn_sessions::DaemonLock>,
     flynn: Flynn,
     addr: SocketAddr,
     token_source: TokenSource,
@@ -174,20 +172,6 @@ impl Daemon {
                 options.home.join(crate::backup::DAEMON_LOCK).display()
             ))
         })?;
-        // One daemon per PostgreSQL database, until daemons sharing one
-        // coordinate their work.
-        let location = flynn_sessions::location(&config.sessions, &options.home)?;
-        let database_lock = match &location {
-            flynn_sessions::StoreLocation::Postgres(url) => {
-                Some(flynn_sessions::PgStore::lock_daemon(url).await?.ok_or_else(|| {
-                    Error::Serve(format!(
-                        "another flynn daemon is using the session database {}: one daemon runs on a PostgreSQL database at a time (several need the scale-out coordination, not built yet); stop the other, or point sessions.url at another database",
-                        location.redacted()
-                    ))
-                })?)
-            }
-            flynn_sessions::StoreLocation::Sqlite(_) => None,
-        };
         check_database(&config, &options.home).await?;
 
         // The token first: tools must never show it, wherever it came from.
@@ -238,12 +222,34 @@ impl Daemon {
         // Those of chats are told there once the channels are up.
         // Answers stored just before the last process died, read before
         // recovery finishes (and tells) the turns it left open.
-        let outbox = match flynn.manager().outbox().await {
-            Ok(outbox) => outbox,
-            Err(error) => {
-                tracing::error!(%error, "cannot read the answers the last run left unsent");
-                Vec::new()
+        let cluster = flynn.manager().cluster().cloned();
+        // In a cluster, only a daemon starting alone sends them: another
+        // live node may be sending its own answers right now.
+        let alone = match &cluster {
+            Some(cluster) => match cluster.nodes().await {
+                Ok(nodes) => !nodes
+                    .iter()
+                    .any(|n| n.alive && &n.id != cluster.node() && n.kind == "daemon"),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot list the cluster's nodes");
+                    false
+                }
+            },
+            None => true,
+        };
+        let outbox = if alone {
+            match flynn.manager().outbox().await {
+                Ok(outbox) => outbox,
+                Err(error) => {
+                    tracing::error!(%error, "cannot read the answers the last run left unsent");
+                    Vec::new()
+                }
             }
+        } else {
+            tracing::info!(
+                "other daemons run on this database: answers left unsent are theirs to send"
+            );
+            Vec::new()
         };
         let recovered = flynn.recover_turns().await?;
         if !recovered.is_empty() {
@@ -304,6 +310,11 @@ impl Daemon {
                 }
             }
             let (registry, deliveries) = Registry::new(Backoff::default());
+            // In a cluster, one node at a time holds each channel's
+            // connection; every node takes webhooks and sends answers.
+            if let Some(cluster) = &cluster {
+                registry.set_gate(Arc::new(crate::cluster::RoleGate::new(cluster.clone())));
+            }
             let router =
                 ChannelRouter::new(flynn.manager().clone(), registry.clone(), &config.channels);
             let routing = router.spawn(deliveries);
@@ -328,10 +339,22 @@ impl Daemon {
         // Cron jobs and the heartbeat, after the runtime and the channels
         // their answers go out through. Stopped first (registered last).
         let automation = flynn.automation().clone();
-        automation
-            .start(channels.clone())
-            .await
-            .map_err(|e| Error::Serve(format!("cannot start automation: {e}")))?;
+        // In a cluster, on the one node holding its role.
+        let automation_role = tokio_util::sync::CancellationToken::new();
+        match &cluster {
+            Some(cluster) => {
+                tokio::spawn(crate::cluster::run_automation(
+                    cluster.clone(),
+                    automation.clone(),
+                    channels.clone(),
+                    automation_role.clone(),
+                ));
+            }
+            None => automation
+                .start(channels.clone())
+                .await
+                .map_err(|e| Error::Serve(format!("cannot start automation: {e}")))?,
+        }
 
         let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
             Error::Serve(format!(
@@ -391,6 +414,7 @@ impl Daemon {
         // grace period to finish and deliver, the rest are cancelled.
         stack.push("automation", move || async move {
             let _ = stopping_since.set(Instant::now());
+            automation_role.cancel();
             automation.shutdown(grace).await;
         });
         tracing::info!(
@@ -401,7 +425,6 @@ impl Daemon {
         );
         Ok(Daemon {
             _home_lock: home_lock,
-            _database_lock: database_lock,
             flynn,
             addr,
             token_source,

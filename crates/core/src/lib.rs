@@ -26,6 +26,8 @@
 
 pub mod backup;
 mod builder;
+#[cfg(feature = "daemon")]
+pub mod cluster;
 /// The chat channels a config asks for, built with the adapters this
 /// binary was compiled with (`flynn_channels::configured`).
 pub use flynn_channels::configured as channels;

@@ -92,6 +92,7 @@ pub(crate) fn status(gateway: &Gateway) -> Vec<ChannelInfo> {
                 ChannelState::Retrying => "retrying",
                 ChannelState::Stopped => "stopped",
                 ChannelState::Unavailable => "unavailable",
+                ChannelState::Standby => "standby",
             }
             .to_owned(),
             detail: s.detail,

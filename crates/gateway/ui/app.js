@@ -698,6 +698,7 @@ async function loadDashboard() {
       const pill = (c) => {
         if (c.state === "connected") return el("span", { class: "pill ok" }, c.detail ? `connected · ${c.detail}` : "connected");
         if (c.state === "connecting") return el("span", { class: "pill" }, "connecting");
+        if (c.state === "standby") return el("span", { class: "pill", title: "another node of the cluster holds this channel's connection; this one takes over if it stops" }, `standby · held by ${c.detail || "another node"}`);
         const why = c.last_error || c.state;
         const next = c.retry_in_ms !== undefined ? ` · retry in ${Math.ceil(c.retry_in_ms / 1000)} s` : "";
         return el("span", { class: "pill fail", title: why }, `${c.unauthorized ? "token refused" : c.state}${next}: ${why}`);

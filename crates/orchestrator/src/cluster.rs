@@ -217,6 +217,16 @@ fn handle(shared: &Arc<Shared>, cluster: &dyn Cluster, received: Received) {
 /// The outcome an event of another node reports for its turn, if it ends
 /// it: its answer, its error, or its cancellation.
 fn ended(node: &str, event: &EventEnvelope) -> Option<(TurnId, Result<TurnOutcome>)> {
+    // The node that ran it stopped, and the one that took the session
+    // over reported it (a rerun goes on to its own end).
+    if let AgentEvent::Interrupted {
+        turn,
+        action: flynn_protocol::RecoveryAction::Reported,
+        message,
+    } = &event.event
+    {
+        return Some((*turn, Err(Error::Interrupted(message.clone()))));
+    }
     let turn = event.turn?;
     let result = match &event.event {
         AgentEvent::Done { outcome } => Ok(outcome.clone()),
@@ -243,13 +253,16 @@ pub(crate) async fn stored_outcome(
     match record.status {
         TurnStatus::Pending | TurnStatus::Running => None,
         TurnStatus::Cancelled => Some(Err(Error::Cancelled)),
-        TurnStatus::Failed | TurnStatus::Interrupted => Some(Err(Error::Remote {
+        TurnStatus::Interrupted => Some(Err(Error::Interrupted(format!(
+            "the node running turn {} stopped before it finished; its message is kept in the history",
+            record.id
+        )))),
+        TurnStatus::Failed => Some(Err(Error::Remote {
             node: "another node".to_owned(),
             code: flynn_protocol::ErrorCode::Internal,
             message: format!(
-                "turn {} ended {} (its events did not reach this node; the session's history has what was stored)",
-                record.id,
-                record.status.as_str()
+                "turn {} failed (its events did not reach this node; the session's history has what was stored)",
+                record.id
             ),
         })),
         TurnStatus::Completed => {

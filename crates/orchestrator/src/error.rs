@@ -58,6 +58,11 @@ pub enum Error {
         code: ErrorCode,
         message: String,
     },
+    /// The process running the turn stopped before it finished (in a
+    /// cluster: the node running it died, and the one that took the
+    /// session over reported it).
+    #[error("the turn was interrupted: {0}")]
+    Interrupted(String),
     /// The turn's task ended without reporting (a bug or a panic in a tool).
     #[error("the turn ended unexpectedly: {0}")]
     Lost(String),
@@ -81,6 +86,7 @@ impl Error {
             | Error::ShuttingDown
             | Error::DelegationTooDeep { .. } => ErrorCode::Refused,
             Error::Remote { code, .. } => *code,
+            Error::Interrupted(_) => ErrorCode::Internal,
             Error::Lost(_) => ErrorCode::Internal,
         }
     }

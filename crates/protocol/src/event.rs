@@ -287,6 +287,10 @@ pub enum AgentEvent {
     /// A turn that a previous process left unfinished (a crash, a kill)
     /// was found at start-up.
     Interrupted {
+        /// The interrupted turn, which is also the envelope's `turn`. Named
+        /// apart on the wire: the envelope's fields and the event's share
+        /// one JSON object, where two `turn` keys could not be read back.
+        #[serde(rename = "interrupted_turn")]
         turn: TurnId,
         action: RecoveryAction,
         /// What the session is told, e.g. which message was cut short.
@@ -336,3 +340,44 @@ impl std::fmt::Display for Lagged {
 }
 
 impl std::error::Error for Lagged {}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn every_kind_of_envelope_reads_back_as_it_was_written() {
+        let session: SessionKey = "web:ann".parse().unwrap();
+        let events = [
+            AgentEvent::Interrupted {
+                turn: TurnId(7),
+                action: RecoveryAction::Reported,
+                message: "cut short".to_owned(),
+            },
+            AgentEvent::ContentDelta {
+                text: "hi".to_owned(),
+            },
+            AgentEvent::Command {
+                name: "status".to_owned(),
+                reply: "ok".to_owned(),
+            },
+        ];
+        for event in events {
+            for turn in [Some(TurnId(7)), None] {
+                let envelope = EventEnvelope {
+                    session: session.clone(),
+                    turn,
+                    seq: 3,
+                    time_ms: 1_000,
+                    event: event.clone(),
+                };
+                let json = serde_json::to_string(&envelope).unwrap();
+                let back: EventEnvelope = serde_json::from_str(&json)
+                    .unwrap_or_else(|e| panic!("{json} does not read back: {e}"));
+                assert_eq!(back, envelope, "{json}");
+            }
+        }
+    }
+}

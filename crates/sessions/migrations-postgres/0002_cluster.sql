@@ -29,6 +29,15 @@ CREATE TABLE session_leases (
 );
 CREATE INDEX session_leases_node ON session_leases (node);
 
+-- Work one node of the cluster does for all: `automation` (cron jobs and
+-- the heartbeat), `channel:<name>` (a chat channel's connection). Held
+-- like a session's lease.
+CREATE TABLE cluster_roles (
+    name     TEXT COLLATE "C" PRIMARY KEY,
+    node     TEXT COLLATE "C" NOT NULL,
+    taken_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
 -- The node that accepted a pending turn, then the one running it: a turn
 -- whose node is dead was interrupted.
 ALTER TABLE turns ADD COLUMN owner_node TEXT COLLATE "C";

@@ -71,6 +71,8 @@ pub struct NodeInfo {
     pub alive: bool,
     /// Sessions whose lease it holds.
     pub leases: u64,
+    /// The roles it holds ([`Cluster::acquire_role`]), by name.
+    pub roles: Vec<String>,
     /// It runs on this machine, in this process's process-id namespace:
     /// whether `pid` still runs can be checked here.
     pub local: bool,
@@ -134,6 +136,14 @@ pub trait Cluster: Send + Sync {
     /// Gives the session's lease back, if this node holds it, and tells
     /// the other nodes ([`Signal::Released`]).
     async fn release(&self, session: &SessionKey) -> Result<()>;
+
+    /// Takes a role (work one node does for all, such as `automation` or
+    /// `channel:telegram`), or keeps it: as [`acquire`](Self::acquire)
+    /// does a session's lease.
+    async fn acquire_role(&self, role: &str) -> Result<Lease>;
+
+    /// Gives a role back, if this node holds it.
+    async fn release_role(&self, role: &str) -> Result<()>;
 
     /// Sends a signal to every other node. Delivery is best-effort (a
     /// node whose connection to the database is down misses it): what a

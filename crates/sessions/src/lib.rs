@@ -46,7 +46,7 @@ pub use cluster::{Cluster, Lease, NodeId, NodeInfo, NodeKind, Received, Signal, 
 pub use copy::{CopyReport, copy};
 pub use error::{Error, Result};
 pub use pairing::{ApprovedPeer, PairingError, PairingTicket, PendingPairing};
-pub use postgres::{DaemonLock, PgCluster, PgStore};
+pub use postgres::{PgCluster, PgStore};
 pub use sqlite::SqliteStore;
 pub use store::{
     Conversations, DayUsage, Jobs, Pairing, SessionInfo, SessionMeta, SessionStore, StoredMessage,

@@ -13,6 +13,7 @@ mod channels;
     feature = "discord"
 ))]
 mod chaos;
+mod cluster;
 mod config;
 mod crash;
 mod daemon;

@@ -50,56 +50,9 @@ async fn a_store_is_copied_into_an_empty_one_and_a_full_one_is_refused() {
     assert!(stderr(&wrong).starts_with("error: FROM: sessions.url 'mysql://db/flynn'"));
 }
 
-/// A fresh database on the test PostgreSQL server, dropped at the end.
-struct Database {
-    admin: String,
-    name: String,
-}
-
-impl Database {
-    async fn create() -> Database {
-        use sqlx::Connection;
-        let admin = std::env::var("FLYNN_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-            panic!(
-                "FLYNN_TEST_POSTGRES_URL is not set: run `export FLYNN_TEST_POSTGRES_URL=$(scripts/postgres.sh)` (or scripts/test.sh)"
-            )
-        });
-        let name = format!("flynn_cli_{}", std::process::id());
-        let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
-        for sql in [
-            format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-            format!("CREATE DATABASE {name}"),
-        ] {
-            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                .execute(&mut conn)
-                .await
-                .unwrap();
-        }
-        Database { admin, name }
-    }
-
-    fn url(&self) -> String {
-        let base = self
-            .admin
-            .rsplit_once('/')
-            .map_or(self.admin.as_str(), |(base, _)| base);
-        format!("{base}/{}", self.name)
-    }
-
-    async fn drop_it(self) {
-        use sqlx::Connection;
-        let mut conn = sqlx::PgConnection::connect(&self.admin).await.unwrap();
-        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
-        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
-async fn a_daemon_on_postgresql_keeps_a_second_one_out_and_commands_still_run() {
-    let database = Database::create().await;
+async fn daemons_on_one_postgresql_database_share_its_sessions_and_commands_run_beside_them() {
+    let database = flynn_testkit::postgres::TestDatabase::create().await;
     let fake = FakeOpenAi::start().await;
     let env = Env::new()
         .var("OPENAI_BASE_URL", fake.base_url())
@@ -134,7 +87,7 @@ async fn a_daemon_on_postgresql_keeps_a_second_one_out_and_commands_still_run() 
     assert_eq!(stdout(&beside).trim(), "The daemon answered again.");
     {
         use sqlx::Connection;
-        let mut conn = sqlx::PgConnection::connect(&database.url()).await.unwrap();
+        let mut conn = sqlx::PgConnection::connect(database.url()).await.unwrap();
         let owners: Vec<(String, Option<String>)> = sqlx::query_as(
             "SELECT status, owner_node FROM turns WHERE session_key = 'cli:held' ORDER BY id",
         )
@@ -157,43 +110,66 @@ async fn a_daemon_on_postgresql_keeps_a_second_one_out_and_commands_still_run() 
         assert_eq!(Some(&nodes[0].0), owners[0].1.as_ref());
     }
 
-    // Another daemon (its own home) on the same database is refused.
+    // Another daemon (its own home) joins the same database: a message
+    // it takes for a session the first runs is run there.
     let other = Env::new()
         .var("OPENAI_BASE_URL", fake.base_url())
         .var("OPENAI_API_KEY", "sk-x");
-    let mut second = other
-        .command(&["start", "--bind", "127.0.0.1:0", "--config", &config])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while second.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = second.kill();
-            panic!("a second daemon started on the database the first one holds");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let refused = second.wait_with_output().unwrap();
-    assert_ne!(refused.status.code(), Some(0));
-    let shown = database.url().replace("flynn-test@", "***@");
-    assert!(
-        stderr(&refused).contains(&format!(
-            "another flynn daemon is using the session database {shown}: one daemon runs on a PostgreSQL database at a time"
-        )),
+    let mut second = crate::daemon::Daemon::start_with(&other, &["--config", &config]);
+    fake.push(Reply::Text("Still the first daemon.".into()));
+    let through_second = other.run(&[
+        "send",
+        "--gateway",
+        &second.url,
+        "--session",
+        "cli:held",
+        "three",
+    ]);
+    assert_eq!(
+        through_second.status.code(),
+        Some(0),
         "{}",
-        stderr(&refused)
+        stderr(&through_second)
     );
+    assert_eq!(stdout(&through_second).trim(), "Still the first daemon.");
+    {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(database.url()).await.unwrap();
+        let owners: Vec<Option<String>> = sqlx::query_scalar(
+            "SELECT owner_node FROM turns WHERE session_key = 'cli:held' ORDER BY id",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!(owners.len(), 3, "{owners:?}");
+        assert!(owners.iter().all(|o| o == &owners[0]), "{owners:?}");
+        let daemons: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM cluster_nodes WHERE kind = 'daemon'")
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        assert_eq!(daemons, 2);
+    }
+    // `flynn doctor` on either names both nodes.
+    let doctor = other.run(&["doctor", "--config", &config]);
     assert!(
-        !stderr(&refused).contains("flynn-test@"),
+        stdout(&doctor).contains("2 daemon node(s)"),
         "{}",
-        stderr(&refused)
+        stdout(&doctor)
     );
 
-    // Once the first has stopped, the other starts.
     assert!(first.stop(std::time::Duration::from_secs(20)).success());
-    let mut second = crate::daemon::Daemon::start_with(&other, &["--config", &config]);
+    // The first gone, the second runs the session.
+    fake.push(Reply::Text("Now the second daemon.".into()));
+    let moved = other.run(&[
+        "send",
+        "--gateway",
+        &second.url,
+        "--session",
+        "cli:held",
+        "four",
+    ]);
+    assert_eq!(moved.status.code(), Some(0), "{}", stderr(&moved));
+    assert_eq!(stdout(&moved).trim(), "Now the second daemon.");
     assert!(second.stop(std::time::Duration::from_secs(20)).success());
-    database.drop_it().await;
 }

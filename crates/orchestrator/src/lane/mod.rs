@@ -525,11 +525,20 @@ impl Lane {
                             ),
                         },
                     );
-                    self.recovered.push(RecoveredTurn {
-                        session: self.key.clone(),
-                        turn: record.id,
-                        action: Recovery::Reported { note },
-                    });
+                    match self.awaiting.remove(&record.id) {
+                        // A caller on this node waits for it (it was
+                        // accepted here and ran on a node that died).
+                        Some(outcome) => {
+                            let _ = outcome.send(Err(Error::Interrupted(format!(
+                                "the node running it stopped before it finished answering \"{preview}\"; its message is kept in the history"
+                            ))));
+                        }
+                        None => self.recovered.push(RecoveredTurn {
+                            session: self.key.clone(),
+                            turn: record.id,
+                            action: Recovery::Reported { note },
+                        }),
+                    }
                 }
                 InterruptedTurns::Rerun => {
                     self.publish(
@@ -543,16 +552,23 @@ impl Lane {
                             ),
                         },
                     );
-                    let (tx, rx) = oneshot::channel();
-                    self.recovered.push(RecoveredTurn {
-                        session: self.key.clone(),
-                        turn: record.id,
-                        action: Recovery::Rerun(TurnHandle {
-                            turn: record.id,
-                            session: self.key.clone(),
-                            outcome: rx,
-                        }),
-                    });
+                    // A caller on this node waiting for it hears the rerun.
+                    let tx = match self.awaiting.remove(&record.id) {
+                        Some(waiting) => waiting,
+                        None => {
+                            let (tx, rx) = oneshot::channel();
+                            self.recovered.push(RecoveredTurn {
+                                session: self.key.clone(),
+                                turn: record.id,
+                                action: Recovery::Rerun(TurnHandle {
+                                    turn: record.id,
+                                    session: self.key.clone(),
+                                    outcome: rx,
+                                }),
+                            });
+                            tx
+                        }
+                    };
                     rerun.push_back(Queued {
                         record,
                         tier: None,

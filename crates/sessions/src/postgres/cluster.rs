@@ -225,7 +225,8 @@ async fn beat(pool: PgPool, node: NodeId, kind: NodeKind, alive: Arc<AtomicBool>
         if beats.is_multiple_of(30) {
             let _ = sqlx::query(
                 "WITH gone AS (DELETE FROM cluster_nodes
-                     WHERE seen_at < now() - ($1::BIGINT * INTERVAL '1 millisecond') RETURNING id)
+                     WHERE seen_at < now() - ($1::BIGINT * INTERVAL '1 millisecond') RETURNING id),
+                  roles AS (DELETE FROM cluster_roles WHERE node IN (SELECT id FROM gone))
                  DELETE FROM session_leases WHERE node IN (SELECT id FROM gone)",
             )
             .bind(millis(FORGET_AFTER))
@@ -319,6 +320,41 @@ async fn decode(payload: &str, pool: &PgPool, me: &NodeId) -> Result<Option<Rece
     Ok(Some(Received { from, signal }))
 }
 
+/// Every node the database knows, with what each holds.
+pub(super) async fn nodes(pool: &PgPool) -> Result<Vec<NodeInfo>> {
+    let rows = sqlx::query(
+        "SELECT n.id, n.host, n.pid, n.kind,
+             (EXTRACT(EPOCH FROM n.started_at) * 1000)::BIGINT AS started_at,
+             (EXTRACT(EPOCH FROM now() - n.seen_at) * 1000)::BIGINT AS silent_ms,
+             n.seen_at > now() - ($1::BIGINT * INTERVAL '1 millisecond') AS alive,
+             (SELECT COUNT(*) FROM session_leases l WHERE l.node = n.id) AS leases,
+             ARRAY(SELECT r.name::TEXT FROM cluster_roles r WHERE r.node = n.id ORDER BY r.name)
+                 AS roles,
+             n.local_key <> '' AND n.local_key = $2 AS local
+         FROM cluster_nodes n ORDER BY n.started_at, n.id",
+    )
+    .bind(millis(NODE_TTL))
+    .bind(local_key())
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(NodeInfo {
+                id: NodeId(row.try_get("id")?),
+                host: row.try_get("host")?,
+                pid: u32::try_from(row.try_get::<i64, _>("pid")?).unwrap_or_default(),
+                kind: row.try_get("kind")?,
+                started_at: row.try_get("started_at")?,
+                silent_ms: row.try_get("silent_ms")?,
+                alive: row.try_get("alive")?,
+                leases: to_u64(row.try_get("leases")?),
+                local: row.try_get("local")?,
+                roles: row.try_get("roles")?,
+            })
+        })
+        .collect()
+}
+
 #[async_trait]
 impl Cluster for PgCluster {
     fn node(&self) -> &NodeId {
@@ -357,6 +393,48 @@ impl Cluster for PgCluster {
         Err(Error::Busy {
             message: format!("the lease of session '{session}' kept changing hands"),
         })
+    }
+
+    async fn acquire_role(&self, role: &str) -> Result<Lease> {
+        for _ in 0..3 {
+            let taken: Option<String> = sqlx::query_scalar(
+                "INSERT INTO cluster_roles (name, node) VALUES ($1, $2)
+                 ON CONFLICT (name) DO UPDATE SET node = excluded.node, taken_at = now()
+                 WHERE cluster_roles.node = excluded.node
+                    OR NOT EXISTS (SELECT 1 FROM cluster_nodes n
+                        WHERE n.id = cluster_roles.node
+                          AND n.seen_at > now() - ($3::BIGINT * INTERVAL '1 millisecond'))
+                 RETURNING node",
+            )
+            .bind(role)
+            .bind(&self.node.0)
+            .bind(millis(NODE_TTL))
+            .fetch_optional(&self.pool)
+            .await?;
+            if taken.is_some() {
+                return Ok(Lease::Held);
+            }
+            let holder: Option<String> =
+                sqlx::query_scalar("SELECT node FROM cluster_roles WHERE name = $1")
+                    .bind(role)
+                    .fetch_optional(&self.pool)
+                    .await?;
+            if let Some(holder) = holder {
+                return Ok(Lease::HeldBy(NodeId(holder)));
+            }
+        }
+        Err(Error::Busy {
+            message: format!("the role {role} kept changing hands"),
+        })
+    }
+
+    async fn release_role(&self, role: &str) -> Result<()> {
+        sqlx::query("DELETE FROM cluster_roles WHERE name = $1 AND node = $2")
+            .bind(role)
+            .bind(&self.node.0)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     async fn release(&self, session: &SessionKey) -> Result<()> {
@@ -449,39 +527,13 @@ impl Cluster for PgCluster {
     }
 
     async fn nodes(&self) -> Result<Vec<NodeInfo>> {
-        let rows = sqlx::query(
-            "SELECT n.id, n.host, n.pid, n.kind,
-                 (EXTRACT(EPOCH FROM n.started_at) * 1000)::BIGINT AS started_at,
-                 (EXTRACT(EPOCH FROM now() - n.seen_at) * 1000)::BIGINT AS silent_ms,
-                 n.seen_at > now() - ($1::BIGINT * INTERVAL '1 millisecond') AS alive,
-                 (SELECT COUNT(*) FROM session_leases l WHERE l.node = n.id) AS leases,
-                 n.local_key <> '' AND n.local_key = $2 AS local
-             FROM cluster_nodes n ORDER BY n.started_at, n.id",
-        )
-        .bind(millis(NODE_TTL))
-        .bind(local_key())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(NodeInfo {
-                    id: NodeId(row.try_get("id")?),
-                    host: row.try_get("host")?,
-                    pid: u32::try_from(row.try_get::<i64, _>("pid")?).unwrap_or_default(),
-                    kind: row.try_get("kind")?,
-                    started_at: row.try_get("started_at")?,
-                    silent_ms: row.try_get("silent_ms")?,
-                    alive: row.try_get("alive")?,
-                    leases: to_u64(row.try_get("leases")?),
-                    local: row.try_get("local")?,
-                })
-            })
-            .collect()
+        nodes(&self.pool).await
     }
 
     async fn forget(&self, node: &NodeId) -> Result<()> {
         let released: Vec<String> = sqlx::query_scalar(
-            "WITH gone AS (DELETE FROM cluster_nodes WHERE id = $1)
+            "WITH gone AS (DELETE FROM cluster_nodes WHERE id = $1),
+                  roles AS (DELETE FROM cluster_roles WHERE node = $1)
              DELETE FROM session_leases WHERE node = $1 RETURNING session_key",
         )
         .bind(&node.0)
@@ -508,9 +560,12 @@ impl Cluster for PgCluster {
                 let _ = self.signal(Signal::Released { session }).await;
             }
         }
-        let _ = sqlx::query("DELETE FROM cluster_nodes WHERE id = $1")
-            .bind(&self.node.0)
-            .execute(&self.pool)
-            .await;
+        let _ = sqlx::query(
+            "WITH roles AS (DELETE FROM cluster_roles WHERE node = $1)
+             DELETE FROM cluster_nodes WHERE id = $1",
+        )
+        .bind(&self.node.0)
+        .execute(&self.pool)
+        .await;
     }
 }

@@ -323,6 +323,49 @@ async fn a_node_silent_past_the_ttl_knows_it_was_not_alive() {
 }
 
 #[tokio::test]
+async fn a_role_is_held_by_one_node_and_taken_over_when_it_goes() {
+    let db = TestDb::new().await;
+    let (_, a) = node(&db).await;
+    let (_, b) = node(&db).await;
+    assert_eq!(a.acquire_role("automation").await.unwrap(), Lease::Held);
+    assert_eq!(a.acquire_role("automation").await.unwrap(), Lease::Held);
+    assert_eq!(
+        b.acquire_role("automation").await.unwrap(),
+        Lease::HeldBy(a.node().clone())
+    );
+    assert_eq!(
+        b.acquire_role("channel:telegram").await.unwrap(),
+        Lease::Held
+    );
+    let nodes = a.nodes().await.unwrap();
+    let roles = |id: &NodeId| nodes.iter().find(|n| &n.id == id).unwrap().roles.clone();
+    assert_eq!(roles(a.node()), ["automation"]);
+    assert_eq!(roles(b.node()), ["channel:telegram"]);
+
+    // Given back: the other takes it.
+    a.release_role("automation").await.unwrap();
+    assert_eq!(b.acquire_role("automation").await.unwrap(), Lease::Held);
+    // b freezes past the TTL: a takes both of its roles.
+    b.stop_tasks();
+    let mut raw = db.raw().await;
+    raw.execute(sqlx::AssertSqlSafe(format!(
+        "UPDATE cluster_nodes SET seen_at = now() - interval '1 minute' WHERE id = '{}'",
+        b.node()
+    )))
+    .await
+    .unwrap();
+    assert_eq!(a.acquire_role("automation").await.unwrap(), Lease::Held);
+    assert_eq!(
+        a.acquire_role("channel:telegram").await.unwrap(),
+        Lease::Held
+    );
+    // A node that leaves gives its roles back.
+    a.leave().await;
+    let (_, c) = node(&db).await;
+    assert_eq!(c.acquire_role("automation").await.unwrap(), Lease::Held);
+}
+
+#[tokio::test]
 async fn a_store_joins_once() {
     let db = TestDb::new().await;
     let (store, _a) = node(&db).await;

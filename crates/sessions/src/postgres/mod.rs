@@ -127,30 +127,6 @@ macro_rules! usage_sums {
 
 type Tx = Transaction<'static, Postgres>;
 
-/// The advisory lock key of [`DaemonLock`] ("flynn" in ASCII, shifted).
-const DAEMON_LOCK_KEY: i64 = 0x666c_796e_6e00;
-
-/// A daemon's claim on its PostgreSQL database: a session-level advisory
-/// lock, held on a connection of its own for as long as the daemon runs
-/// (and given back by the server when that connection ends, however the
-/// process ends). Until daemons sharing a database coordinate who runs
-/// each session, polls each chat channel and fires each schedule, one
-/// daemon runs on a database at a time; commands such as `flynn send` do
-/// not take it.
-#[derive(Debug)]
-pub struct DaemonLock {
-    conn: Option<PgConnection>,
-}
-
-impl DaemonLock {
-    /// Gives the lock back and closes its connection.
-    pub async fn release(mut self) {
-        if let Some(conn) = self.conn.take() {
-            let _ = conn.close().await;
-        }
-    }
-}
-
 /// Sessions in a PostgreSQL database, shared safely by several processes.
 #[derive(Debug, Clone)]
 pub struct PgStore {
@@ -253,6 +229,12 @@ impl PgStore {
         Ok(cluster)
     }
 
+    /// The nodes of the cluster on this database (see
+    /// [`crate::cluster`]), without joining it: for `flynn doctor`.
+    pub async fn cluster_nodes(&self) -> Result<Vec<crate::cluster::NodeInfo>> {
+        cluster::nodes(&self.pool).await
+    }
+
     fn node(&self) -> Option<&str> {
         self.node.get().map(|node| node.0.as_str())
     }
@@ -260,22 +242,6 @@ impl PgStore {
     /// Closes every connection; calls after it fail.
     pub async fn close(&self) {
         self.pool.close().await;
-    }
-
-    /// Takes the daemon lock of the database `url` names (see
-    /// [`DaemonLock`]), or `None` when another process holds it.
-    pub async fn lock_daemon(url: &str) -> Result<Option<DaemonLock>> {
-        let Connected { mut conn, .. } = Connected::to(url).await?;
-        let taken: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-            .bind(DAEMON_LOCK_KEY)
-            .fetch_one(&mut conn)
-            .await?;
-        if taken {
-            Ok(Some(DaemonLock { conn: Some(conn) }))
-        } else {
-            let _ = conn.close().await;
-            Ok(None)
-        }
     }
 
     /// A transaction holding the store's write lock (see the module's

@@ -219,31 +219,3 @@ async fn the_database_its_wal_and_a_home_it_creates_are_private() {
     assert_eq!(files, [0o600; 3]);
     assert!(db.exists());
 }
-
-#[tokio::test]
-async fn one_daemon_at_a_time_holds_a_postgres_database() {
-    let db = crate::Db::postgres().await;
-    let url = db.url();
-    let first = flynn_sessions::PgStore::lock_daemon(&url)
-        .await
-        .unwrap()
-        .expect("the first daemon takes the lock");
-    assert!(
-        flynn_sessions::PgStore::lock_daemon(&url)
-            .await
-            .unwrap()
-            .is_none()
-    );
-    // The store itself is not held back by the lock.
-    db.open()
-        .await
-        .append(&key("cli:a"), &[flynn_protocol::Message::user("hi")])
-        .await
-        .unwrap();
-    first.release().await;
-    let again = flynn_sessions::PgStore::lock_daemon(&url)
-        .await
-        .unwrap()
-        .expect("free again once released");
-    again.release().await;
-}

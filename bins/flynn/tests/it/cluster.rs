@@ -1,0 +1,162 @@
+//! Three daemons on one PostgreSQL database: clients spread across them,
+//! each session run by one node whichever node a message reaches, and one
+//! daemon killed (`kill -9`) in the middle of a turn: no accepted message
+//! lost, none answered twice, every session's turns in acceptance order.
+
+use std::time::{Duration, Instant};
+
+use flynn_testkit::postgres::TestDatabase;
+use flynn_testkit::{FakeOpenAi, Reply};
+use sqlx::Connection;
+
+use crate::daemon::Daemon;
+use crate::{Env, stderr, stdout};
+
+const STALLED: &str = "data: {\"choices\":[{\"delta\":{\"content\":\"Half\"}}]}\n\n";
+
+fn node(fake: &FakeOpenAi, config: &str) -> (Env, Daemon) {
+    let env = Env::new()
+        .var("OPENAI_BASE_URL", fake.base_url())
+        .var("OPENAI_API_KEY", "sk-x");
+    let path = env.path().join("flynn.yaml");
+    std::fs::write(&path, config).unwrap();
+    let daemon = Daemon::start_with(&env, &["--config", path.to_str().unwrap()]);
+    (env, daemon)
+}
+
+fn send(env: &Env, daemon: &Daemon, session: &str, text: &str) -> std::process::Output {
+    env.run(&["send", "--gateway", &daemon.url, "--session", session, text])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_daemons_share_the_sessions_and_a_killed_one_loses_nothing() {
+    let database = TestDatabase::create().await;
+    let fake = FakeOpenAi::start().await;
+    let config = format!("sessions:\n  url: {}\n", database.url());
+    let mut nodes: Vec<(Env, Daemon)> = (0..3).map(|_| node(&fake, &config)).collect();
+    let sessions: Vec<String> = (0..6).map(|i| format!("cli:s{i}")).collect();
+
+    // Each session starts on one node, then gets a message through the
+    // next node: it is run where the session is, answered once.
+    for round in 0..2 {
+        for (i, session) in sessions.iter().enumerate() {
+            let (env, daemon) = &nodes[(i + round) % 3];
+            fake.push(Reply::Text(format!("answer {round}")));
+            let sent = send(env, daemon, session, &format!("message {round}"));
+            assert_eq!(sent.status.code(), Some(0), "{}", stderr(&sent));
+            assert_eq!(stdout(&sent).trim(), format!("answer {round}"));
+        }
+    }
+
+    // A session the first node runs; its next turn, sent through the
+    // second node, stalls half-way through the answer.
+    fake.push(Reply::Text("before".into()));
+    let sent = send(&nodes[0].0, &nodes[0].1, "cli:victim", "first");
+    assert_eq!(sent.status.code(), Some(0), "{}", stderr(&sent));
+    let asked = fake.requests().len();
+    fake.push(Reply::Stall(STALLED.into()));
+    let waiting = nodes[1]
+        .0
+        .command(&[
+            "send",
+            "--gateway",
+            &nodes[1].1.url,
+            "--session",
+            "cli:victim",
+            "long",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while fake.requests().len() == asked {
+        assert!(
+            Instant::now() < deadline,
+            "the stalled turn never reached the model"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let killed_at = Instant::now();
+    nodes[0].1.signal("KILL");
+    let _ = nodes[0].1.wait(Duration::from_secs(10));
+
+    // The sender through the second node is told the turn was cut short,
+    // once a surviving node has taken the session over.
+    let mut waiting = waiting;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while waiting.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = waiting.kill();
+            panic!("the sender through the second node was never told what became of its turn");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let told = waiting.wait_with_output().unwrap();
+    let moved_after = killed_at.elapsed();
+    assert_ne!(told.status.code(), Some(0), "{}", stdout(&told));
+    assert!(stderr(&told).contains("interrupted"), "{}", stderr(&told));
+    assert!(
+        moved_after < Duration::from_secs(30),
+        "the session moved after {moved_after:?}"
+    );
+    eprintln!("the killed node's session moved in {moved_after:?}");
+
+    // And the session goes on, on the third node.
+    fake.push(Reply::Text("after".into()));
+    let sent = send(&nodes[2].0, &nodes[2].1, "cli:victim", "next");
+    assert_eq!(sent.status.code(), Some(0), "{}", stderr(&sent));
+    assert_eq!(stdout(&sent).trim(), "after");
+
+    // What the database holds: every turn ended, in acceptance order, each
+    // answered once (the model was asked once per turn run).
+    let mut conn = sqlx::PgConnection::connect(database.url()).await.unwrap();
+    let turns: Vec<(i64, String, String)> =
+        sqlx::query_as("SELECT id, session_key, status FROM turns ORDER BY id")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(turns.len(), 12 + 3, "{turns:?}");
+    let interrupted: Vec<&(i64, String, String)> =
+        turns.iter().filter(|t| t.2 != "completed").collect();
+    assert_eq!(interrupted.len(), 1, "{turns:?}");
+    assert_eq!(interrupted[0].1, "cli:victim");
+    assert_eq!(interrupted[0].2, "interrupted");
+    assert_eq!(fake.requests().len(), 12 + 3, "one model call per turn run");
+    for session in sessions
+        .iter()
+        .chain(std::iter::once(&"cli:victim".to_owned()))
+    {
+        let messages: Vec<(String, Option<i64>)> = sqlx::query_as(
+            "SELECT role, turn_id FROM messages WHERE session_key = $1 ORDER BY pos",
+        )
+        .bind(session)
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        let users: Vec<i64> = messages
+            .iter()
+            .filter(|m| m.0 == "user")
+            .filter_map(|m| m.1)
+            .collect();
+        let mut sorted = users.clone();
+        sorted.sort_unstable();
+        assert_eq!(users, sorted, "{session}: turns out of acceptance order");
+        // Each user message is followed by exactly one answer or note.
+        let roles: Vec<&str> = messages.iter().map(|m| m.0.as_str()).collect();
+        for pair in roles.chunks(2) {
+            assert_eq!(pair, ["user", "assistant"], "{session}: {roles:?}");
+        }
+    }
+    let open: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM turns WHERE status IN ('pending', 'running')")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(open, 0);
+    assert_eq!(fake.violations(), Vec::<String>::new());
+
+    for (_, daemon) in nodes.iter_mut().skip(1) {
+        assert!(daemon.stop(Duration::from_secs(20)).success());
+    }
+}
