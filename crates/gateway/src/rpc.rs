@@ -445,7 +445,7 @@ async fn cancel(
     own(&client, &params.session)?;
     let cancelled = match params.turn {
         Some(turn) => state.manager.cancel_turn(&params.session, turn).await,
-        None => state.manager.cancel(&params.session),
+        None => state.manager.cancel_anywhere(&params.session).await,
     };
     Ok(CancelResult { cancelled })
 }

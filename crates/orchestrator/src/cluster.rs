@@ -185,6 +185,23 @@ fn handle(shared: &Arc<Shared>, cluster: &dyn Cluster, received: Received) {
                 let _ = tx.try_send(LaneOp::Cluster(ClusterOp::Released));
             }
         }
+        // Only a node with a lane for the session can be running it.
+        Signal::Cancel { session, turn } => {
+            if existing_lane(shared, &session).is_none() {
+                return;
+            }
+            let manager = crate::runtime::SessionManager::from_shared(shared.clone());
+            let from = received.from.clone();
+            tokio::spawn(async move {
+                let cancelled = match turn {
+                    Some(turn) => manager.cancel_turn_here(&session, turn).await,
+                    None => manager.cancel(&session),
+                };
+                if cancelled {
+                    tracing::info!(%session, %from, "cancelled a turn at another node's request");
+                }
+            });
+        }
         Signal::Event { session, body } => {
             let events: Vec<EventEnvelope> = match serde_json::from_str(&body) {
                 Ok(events) => events,

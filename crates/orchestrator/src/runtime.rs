@@ -525,7 +525,7 @@ impl SessionManager {
         if let Some(command) = Command::parse(&request.content) {
             let command = command.map_err(|bad| Error::Config(bad.0))?;
             if command == Command::Cancel {
-                let reply = if self.cancel(&request.session) {
+                let reply = if self.cancel_anywhere(&request.session).await {
                     "Cancelling the running turn."
                 } else {
                     "Nothing is running."
@@ -597,6 +597,48 @@ impl SessionManager {
         self.cancel_where(session, |_| true)
     }
 
+    /// [`cancel`](Self::cancel), and in a cluster, when the session's
+    /// turn runs on another node, asks that node: returns whether a turn
+    /// was running here or is running there (as the store says).
+    pub async fn cancel_anywhere(&self, session: &SessionKey) -> bool {
+        if self.cancel(session) {
+            return true;
+        }
+        let Some(cluster) = &self.shared.cluster else {
+            return false;
+        };
+        let running = match self.shared.store.open_turns(Some(session)).await {
+            Ok(open) => open
+                .iter()
+                .any(|t| t.status == flynn_sessions::TurnStatus::Running),
+            Err(error) => {
+                tracing::warn!(%session, %error, "cannot tell whether another node runs a turn of the session");
+                return false;
+            }
+        };
+        running && self.ask_cluster(cluster.as_ref(), session, None).await
+    }
+
+    /// Sends a cancellation to the other nodes; whether it went out.
+    async fn ask_cluster(
+        &self,
+        cluster: &dyn flynn_sessions::Cluster,
+        session: &SessionKey,
+        turn: Option<TurnId>,
+    ) -> bool {
+        let signal = flynn_sessions::Signal::Cancel {
+            session: session.clone(),
+            turn,
+        };
+        match cluster.signal(signal).await {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(%session, %error, "cannot ask the other nodes to cancel the turn");
+                false
+            }
+        }
+    }
+
     /// Cancels one turn if it is running now; returns whether it was.
     pub(crate) fn cancel_turn_now(&self, session: &SessionKey, turn: TurnId) -> bool {
         self.cancel_where(session, |running| running == turn)
@@ -615,8 +657,31 @@ impl SessionManager {
             .unwrap_or_else(|_| Err(Error::Lost("the lane stopped".to_owned())))
     }
 
-    /// Cancels one turn: running, or still waiting in the queue.
+    /// Cancels one turn: running, or still waiting in the queue. In a
+    /// cluster, a turn open in the store but not here is another node's
+    /// to cancel, and that node is asked.
     pub async fn cancel_turn(&self, session: &SessionKey, turn: TurnId) -> bool {
+        if self.cancel_turn_here(session, turn).await {
+            return true;
+        }
+        let Some(cluster) = &self.shared.cluster else {
+            return false;
+        };
+        let open = match self.shared.store.turn(turn).await {
+            Ok(Some(record)) => record.status.is_open() && &record.session == session,
+            Ok(None) => false,
+            Err(error) => {
+                tracing::warn!(%session, %turn, %error, "cannot tell whether another node has the turn");
+                return false;
+            }
+        };
+        open && self
+            .ask_cluster(cluster.as_ref(), session, Some(turn))
+            .await
+    }
+
+    /// [`cancel_turn`](Self::cancel_turn) on this node only.
+    pub(crate) async fn cancel_turn_here(&self, session: &SessionKey, turn: TurnId) -> bool {
         if self.cancel_where(session, |running| running == turn) {
             return true;
         }

@@ -96,6 +96,13 @@ pub enum Signal {
     /// The sending node gave the session's lease back: a node with turns
     /// waiting there may take it.
     Released { session: SessionKey },
+    /// Cancel the session's running turn (`turn: None`), or this turn,
+    /// running or waiting: a person asked on the sending node, and the
+    /// turn runs on another.
+    Cancel {
+        session: SessionKey,
+        turn: Option<TurnId>,
+    },
     /// An event of a turn (or a command) of the session on the sending
     /// node, as the runtime encodes it, for the session's followers on
     /// other nodes.

@@ -333,6 +333,8 @@ struct State {
     cut_polls_after: Option<Duration>,
     /// Long polls cut so far.
     cut_polls: u64,
+    /// Long polls ended by a newer one (two bot instances polling).
+    superseded: u64,
 }
 
 #[derive(Debug)]
@@ -441,6 +443,12 @@ impl FakeTelegram {
     /// How many long polls [`cut_polls_after`](Self::cut_polls_after) cut.
     pub fn cut_polls(&self) -> u64 {
         self.inner.lock().cut_polls
+    }
+
+    /// How many long polls ended with Telegram's 409 because another
+    /// `getUpdates` came meanwhile: more than one process polling the bot.
+    pub fn superseded_polls(&self) -> u64 {
+        self.inner.lock().superseded
     }
 
     /// Every message the bot sent, as it stands now (after edits).
@@ -1224,6 +1232,7 @@ async fn get_updates(inner: &Inner, body: &Map<String, Value>) -> Result<Respons
                 return Ok(cut_connection());
             }
             if state.poll_generation != generation {
+                state.superseded += 1;
                 return Err(ApiError {
                     code: 409,
                     description: "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running".to_owned(),

@@ -160,3 +160,155 @@ async fn three_daemons_share_the_sessions_and_a_killed_one_loses_nothing() {
         assert!(daemon.stop(Duration::from_secs(20)).success());
     }
 }
+
+/// Runs a query on the test database and returns one column of text.
+async fn texts(url: &str, sql: &str) -> Vec<String> {
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+}
+
+#[cfg(feature = "telegram")]
+#[tokio::test(flavor = "multi_thread")]
+async fn one_node_polls_telegram_and_fires_the_schedule_and_another_takes_over_when_it_dies() {
+    use flynn_testkit::telegram::{FakeTelegram, Incoming, TgUser};
+
+    use crate::setup::TestConfig;
+
+    let database = TestDatabase::create().await;
+    let model = FakeOpenAi::start().await;
+    for _ in 0..80 {
+        model.push(Reply::Text("ok".into()));
+    }
+    let telegram = FakeTelegram::start().await;
+    let owner = TgUser::new(4242, "Owner");
+    let config = TestConfig::new(&model)
+        .telegram(&telegram, "allow_from: [\"4242\"]\nowners: [\"4242\"]")
+        .section(
+            "automation:
+  jobs:
+    - name: tick
+      schedule: \"*/2 * * * * *\"
+      message: tick",
+        )
+        .section(&format!("sessions:\n  url: {}", database.url()));
+    let mut nodes: Vec<(Env, Daemon)> = (0..3)
+        .map(|_| {
+            let env = Env::new().with_config(&config);
+            let daemon = Daemon::start(&env);
+            (env, daemon)
+        })
+        .collect();
+    let url = database.url().to_owned();
+    let wait = |what: &str, limit: Duration, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + limit;
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let answers = |telegram: &FakeTelegram| {
+        telegram
+            .sent()
+            .iter()
+            .filter(|m| m.chat_id == 4242 && m.plain == "ok")
+            .count()
+    };
+
+    telegram.push(Incoming::private(&owner, "hello"));
+    wait("the first answer", Duration::from_secs(20), &|| {
+        answers(&telegram) == 1
+    });
+    // The schedule fires on one node: a turn every 2 s, never two at once.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let ticks = loop {
+        let ticks = texts(
+            &url,
+            "SELECT created_at::TEXT FROM turns WHERE session_key = 'cron:tick' ORDER BY id",
+        )
+        .await;
+        if ticks.len() >= 3 {
+            break ticks;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the schedule fired {} times",
+            ticks.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(ticks.len() >= 3);
+    // Three daemons on one bot, and no long poll was cut short by another.
+    assert_eq!(telegram.superseded_polls(), 0);
+    let holders = texts(
+        &url,
+        "SELECT name || '=' || node FROM cluster_roles ORDER BY name",
+    )
+    .await;
+    assert_eq!(holders.len(), 2, "{holders:?}");
+
+    // The node polling Telegram dies.
+    let poller = holders
+        .iter()
+        .find_map(|h| h.strip_prefix("channel:telegram="))
+        .unwrap()
+        .to_owned();
+    let index = nodes
+        .iter()
+        .position(|(_, d)| poller.contains(&format!("/{}/", d.pid())))
+        .unwrap();
+    let (_, mut dead) = nodes.remove(index);
+    dead.signal("KILL");
+    let _ = dead.wait(Duration::from_secs(10));
+    let killed_at = Instant::now();
+    telegram.push(Incoming::private(&owner, "still there?"));
+    wait(
+        "the answer after the poller died",
+        Duration::from_secs(30),
+        &|| answers(&telegram) == 2,
+    );
+    eprintln!("telegram moved in {:?}", killed_at.elapsed());
+
+    // The schedule goes on (on whichever node holds it now), still once
+    // per firing.
+    let before = texts(
+        &url,
+        "SELECT id::TEXT FROM turns WHERE session_key = 'cron:tick'",
+    )
+    .await
+    .len();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while texts(
+        &url,
+        "SELECT id::TEXT FROM turns WHERE session_key = 'cron:tick'",
+    )
+    .await
+    .len()
+        < before + 2
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the schedule stopped with its node"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let gaps = texts(
+        &url,
+        "SELECT (created_at - LAG(created_at) OVER (ORDER BY id))::TEXT FROM turns
+         WHERE session_key = 'cron:tick' ORDER BY id OFFSET 1",
+    )
+    .await;
+    for gap in &gaps {
+        let ms: i64 = gap.parse().unwrap();
+        assert!(
+            ms >= 1_000,
+            "two runs of one firing, {ms} ms apart: {gaps:?}"
+        );
+    }
+    assert_eq!(answers(&telegram), 2, "each message answered once");
+    for (_, daemon) in &mut nodes {
+        assert!(daemon.stop(Duration::from_secs(20)).success());
+    }
+}

@@ -23,10 +23,13 @@ struct Node {
 }
 
 async fn node(db: &TestDatabase) -> Node {
+    node_with(db, ScriptedModel::echo("m")).await
+}
+
+async fn node_with(db: &TestDatabase, model: Arc<ScriptedModel>) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let store = PgStore::open(db.url()).await.unwrap();
     let cluster: Arc<dyn Cluster> = Arc::new(store.join_cluster(NodeKind::Daemon).await.unwrap());
-    let model = ScriptedModel::echo("m");
     let clients = HashMap::from([("m".to_owned(), model.clone() as Arc<dyn ModelClient>)]);
     let manager = manager_with(
         dir.path(),
@@ -196,5 +199,52 @@ async fn a_node_that_stops_hands_its_sessions_over_at_once() {
     let (reply, _) = send(&b, &k, "two").await;
     assert_eq!(reply, "re: two");
     assert_eq!(b.model.calls().len(), 1, "b runs it now");
+    b.manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_running_on_one_node_is_cancelled_from_the_other() {
+    let db = TestDatabase::create().await;
+    let a = node_with(&db, ScriptedModel::builder("m").then_hang("Half").build()).await;
+    let b = node(&db).await;
+    let k = key("web:ann");
+    let flynn_orchestrator::Submitted::Turn(running) = a
+        .manager
+        .submit(TurnRequest::text(k.clone(), "a long one"))
+        .await
+        .unwrap()
+    else {
+        panic!("a command");
+    };
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while a.model.calls().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the turn never called its model");
+
+    // b has no turn of its own running, but the store says one runs.
+    assert!(!b.manager.cancel(&k), "nothing runs on b itself");
+    let reply = match b
+        .manager
+        .submit(TurnRequest::text(k.clone(), "/cancel"))
+        .await
+        .unwrap()
+    {
+        flynn_orchestrator::Submitted::Command { reply, .. } => reply,
+        flynn_orchestrator::Submitted::Turn(_) => panic!("a turn"),
+    };
+    assert_eq!(reply, "Cancelling the running turn.");
+    let outcome = tokio::time::timeout(Duration::from_secs(10), running.outcome())
+        .await
+        .expect("the turn on a was not cancelled within 10 s");
+    assert!(
+        matches!(outcome, Err(flynn_orchestrator::Error::Cancelled)),
+        "{outcome:?}"
+    );
+    // Nothing runs now: b says so.
+    assert!(!b.manager.cancel_anywhere(&k).await);
+    a.manager.shutdown().await;
     b.manager.shutdown().await;
 }

@@ -134,10 +134,13 @@ impl PgCluster {
 
     /// The payload of one signal: inline, or stored with its id inline.
     async fn payload(&self, signal: &Signal) -> Result<String> {
-        let (kind, session, body, to) = match signal {
-            Signal::Accepted { session, to } => ("accepted", session, None, Some(to.0.as_str())),
-            Signal::Released { session } => ("released", session, None, None),
-            Signal::Event { session, body } => ("event", session, Some(body.as_str()), None),
+        let (kind, session, body, to, turn) = match signal {
+            Signal::Accepted { session, to } => {
+                ("accepted", session, None, Some(to.0.as_str()), None)
+            }
+            Signal::Released { session } => ("released", session, None, None, None),
+            Signal::Cancel { session, turn } => ("cancel", session, None, None, turn.map(|t| t.0)),
+            Signal::Event { session, body } => ("event", session, Some(body.as_str()), None, None),
         };
         let full = json!({
             "from": self.node.0,
@@ -145,6 +148,7 @@ impl PgCluster {
             "session": session.as_str(),
             "body": body,
             "to": to,
+            "turn": turn,
         })
         .to_string();
         if full.len() <= INLINE_PAYLOAD {
@@ -311,6 +315,10 @@ async fn decode(payload: &str, pool: &PgPool, me: &NodeId) -> Result<Option<Rece
             ),
         },
         Some("released") => Signal::Released { session },
+        Some("cancel") => Signal::Cancel {
+            session,
+            turn: value.get("turn").and_then(Value::as_u64).map(TurnId),
+        },
         Some("event") => Signal::Event {
             session,
             body: field("body").ok_or_else(|| bad("has no body"))?.to_owned(),

@@ -254,6 +254,10 @@ async fn signals_reach_the_other_nodes_long_ones_through_the_table() {
         Signal::Released {
             session: session.clone(),
         },
+        Signal::Cancel {
+            session: session.clone(),
+            turn: Some(TurnId(9)),
+        },
     ])
     .await
     .unwrap();
@@ -280,6 +284,14 @@ async fn signals_reach_the_other_nodes_long_ones_through_the_table() {
         released.signal,
         Signal::Released {
             session: session.clone()
+        }
+    );
+    let cancel = next_signal(&mut a_signals, |_| true).await;
+    assert_eq!(
+        cancel.signal,
+        Signal::Cancel {
+            session: session.clone(),
+            turn: Some(TurnId(9)),
         }
     );
     // A node does not hear itself.
