@@ -103,6 +103,8 @@ protocol! {
             "Whether each configured provider answers (its model list, asked with the key; cached 30 s unless refresh).";
         ChannelsStatus = "channels.status" (NoParams) -> Vec<ChannelInfo>, [Read],
             "Each chat channel's health: connected, retrying (with the last error), unavailable; the web chat included.";
+        ClusterStatus = "cluster.status" (NoParams) -> crate::types::ClusterStatus, [Read],
+            "The daemons sharing this one's PostgreSQL database: each node, whether it is alive, the sessions and roles it holds; no nodes when the store is not shared.";
         McpStatus = "mcp.status" (NoParams) -> Vec<McpServerStatus>, [Read],
             "Each enabled MCP server Flynn uses as a client: its phase, tool count, last error and next retry.";
         PairingList = "pairing.list" (NoParams) -> crate::types::PairingList, [Approve],

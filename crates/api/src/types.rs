@@ -536,6 +536,38 @@ pub struct ChannelInfo {
     pub retry_in_ms: Option<u64>,
 }
 
+/// The cluster this daemon is a node of (`cluster.status`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ClusterStatus {
+    /// This daemon's node id; `None` when its store is not shared (SQLite).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub this_node: Option<String>,
+    /// Every node the database knows, oldest first (a stopped node is
+    /// kept for an hour, not alive).
+    pub nodes: Vec<ClusterNode>,
+}
+
+/// One node of the cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ClusterNode {
+    /// `host/pid/random`.
+    pub id: String,
+    pub host: String,
+    pub pid: u32,
+    /// `daemon`, or `command` for a `flynn send` running a turn itself.
+    pub kind: String,
+    /// It renewed its presence within the last 10 s.
+    pub alive: bool,
+    /// Milliseconds since it last renewed its presence.
+    pub silent_ms: i64,
+    /// Unix milliseconds, by the database's clock.
+    pub started_at: i64,
+    /// Sessions whose turns it runs now.
+    pub sessions: u64,
+    /// The work it does for all: `automation`, `channel:<name>`.
+    pub roles: Vec<String>,
+}
+
 /// One MCP server Flynn uses as a client (`mcp.status`): an enabled
 /// server of `mcp.servers`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -197,6 +197,7 @@ fn register(module: &mut RpcModule<State>) {
     method!(methods::SystemLogs, system_logs);
     method!(methods::ProvidersStatus, providers_status);
     method!(methods::ChannelsStatus, channels_status);
+    method!(methods::ClusterStatus, cluster_status);
     method!(methods::McpStatus, mcp_status);
     method!(methods::PairingList, pairing_list);
     method!(methods::PairingApprove, pairing_approve, client);
@@ -958,6 +959,36 @@ async fn system_logs(params: LogsParams, _state: Arc<State>) -> RpcResult<LogsRe
 
 async fn channels_status(_params: NoParams, state: Arc<State>) -> RpcResult<Vec<ChannelInfo>> {
     Ok(crate::channels::status(&state))
+}
+
+async fn cluster_status(_params: NoParams, state: Arc<State>) -> RpcResult<ClusterStatus> {
+    let Some(cluster) = state.manager.cluster() else {
+        return Ok(ClusterStatus {
+            this_node: None,
+            nodes: Vec::new(),
+        });
+    };
+    let nodes = cluster
+        .nodes()
+        .await
+        .map_err(|error| error::internal(format!("cannot list the cluster's nodes: {error}")))?;
+    Ok(ClusterStatus {
+        this_node: Some(cluster.node().0.clone()),
+        nodes: nodes
+            .into_iter()
+            .map(|node| ClusterNode {
+                id: node.id.0,
+                host: node.host,
+                pid: node.pid,
+                kind: node.kind,
+                alive: node.alive,
+                silent_ms: node.silent_ms,
+                started_at: node.started_at,
+                sessions: node.leases,
+                roles: node.roles,
+            })
+            .collect(),
+    })
 }
 
 async fn mcp_status(_params: NoParams, state: Arc<State>) -> RpcResult<Vec<McpServerStatus>> {

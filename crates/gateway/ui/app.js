@@ -705,6 +705,17 @@ async function loadDashboard() {
       };
       return table(["channel", "state", "received"], list.map((c) => [c.name, pill(c), c.name === "web" ? "—" : fmtNumber(c.received)]), [2]);
     }),
+    section("d-cluster", async () => {
+      const c = await rpc.call("cluster.status", {});
+      // Shown only when the daemon shares its database with others.
+      $("c-cluster").hidden = !c.nodes.length;
+      if (!c.nodes.length) return document.createDocumentFragment();
+      const shown = (n) => n.alive
+        ? el("span", { class: "pill ok" }, n.id === c.this_node ? "alive · this node" : "alive")
+        : el("span", { class: "pill fail" }, `silent ${Math.round(n.silent_ms / 1000)} s`);
+      return table(["node", "kind", "state", "sessions", "roles"], c.nodes.map((n) => [
+        n.id, n.kind, shown(n), fmtNumber(n.sessions), n.roles.length ? n.roles.join(", ") : "—"]), [3]);
+    }),
     section("d-pairing", async () => {
       const p = await rpc.call("pairing.list", {});
       const frag = document.createDocumentFragment();

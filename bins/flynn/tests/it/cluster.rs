@@ -12,12 +12,15 @@ use sqlx::Connection;
 use crate::daemon::Daemon;
 use crate::{Env, stderr, stdout};
 
+const TOKEN: &str = "cluster-gateway-token-0123456789abcdef";
+
 const STALLED: &str = "data: {\"choices\":[{\"delta\":{\"content\":\"Half\"}}]}\n\n";
 
 fn node(fake: &FakeOpenAi, config: &str) -> (Env, Daemon) {
     let env = Env::new()
         .var("OPENAI_BASE_URL", fake.base_url())
-        .var("OPENAI_API_KEY", "sk-x");
+        .var("OPENAI_API_KEY", "sk-x")
+        .var("FLYNN_GATEWAY_TOKEN", TOKEN);
     let path = env.path().join("flynn.yaml");
     std::fs::write(&path, config).unwrap();
     let daemon = Daemon::start_with(&env, &["--config", path.to_str().unwrap()]);
@@ -155,6 +158,44 @@ async fn three_daemons_share_the_sessions_and_a_killed_one_loses_nothing() {
             .unwrap();
     assert_eq!(open, 0);
     assert_eq!(fake.violations(), Vec::<String>::new());
+
+    // Any node shows the cluster: the killed one silent, the others alive.
+    // (The automation moves within 3 s of the node's death being seen.)
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        let status = cluster_status(&nodes[2].1.url).await;
+        let moved = status["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["alive"] == true && n["roles"] == serde_json::json!(["automation"]));
+        if moved || Instant::now() > deadline {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let listed = status["nodes"].as_array().unwrap();
+    assert_eq!(listed.len(), 3, "{status}");
+    let alive: Vec<&serde_json::Value> = listed.iter().filter(|n| n["alive"] == true).collect();
+    assert_eq!(alive.len(), 2, "{status}");
+    let dead = listed.iter().find(|n| n["alive"] == false).unwrap();
+    assert!(
+        dead["id"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("/{}/", nodes[0].1.pid())),
+        "{status}"
+    );
+    assert!(
+        alive.iter().any(|n| n["id"] == status["this_node"]),
+        "{status}"
+    );
+    assert!(
+        alive
+            .iter()
+            .any(|n| n["roles"] == serde_json::json!(["automation"])),
+        "{status}"
+    );
 
     for (_, daemon) in nodes.iter_mut().skip(1) {
         assert!(daemon.stop(Duration::from_secs(20)).success());
@@ -311,4 +352,23 @@ async fn one_node_polls_telegram_and_fires_the_schedule_and_another_takes_over_w
     for (_, daemon) in &mut nodes {
         assert!(daemon.stop(Duration::from_secs(20)).success());
     }
+}
+
+/// `cluster.status` from the daemon at `url`.
+async fn cluster_status(url: &str) -> serde_json::Value {
+    use jsonrpsee::core::client::ClientT;
+    let mut headers = jsonrpsee::ws_client::HeaderMap::new();
+    headers.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let client = jsonrpsee::ws_client::WsClientBuilder::default()
+        .set_headers(headers)
+        .build(format!("{}/rpc", url.replacen("http://", "ws://", 1)))
+        .await
+        .unwrap();
+    client
+        .request(
+            "cluster.status",
+            jsonrpsee::core::params::ObjectParams::new(),
+        )
+        .await
+        .unwrap()
 }

@@ -223,6 +223,9 @@ async fn every_method_and_subscription_answers_in_the_shape_flynn_api_declares()
     );
     let mcp = call!(methods::McpStatus, flynn_api::NoParams {}).unwrap();
     assert!(mcp.is_empty());
+    let cluster = call!(methods::ClusterStatus, flynn_api::NoParams {}).unwrap();
+    assert_eq!(cluster.this_node, None);
+    assert!(cluster.nodes.is_empty());
 
     let pairing = call!(methods::PairingList, flynn_api::NoParams {}).unwrap();
     assert!(pairing.pending.is_empty() && pairing.approved.is_empty());

@@ -230,6 +230,9 @@ async fn http_post_serves_the_methods_and_commands_answer_at_once() {
     assert_eq!(version["protocol"], flynn_gateway::PROTOCOL_VERSION);
     let health = call(&http, "system.health", empty()).await;
     assert_eq!(health["status"], "ok");
+    // A store of its own (SQLite): no cluster, no nodes.
+    let cluster = call(&http, "cluster.status", empty()).await;
+    assert_eq!(cluster, json!({"nodes": []}));
     let tools = call(&http, "tools.list", empty()).await;
     let names: Vec<&str> = tools
         .as_array()
