@@ -203,6 +203,7 @@ async fn three_daemons_share_the_sessions_and_a_killed_one_loses_nothing() {
 }
 
 /// Runs a query on the test database and returns one column of text.
+#[cfg(feature = "telegram")]
 async fn texts(url: &str, sql: &str) -> Vec<String> {
     let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
     sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
