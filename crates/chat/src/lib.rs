@@ -319,10 +319,15 @@ impl ChannelRouter {
     pub(crate) async fn adapter_when_up(&self, channel: &str) -> Option<Arc<dyn ChannelAdapter>> {
         let deadline = tokio::time::Instant::now() + RECOVERED_WAIT;
         loop {
-            let connected =
-                self.inner.registry.status().iter().any(|status| {
-                    status.name == channel && status.state == ChannelState::Connected
-                });
+            // On standby (another node of a cluster holds the connection)
+            // it sends as well as when connected.
+            let connected = self.inner.registry.status().iter().any(|status| {
+                status.name == channel
+                    && matches!(
+                        status.state,
+                        ChannelState::Connected | ChannelState::Standby
+                    )
+            });
             if connected || tokio::time::Instant::now() >= deadline {
                 return self.inner.registry.get(channel);
             }

@@ -327,6 +327,17 @@ impl Daemon {
                 }
             }
             router.follow_up(outbox, recovered);
+            // In a cluster, sessions taken over from a node that died
+            // are recovered later; their senders are told as they are.
+            if cluster.is_some() {
+                let mut later = flynn.manager().recovered_later();
+                let telling = router.clone();
+                tokio::spawn(async move {
+                    while let Some(recovered) = later.recv().await {
+                        telling.follow_up(Vec::new(), vec![recovered]);
+                    }
+                });
+            }
             let stopping = registry.clone();
             stack.push("channels", move || async move {
                 stopping.shutdown().await;

@@ -246,6 +246,9 @@ pub(crate) struct Shared {
     pub(crate) pid: u32,
     /// The cluster this runtime is a node of, if any.
     pub(crate) cluster: Option<Arc<dyn Cluster>>,
+    /// Where lanes hand what their recovery did, once someone listens
+    /// ([`SessionManager::recovered_later`]).
+    pub(crate) recovery_sink: Mutex<Option<mpsc::UnboundedSender<RecoveredTurn>>>,
     pub(crate) tracker: TaskTracker,
     pub(crate) shutdown: CancellationToken,
     /// Set by [`SessionManager::drain`]: new messages are refused while
@@ -420,6 +423,7 @@ impl SessionManager {
             owner_approver: RwLock::new(None),
             pid: std::process::id(),
             cluster: parts.cluster,
+            recovery_sink: Mutex::new(None),
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
@@ -777,6 +781,17 @@ impl SessionManager {
             recovered.extend(rx.await.unwrap_or_default());
         }
         Ok(recovered)
+    }
+
+    /// What recovery does from now on, as it happens: a turn reported or
+    /// rerun when a lane recovers its session later than start-up (in a
+    /// cluster, when this node takes over the session of a node that
+    /// died), for whoever tells the senders. Replaces the receiver of an
+    /// earlier call.
+    pub fn recovered_later(&self) -> mpsc::UnboundedReceiver<RecoveredTurn> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *lock(&self.shared.recovery_sink) = Some(tx);
+        rx
     }
 
     /// Sessions with a lane right now.

@@ -373,3 +373,83 @@ async fn cluster_status(url: &str) -> serde_json::Value {
         .await
         .unwrap()
 }
+
+#[cfg(feature = "telegram")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chat_whose_turn_died_with_its_node_is_told_by_the_node_that_takes_over() {
+    use flynn_testkit::telegram::{FakeTelegram, Incoming, TgUser};
+
+    use crate::setup::TestConfig;
+
+    let database = TestDatabase::create().await;
+    let model = FakeOpenAi::start().await;
+    model.push(Reply::Stall(STALLED.into()));
+    let telegram = FakeTelegram::start().await;
+    let owner = TgUser::new(4242, "Owner");
+    let config = TestConfig::new(&model)
+        .telegram(&telegram, "allow_from: [\"4242\"]\nowners: [\"4242\"]")
+        .section(&format!("sessions:\n  url: {}", database.url()));
+    let mut nodes: Vec<Daemon> = (0..3)
+        .map(|_| Daemon::start(&Env::new().with_config(&config)))
+        .collect();
+    let wait = |what: &str, limit: Duration, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + limit;
+        while !done() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; sent: {:#?}",
+                telegram.sent()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    // The node polling Telegram takes the message and runs its turn,
+    // which stalls half-way; then that node dies.
+    telegram.push(Incoming::private(&owner, "a long question"));
+    wait("the model call", Duration::from_secs(20), &|| {
+        !model.requests().is_empty()
+    });
+    let poller = texts(
+        database.url(),
+        "SELECT node FROM cluster_roles WHERE name = 'channel:telegram'",
+    )
+    .await;
+    let index = nodes
+        .iter()
+        .position(|d| poller[0].contains(&format!("/{}/", d.pid())))
+        .unwrap();
+    let mut dead = nodes.remove(index);
+    dead.signal("KILL");
+    let _ = dead.wait(Duration::from_secs(10));
+
+    // The node that takes the session over tells the chat.
+    let told = |t: &FakeTelegram| {
+        t.sent()
+            .iter()
+            .filter(|m| m.chat_id == 4242 && m.plain.contains("Interrupted"))
+            .count()
+    };
+    wait("the interruption note", Duration::from_secs(40), &|| {
+        told(&telegram) == 1
+    });
+    let note = telegram
+        .sent()
+        .into_iter()
+        .find(|m| m.plain.contains("Interrupted"))
+        .unwrap();
+    assert!(note.plain.contains("a long question"), "{}", note.plain);
+    // And the chat goes on.
+    model.push(Reply::Text("ok".into()));
+    telegram.push(Incoming::private(&owner, "still there?"));
+    wait("the next answer", Duration::from_secs(30), &|| {
+        telegram
+            .sent()
+            .iter()
+            .any(|m| m.chat_id == 4242 && m.plain == "ok")
+    });
+    assert_eq!(told(&telegram), 1, "told once");
+    for daemon in &mut nodes {
+        assert!(daemon.stop(Duration::from_secs(20)).success());
+    }
+}

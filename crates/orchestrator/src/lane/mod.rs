@@ -533,7 +533,7 @@ impl Lane {
                                 "the node running it stopped before it finished answering \"{preview}\"; its message is kept in the history"
                             ))));
                         }
-                        None => self.recovered.push(RecoveredTurn {
+                        None => self.note_recovered(RecoveredTurn {
                             session: self.key.clone(),
                             turn: record.id,
                             action: Recovery::Reported { note },
@@ -557,7 +557,7 @@ impl Lane {
                         Some(waiting) => waiting,
                         None => {
                             let (tx, rx) = oneshot::channel();
-                            self.recovered.push(RecoveredTurn {
+                            self.note_recovered(RecoveredTurn {
                                 session: self.key.clone(),
                                 turn: record.id,
                                 action: Recovery::Rerun(TurnHandle {
@@ -590,6 +590,24 @@ impl Lane {
         }
         self.queue = rerun;
         Ok(())
+    }
+
+    /// Keeps what recovery did for whoever tells the senders: handed at
+    /// once to [`SessionManager::recovered_later`]'s receiver when one is
+    /// installed (a recovery at any time, such as taking over a dead
+    /// node's session), else kept for [`LaneOp::Recovered`].
+    ///
+    /// [`SessionManager::recovered_later`]: crate::SessionManager::recovered_later
+    fn note_recovered(&mut self, recovered: RecoveredTurn) {
+        let sink = lock(&self.shared.recovery_sink).clone();
+        let recovered = match sink {
+            Some(sink) => match sink.send(recovered) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(recovered)) => recovered,
+            },
+            None => recovered,
+        };
+        self.recovered.push(recovered);
     }
 
     /// A turn cut off while its tools ran left an assistant message whose
