@@ -203,7 +203,7 @@ async fn three_daemons_share_the_sessions_and_a_killed_one_loses_nothing() {
 }
 
 /// Runs a query on the test database and returns one column of text.
-#[cfg(feature = "telegram")]
+#[cfg(any(feature = "telegram", feature = "discord"))]
 async fn texts(url: &str, sql: &str) -> Vec<String> {
     let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
     sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
@@ -357,6 +357,11 @@ async fn one_node_polls_telegram_and_fires_the_schedule_and_another_takes_over_w
 
 /// `cluster.status` from the daemon at `url`.
 async fn cluster_status(url: &str) -> serde_json::Value {
+    rpc(url, "cluster.status").await
+}
+
+/// A method without parameters, called on the daemon at `url`.
+async fn rpc(url: &str, method: &str) -> serde_json::Value {
     use jsonrpsee::core::client::ClientT;
     let mut headers = jsonrpsee::ws_client::HeaderMap::new();
     headers.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
@@ -366,10 +371,7 @@ async fn cluster_status(url: &str) -> serde_json::Value {
         .await
         .unwrap();
     client
-        .request(
-            "cluster.status",
-            jsonrpsee::core::params::ObjectParams::new(),
-        )
+        .request(method, jsonrpsee::core::params::ObjectParams::new())
         .await
         .unwrap()
 }
@@ -449,6 +451,122 @@ async fn a_chat_whose_turn_died_with_its_node_is_told_by_the_node_that_takes_ove
             .any(|m| m.chat_id == 4242 && m.plain == "ok")
     });
     assert_eq!(told(&telegram), 1, "told once");
+    for daemon in &mut nodes {
+        assert!(daemon.stop(Duration::from_secs(20)).success());
+    }
+}
+
+#[cfg(feature = "discord")]
+#[tokio::test(flavor = "multi_thread")]
+async fn one_node_holds_the_discord_gateway_and_another_takes_it_when_it_dies() {
+    use flynn_testkit::discord::{DiscordUser, FakeDiscord};
+
+    use crate::setup::{TestConfig, owners};
+
+    let database = TestDatabase::create().await;
+    let model = FakeOpenAi::start().await;
+    let discord = FakeDiscord::start().await;
+    let owner = DiscordUser::person(200_000_000_000_000_001, "owner", None);
+    let dm = discord.dm_channel(&owner);
+    let config = TestConfig::new(&model)
+        .discord(&discord, &owners([owner.id]))
+        .section(&format!("sessions:\n  url: {}", database.url()));
+    let mut nodes: Vec<Daemon> = (0..3)
+        .map(|_| {
+            Daemon::start(
+                &Env::new()
+                    .with_config(&config)
+                    .var("FLYNN_GATEWAY_TOKEN", TOKEN),
+            )
+        })
+        .collect();
+    // Each node's view of the channel: one connected, the others on
+    // standby naming it.
+    let states = |nodes: Vec<String>| async move {
+        let mut states = Vec::new();
+        for url in nodes {
+            let status = rpc(&url, "channels.status").await;
+            let discord = status
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == "discord")
+                .unwrap()
+                .clone();
+            states.push(discord["state"].as_str().unwrap().to_owned());
+        }
+        states.sort();
+        states
+    };
+    let urls = |nodes: &[Daemon]| nodes.iter().map(|d| d.url.clone()).collect::<Vec<_>>();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while states(urls(&nodes)).await != ["connected", "standby", "standby"] {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            states(urls(&nodes)).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        discord.identifies(),
+        1,
+        "one gateway session for three daemons"
+    );
+
+    let answers = |discord: &FakeDiscord| {
+        discord
+            .messages_in(dm)
+            .into_iter()
+            .filter(|m| m.content.starts_with("answer"))
+            .count()
+    };
+    model.push(Reply::Text("answer one".into()));
+    discord.post(dm, &owner, "hello").send();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while answers(&discord) < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the first message was not answered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The connected node dies: another identifies and answers.
+    let holder = texts(
+        database.url(),
+        "SELECT node FROM cluster_roles WHERE name = 'channel:discord'",
+    )
+    .await;
+    let index = nodes
+        .iter()
+        .position(|d| holder[0].contains(&format!("/{}/", d.pid())))
+        .unwrap();
+    let mut dead = nodes.remove(index);
+    dead.signal("KILL");
+    let _ = dead.wait(Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while states(urls(&nodes)).await != ["connected", "standby"] {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            states(urls(&nodes)).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(discord.identifies(), 2);
+    model.push(Reply::Text("answer two".into()));
+    discord.post(dm, &owner, "still there?").send();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while answers(&discord) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the message after the failover was not answered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(answers(&discord), 2, "each answered once");
+    assert_eq!(discord.violations(), Vec::<String>::new());
     for daemon in &mut nodes {
         assert!(daemon.stop(Duration::from_secs(20)).success());
     }
