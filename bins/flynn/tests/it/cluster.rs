@@ -203,7 +203,7 @@ async fn three_daemons_share_the_sessions_and_a_killed_one_loses_nothing() {
 }
 
 /// Runs a query on the test database and returns one column of text.
-#[cfg(any(feature = "telegram", feature = "discord"))]
+#[cfg(feature = "telegram")]
 async fn texts(url: &str, sql: &str) -> Vec<String> {
     let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
     sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
@@ -480,34 +480,7 @@ async fn one_node_holds_the_discord_gateway_and_another_takes_it_when_it_dies() 
             )
         })
         .collect();
-    // Each node's view of the channel: one connected, the others on
-    // standby naming it.
-    let states = |nodes: Vec<String>| async move {
-        let mut states = Vec::new();
-        for url in nodes {
-            let status = rpc(&url, "channels.status").await;
-            let discord = status
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|c| c["name"] == "discord")
-                .unwrap()
-                .clone();
-            states.push(discord["state"].as_str().unwrap().to_owned());
-        }
-        states.sort();
-        states
-    };
-    let urls = |nodes: &[Daemon]| nodes.iter().map(|d| d.url.clone()).collect::<Vec<_>>();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while states(urls(&nodes)).await != ["connected", "standby", "standby"] {
-        assert!(
-            Instant::now() < deadline,
-            "{:?}",
-            states(urls(&nodes)).await
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_states(&nodes, "discord", &["connected", "standby", "standby"]).await;
     assert_eq!(
         discord.identifies(),
         1,
@@ -533,27 +506,11 @@ async fn one_node_holds_the_discord_gateway_and_another_takes_it_when_it_dies() 
     }
 
     // The connected node dies: another identifies and answers.
-    let holder = texts(
-        database.url(),
-        "SELECT node FROM cluster_roles WHERE name = 'channel:discord'",
-    )
-    .await;
-    let index = nodes
-        .iter()
-        .position(|d| holder[0].contains(&format!("/{}/", d.pid())))
-        .unwrap();
+    let index = holder_of(database.url(), "channel:discord", &nodes).await;
     let mut dead = nodes.remove(index);
     dead.signal("KILL");
     let _ = dead.wait(Duration::from_secs(10));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while states(urls(&nodes)).await != ["connected", "standby"] {
-        assert!(
-            Instant::now() < deadline,
-            "{:?}",
-            states(urls(&nodes)).await
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for_states(&nodes, "discord", &["connected", "standby"]).await;
     assert_eq!(discord.identifies(), 2);
     model.push(Reply::Text("answer two".into()));
     discord.post(dm, &owner, "still there?").send();
@@ -570,4 +527,119 @@ async fn one_node_holds_the_discord_gateway_and_another_takes_it_when_it_dies() 
     for daemon in &mut nodes {
         assert!(daemon.stop(Duration::from_secs(20)).success());
     }
+}
+
+#[cfg(feature = "slack")]
+#[tokio::test(flavor = "multi_thread")]
+async fn one_node_holds_the_slack_socket_and_another_takes_it_when_it_dies() {
+    use flynn_testkit::slack::{self as sl, FakeSlack};
+
+    use crate::setup::{TestConfig, owners};
+
+    let database = TestDatabase::create().await;
+    let model = FakeOpenAi::start().await;
+    let slack = FakeSlack::start().await;
+    let config = TestConfig::new(&model)
+        .slack(&slack, &owners([sl::OWNER]))
+        .section(&format!("sessions:\n  url: {}", database.url()));
+    let mut nodes: Vec<Daemon> = (0..3)
+        .map(|_| {
+            Daemon::start(
+                &Env::new()
+                    .with_config(&config)
+                    .var("FLYNN_GATEWAY_TOKEN", TOKEN),
+            )
+        })
+        .collect();
+    wait_for_states(&nodes, "slack", &["connected", "standby", "standby"]).await;
+    assert_eq!(
+        slack.connections_opened(),
+        1,
+        "one socket for three daemons"
+    );
+
+    let answers = |slack: &FakeSlack| {
+        slack
+            .messages()
+            .into_iter()
+            .filter(|m| m.channel == sl::DM && m.text.starts_with("answer"))
+            .count()
+    };
+    model.push(Reply::Text("answer one".into()));
+    slack.push_event(slack.message_event(sl::DM, sl::OWNER, "hello"), "Ev1");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while answers(&slack) < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the first message was not answered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let index = holder_of(database.url(), "channel:slack", &nodes).await;
+    let mut dead = nodes.remove(index);
+    dead.signal("KILL");
+    let _ = dead.wait(Duration::from_secs(10));
+    wait_for_states(&nodes, "slack", &["connected", "standby"]).await;
+    assert_eq!(slack.connections_opened(), 2);
+    model.push(Reply::Text("answer two".into()));
+    slack.push_event(
+        slack.message_event(sl::DM, sl::OWNER, "still there?"),
+        "Ev2",
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while answers(&slack) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the message after the failover was not answered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(answers(&slack), 2, "each answered once");
+    assert_eq!(slack.violations(), Vec::<String>::new());
+    for daemon in &mut nodes {
+        assert!(daemon.stop(Duration::from_secs(20)).success());
+    }
+}
+
+/// Each node's state of `channel` (`channels.status`), sorted, once they
+/// are `expected` (within 30 s).
+#[cfg(any(feature = "discord", feature = "slack"))]
+async fn wait_for_states(nodes: &[Daemon], channel: &str, expected: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut states = Vec::new();
+        for node in nodes {
+            let status = rpc(&node.url, "channels.status").await;
+            let state = status
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == channel)
+                .map(|c| c["state"].as_str().unwrap_or_default().to_owned())
+                .unwrap_or_default();
+            states.push(state);
+        }
+        states.sort();
+        if states == expected {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{channel}: {states:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The index in `nodes` of the node holding `role`.
+#[cfg(any(feature = "discord", feature = "slack"))]
+async fn holder_of(url: &str, role: &str, nodes: &[Daemon]) -> usize {
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    let holder: String = sqlx::query_scalar("SELECT node FROM cluster_roles WHERE name = $1")
+        .bind(role)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    nodes
+        .iter()
+        .position(|d| holder.contains(&format!("/{}/", d.pid())))
+        .unwrap()
 }
