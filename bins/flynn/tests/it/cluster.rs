@@ -604,7 +604,7 @@ async fn one_node_holds_the_slack_socket_and_another_takes_it_when_it_dies() {
 
 /// Each node's state of `channel` (`channels.status`), sorted, once they
 /// are `expected` (within 30 s).
-#[cfg(any(feature = "discord", feature = "slack"))]
+#[cfg(any(feature = "discord", feature = "slack", feature = "whatsapp"))]
 async fn wait_for_states(nodes: &[Daemon], channel: &str, expected: &[&str]) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -642,4 +642,58 @@ async fn holder_of(url: &str, role: &str, nodes: &[Daemon]) -> usize {
         .iter()
         .position(|d| holder.contains(&format!("/{}/", d.pid())))
         .unwrap()
+}
+
+#[cfg(feature = "whatsapp")]
+#[tokio::test(flavor = "multi_thread")]
+async fn whatsapp_webhooks_reaching_any_of_three_daemons_are_answered_once() {
+    use flynn_testkit::whatsapp::{FakeWhatsApp, Signing};
+
+    use crate::setup::{TestConfig, owners};
+
+    const NUMBER: &str = "15551234567";
+    let database = TestDatabase::create().await;
+    let model = FakeOpenAi::start().await;
+    let whatsapp = FakeWhatsApp::start().await;
+    let config = TestConfig::new(&model)
+        .whatsapp(&whatsapp, &owners([NUMBER]))
+        .section(&format!("sessions:\n  url: {}", database.url()));
+    let nodes: Vec<Daemon> = (0..3)
+        .map(|_| {
+            Daemon::start(
+                &Env::new()
+                    .with_config(&config)
+                    .var("FLYNN_GATEWAY_TOKEN", TOKEN),
+            )
+        })
+        .collect();
+    wait_for_states(&nodes, "whatsapp", &["connected", "standby", "standby"]).await;
+
+    // Meta's load balancer sends each delivery to any node: one message
+    // to each, answered once each, in the one conversation.
+    whatsapp.customer_wrote(NUMBER);
+    for (i, node) in nodes.iter().enumerate() {
+        model.push(Reply::Text(format!("answer {i}")));
+        let message = whatsapp.text_message(NUMBER, "Owner", &format!("message {i}"));
+        let hook = format!("{}/channels/whatsapp/webhook", node.url);
+        let posted = whatsapp.post(&hook, &message, Signing::AppSecret).await;
+        assert_eq!(posted.status, 200, "{posted:?}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while whatsapp.sent().iter().filter(|m| m.to == NUMBER).count() < i + 1 {
+            assert!(Instant::now() < deadline, "message {i} was not answered");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let answers: Vec<String> = whatsapp
+        .sent()
+        .iter()
+        .filter(|m| m.to == NUMBER)
+        .map(|m| m.text().to_owned())
+        .collect();
+    assert_eq!(answers, ["answer 0", "answer 1", "answer 2"]);
+    assert_eq!(whatsapp.violations(), Vec::<String>::new());
+    let mut nodes = nodes;
+    for daemon in &mut nodes {
+        assert!(daemon.stop(Duration::from_secs(20)).success());
+    }
 }
