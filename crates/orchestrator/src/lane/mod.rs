@@ -134,6 +134,22 @@ struct Queued {
     outcome: Option<oneshot::Sender<Result<TurnOutcome>>>,
 }
 
+impl Queued {
+    /// A turn found in the store (recovered, or accepted on another
+    /// node): run with the session's settings, `outcome` told its end.
+    fn stored(record: TurnRecord, outcome: Option<oneshot::Sender<Result<TurnOutcome>>>) -> Queued {
+        Queued {
+            record,
+            tier: None,
+            model: None,
+            approver: None,
+            lineage: Lineage::default(),
+            started: false,
+            outcome,
+        }
+    }
+}
+
 pub(crate) struct Lane {
     shared: Arc<Shared>,
     key: SessionKey,
@@ -460,15 +476,7 @@ impl Lane {
                         // the holder to run: it runs now, as any message.
                         (TurnOwner::This | TurnOwner::Alive, TurnStatus::Pending) => {
                             let outcome = self.awaiting.remove(&record.id);
-                            rerun.push_back(Queued {
-                                record,
-                                tier: None,
-                                model: None,
-                                approver: None,
-                                lineage: Lineage::default(),
-                                started: false,
-                                outcome,
-                            });
+                            rerun.push_back(Queued::stored(record, outcome));
                             continue;
                         }
                         // Running on a live node (its lease lapsed while
@@ -492,15 +500,7 @@ impl Lane {
                         // node waits before this one: this one waits too,
                         // and runs.
                         Err(flynn_sessions::Error::NotNext { .. }) => {
-                            rerun.push_back(Queued {
-                                record,
-                                tier: None,
-                                model: None,
-                                approver: None,
-                                lineage: Lineage::default(),
-                                started: false,
-                                outcome: None,
-                            });
+                            rerun.push_back(Queued::stored(record, None));
                             continue;
                         }
                         Err(error) => return Err(error.into()),
@@ -569,15 +569,7 @@ impl Lane {
                             tx
                         }
                     };
-                    rerun.push_back(Queued {
-                        record,
-                        tier: None,
-                        model: None,
-                        approver: None,
-                        lineage: Lineage::default(),
-                        started: false,
-                        outcome: Some(tx),
-                    });
+                    rerun.push_back(Queued::stored(record, Some(tx)));
                 }
             }
         }

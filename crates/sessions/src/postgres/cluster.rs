@@ -61,6 +61,22 @@ impl std::fmt::Debug for PgCluster {
     }
 }
 
+/// What [`PgCluster::take`] takes.
+#[derive(Debug, Clone, Copy)]
+enum Held {
+    Session,
+    Role,
+}
+
+impl Held {
+    fn what(self) -> &'static str {
+        match self {
+            Held::Session => "the lease of session",
+            Held::Role => "the role",
+        }
+    }
+}
+
 /// A new node's id: the host, the process and a random part.
 fn new_node_id() -> Result<NodeId> {
     let host = host_name();
@@ -130,6 +146,47 @@ impl PgCluster {
         for task in tasks {
             task.abort();
         }
+    }
+
+    /// Takes (or keeps) a session's lease or a role: the row is taken
+    /// when it is free, already this node's, or its node is dead.
+    async fn take(&self, held: Held, key: &str) -> Result<Lease> {
+        let (table, column) = match held {
+            Held::Session => ("session_leases", "session_key"),
+            Held::Role => ("cluster_roles", "name"),
+        };
+        let take = format!(
+            "INSERT INTO {table} ({column}, node) VALUES ($1, $2)
+             ON CONFLICT ({column}) DO UPDATE SET node = excluded.node, taken_at = now()
+             WHERE {table}.node = excluded.node
+                OR NOT EXISTS (SELECT 1 FROM cluster_nodes n
+                    WHERE n.id = {table}.node
+                      AND n.seen_at > now() - ($3::BIGINT * INTERVAL '1 millisecond'))
+             RETURNING node"
+        );
+        let holder = format!("SELECT node FROM {table} WHERE {column} = $1");
+        for _ in 0..3 {
+            let taken: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(take.clone()))
+                .bind(key)
+                .bind(&self.node.0)
+                .bind(millis(NODE_TTL))
+                .fetch_optional(&self.pool)
+                .await?;
+            if taken.is_some() {
+                return Ok(Lease::Held);
+            }
+            let holder: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(holder.clone()))
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await?;
+            // Given back in between: try again.
+            if let Some(holder) = holder {
+                return Ok(Lease::HeldBy(NodeId(holder)));
+            }
+        }
+        Err(Error::Busy {
+            message: format!("{} '{key}' kept changing hands", held.what()),
+        })
     }
 
     /// The payload of one signal: inline, or stored with its id inline.
@@ -370,70 +427,11 @@ impl Cluster for PgCluster {
     }
 
     async fn acquire(&self, session: &SessionKey) -> Result<Lease> {
-        for _ in 0..3 {
-            let taken: Option<String> = sqlx::query_scalar(
-                "INSERT INTO session_leases (session_key, node) VALUES ($1, $2)
-                 ON CONFLICT (session_key) DO UPDATE SET node = excluded.node, taken_at = now()
-                 WHERE session_leases.node = excluded.node
-                    OR NOT EXISTS (SELECT 1 FROM cluster_nodes n
-                        WHERE n.id = session_leases.node
-                          AND n.seen_at > now() - ($3::BIGINT * INTERVAL '1 millisecond'))
-                 RETURNING node",
-            )
-            .bind(session.as_str())
-            .bind(&self.node.0)
-            .bind(millis(NODE_TTL))
-            .fetch_optional(&self.pool)
-            .await?;
-            if taken.is_some() {
-                return Ok(Lease::Held);
-            }
-            let holder: Option<String> =
-                sqlx::query_scalar("SELECT node FROM session_leases WHERE session_key = $1")
-                    .bind(session.as_str())
-                    .fetch_optional(&self.pool)
-                    .await?;
-            // Given back in between: try again.
-            if let Some(holder) = holder {
-                return Ok(Lease::HeldBy(NodeId(holder)));
-            }
-        }
-        Err(Error::Busy {
-            message: format!("the lease of session '{session}' kept changing hands"),
-        })
+        self.take(Held::Session, session.as_str()).await
     }
 
     async fn acquire_role(&self, role: &str) -> Result<Lease> {
-        for _ in 0..3 {
-            let taken: Option<String> = sqlx::query_scalar(
-                "INSERT INTO cluster_roles (name, node) VALUES ($1, $2)
-                 ON CONFLICT (name) DO UPDATE SET node = excluded.node, taken_at = now()
-                 WHERE cluster_roles.node = excluded.node
-                    OR NOT EXISTS (SELECT 1 FROM cluster_nodes n
-                        WHERE n.id = cluster_roles.node
-                          AND n.seen_at > now() - ($3::BIGINT * INTERVAL '1 millisecond'))
-                 RETURNING node",
-            )
-            .bind(role)
-            .bind(&self.node.0)
-            .bind(millis(NODE_TTL))
-            .fetch_optional(&self.pool)
-            .await?;
-            if taken.is_some() {
-                return Ok(Lease::Held);
-            }
-            let holder: Option<String> =
-                sqlx::query_scalar("SELECT node FROM cluster_roles WHERE name = $1")
-                    .bind(role)
-                    .fetch_optional(&self.pool)
-                    .await?;
-            if let Some(holder) = holder {
-                return Ok(Lease::HeldBy(NodeId(holder)));
-            }
-        }
-        Err(Error::Busy {
-            message: format!("the role {role} kept changing hands"),
-        })
+        self.take(Held::Role, role).await
     }
 
     async fn release_role(&self, role: &str) -> Result<()> {
