@@ -105,9 +105,10 @@ pub enum Error {
     /// it (on another node of a cluster) is still waiting.
     #[error("turn {turn} cannot start before turn {waiting}, accepted earlier in its session")]
     NotNext { turn: TurnId, waiting: TurnId },
-    /// A turn this node may not start: another node of the cluster holds
-    /// its session's lease (this node's lapsed, or was never had).
-    #[error("turn {turn} cannot start on this node: another node runs session '{session}' now")]
+    /// A turn this node may not start or write: another node of the
+    /// cluster holds its session's lease (this node's lapsed, or was
+    /// never had).
+    #[error("turn {turn} cannot run on this node: another node runs session '{session}' now")]
     LeaseLost { session: String, turn: TurnId },
     /// `sessions.url` is not a URL this build understands.
     #[error(

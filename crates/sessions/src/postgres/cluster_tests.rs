@@ -145,6 +145,41 @@ async fn a_silent_node_loses_its_leases_and_may_start_nothing_more() {
         "{refused:?}"
     );
     assert!(refused.to_string().contains("another node runs session"));
+    // Nor write anything more of a turn it had running: b has taken the
+    // session over (and reports or reruns that turn).
+    let running = pending.id;
+    let answer = Message::assistant("late");
+    let late = a_store
+        .append_for_turn(&session, running, std::slice::from_ref(&answer))
+        .await
+        .unwrap_err();
+    assert!(matches!(late, Error::LeaseLost { .. }), "{late:?}");
+    let usage = UsageRecord {
+        session: session.clone(),
+        provider: "p".into(),
+        model: "m".into(),
+        tier: Tier::Default,
+        purpose: Purpose::Conversation,
+        usage: flynn_protocol::Usage::default(),
+        cost_usd: None,
+        partial: false,
+    };
+    let late = a_store
+        .append_last_answer(&session, running, &answer, &usage)
+        .await
+        .unwrap_err();
+    assert!(matches!(late, Error::LeaseLost { .. }), "{late:?}");
+    let late = a_store
+        .finish_turn(running, TurnStatus::Completed)
+        .await
+        .unwrap_err();
+    assert!(matches!(late, Error::LeaseLost { .. }), "{late:?}");
+    assert_eq!(
+        a_store.turn(running).await.unwrap().unwrap().status,
+        TurnStatus::Pending,
+        "unchanged"
+    );
+    assert!(a_store.history(&session).await.unwrap().is_empty());
     // Nor start a new message at once: it is accepted, and waits.
     let later = a_store
         .accept_and_start(&session, &text("again"), &origin(1))

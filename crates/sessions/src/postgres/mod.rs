@@ -263,10 +263,43 @@ impl PgStore {
         let messages = Encoded::all(messages)?;
         retry::on_busy(|| async {
             let mut tx = self.begin_locked().await?;
-            let result = insert(&mut tx, key.as_str(), turn, &messages, now_millis()).await;
+            let result = async {
+                self.fence(&mut tx, key, turn).await?;
+                insert(&mut tx, key.as_str(), turn, &messages, now_millis()).await
+            }
+            .await;
             settle(tx, result).await
         })
         .await
+    }
+
+    /// In a cluster: refuses a write of `turn` unless this node holds its
+    /// session's lease, so a node that lost it (paused past the lease
+    /// time) stores nothing more of a turn the new holder has taken over.
+    async fn fence(
+        &self,
+        conn: &mut PgConnection,
+        key: &SessionKey,
+        turn: Option<TurnId>,
+    ) -> Result<()> {
+        let (Some(node), Some(turn)) = (self.node(), turn) else {
+            return Ok(());
+        };
+        let holds: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM session_leases WHERE session_key = $1 AND node = $2)",
+        )
+        .bind(key.as_str())
+        .bind(node)
+        .fetch_one(&mut *conn)
+        .await?;
+        if holds {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost {
+                session: key.to_string(),
+                turn,
+            })
+        }
     }
 
     /// Stores an answer with its usage; with `completes`, also records its
@@ -282,6 +315,7 @@ impl PgStore {
         let messages = Encoded::all(std::slice::from_ref(message))?;
         let mut tx = self.begin_locked().await?;
         let result = async {
+            self.fence(&mut tx, key, turn).await?;
             let now = now_millis();
             let seqs = insert(&mut tx, key.as_str(), turn, &messages, now).await?;
             insert_usage(&mut tx, usage, now).await?;
@@ -365,16 +399,30 @@ impl PgStore {
     }
 
     async fn finish_turn_once(&self, turn: TurnId, status: TurnStatus) -> Result<()> {
-        let done = sqlx::query("UPDATE turns SET status = $2, updated_at = $3 WHERE id = $1")
-            .bind(to_i64(turn.0))
-            .bind(status.as_str())
-            .bind(now_millis())
-            .execute(&self.pool)
-            .await?;
-        if done.rows_affected() == 0 {
-            return Err(Error::UnknownTurn { turn });
+        // In a cluster, only the holder of the turn's session finishes it.
+        let done = sqlx::query(
+            "UPDATE turns SET status = $2, updated_at = $3 WHERE id = $1
+               AND ($4::TEXT IS NULL OR EXISTS (SELECT 1 FROM session_leases l
+                   WHERE l.session_key = turns.session_key AND l.node = $4))",
+        )
+        .bind(to_i64(turn.0))
+        .bind(status.as_str())
+        .bind(now_millis())
+        .bind(self.node())
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() > 0 {
+            return Ok(());
         }
-        Ok(())
+        let session: Option<String> =
+            sqlx::query_scalar("SELECT session_key FROM turns WHERE id = $1")
+                .bind(to_i64(turn.0))
+                .fetch_optional(&self.pool)
+                .await?;
+        match session {
+            Some(session) => Err(Error::LeaseLost { session, turn }),
+            None => Err(Error::UnknownTurn { turn }),
+        }
     }
 
     /// [`Pairing::pairing_request`], with fresh codes from `codes`.
