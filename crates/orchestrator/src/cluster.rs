@@ -185,6 +185,18 @@ fn handle(shared: &Arc<Shared>, cluster: &dyn Cluster, received: Received) {
                 let _ = tx.try_send(LaneOp::Cluster(ClusterOp::Released));
             }
         }
+        // The holder's lane empties the session, as for its own `/reset`.
+        Signal::Reset { session } => {
+            if existing_lane(shared, &session).is_none() {
+                return;
+            }
+            let manager = crate::runtime::SessionManager::from_shared(shared.clone());
+            tokio::spawn(async move {
+                if let Err(error) = manager.reset(&session).await {
+                    tracing::warn!(%session, %error, "cannot reset the session another node asked to reset");
+                }
+            });
+        }
         // Only a node with a lane for the session can be running it.
         Signal::Cancel { session, turn } => {
             if existing_lane(shared, &session).is_none() {

@@ -103,6 +103,9 @@ pub enum Signal {
         session: SessionKey,
         turn: Option<TurnId>,
     },
+    /// Empty the session (`/reset`): asked on the sending node, done by
+    /// the session's lease holder.
+    Reset { session: SessionKey },
     /// An event of a turn (or a command) of the session on the sending
     /// node, as the runtime encodes it, for the session's followers on
     /// other nodes.

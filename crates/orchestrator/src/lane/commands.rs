@@ -92,6 +92,11 @@ impl Lane {
     /// Ends the running turn, drops the waiting ones and clears the
     /// session; returns whether it had anything stored.
     pub(super) async fn reset(&mut self) -> Result<bool> {
+        if let Some(existed) = self.reset_on_holder().await? {
+            self.meta = SessionMeta::default();
+            *lock(&self.taint) = None;
+            return Ok(existed);
+        }
         self.end_running().await;
         self.cancel_queued(|_| true).await;
         let existed = self.shared.store.clear(&self.key).await?;

@@ -424,6 +424,22 @@ impl Lane {
         }
     }
 
+    /// On a follower, `/reset` is the holder's to do (its turn running, its
+    /// queue, its cached session): it is asked, and this says whether the
+    /// session had anything. `None` when this lane runs the session.
+    pub(super) async fn reset_on_holder(&mut self) -> Result<Option<bool>> {
+        let (Place::Follower(_), Some(cluster)) = (&self.role, self.shared.cluster.clone()) else {
+            return Ok(None);
+        };
+        let existed = self.shared.store.info(&self.key).await?.is_some();
+        cluster
+            .signal(flynn_sessions::Signal::Reset {
+                session: self.key.clone(),
+            })
+            .await?;
+        Ok(Some(existed))
+    }
+
     /// The holder lost its lease (it went silent too long and another
     /// node took the session): what waits here is run there.
     async fn lose_lease(&mut self) {

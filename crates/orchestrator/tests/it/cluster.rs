@@ -248,3 +248,56 @@ async fn a_turn_running_on_one_node_is_cancelled_from_the_other() {
     a.manager.shutdown().await;
     b.manager.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reset_sent_to_the_other_node_empties_the_session_on_its_holder() {
+    let db = TestDatabase::create().await;
+    let a = node_with(&db, ScriptedModel::builder("m").then_hang("Half").build()).await;
+    let b = node(&db).await;
+    let k = key("web:ann");
+    let flynn_orchestrator::Submitted::Turn(running) = a
+        .manager
+        .submit(TurnRequest::text(k.clone(), "a long one"))
+        .await
+        .unwrap()
+    else {
+        panic!("a command");
+    };
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while a.model.calls().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the turn never called its model");
+
+    let reply = match b
+        .manager
+        .submit(TurnRequest::text(k.clone(), "/reset"))
+        .await
+        .unwrap()
+    {
+        flynn_orchestrator::Submitted::Command { reply, .. } => reply,
+        flynn_orchestrator::Submitted::Turn(_) => panic!("a turn"),
+    };
+    assert_eq!(reply, "Conversation reset: this session starts afresh.");
+    // a, which runs the session, cancels its turn and then empties it:
+    // nothing of the turn comes back after the reset.
+    let outcome = tokio::time::timeout(Duration::from_secs(10), running.outcome())
+        .await
+        .expect("the turn on a was not ended by the reset");
+    assert!(
+        matches!(outcome, Err(flynn_orchestrator::Error::Cancelled)),
+        "{outcome:?}"
+    );
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while b.store.info(&k).await.unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the session was not emptied");
+    assert!(a.store.open_turns(Some(&k)).await.unwrap().is_empty());
+    a.manager.shutdown().await;
+    b.manager.shutdown().await;
+}

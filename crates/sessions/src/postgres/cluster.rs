@@ -197,6 +197,7 @@ impl PgCluster {
             }
             Signal::Released { session } => ("released", session, None, None, None),
             Signal::Cancel { session, turn } => ("cancel", session, None, None, turn.map(|t| t.0)),
+            Signal::Reset { session } => ("reset", session, None, None, None),
             Signal::Event { session, body } => ("event", session, Some(body.as_str()), None, None),
         };
         let full = json!({
@@ -372,6 +373,7 @@ async fn decode(payload: &str, pool: &PgPool, me: &NodeId) -> Result<Option<Rece
             ),
         },
         Some("released") => Signal::Released { session },
+        Some("reset") => Signal::Reset { session },
         Some("cancel") => Signal::Cancel {
             session,
             turn: value.get("turn").and_then(Value::as_u64).map(TurnId),

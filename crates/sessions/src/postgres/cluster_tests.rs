@@ -293,6 +293,9 @@ async fn signals_reach_the_other_nodes_long_ones_through_the_table() {
             session: session.clone(),
             turn: Some(TurnId(9)),
         },
+        Signal::Reset {
+            session: session.clone(),
+        },
     ])
     .await
     .unwrap();
@@ -327,6 +330,13 @@ async fn signals_reach_the_other_nodes_long_ones_through_the_table() {
         Signal::Cancel {
             session: session.clone(),
             turn: Some(TurnId(9)),
+        }
+    );
+    let reset = next_signal(&mut a_signals, |_| true).await;
+    assert_eq!(
+        reset.signal,
+        Signal::Reset {
+            session: session.clone()
         }
     );
     // A node does not hear itself.
