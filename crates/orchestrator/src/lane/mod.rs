@@ -1038,11 +1038,8 @@ fn refuse(op: LaneOp, error: Error) {
         LaneOp::Recovered { done } => {
             let _ = done.send(Vec::new());
         }
-        LaneOp::Cluster(op) => {
-            if let ClusterOp::Ended { result, .. } = op {
-                drop(result);
-            }
-        }
+        // Signals from other nodes need no answer.
+        LaneOp::Cluster(_) => {}
     }
 }
 

@@ -204,37 +204,12 @@ async fn a_node_that_stops_hands_its_sessions_over_at_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_turn_running_on_one_node_is_cancelled_from_the_other() {
-    let db = TestDatabase::create().await;
-    let a = node_with(&db, ScriptedModel::builder("m").then_hang("Half").build()).await;
-    let b = node(&db).await;
+    let (_db, a, b, running) = a_turn_running_on_a().await;
     let k = key("web:ann");
-    let flynn_orchestrator::Submitted::Turn(running) = a
-        .manager
-        .submit(TurnRequest::text(k.clone(), "a long one"))
-        .await
-        .unwrap()
-    else {
-        panic!("a command");
-    };
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while a.model.calls().is_empty() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the turn never called its model");
 
     // b has no turn of its own running, but the store says one runs.
     assert!(!b.manager.cancel(&k), "nothing runs on b itself");
-    let reply = match b
-        .manager
-        .submit(TurnRequest::text(k.clone(), "/cancel"))
-        .await
-        .unwrap()
-    {
-        flynn_orchestrator::Submitted::Command { reply, .. } => reply,
-        flynn_orchestrator::Submitted::Turn(_) => panic!("a turn"),
-    };
+    let reply = command(&b, &k, "/cancel").await;
     assert_eq!(reply, "Cancelling the running turn.");
     let outcome = tokio::time::timeout(Duration::from_secs(10), running.outcome())
         .await
@@ -251,35 +226,10 @@ async fn a_turn_running_on_one_node_is_cancelled_from_the_other() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reset_sent_to_the_other_node_empties_the_session_on_its_holder() {
-    let db = TestDatabase::create().await;
-    let a = node_with(&db, ScriptedModel::builder("m").then_hang("Half").build()).await;
-    let b = node(&db).await;
+    let (_db, a, b, running) = a_turn_running_on_a().await;
     let k = key("web:ann");
-    let flynn_orchestrator::Submitted::Turn(running) = a
-        .manager
-        .submit(TurnRequest::text(k.clone(), "a long one"))
-        .await
-        .unwrap()
-    else {
-        panic!("a command");
-    };
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while a.model.calls().is_empty() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the turn never called its model");
 
-    let reply = match b
-        .manager
-        .submit(TurnRequest::text(k.clone(), "/reset"))
-        .await
-        .unwrap()
-    {
-        flynn_orchestrator::Submitted::Command { reply, .. } => reply,
-        flynn_orchestrator::Submitted::Turn(_) => panic!("a turn"),
-    };
+    let reply = command(&b, &k, "/reset").await;
     assert_eq!(reply, "Conversation reset: this session starts afresh.");
     // a, which runs the session, cancels its turn and then empties it:
     // nothing of the turn comes back after the reset.
@@ -300,4 +250,41 @@ async fn a_reset_sent_to_the_other_node_empties_the_session_on_its_holder() {
     assert!(a.store.open_turns(Some(&k)).await.unwrap().is_empty());
     a.manager.shutdown().await;
     b.manager.shutdown().await;
+}
+
+/// Two nodes, `a` running a turn of `web:ann` whose model hangs (it has
+/// called it), `b` idle; and that turn's handle.
+async fn a_turn_running_on_a() -> (TestDatabase, Node, Node, flynn_orchestrator::TurnHandle) {
+    let db = TestDatabase::create().await;
+    let a = node_with(&db, ScriptedModel::builder("m").then_hang("Half").build()).await;
+    let b = node(&db).await;
+    let flynn_orchestrator::Submitted::Turn(running) = a
+        .manager
+        .submit(TurnRequest::text(key("web:ann"), "a long one"))
+        .await
+        .unwrap()
+    else {
+        panic!("a command");
+    };
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while a.model.calls().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the turn never called its model");
+    (db, a, b, running)
+}
+
+/// A chat command's reply, sent through `node`.
+async fn command(node: &Node, key: &SessionKey, text: &str) -> String {
+    match node
+        .manager
+        .submit(TurnRequest::text(key.clone(), text))
+        .await
+        .unwrap()
+    {
+        flynn_orchestrator::Submitted::Command { reply, .. } => reply,
+        flynn_orchestrator::Submitted::Turn(_) => panic!("a turn, not a command"),
+    }
 }

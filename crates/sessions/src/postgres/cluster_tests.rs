@@ -6,12 +6,22 @@
 use std::time::Duration;
 
 use flynn_protocol::ContentBlock;
-use sqlx::Executor;
 use tokio::sync::broadcast;
 
 use super::tests::{TestDb, key, origin};
 use super::*;
 use crate::cluster::{Cluster, Lease, Received, Signal, TurnOwner};
+
+/// Makes `node` look silent past the TTL to the others (its last
+/// heartbeat a minute ago).
+async fn silence(db: &TestDb, node: &NodeId) {
+    let mut raw = db.raw().await;
+    sqlx::query("UPDATE cluster_nodes SET seen_at = now() - interval '1 minute' WHERE id = $1")
+        .bind(&node.0)
+        .execute(&mut raw)
+        .await
+        .unwrap();
+}
 
 async fn node(db: &TestDb) -> (PgStore, PgCluster) {
     let store = db.open().await;
@@ -121,13 +131,7 @@ async fn a_silent_node_loses_its_leases_and_may_start_nothing_more() {
 
     // a freezes: no heartbeat, and its last one is older than the TTL.
     a.stop_tasks();
-    let mut raw = db.raw().await;
-    raw.execute(sqlx::AssertSqlSafe(format!(
-        "UPDATE cluster_nodes SET seen_at = now() - interval '1 minute' WHERE id = '{}'",
-        a.node()
-    )))
-    .await
-    .unwrap();
+    silence(&db, a.node()).await;
 
     assert_eq!(
         b.orphaned_sessions().await.unwrap(),
@@ -355,13 +359,7 @@ async fn a_node_silent_past_the_ttl_knows_it_was_not_alive() {
     let db = TestDb::new().await;
     let (_, a) = node(&db).await;
     assert!(a.is_alive());
-    let mut raw = db.raw().await;
-    raw.execute(sqlx::AssertSqlSafe(format!(
-        "UPDATE cluster_nodes SET seen_at = now() - interval '1 minute' WHERE id = '{}'",
-        a.node()
-    )))
-    .await
-    .unwrap();
+    silence(&db, a.node()).await;
     // Its next heartbeat (every 2 s) finds out, and renews its presence.
     tokio::time::timeout(Duration::from_secs(5), async {
         while a.is_alive() {
@@ -404,13 +402,7 @@ async fn a_role_is_held_by_one_node_and_taken_over_when_it_goes() {
     assert_eq!(b.acquire_role("automation").await.unwrap(), Lease::Held);
     // b freezes past the TTL: a takes both of its roles.
     b.stop_tasks();
-    let mut raw = db.raw().await;
-    raw.execute(sqlx::AssertSqlSafe(format!(
-        "UPDATE cluster_nodes SET seen_at = now() - interval '1 minute' WHERE id = '{}'",
-        b.node()
-    )))
-    .await
-    .unwrap();
+    silence(&db, b.node()).await;
     assert_eq!(a.acquire_role("automation").await.unwrap(), Lease::Held);
     assert_eq!(
         a.acquire_role("channel:telegram").await.unwrap(),
