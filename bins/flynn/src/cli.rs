@@ -240,6 +240,33 @@ pub enum MemoryCommand {
         #[arg(long)]
         session: Option<String>,
     },
+    /// Edit one memory file in $VISUAL or $EDITOR (else vi). Saved when
+    /// changed, unless someone changed the file meanwhile: then nothing is
+    /// saved and your text stays in the file the message names.
+    Edit {
+        namespace: String,
+        /// The conversation `session` stands for.
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// Write every memory file under DIR as markdown, as the memory
+    /// directory lays them out (`user.md`, `daily/2026-11-28.md`...).
+    Export {
+        dir: PathBuf,
+        /// Write into a directory that already has files (same names are
+        /// overwritten).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Read every markdown file under DIR into memory (a memory directory,
+    /// or an export). Files memory already has with other content are
+    /// refused, nothing written, unless --replace.
+    Import {
+        dir: PathBuf,
+        /// Overwrite memory files whose content differs.
+        #[arg(long)]
+        replace: bool,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -1,12 +1,17 @@
-//! `flynn memory`: status, search, reindex and show, on the memory the
-//! config points at (no model is needed).
+//! `flynn memory`: status, search, reindex, show, edit, export and
+//! import, on the memory the config points at (files, or rows of the
+//! PostgreSQL session store; no model is needed).
 
 use flynn_core::config;
 
 use crate::env::CliEnv;
 use flynn_core::Memory;
+use flynn_core::memory::Location;
+use std::path::Path;
+
 use flynn_core::memory::{
-    Hit, IndexStatus, Namespace, Scope, SearchMode, SearchOptions, SyncReport,
+    Hit, IndexStatus, MemoryStore, Namespace, Scope, SearchMode, SearchOptions, SyncReport,
+    WriteMode,
 };
 use serde_json::json;
 
@@ -34,17 +39,14 @@ pub async fn run(args: MemoryArgs) -> Result<(), Failure> {
         } => search(&memory, &query, limit, keywords, json).await,
         MemoryCommand::Reindex { json } => {
             let report = memory.reindex().await.map_err(failure)?;
-            let status = memory
-                .index()
-                .await
-                .map_err(failure)?
-                .status()
-                .await
-                .map_err(failure)?;
+            let status = memory.status().await.map_err(failure)?;
             print_report(&report, &status, json);
             Ok(())
         }
         MemoryCommand::Show { namespace, session } => show(&memory, &namespace, session).await,
+        MemoryCommand::Edit { namespace, session } => edit(&memory, &namespace, session).await,
+        MemoryCommand::Export { dir, force } => export(&memory, &dir, force).await,
+        MemoryCommand::Import { dir, replace } => import(&memory, &dir, replace).await,
     };
     memory.close().await;
     result
@@ -52,20 +54,21 @@ pub async fn run(args: MemoryArgs) -> Result<(), Failure> {
 
 async fn status(memory: &Memory, json: bool) -> Result<(), Failure> {
     let report = memory.sync().await.map_err(failure)?;
-    let status = memory
-        .index()
-        .await
-        .map_err(failure)?
-        .status()
-        .await
-        .map_err(failure)?;
+    let status = memory.status().await.map_err(failure)?;
     let mode = search_mode(&status);
     if json {
         outln!(
             "{}",
             json!({
-                "dir": memory.store().dir(),
-                "index": status.path,
+                "dir": match memory.location() {
+                    Location::Files { dir, .. } => Some(dir),
+                    Location::Database { .. } => None,
+                },
+                "database": match memory.location() {
+                    Location::Files { .. } => None,
+                    Location::Database { url } => Some(url),
+                },
+                "index": status.location,
                 "index_bytes": status.bytes,
                 "files": status.files,
                 "chunks": status.chunks,
@@ -78,10 +81,13 @@ async fn status(memory: &Memory, json: bool) -> Result<(), Failure> {
         );
         return Ok(());
     }
-    outln!("memory   {}", memory.store().dir().display());
+    match memory.location() {
+        Location::Files { dir, .. } => outln!("memory   {}", dir.display()),
+        Location::Database { url } => outln!("memory   in the session database, {url}"),
+    }
     outln!(
         "index    {} ({}): {}, {}",
-        status.path.display(),
+        status.location,
         human_bytes(status.bytes),
         count(status.files, "file"),
         count(status.chunks, "chunk")
@@ -194,7 +200,9 @@ fn print_report(report: &SyncReport, status: &IndexStatus, json: bool) {
     }
 }
 
-async fn show(memory: &Memory, name: &str, session: Option<String>) -> Result<(), Failure> {
+/// The namespace a command line names, `session` standing for
+/// `--session`'s conversation.
+fn namespace_arg(name: &str, session: Option<String>) -> Result<Namespace, Failure> {
     let session = match session {
         Some(key) => Some(
             crate::sessions::session_arg(&key)
@@ -202,16 +210,18 @@ async fn show(memory: &Memory, name: &str, session: Option<String>) -> Result<()
         ),
         None => None,
     };
-    let namespace = Namespace::resolve(name, &Scope::now(session))
-        .map_err(|e| Failure::usage(e.to_string()))?;
-    match memory.store().read(&namespace).await.map_err(failure)? {
+    Namespace::resolve(name, &Scope::now(session)).map_err(|e| Failure::usage(e.to_string()))
+}
+
+async fn show(memory: &Memory, name: &str, session: Option<String>) -> Result<(), Failure> {
+    let namespace = namespace_arg(name, session)?;
+    match memory.read(&namespace).await.map_err(failure)? {
         Some(file) => {
             out!("{}", file.content);
             Ok(())
         }
         None => {
             let files: Vec<String> = memory
-                .store()
                 .list()
                 .await
                 .map_err(failure)?
@@ -220,7 +230,7 @@ async fn show(memory: &Memory, name: &str, session: Option<String>) -> Result<()
                 .collect();
             Err(Failure::other(format!(
                 "no memory file {namespace}.md in {} (files: {})",
-                memory.store().dir().display(),
+                memory.location(),
                 if files.is_empty() {
                     "none yet".to_owned()
                 } else {
@@ -246,4 +256,179 @@ fn human_bytes(bytes: u64) -> String {
         1024..1_048_576 => format!("{:.1} KB", bytes as f64 / 1024.0),
         _ => format!("{:.1} MB", bytes as f64 / 1_048_576.0),
     }
+}
+
+/// Opens the file in the user's editor on a private copy, then saves the
+/// copy if it changed and the file did not change meanwhile.
+async fn edit(memory: &Memory, name: &str, session: Option<String>) -> Result<(), Failure> {
+    let namespace = namespace_arg(name, session)?;
+    let current = memory.read(&namespace).await.map_err(failure)?;
+    let original = current
+        .as_ref()
+        .map(|file| file.content.clone())
+        .unwrap_or_default();
+    // A directory only its owner may enter (memory is personal), removed
+    // afterwards unless it keeps an edit that could not be saved.
+    let scratch = tempfile::Builder::new()
+        .prefix("flynn-memory-")
+        .tempdir()
+        .map_err(|e| Failure::other(format!("cannot make a place to edit in: {e}")))?;
+    let copy = scratch
+        .path()
+        .join(format!("{}.md", namespace.as_str().replace('/', "-")));
+    std::fs::write(&copy, &original)
+        .map_err(|e| Failure::other(format!("cannot write {}: {e}", copy.display())))?;
+    let editor = ["VISUAL", "EDITOR"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
+        .unwrap_or_else(|| "vi".to_owned());
+    // Through the shell, as git does: the variable may hold arguments
+    // (`code --wait`).
+    let status = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$@\""))
+        .arg("editor")
+        .arg(&copy)
+        .status()
+        .await
+        .map_err(|e| Failure::other(format!("cannot start the editor ({editor}): {e}")))?;
+    if !status.success() {
+        return Err(Failure::other(format!(
+            "the editor ({editor}) {status}; nothing saved"
+        )));
+    }
+    let edited = std::fs::read(&copy)
+        .map_err(|e| Failure::other(format!("cannot read {}: {e}", copy.display())))?;
+    let Ok(edited) = String::from_utf8(edited) else {
+        let kept = scratch.keep();
+        return Err(Failure::other(format!(
+            "the edited text is not UTF-8; nothing saved (it is in {})",
+            kept.join(copy.file_name().unwrap_or_default()).display()
+        )));
+    };
+    if edited == original {
+        outln!("{namespace}: unchanged");
+        return Ok(());
+    }
+    let mode = WriteMode::Replace {
+        expected: current.map(|file| file.version),
+    };
+    match memory.write(&namespace, &edited, mode).await {
+        Ok(written) => {
+            outln!(
+                "{namespace}: saved ({} bytes, version {})",
+                written.bytes,
+                written.version
+            );
+            Ok(())
+        }
+        Err(error) => {
+            let kept = scratch.keep();
+            let copy = kept.join(copy.file_name().unwrap_or_default());
+            Err(Failure::other(format!(
+                "{error}; nothing saved: your text is in {}",
+                copy.display()
+            )))
+        }
+    }
+}
+
+/// Writes every memory file under `dir`, laid out as the memory directory.
+async fn export(memory: &Memory, dir: &Path, force: bool) -> Result<(), Failure> {
+    let occupied = match std::fs::read_dir(dir) {
+        Ok(mut entries) => entries.next().is_some(),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => false,
+        Err(error) => {
+            return Err(Failure::other(format!("{}: {error}", dir.display())));
+        }
+    };
+    if occupied && !force {
+        return Err(Failure::usage(format!(
+            "{} is not empty: export into a new or empty directory, or pass --force to overwrite files of the same names",
+            dir.display()
+        )));
+    }
+    let target = MemoryStore::new(dir);
+    let mut exported = 0;
+    let mut bytes = 0;
+    for entry in memory.list().await.map_err(failure)? {
+        let Some(file) = memory.read(&entry.namespace).await.map_err(failure)? else {
+            continue;
+        };
+        let existing = target.read(&entry.namespace).await.map_err(failure)?;
+        let written = target
+            .write(
+                &entry.namespace,
+                &file.content,
+                WriteMode::Replace {
+                    expected: existing.map(|f| f.version),
+                },
+            )
+            .await
+            .map_err(failure)?;
+        exported += 1;
+        bytes += written.bytes;
+    }
+    outln!(
+        "exported {} ({}) to {}",
+        count(exported, "file"),
+        human_bytes(u64::try_from(bytes).unwrap_or(u64::MAX)),
+        dir.display()
+    );
+    Ok(())
+}
+
+/// Reads every memory file under `dir` into memory: new ones are added,
+/// identical ones left alone, different ones refused unless `replace`.
+async fn import(memory: &Memory, dir: &Path, replace: bool) -> Result<(), Failure> {
+    if !dir.is_dir() {
+        return Err(Failure::usage(format!(
+            "{} is not a directory of memory files",
+            dir.display()
+        )));
+    }
+    let source = MemoryStore::new(dir);
+    let mut plan = Vec::new();
+    let mut differing = Vec::new();
+    for entry in source.list().await.map_err(failure)? {
+        let Some(file) = source.read(&entry.namespace).await.map_err(failure)? else {
+            continue;
+        };
+        let mut content = file.content;
+        if !content.is_empty() && !content.ends_with('\n') {
+            content.push('\n');
+        }
+        let current = memory.read(&entry.namespace).await.map_err(failure)?;
+        match &current {
+            Some(existing) if existing.content == content => continue,
+            Some(_) => differing.push(entry.relative.clone()),
+            None => {}
+        }
+        plan.push((entry.namespace, content, current.map(|f| f.version)));
+    }
+    if !differing.is_empty() && !replace {
+        return Err(Failure::other(format!(
+            "memory already has other content in {}; nothing imported. Pass --replace to overwrite them (`flynn memory export` keeps a copy first)",
+            differing.join(", ")
+        )));
+    }
+    let (mut added, mut replaced) = (0, 0);
+    for (namespace, content, expected) in plan {
+        let existed = expected.is_some();
+        memory
+            .write(&namespace, &content, WriteMode::Replace { expected })
+            .await
+            .map_err(failure)?;
+        if existed {
+            replaced += 1;
+        } else {
+            added += 1;
+        }
+    }
+    outln!(
+        "imported {} into {}: {added} added, {replaced} replaced",
+        dir.display(),
+        memory.location()
+    );
+    Ok(())
 }

@@ -492,14 +492,36 @@ impl Flynn {
     }
 }
 
-/// Opens the configured memory: `memory.dir` (else `<home>/memory`),
-/// indexed at `memory.index` (else `<home>/memory-index.db`) with the
-/// configured embedder, the index opened on first use. `None` when
-/// memory is off, or when there is neither a home nor a `memory.dir`.
+/// Opens the configured memory: with the sessions in PostgreSQL, in that
+/// database (shared by every node); otherwise `memory.dir` (else
+/// `<home>/memory`), indexed at `memory.index` (else
+/// `<home>/memory-index.db`). Either with the configured embedder, and
+/// opened on first use. `None` when memory is off, or when there is
+/// neither a home nor a `memory.dir`.
 pub async fn open_memory(config: &FlynnConfig, home: Option<&Path>) -> Result<Option<Memory>> {
     let settings = &config.memory;
     if !settings.enabled {
         return Ok(None);
+    }
+    let embedder = match &settings.embeddings {
+        Some(embeddings) => Some(
+            flynn_memory::embed::from_config(embeddings, &config.providers)
+                .map_err(flynn_memory::Error::from)?,
+        ),
+        None => None,
+    };
+    if config.sessions.url.is_some() {
+        let location = flynn_sessions::location(&config.sessions, Path::new(""))?;
+        if let flynn_sessions::StoreLocation::Postgres(url) = &location {
+            if let Some(dir) = &settings.dir {
+                tracing::warn!(
+                    dir = %dir.display(),
+                    "memory.dir is not used: with the sessions in PostgreSQL, memory is kept there too; move files in with `flynn memory import {}`",
+                    dir.display()
+                );
+            }
+            return Ok(Some(Memory::postgres(url, location.redacted(), embedder)?));
+        }
     }
     let Some(dir) = settings
         .dir
@@ -512,13 +534,6 @@ pub async fn open_memory(config: &FlynnConfig, home: Option<&Path>) -> Result<Op
         (Some(index), _) => index.clone(),
         (None, Some(home)) => home.join("memory-index.db"),
         (None, None) => dir.join(".index.db"),
-    };
-    let embedder = match &settings.embeddings {
-        Some(embeddings) => Some(
-            flynn_memory::embed::from_config(embeddings, &config.providers)
-                .map_err(flynn_memory::Error::from)?,
-        ),
-        None => None,
     };
     Ok(Some(Memory::open_lazily(dir, &index, embedder)))
 }

@@ -191,14 +191,7 @@ fn benches(c: &mut Criterion) {
             b.iter(|| {
                 i += 1;
                 let hits = runtime
-                    .block_on(async {
-                        memory
-                            .index()
-                            .await
-                            .unwrap()
-                            .search(&queries[i % queries.len()], &options)
-                            .await
-                    })
+                    .block_on(memory.search_indexed(&queries[i % queries.len()], &options))
                     .unwrap();
                 std::hint::black_box(hits);
             });
@@ -206,9 +199,8 @@ fn benches(c: &mut Criterion) {
     }
     group.finish();
     let rss_after = rss_kib();
-    let status = runtime
-        .block_on(async { memory.index().await.unwrap().status().await })
-        .unwrap();
+    let status = runtime.block_on(async { memory.status().await }).unwrap();
+    let postgres = postgres(c, &runtime, &root, &queries);
 
     let stats = json!({
         "chunks": status.chunks,
@@ -217,6 +209,7 @@ fn benches(c: &mut Criterion) {
         "chunks_per_second": (status.chunks as f64 / build.as_secs_f64()) as u64,
         "index_bytes": status.bytes,
         "rss_growth_kib": rss_after.saturating_sub(rss_before),
+        "postgres": postgres,
     });
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
         || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"),
@@ -226,6 +219,89 @@ fn benches(c: &mut Criterion) {
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(out.join("flynn-memory.json"), stats.to_string()).unwrap();
     println!("memory index: {stats}");
+}
+
+/// The same files and queries with memory in PostgreSQL (the server of
+/// `FLYNN_TEST_POSTGRES_URL`; `cargo xtask bench` starts it): imported
+/// file by file as `memory.write` does, then searched.
+fn postgres(
+    c: &mut Criterion,
+    runtime: &tokio::runtime::Runtime,
+    root: &Path,
+    queries: &[String],
+) -> serde_json::Value {
+    if std::env::var_os("FLYNN_TEST_POSTGRES_URL").is_none() {
+        println!(
+            "memory in PostgreSQL not measured: FLYNN_TEST_POSTGRES_URL is not set (export FLYNN_TEST_POSTGRES_URL=$(scripts/postgres.sh))"
+        );
+        return serde_json::Value::Null;
+    }
+    let database = runtime.block_on(flynn_testkit::postgres::TestDatabase::create());
+    let memory = Memory::postgres(
+        database.url(),
+        "the bench database".to_owned(),
+        Some(Arc::new(Projection)),
+    )
+    .unwrap();
+    let files = runtime
+        .block_on(flynn_memory::MemoryStore::new(root).list())
+        .unwrap();
+    let started = Instant::now();
+    runtime.block_on(async {
+        let source = flynn_memory::MemoryStore::new(root);
+        for file in &files {
+            let content = source.read(&file.namespace).await.unwrap().unwrap().content;
+            memory
+                .write(
+                    &file.namespace,
+                    &content,
+                    flynn_memory::WriteMode::Replace { expected: None },
+                )
+                .await
+                .unwrap();
+        }
+        // Tables as the server's autovacuum would leave them after a while.
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(database.url())
+            .await
+            .unwrap();
+        sqlx::query("VACUUM ANALYZE")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    });
+    let build = started.elapsed();
+    let status = runtime.block_on(memory.status()).unwrap();
+    assert_eq!(status.vectors, FILES * NOTES_PER_FILE, "{status:?}");
+    let mut group = c.benchmark_group("memory_postgres");
+    group.sample_size(30);
+    for (name, mode) in [
+        ("hybrid_search_100k", SearchMode::Hybrid),
+        ("keyword_search_100k", SearchMode::Keyword),
+        ("vector_search_100k", SearchMode::Vector),
+    ] {
+        let options = SearchOptions {
+            limit: 8,
+            mode,
+            ..SearchOptions::default()
+        };
+        let mut i = 0;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                i += 1;
+                let hits = runtime
+                    .block_on(memory.search_indexed(&queries[i % queries.len()], &options))
+                    .unwrap();
+                std::hint::black_box(hits);
+            });
+        });
+    }
+    group.finish();
+    runtime.block_on(memory.close());
+    json!({
+        "build_ms": build.as_millis() as u64,
+        "chunks_per_second": (status.chunks as f64 / build.as_secs_f64()) as u64,
+        "bytes": status.bytes,
+    })
 }
 
 criterion_group!(group, benches);

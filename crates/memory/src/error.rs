@@ -40,6 +40,25 @@ pub enum Error {
         #[source]
         source: sqlx::Error,
     },
+    /// Memory kept in PostgreSQL: its database.
+    #[error("memory in {location}: {source}")]
+    Database {
+        location: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// Memory tables written by a newer Flynn.
+    #[error(
+        "memory in {location} was written by a newer Flynn (tables of version {found}; this one knows {known}): upgrade Flynn"
+    )]
+    Schema {
+        location: String,
+        found: i64,
+        known: i64,
+    },
+    /// Text memory cannot hold.
+    #[error("memory '{namespace}': {problem}")]
+    Content { namespace: String, problem: String },
     #[error(transparent)]
     Embed(#[from] EmbedError),
 }

@@ -8,8 +8,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -18,8 +18,9 @@ use sqlx::{Row, SqlitePool};
 use crate::chunk::chunk;
 use crate::embed::{EmbedInput, Embedder};
 use crate::namespace::Namespace;
+use crate::rank::{ChunkRow, Health, fuse, hit, query_vector};
 use crate::store::{FileEntry, MemoryStore};
-use crate::vector::{cosine_from_distance, from_blob, normalise, register_sqlite_vec, to_blob};
+use crate::vector::{from_blob, normalise, register_sqlite_vec, to_blob};
 use crate::{Error, Result};
 
 /// Bumped when the index's tables change; an index of another version is
@@ -28,13 +29,6 @@ const SCHEMA_VERSION: i64 = 2;
 /// The `k` of reciprocal rank fusion: a hit's score is the sum over the
 /// rankings it appears in of `1 / (k + rank)`.
 pub const RRF_K: f64 = 60.0;
-/// How long query embedding may take before a search goes on with
-/// keywords only.
-const QUERY_EMBED_TIMEOUT: Duration = Duration::from_secs(5);
-/// The first pause after the embedder fails; it doubles up to
-/// [`MAX_BACKOFF`] and resets on success.
-const FIRST_BACKOFF: Duration = Duration::from_secs(30);
-const MAX_BACKOFF: Duration = Duration::from_secs(600);
 
 /// Which rankings a search uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -123,7 +117,8 @@ impl SyncReport {
 /// What `flynn memory status` shows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IndexStatus {
-    pub path: PathBuf,
+    /// The index file, or the database memory is kept in.
+    pub location: String,
     pub files: usize,
     pub chunks: usize,
     pub vectors: usize,
@@ -131,17 +126,11 @@ pub struct IndexStatus {
     pub embedder: Option<String>,
     pub dimensions: Option<usize>,
     pub cached_vectors: usize,
-    /// The index file's size on disk, WAL included.
+    /// The index's size on disk: the file with its WAL, or memory's
+    /// tables in the database.
     pub bytes: u64,
     /// The embedder's last failure, when it has not succeeded since.
     pub last_error: Option<String>,
-}
-
-#[derive(Debug, Default)]
-struct EmbedHealth {
-    last_error: Option<String>,
-    retry_at: Option<Instant>,
-    backoff: Option<Duration>,
 }
 
 /// The memory search index.
@@ -150,7 +139,7 @@ pub struct MemoryIndex {
     path: PathBuf,
     embedder: Option<Arc<dyn Embedder>>,
     sync_lock: tokio::sync::Mutex<()>,
-    health: Mutex<EmbedHealth>,
+    health: Health,
 }
 
 impl std::fmt::Debug for MemoryIndex {
@@ -164,9 +153,6 @@ impl std::fmt::Debug for MemoryIndex {
             .finish_non_exhaustive()
     }
 }
-
-/// A chunk's fused score, keyword rank, vector rank and similarity.
-type Fused = (f64, Option<u32>, Option<u32>, Option<f64>);
 
 struct FileRow {
     size: i64,
@@ -207,7 +193,7 @@ impl MemoryIndex {
             path: path.to_path_buf(),
             embedder,
             sync_lock: tokio::sync::Mutex::new(()),
-            health: Mutex::new(EmbedHealth::default()),
+            health: Health::default(),
         };
         index.prepare_schema().await?;
         Ok(index)
@@ -311,10 +297,7 @@ impl MemoryIndex {
     /// uses any more.
     pub async fn reindex(&self, store: &MemoryStore) -> Result<SyncReport> {
         self.clear().await?;
-        {
-            let mut health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
-            *health = EmbedHealth::default();
-        }
+        self.health.ok();
         let report = self.sync(store).await?;
         sqlx::query("DELETE FROM embedding_cache WHERE hash NOT IN (SELECT hash FROM chunks)")
             .execute(&self.pool)
@@ -509,10 +492,7 @@ impl MemoryIndex {
             return Ok(());
         };
         let embedder_id = embedder.id().to_owned();
-        let waiting = {
-            let health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
-            health.retry_at.is_some_and(|at| Instant::now() < at)
-        };
+        let waiting = self.health.waiting();
         let batch = embedder.batch_size().max(1);
         let mut after = 0i64;
         loop {
@@ -566,7 +546,7 @@ impl MemoryIndex {
                         group.iter().map(|(_, _, body)| body.clone()).collect();
                     match embedder.embed(&texts, EmbedInput::Document).await {
                         Ok(result) if result.len() == group.len() => {
-                            self.embedder_ok();
+                            self.health.ok();
                             for ((id, hash, _), mut vector) in group.iter().zip(result) {
                                 normalise(&mut vector);
                                 fresh.push((*id, hash.clone(), vector));
@@ -575,11 +555,11 @@ impl MemoryIndex {
                         Ok(result) => {
                             let message =
                                 format!("{} vectors for {} texts", result.len(), group.len());
-                            report.embed_error = Some(self.embedder_failed(message));
+                            report.embed_error = Some(self.health.failed(message));
                             break;
                         }
                         Err(error) => {
-                            report.embed_error = Some(self.embedder_failed(error.to_string()));
+                            report.embed_error = Some(self.health.failed(error.to_string()));
                             break;
                         }
                     }
@@ -646,8 +626,7 @@ impl MemoryIndex {
                 .try_into()
                 .unwrap_or(0);
         if report.pending > 0 && report.embed_error.is_none() {
-            let health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
-            report.embed_error = health.last_error.clone();
+            report.embed_error = self.health.last_error();
         }
         Ok(())
     }
@@ -695,24 +674,6 @@ impl MemoryIndex {
         Ok(())
     }
 
-    fn embedder_ok(&self) {
-        let mut health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
-        *health = EmbedHealth::default();
-    }
-
-    /// Records a failure and when to try again; returns the message.
-    fn embedder_failed(&self, message: String) -> String {
-        tracing::warn!(error = %message, "memory embedder failed; search uses keywords until it answers");
-        let mut health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
-        let backoff = health
-            .backoff
-            .map_or(FIRST_BACKOFF, |b| (b * 2).min(MAX_BACKOFF));
-        health.backoff = Some(backoff);
-        health.retry_at = Some(Instant::now() + backoff);
-        health.last_error = Some(message.clone());
-        message
-    }
-
     /// Searches the index as it is (call [`sync`](Self::sync) first to
     /// see the files' latest state).
     pub async fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<Hit>> {
@@ -742,33 +703,10 @@ impl MemoryIndex {
             nearest = self.nearest(&vector, candidates).await?;
         }
 
-        // Reciprocal rank fusion.
-        let mut fused: HashMap<i64, Fused> = HashMap::new();
-        for (rank, id) in keyword.iter().enumerate() {
-            let rank = u32::try_from(rank + 1).unwrap_or(u32::MAX);
-            let entry = fused.entry(*id).or_default();
-            entry.0 += 1.0 / (RRF_K + f64::from(rank));
-            entry.1 = Some(rank);
-        }
-        for (rank, (id, distance)) in nearest.iter().enumerate() {
-            let similarity = cosine_from_distance(*distance);
-            let rank = u32::try_from(rank + 1).unwrap_or(u32::MAX);
-            let entry = fused.entry(*id).or_default();
-            entry.3 = Some(similarity);
-            if entry.1.is_none() && similarity < options.min_similarity {
-                continue;
-            }
-            entry.0 += 1.0 / (RRF_K + f64::from(rank));
-            entry.2 = Some(rank);
-        }
-        let mut ranked: Vec<(i64, Fused)> = fused
-            .into_iter()
-            .filter(|(_, (score, ..))| *score > 0.0)
-            .collect();
-        ranked.sort_by(|a, b| b.1.0.total_cmp(&a.1.0).then(a.0.cmp(&b.0)));
+        let ranked = fuse(&keyword, &nearest, options.min_similarity);
 
         let mut hits = Vec::with_capacity(limit);
-        for (id, (score, keyword_rank, vector_rank, similarity)) in ranked {
+        for (id, fused) in ranked {
             if hits.len() >= limit {
                 break;
             }
@@ -782,77 +720,26 @@ impl MemoryIndex {
             else {
                 continue;
             };
-            let file: String = row.try_get("path").map_err(self.fail())?;
-            if options.exclude.contains(&file) {
+            let row = ChunkRow {
+                file: row.try_get("path").map_err(self.fail())?,
+                start_line: row.try_get("start_line").map_err(self.fail())?,
+                end_line: row.try_get("end_line").map_err(self.fail())?,
+                heading: row.try_get("heading").map_err(self.fail())?,
+                text: row.try_get("text").map_err(self.fail())?,
+            };
+            if options.exclude.contains(&row.file) {
                 continue;
             }
-            let Some(namespace) = Namespace::from_relative(Path::new(&file)) else {
-                continue;
-            };
-            let text: String = row.try_get("text").map_err(self.fail())?;
-            hits.push(Hit {
-                namespace,
-                snippet: snippet(&text, &words),
-                start_line: row
-                    .try_get::<i64, _>("start_line")
-                    .map_err(self.fail())?
-                    .try_into()
-                    .unwrap_or(0),
-                end_line: row
-                    .try_get::<i64, _>("end_line")
-                    .map_err(self.fail())?
-                    .try_into()
-                    .unwrap_or(0),
-                heading: row.try_get("heading").map_err(self.fail())?,
-                file,
-                text,
-                score,
-                keyword_rank,
-                vector_rank,
-                similarity,
-            });
+            hits.extend(hit(row, fused, &words));
         }
         Ok(hits)
     }
 
-    /// The query's vector, or `None` (no embedder, no vectors yet, the
-    /// embedder failing or too slow): the search goes on with keywords.
+    /// The query's vector, or `None`: the search goes on with keywords.
     async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
-        let embedder = self.embedder.as_ref()?;
-        let dimensions = self.meta("dimensions").await.ok().flatten()?;
-        {
-            let health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
-            if health.retry_at.is_some_and(|at| Instant::now() < at) {
-                return None;
-            }
-        }
-        let texts = [query.to_owned()];
-        let result = tokio::time::timeout(
-            QUERY_EMBED_TIMEOUT,
-            embedder.embed(&texts, EmbedInput::Query),
-        )
-        .await;
-        let mut vector = match result {
-            Ok(Ok(mut vectors)) if vectors.len() == 1 => vectors.pop()?,
-            Ok(Ok(vectors)) => {
-                self.embedder_failed(format!("{} vectors for 1 query", vectors.len()));
-                return None;
-            }
-            Ok(Err(error)) => {
-                self.embedder_failed(error.to_string());
-                return None;
-            }
-            Err(_) => {
-                tracing::warn!("memory query embedding timed out; keywords only");
-                return None;
-            }
-        };
-        if vector.len().to_string() != dimensions {
-            tracing::warn!(got = vector.len(), %dimensions, "query vector size differs from the index; keywords only");
-            return None;
-        }
-        normalise(&mut vector);
-        Some(vector)
+        self.embedder.as_ref()?;
+        let dimensions = self.meta("dimensions").await.ok().flatten();
+        query_vector(self.embedder.as_ref(), dimensions, &self.health, query).await
     }
 
     /// The `k` chunks nearest to `vector`, with their L2 distance (of unit
@@ -965,14 +852,9 @@ impl MemoryIndex {
             name.push(suffix);
             bytes += std::fs::metadata(PathBuf::from(name)).map_or(0, |m| m.len());
         }
-        let last_error = self
-            .health
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .last_error
-            .clone();
+        let last_error = self.health.last_error();
         Ok(IndexStatus {
-            path: self.path.clone(),
+            location: self.path.display().to_string(),
             files: usize::try_from(files).unwrap_or(0),
             chunks: usize::try_from(chunks).unwrap_or(0),
             vectors: usize::try_from(vectors).unwrap_or(0),
@@ -1059,36 +941,6 @@ pub fn query_words(query: &str) -> Vec<String> {
         }
     }
     words
-}
-
-/// Up to ~200 characters of `text` on one line, around the first query
-/// word it contains.
-fn snippet(text: &str, words: &[String]) -> String {
-    const WIDTH: usize = 200;
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= WIDTH {
-        return flat;
-    }
-    let lower = flat.to_lowercase();
-    let at = words
-        .iter()
-        .filter_map(|w| lower.find(w.as_str()))
-        .min()
-        .unwrap_or(0);
-    // Lower-casing can change byte offsets; fall back to the start.
-    let at = if flat.is_char_boundary(at) { at } else { 0 };
-    let chars_before = flat[..at].chars().count();
-    let start_char = chars_before.saturating_sub(WIDTH / 4);
-    let piece: String = flat.chars().skip(start_char).take(WIDTH).collect();
-    let mut out = String::new();
-    if start_char > 0 {
-        out.push('…');
-    }
-    out.push_str(piece.trim());
-    if start_char + WIDTH < flat.chars().count() {
-        out.push('…');
-    }
-    out
 }
 
 /// Creates the index file and its WAL companions (`-wal`, `-shm`) 0600

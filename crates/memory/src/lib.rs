@@ -2,7 +2,9 @@
 //! (`global.md`, `user.md`, `sessions/<id>.md`, `daily/<date>.md`...), a
 //! search index in SQLite rebuilt from them (FTS5 keyword ranking plus
 //! sqlite-vec similarity, merged by reciprocal rank fusion), and the
-//! embedders that feed it.
+//! embedders that feed it. With a PostgreSQL session store the files are
+//! rows of that database instead, searched there ([`PgMemory`]), so the
+//! daemons of a cluster share one memory.
 //!
 //! [`Memory`] puts the pieces together: it syncs the index before every
 //! search, so edits a person makes with an editor are found at once.
@@ -13,6 +15,8 @@ mod error;
 mod http;
 pub mod index;
 pub mod namespace;
+mod postgres;
+mod rank;
 pub mod store;
 pub mod vector;
 
@@ -23,18 +27,57 @@ pub use embed::{EmbedError, EmbedInput, Embedder, HttpSettings};
 pub use error::{Error, Result};
 pub use index::{Hit, IndexStatus, MemoryIndex, SearchMode, SearchOptions, SyncReport};
 pub use namespace::{Namespace, Scope};
+pub use postgres::PgMemory;
 pub use store::{FileEntry, MemoryFile, MemoryStore, WriteMode, Written, version_of};
 
 /// Heading of the system prompt section memory fills.
 pub const CONTEXT_HEADING: &str = "[Memory Context]";
 
-/// The memory files and their index.
+/// Where memory is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// Markdown files in `dir`, indexed in the SQLite file `index`.
+    Files { dir: PathBuf, index: PathBuf },
+    /// Rows of a PostgreSQL database (password hidden), shared by every
+    /// node of a cluster.
+    Database { url: String },
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Location::Files { dir, .. } => write!(f, "{}", dir.display()),
+            Location::Database { url } => write!(f, "{url}"),
+        }
+    }
+}
+
+/// The memory files and their search index.
 #[derive(Debug, Clone)]
 pub struct Memory {
+    backend: Backend,
+}
+
+#[derive(Debug, Clone)]
+enum Backend {
+    Files(Files),
+    Postgres(Arc<PgMemory>),
+}
+
+#[derive(Debug, Clone)]
+struct Files {
     store: MemoryStore,
     index: Arc<tokio::sync::OnceCell<MemoryIndex>>,
     index_path: PathBuf,
     embedder: Option<Arc<dyn Embedder>>,
+}
+
+impl Files {
+    async fn index(&self) -> Result<&MemoryIndex> {
+        self.index
+            .get_or_try_init(|| MemoryIndex::open(&self.index_path, self.embedder.clone()))
+            .await
+    }
 }
 
 /// Counts tokens the way the caller's model does.
@@ -49,7 +92,9 @@ impl Memory {
         embedder: Option<Arc<dyn Embedder>>,
     ) -> Result<Self> {
         let memory = Memory::open_lazily(dir, index, embedder);
-        memory.index().await?;
+        if let Backend::Files(files) = &memory.backend {
+            files.index().await?;
+        }
         Ok(memory)
     }
 
@@ -61,39 +106,99 @@ impl Memory {
         embedder: Option<Arc<dyn Embedder>>,
     ) -> Self {
         Memory {
-            store: MemoryStore::new(dir),
-            index: Arc::new(tokio::sync::OnceCell::new()),
-            index_path: index.to_path_buf(),
-            embedder,
+            backend: Backend::Files(Files {
+                store: MemoryStore::new(dir),
+                index: Arc::new(tokio::sync::OnceCell::new()),
+                index_path: index.to_path_buf(),
+                embedder,
+            }),
         }
     }
 
-    pub fn store(&self) -> &MemoryStore {
-        &self.store
+    /// Memory in the PostgreSQL database at `url` (shown as `location`,
+    /// its password hidden), connected on first use. The tables are
+    /// created then when missing.
+    pub fn postgres(
+        url: &str,
+        location: String,
+        embedder: Option<Arc<dyn Embedder>>,
+    ) -> Result<Self> {
+        Ok(Memory {
+            backend: Backend::Postgres(Arc::new(PgMemory::open_lazily(url, location, embedder)?)),
+        })
     }
 
-    /// The index, opened now if it was not yet.
-    pub async fn index(&self) -> Result<&MemoryIndex> {
-        self.index
-            .get_or_try_init(|| MemoryIndex::open(&self.index_path, self.embedder.clone()))
-            .await
+    /// Where memory is kept.
+    pub fn location(&self) -> Location {
+        match &self.backend {
+            Backend::Files(files) => Location::Files {
+                dir: files.store.dir().to_path_buf(),
+                index: files.index_path.clone(),
+            },
+            Backend::Postgres(pg) => Location::Database {
+                url: pg.location().to_owned(),
+            },
+        }
     }
 
-    /// Closes the index if it was opened.
+    /// The embedder that gives chunks their vectors, if any.
+    pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        match &self.backend {
+            Backend::Files(files) => files.embedder.as_ref(),
+            Backend::Postgres(pg) => pg.embedder(),
+        }
+    }
+
+    /// A memory file, or `None` when it does not exist.
+    pub async fn read(&self, namespace: &Namespace) -> Result<Option<MemoryFile>> {
+        match &self.backend {
+            Backend::Files(files) => files.store.read(namespace).await,
+            Backend::Postgres(pg) => pg.read(namespace).await,
+        }
+    }
+
+    /// Every memory file, sorted by path.
+    pub async fn list(&self) -> Result<Vec<FileEntry>> {
+        match &self.backend {
+            Backend::Files(files) => files.store.list().await,
+            Backend::Postgres(pg) => pg.list().await,
+        }
+    }
+
+    /// Closes the index (or the database connections) if opened.
     pub async fn close(&self) {
-        if let Some(index) = self.index.get() {
-            index.close().await;
+        match &self.backend {
+            Backend::Files(files) => {
+                if let Some(index) = files.index.get() {
+                    index.close().await;
+                }
+            }
+            Backend::Postgres(pg) => pg.close().await,
         }
     }
 
     /// Brings the index up to date with the files.
     pub async fn sync(&self) -> Result<SyncReport> {
-        self.index().await?.sync(&self.store).await
+        match &self.backend {
+            Backend::Files(files) => files.index().await?.sync(&files.store).await,
+            Backend::Postgres(pg) => pg.sync().await,
+        }
     }
 
     /// Rebuilds the index from the files.
     pub async fn reindex(&self) -> Result<SyncReport> {
-        self.index().await?.reindex(&self.store).await
+        match &self.backend {
+            Backend::Files(files) => files.index().await?.reindex(&files.store).await,
+            Backend::Postgres(pg) => pg.reindex().await,
+        }
+    }
+
+    /// What the index holds, for `flynn memory status`.
+    pub async fn status(&self) -> Result<IndexStatus> {
+        match &self.backend {
+            Backend::Files(files) => files.index().await?.status().await,
+            Backend::Postgres(pg) => pg.status().await,
+        }
     }
 
     /// Syncs, then searches.
@@ -103,7 +208,16 @@ impl Memory {
             // rest.
             tracing::warn!(%error, "memory index not synced before search");
         }
-        self.index().await?.search(query, options).await
+        self.search_indexed(query, options).await
+    }
+
+    /// Searches the index as it is, without syncing it first (edits made
+    /// outside Flynn since the last sync are not seen).
+    pub async fn search_indexed(&self, query: &str, options: &SearchOptions) -> Result<Vec<Hit>> {
+        match &self.backend {
+            Backend::Files(files) => files.index().await?.search(query, options).await,
+            Backend::Postgres(pg) => pg.search(query, options).await,
+        }
     }
 
     /// Appends or replaces a file, then indexes it (a failing index is
@@ -114,7 +228,10 @@ impl Memory {
         text: &str,
         mode: WriteMode,
     ) -> Result<Written> {
-        let written = self.store.write(namespace, text, mode).await?;
+        let written = match &self.backend {
+            Backend::Files(files) => files.store.write(namespace, text, mode).await?,
+            Backend::Postgres(pg) => pg.write(namespace, text, mode).await?,
+        };
         if let Err(error) = self.sync().await {
             tracing::warn!(%error, "memory written but not indexed yet");
         }
@@ -134,7 +251,7 @@ impl Memory {
         count: TokenCount<'_>,
     ) -> Result<Option<String>> {
         // Empty memory: nothing to say, and no index to open.
-        if self.store.list().await?.is_empty() {
+        if self.list().await?.is_empty() {
             return Ok(None);
         }
         const INTRO: &str = "Your persistent memory: markdown files you keep with memory.write (memory.search and memory.read find more; tools.search offers them). Use it for continuity across conversations; it may be out of date.";
@@ -145,7 +262,7 @@ impl Memory {
             (Namespace::user(), "User (user.md)"),
             (Namespace::global(), "Global (global.md)"),
         ] {
-            let Some(file) = self.store.read(&namespace).await? else {
+            let Some(file) = self.read(&namespace).await? else {
                 continue;
             };
             let content = file.content.trim();

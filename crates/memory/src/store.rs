@@ -170,38 +170,8 @@ fn write_file(
     };
     let current = read_file(namespace.clone(), path.clone())?;
     let created = current.is_none();
-    match (&current, expected) {
-        (Some(file), Some(expected)) if file.version != expected.trim() => {
-            return Err(Error::Conflict {
-                namespace: namespace.to_string(),
-                current: file.version.clone(),
-            });
-        }
-        (Some(file), None) if !file.content.trim().is_empty() => {
-            return Err(Error::VersionRequired {
-                namespace: namespace.to_string(),
-                current: file.version.clone(),
-            });
-        }
-        (None, Some(_)) => {
-            return Err(Error::Conflict {
-                namespace: namespace.to_string(),
-                current: "none: the file was deleted".to_owned(),
-            });
-        }
-        _ => {}
-    }
-    let mut content = text;
-    if !content.is_empty() && !content.ends_with('\n') {
-        content.push('\n');
-    }
-    if content.len() > MAX_FILE_BYTES {
-        return Err(Error::TooLarge {
-            namespace: namespace.to_string(),
-            size: content.len(),
-            limit: MAX_FILE_BYTES,
-        });
-    }
+    check_replace(&namespace, current.as_ref(), expected)?;
+    let content = replacement(&namespace, text)?;
     replace_with(&parent, &path, content.as_bytes())?;
     Ok(Written {
         namespace,
@@ -216,23 +186,12 @@ fn write_file(
 /// already there are kept as they are, even ones that are not UTF-8 (a
 /// file edited by hand in another encoding).
 fn append_file(namespace: Namespace, path: PathBuf, parent: &Path, text: &str) -> Result<Written> {
-    let (mut bytes, created) = match fs::read(&path) {
+    let (bytes, created) = match fs::read(&path) {
         Ok(bytes) => (bytes, false),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => (Vec::new(), true),
         Err(error) => return Err(Error::io(&path)(error)),
     };
-    if !bytes.is_empty() && !bytes.ends_with(b"\n") {
-        bytes.push(b'\n');
-    }
-    bytes.extend_from_slice(text.trim_end_matches('\n').as_bytes());
-    bytes.push(b'\n');
-    if bytes.len() > MAX_FILE_BYTES {
-        return Err(Error::TooLarge {
-            namespace: namespace.to_string(),
-            size: bytes.len(),
-            limit: MAX_FILE_BYTES,
-        });
-    }
+    let bytes = appended(&namespace, bytes, text)?;
     replace_with(parent, &path, &bytes)?;
     Ok(Written {
         namespace,
@@ -241,6 +200,61 @@ fn append_file(namespace: Namespace, path: PathBuf, parent: &Path, text: &str) -
         created,
         path,
     })
+}
+
+/// Refuses a replace of `current` that names no version or another one
+/// than `expected` (see [`WriteMode::Replace`]).
+pub(crate) fn check_replace(
+    namespace: &Namespace,
+    current: Option<&MemoryFile>,
+    expected: Option<String>,
+) -> Result<()> {
+    match (current, expected) {
+        (Some(file), Some(expected)) if file.version != expected.trim() => Err(Error::Conflict {
+            namespace: namespace.to_string(),
+            current: file.version.clone(),
+        }),
+        (Some(file), None) if !file.content.trim().is_empty() => Err(Error::VersionRequired {
+            namespace: namespace.to_string(),
+            current: file.version.clone(),
+        }),
+        (None, Some(_)) => Err(Error::Conflict {
+            namespace: namespace.to_string(),
+            current: "none: the file was deleted".to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// What a replace with `text` writes: the text, ending with a newline.
+pub(crate) fn replacement(namespace: &Namespace, mut text: String) -> Result<String> {
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    within_limit(namespace, text.len())?;
+    Ok(text)
+}
+
+/// `bytes` with `text` added at the end on a line of its own.
+pub(crate) fn appended(namespace: &Namespace, mut bytes: Vec<u8>, text: &str) -> Result<Vec<u8>> {
+    if !bytes.is_empty() && !bytes.ends_with(b"\n") {
+        bytes.push(b'\n');
+    }
+    bytes.extend_from_slice(text.trim_end_matches('\n').as_bytes());
+    bytes.push(b'\n');
+    within_limit(namespace, bytes.len())?;
+    Ok(bytes)
+}
+
+fn within_limit(namespace: &Namespace, size: usize) -> Result<()> {
+    if size > MAX_FILE_BYTES {
+        return Err(Error::TooLarge {
+            namespace: namespace.to_string(),
+            size,
+            limit: MAX_FILE_BYTES,
+        });
+    }
+    Ok(())
 }
 
 /// Writes `bytes` beside `path`, then renames over it and syncs the

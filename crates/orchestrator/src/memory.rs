@@ -132,7 +132,7 @@ impl TypedTool for MemoryRead {
 
     async fn run(&self, args: MemoryReadArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let namespace = resolve(&args.namespace, ctx)?;
-        match self.0.store().read(&namespace).await.map_err(failed)? {
+        match self.0.read(&namespace).await.map_err(failed)? {
             Some(file) => Ok(format!(
                 "[memory {namespace} version {}]\n{}",
                 file.version, file.content
@@ -141,7 +141,6 @@ impl TypedTool for MemoryRead {
                 let allowed = guest_namespaces(ctx);
                 let known: Vec<String> = self
                     .0
-                    .store()
                     .list()
                     .await
                     .map_err(failed)?
@@ -351,7 +350,7 @@ impl PromptSlot for MemorySlot {
 impl MemorySlot {
     async fn guest_context(&self, own: &str) -> Option<String> {
         let namespace = Namespace::parse(own).ok()?;
-        let file = match self.memory.store().read(&namespace).await {
+        let file = match self.memory.read(&namespace).await {
             Ok(file) => file?,
             Err(error) => {
                 tracing::warn!(%error, "a guest's memory left out of the prompt");
@@ -487,7 +486,7 @@ impl MemoryFlush for Extractor {
 
 impl Extractor {
     async fn existing(&self, namespace: &Namespace) -> String {
-        match self.memory.store().read(namespace).await {
+        match self.memory.read(namespace).await {
             Ok(file) => file.map(|f| f.content).unwrap_or_default(),
             Err(error) => {
                 tracing::warn!(%error, "memory not shown to the extractor");

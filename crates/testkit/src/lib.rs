@@ -70,7 +70,7 @@ pub mod mcp;
 mod ollama;
 #[cfg(feature = "providers")]
 mod openai;
-#[cfg(feature = "sessions")]
+#[cfg(feature = "postgres")]
 pub mod postgres;
 mod redirect;
 #[cfg(feature = "runtime")]

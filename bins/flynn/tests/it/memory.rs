@@ -126,3 +126,178 @@ async fn memory_status_names_the_embedder_and_its_failures() {
     assert!(stdout(&status).contains("warning  the embedder failed, so search uses keywords where vectors are missing: openai embeddings: HTTP 503"), "{}", stdout(&status));
     assert_eq!(fake.violations(), Vec::<String>::new());
 }
+
+/// An editor for `flynn memory edit`: a shell script that runs `body`
+/// with the file to edit as `$1`.
+fn editor(env: &Env, name: &str, body: &str) -> String {
+    let path = env.path().join(name);
+    std::fs::write(&path, format!("#!/bin/sh\nset -e\n{body}\n")).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    path.to_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn memory_in_postgresql_is_imported_shared_edited_and_exported() {
+    let database = flynn_testkit::postgres::TestDatabase::create().await;
+    let first = Env::new();
+    let second = Env::new();
+    with_memory(&first);
+    let config = first.path().join("flynn.yaml");
+    std::fs::write(&config, format!("sessions:\n  url: {}\n", database.url())).unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let files = first.path().join("home/memory");
+    let files = files.to_str().unwrap();
+
+    // Moved in from the files of a single daemon.
+    let imported = first.run(&["memory", "import", "--config", &config, files]);
+    assert_eq!(imported.status.code(), Some(0), "{}", stderr(&imported));
+    assert!(
+        stdout(&imported).ends_with(": 2 added, 0 replaced\n"),
+        "{}",
+        stdout(&imported)
+    );
+    assert!(!stdout(&imported).contains("flynn-test"), "password shown");
+    // Imported again: nothing to do.
+    let again = first.run(&["memory", "import", "--config", &config, files]);
+    assert!(
+        stdout(&again).ends_with(": 0 added, 0 replaced\n"),
+        "{}",
+        stdout(&again)
+    );
+
+    // Another machine (its own home) on the same database sees it all.
+    let status = second.run(&["memory", "status", "--config", &config]);
+    assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
+    let text = stdout(&status);
+    assert!(
+        text.starts_with("memory   in the session database, postgres://flynn:***@"),
+        "{text}"
+    );
+    assert!(text.contains("2 files, 2 chunks\n"), "{text}");
+    let found = second.run(&["memory", "search", "--config", &config, "peanut allergy"]);
+    assert_eq!(
+        stdout(&found),
+        "user.md:3-4: - Name: Dana - Allergic to peanuts\n"
+    );
+
+    // Edited there in an editor; the first machine reads the edit.
+    let append = editor(
+        &second,
+        "append.sh",
+        "printf -- '- Likes sailing\\n' >> \"$1\"",
+    );
+    let edited = second
+        .command(&["memory", "edit", "--config", &config, "user"])
+        .env("EDITOR", &append)
+        .output()
+        .unwrap();
+    assert_eq!(edited.status.code(), Some(0), "{}", stderr(&edited));
+    assert!(
+        stdout(&edited).starts_with("user: saved (60 bytes, version "),
+        "{}",
+        stdout(&edited)
+    );
+    let shown = first.run(&["memory", "show", "--config", &config, "user"]);
+    assert_eq!(
+        stdout(&shown),
+        "# About\n\n- Name: Dana\n- Allergic to peanuts\n- Likes sailing\n"
+    );
+    let found = first.run(&["memory", "search", "--config", &config, "sailing"]);
+    assert_eq!(
+        stdout(&found),
+        "user.md:3-5: - Name: Dana - Allergic to peanuts - Likes sailing\n"
+    );
+    // An editor that changes nothing saves nothing.
+    let unchanged = second
+        .command(&["memory", "edit", "--config", &config, "user"])
+        .env("EDITOR", "true")
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&unchanged), "user: unchanged\n");
+
+    // Someone else changes the file while it is open: nothing is saved,
+    // and the edit is kept in a file the message names.
+    let theirs = first.path().join("theirs");
+    std::fs::create_dir_all(&theirs).unwrap();
+    std::fs::write(theirs.join("user.md"), "- Moved to Porto\n").unwrap();
+    let racing = editor(
+        &second,
+        "racing.sh",
+        &format!(
+            "\"{}\" memory import --replace --config \"{config}\" \"{}\" >/dev/null\nprintf -- '- mine\\n' >> \"$1\"",
+            env!("CARGO_BIN_EXE_flynn"),
+            theirs.display()
+        ),
+    );
+    let lost = second
+        .command(&["memory", "edit", "--config", &config, "user"])
+        .env("VISUAL", &racing)
+        .output()
+        .unwrap();
+    assert_eq!(lost.status.code(), Some(1), "{}", stderr(&lost));
+    let message = stderr(&lost);
+    assert!(message.contains("changed since it was read"), "{message}");
+    let kept = message
+        .trim_end()
+        .rsplit("your text is in ")
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(
+        std::fs::read_to_string(&kept)
+            .unwrap()
+            .ends_with("- Likes sailing\n- mine\n"),
+        "{kept}"
+    );
+    let shown = first.run(&["memory", "show", "--config", &config, "user"]);
+    assert_eq!(stdout(&shown), "- Moved to Porto\n");
+
+    // Exported as files again; a directory with files is not written into
+    // unless asked.
+    let out = second.path().join("export");
+    let exported = second.run(&[
+        "memory",
+        "export",
+        "--config",
+        &config,
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(exported.status.code(), Some(0), "{}", stderr(&exported));
+    assert!(
+        stdout(&exported).starts_with("exported 2 files ("),
+        "{}",
+        stdout(&exported)
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("user.md")).unwrap(),
+        "- Moved to Porto\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("projects/boat.md")).unwrap(),
+        "The engine was serviced in April.\n"
+    );
+    let refused = second.run(&[
+        "memory",
+        "export",
+        "--config",
+        &config,
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("--force"), "{}", stderr(&refused));
+
+    // Importing files that differ from memory is refused, nothing written.
+    let conflict = first.run(&["memory", "import", "--config", &config, files]);
+    assert_eq!(conflict.status.code(), Some(1), "{}", stderr(&conflict));
+    assert!(
+        stderr(&conflict).contains("memory already has other content in user.md; nothing imported"),
+        "{}",
+        stderr(&conflict)
+    );
+    let shown = first.run(&["memory", "show", "--config", &config, "user"]);
+    assert_eq!(stdout(&shown), "- Moved to Porto\n");
+}

@@ -175,7 +175,7 @@ async fn the_index_follows_edits_deletions_and_renames() {
         .await
         .unwrap();
     assert!(hits.is_empty(), "{hits:?}");
-    let status = memory.index().await.unwrap().status().await.unwrap();
+    let status = memory.status().await.unwrap();
     assert_eq!((status.files, status.chunks, status.vectors), (0, 0, 0));
 
     // A sync with nothing changed does nothing, and embeds nothing.
@@ -227,7 +227,7 @@ async fn changing_the_embedder_rebuilds_the_vectors() {
     let small = Arc::new(TestEmbedder::new("test/small", 32));
     let memory = memory(dir.path(), Some(small.clone())).await;
     memory.sync().await.unwrap();
-    let status = memory.index().await.unwrap().status().await.unwrap();
+    let status = memory.status().await.unwrap();
     assert_eq!((status.vectors, status.dimensions), (2, Some(32)));
     memory.close().await;
 
@@ -235,7 +235,7 @@ async fn changing_the_embedder_rebuilds_the_vectors() {
     let memory = self::memory(dir.path(), Some(large.clone())).await;
     let report = memory.sync().await.unwrap();
     assert_eq!(report.embedded, 2, "{report:?}");
-    let status = memory.index().await.unwrap().status().await.unwrap();
+    let status = memory.status().await.unwrap();
     assert_eq!(status.embedder.as_deref(), Some("test/large"));
     assert_eq!((status.vectors, status.dimensions), (2, Some(48)));
     let hits = memory
@@ -279,7 +279,7 @@ async fn a_failing_embedder_leaves_keyword_search_working() {
         .await
         .unwrap();
     assert_eq!(files(&hits), ["user.md:1"]);
-    let status = memory.index().await.unwrap().status().await.unwrap();
+    let status = memory.status().await.unwrap();
     assert_eq!(status.vectors, 0);
     assert!(status.last_error.unwrap_or_default().contains("503"));
     // It is not asked again at every search while it is down.
@@ -294,17 +294,7 @@ async fn a_failing_embedder_leaves_keyword_search_working() {
     embedder.failing.store(false, Ordering::SeqCst);
     let report = memory.reindex().await.unwrap();
     assert_eq!((report.pending, report.embed_error), (0, None));
-    assert_eq!(
-        memory
-            .index()
-            .await
-            .unwrap()
-            .status()
-            .await
-            .unwrap()
-            .vectors,
-        1
-    );
+    assert_eq!(memory.status().await.unwrap().vectors, 1);
 }
 
 #[tokio::test]

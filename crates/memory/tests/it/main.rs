@@ -1,6 +1,7 @@
 //! flynn-memory's integration tests.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod backends;
 mod embedders;
 mod index;
 mod local;

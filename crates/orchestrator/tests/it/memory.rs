@@ -183,7 +183,6 @@ async fn replacing_a_file_changed_since_it_was_read_is_refused() {
         "{result}"
     );
     let file = memory
-        .store()
         .read(&Namespace::global())
         .await
         .unwrap()
@@ -249,7 +248,6 @@ async fn facts_are_extracted_after_compaction_on_the_fast_tier_without_duplicate
     );
 
     let user = memory
-        .store()
         .read(&Namespace::user())
         .await
         .unwrap()
@@ -260,7 +258,6 @@ async fn facts_are_extracted_after_compaction_on_the_fast_tier_without_duplicate
         "# User\n- Prefers green tea\n- Has a sister called Ana in Porto\n"
     );
     let global = memory
-        .store()
         .read(&Namespace::global())
         .await
         .unwrap()
@@ -274,7 +271,6 @@ async fn facts_are_extracted_after_compaction_on_the_fast_tier_without_duplicate
     h.command(&k, "/compact").await;
     assert_eq!(fast.requests().len(), 4);
     let again = memory
-        .store()
         .read(&Namespace::user())
         .await
         .unwrap()
@@ -282,7 +278,6 @@ async fn facts_are_extracted_after_compaction_on_the_fast_tier_without_duplicate
         .content;
     assert_eq!(again, user, "no near-duplicate appended");
     let global_again = memory
-        .store()
         .read(&Namespace::global())
         .await
         .unwrap()
