@@ -17,6 +17,7 @@ pub mod index;
 pub mod namespace;
 mod postgres;
 mod rank;
+mod signs;
 pub mod store;
 pub mod vector;
 

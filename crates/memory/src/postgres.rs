@@ -2,11 +2,12 @@
 //! are rows (`memory_files`), chunked into `memory_chunks` in the same
 //! transaction that writes them, so every node searches what any node
 //! wrote. Keywords are ranked by PostgreSQL's full-text search over a GIN
-//! index; vectors are stored as their sign bits (`memory_vectors`, a
-//! narrow table scanned by Hamming distance with the server's own
-//! `bit_count`) and the nearest candidates are ranked exactly by Flynn
-//! with the float vectors of the embedding cache, as the SQLite index
-//! does. No extension is needed (PostgreSQL 14 or newer).
+//! index. Vectors are kept as floats in the embedding cache and as their
+//! sign bits in `memory_vectors`; each process holds the sign bits in
+//! memory ([`SignCache`], brought up to date from the changes recorded
+//! since it last looked), finds candidates by Hamming distance there and
+//! ranks them exactly with their float vectors, as the SQLite index does.
+//! No extension is needed (PostgreSQL 14 or newer).
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
@@ -22,10 +23,11 @@ use crate::index::{
 };
 use crate::namespace::Namespace;
 use crate::rank::{ChunkRow, Health, fuse, hit, query_vector};
+use crate::signs::{SignCache, sign_bytes};
 use crate::store::{
     FileEntry, MemoryFile, WriteMode, Written, appended, check_replace, replacement, version_of,
 };
-use crate::vector::{from_blob, normalise, sign_bits, to_blob};
+use crate::vector::{from_blob, normalise, to_blob};
 use crate::{Error, Result};
 
 /// The tables' version, kept in `memory_meta`; a database written by a
@@ -40,6 +42,14 @@ const LOCK_SCHEMA: i32 = 1;
 /// The second key under [`LOCK_MEMORY`]: giving chunks their vectors (one
 /// node at a time, so no text is sent to the embedder twice).
 const LOCK_EMBED: i32 = 2;
+/// The second key under [`LOCK_MEMORY`]: changing `memory_vectors`. Held
+/// from a change's sequence number to its commit, so changes commit in
+/// the order of their numbers and a reader that saw change `n` has seen
+/// every change before it. Always the last lock a transaction takes.
+const LOCK_VECTORS: i32 = 3;
+/// Recorded removals of sign bits are kept this long; a process that has
+/// not looked for longer loads them all again.
+const REMOVALS_KEPT: &str = "1 hour";
 /// The vector scan finds this many times the candidates wanted by
 /// Hamming distance of the sign bits, then ranks them exactly.
 const RESCORE: usize = 3;
@@ -71,11 +81,27 @@ const SCHEMA: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS memory_chunks_body ON memory_chunks USING gin (body)",
     "CREATE INDEX IF NOT EXISTS memory_chunks_path ON memory_chunks (path)",
     "CREATE INDEX IF NOT EXISTS memory_chunks_pending ON memory_chunks (id) WHERE NOT embedded",
-    // Sign bits only (48 bytes for 384 dimensions): the scan reads a
-    // table a thirtieth of the vectors' size.
+    // Every change to the sign bits, in commit order (see LOCK_VECTORS).
+    "CREATE SEQUENCE IF NOT EXISTS memory_vector_changes",
+    // Sign bits (48 bytes for 384 dimensions): what processes hold in
+    // memory to find candidates.
     "CREATE TABLE IF NOT EXISTS memory_vectors (\
         chunk_id bigint PRIMARY KEY REFERENCES memory_chunks(id) ON DELETE CASCADE, \
-        bits varbit NOT NULL)",
+        bits bytea NOT NULL, \
+        seq bigint NOT NULL DEFAULT nextval('memory_vector_changes'))",
+    "CREATE INDEX IF NOT EXISTS memory_vectors_seq ON memory_vectors (seq)",
+    "CREATE TABLE IF NOT EXISTS memory_vector_removals (\
+        seq bigint PRIMARY KEY DEFAULT nextval('memory_vector_changes'), \
+        chunk_id bigint NOT NULL, \
+        at timestamptz NOT NULL DEFAULT now())",
+    "CREATE OR REPLACE FUNCTION memory_vectors_removed() RETURNS trigger LANGUAGE plpgsql AS $$ \
+     BEGIN \
+       INSERT INTO memory_vector_removals (chunk_id) SELECT chunk_id FROM removed ORDER BY chunk_id; \
+       RETURN NULL; \
+     END $$",
+    // Also when chunks go (the foreign key's cascade).
+    "CREATE OR REPLACE TRIGGER memory_vectors_removed AFTER DELETE ON memory_vectors \
+     REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION memory_vectors_removed()",
     "CREATE TABLE IF NOT EXISTS memory_embedding_cache (\
         embedder text NOT NULL, \
         hash text NOT NULL, \
@@ -92,6 +118,7 @@ pub struct PgMemory {
     location: String,
     embedder: Option<Arc<dyn Embedder>>,
     health: Health,
+    signs: tokio::sync::Mutex<SignCache>,
 }
 
 impl std::fmt::Debug for PgMemory {
@@ -124,6 +151,7 @@ impl PgMemory {
             location,
             embedder,
             health: Health::default(),
+            signs: tokio::sync::Mutex::new(SignCache::default()),
         })
     }
 
@@ -306,7 +334,9 @@ impl PgMemory {
         .execute(&mut *tx)
         .await
         .map_err(self.fail())?;
+        self.lock_vectors(&mut tx).await?;
         self.rechunk(&mut tx, &path, &content).await?;
+        self.prune_removals(&mut tx).await?;
         tx.commit().await.map_err(self.fail())?;
         Ok(Written {
             namespace: namespace.clone(),
@@ -315,6 +345,36 @@ impl PgMemory {
             bytes: content.len(),
             created,
         })
+    }
+
+    /// Takes [`LOCK_VECTORS`] until `tx` ends.
+    async fn lock_vectors(&self, tx: &mut Transaction<'_, Postgres>) -> Result<()> {
+        sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
+            .bind(LOCK_MEMORY)
+            .bind(LOCK_VECTORS)
+            .execute(&mut **tx)
+            .await
+            .map_err(self.fail())?;
+        Ok(())
+    }
+
+    /// Forgets recorded removals older than [`REMOVALS_KEPT`], and says
+    /// up to which change they are forgotten (a process that applied
+    /// changes only before that loads everything again). Under
+    /// [`LOCK_VECTORS`].
+    async fn prune_removals(&self, tx: &mut Transaction<'_, Postgres>) -> Result<()> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "WITH gone AS (DELETE FROM memory_vector_removals \
+               WHERE at < now() - interval '{REMOVALS_KEPT}' RETURNING seq) \
+             INSERT INTO memory_meta (key, value) \
+             SELECT 'removals_pruned_through', max(seq)::text FROM gone HAVING max(seq) IS NOT NULL \
+             ON CONFLICT (key) DO UPDATE SET value = \
+               greatest(memory_meta.value::int8, excluded.value::int8)::text"
+        )))
+        .execute(&mut **tx)
+        .await
+        .map_err(self.fail())?;
+        Ok(())
     }
 
     /// Replaces the chunks of the file at `path` with those of `content`;
@@ -400,10 +460,12 @@ impl PgMemory {
             .execute(&mut *tx)
             .await
             .map_err(self.fail())?;
+        // The files first, then the vectors: the order a write takes them.
         let files = sqlx::query("SELECT path, content FROM memory_files ORDER BY path FOR UPDATE")
             .fetch_all(&mut *tx)
             .await
             .map_err(self.fail())?;
+        self.lock_vectors(&mut tx).await?;
         for row in files {
             let path: String = row.try_get("path").map_err(self.fail())?;
             let content: String = row.try_get("content").map_err(self.fail())?;
@@ -412,6 +474,7 @@ impl PgMemory {
             report.chunks_removed += removed;
             report.chunks_added += added;
         }
+        self.prune_removals(&mut tx).await?;
         tx.commit().await.map_err(self.fail())?;
         self.embed_pending(&mut report).await?;
         sqlx::query(
@@ -453,6 +516,7 @@ impl PgMemory {
                     .await
                     .map_err(self.fail())?;
             if stored != current {
+                self.lock_vectors(&mut tx).await?;
                 for statement in [
                     "DELETE FROM memory_vectors",
                     "UPDATE memory_chunks SET embedded = false WHERE embedded",
@@ -567,27 +631,37 @@ impl PgMemory {
             .into_iter()
             .collect();
             let mut vectors: Vec<(i64, Vec<f32>)> = Vec::with_capacity(pending.len());
-            let mut misses: Vec<(i64, String, String)> = Vec::new();
+            // Texts without a cached vector, each once however many
+            // chunks have it, with the chunks that do.
+            let mut misses: Vec<(String, String, Vec<i64>)> = Vec::new();
+            let mut missing: HashMap<String, usize> = HashMap::new();
             for (id, hash, body) in pending {
-                match cached.get(&hash).and_then(|blob| from_blob(blob)) {
-                    Some(vector) => {
-                        vectors.push((id, vector));
-                        report.reused += 1;
+                if let Some(vector) = cached.get(&hash).and_then(|blob| from_blob(blob)) {
+                    vectors.push((id, vector));
+                    report.reused += 1;
+                    continue;
+                }
+                match missing.get(&hash) {
+                    Some(&at) => misses[at].2.push(id),
+                    None => {
+                        missing.insert(hash.clone(), misses.len());
+                        misses.push((hash, body, vec![id]));
                     }
-                    None => misses.push((id, hash, body)),
                 }
             }
             let mut fresh: Vec<(String, Vec<f32>)> = Vec::new();
             if !misses.is_empty() && !waiting && report.embed_error.is_none() {
                 for group in misses.chunks(batch) {
                     let texts: Vec<String> =
-                        group.iter().map(|(_, _, body)| body.clone()).collect();
+                        group.iter().map(|(_, body, _)| body.clone()).collect();
                     match embedder.embed(&texts, EmbedInput::Document).await {
                         Ok(result) if result.len() == group.len() => {
                             self.health.ok();
-                            for ((id, hash, _), mut vector) in group.iter().zip(result) {
+                            for ((hash, _, ids), mut vector) in group.iter().zip(result) {
                                 normalise(&mut vector);
-                                vectors.push((*id, vector.clone()));
+                                for id in ids {
+                                    vectors.push((*id, vector.clone()));
+                                }
                                 fresh.push((hash.clone(), vector));
                             }
                         }
@@ -666,29 +740,23 @@ impl PgMemory {
                 continue;
             }
             ids.push(*id);
-            bits.push(sign_bits(vector));
+            bits.push(sign_bytes(vector));
         }
-        // Chunks a concurrent write removed meanwhile are left out by the
-        // join (and, should one go between the join and the insert, the
-        // whole batch waits for the next sync).
-        let stored = sqlx::query(
+        // Chunks a write removed since they were read are left out by the
+        // join: writes remove chunks under the same lock, so what the join
+        // sees stays until this commits.
+        self.lock_vectors(&mut tx).await?;
+        sqlx::query(
             "INSERT INTO memory_vectors (chunk_id, bits) \
-             SELECT c.id, t.bits::varbit FROM unnest($1::int8[], $2::text[]) AS t(id, bits) \
+             SELECT c.id, t.bits FROM unnest($1::int8[], $2::bytea[]) AS t(id, bits) \
              JOIN memory_chunks c ON c.id = t.id \
-             ON CONFLICT (chunk_id) DO UPDATE SET bits = excluded.bits",
+             ON CONFLICT (chunk_id) DO UPDATE SET bits = excluded.bits, seq = excluded.seq",
         )
         .bind(&ids)
         .bind(&bits)
         .execute(&mut *tx)
-        .await;
-        match stored {
-            Ok(_) => {}
-            Err(sqlx::Error::Database(error)) if error.is_foreign_key_violation() => {
-                tracing::debug!(%error, "memory chunks changed while embedding; the next sync goes on");
-                return Ok(());
-            }
-            Err(error) => return Err(self.fail()(error)),
-        }
+        .await
+        .map_err(self.fail())?;
         sqlx::query("UPDATE memory_chunks SET embedded = true WHERE id = ANY($1)")
             .bind(&ids)
             .execute(&mut *tx)
@@ -777,16 +845,11 @@ impl PgMemory {
             return Ok(Vec::new());
         };
         let wanted = (k * RESCORE).max(MIN_CANDIDATES);
-        let found: Vec<i64> = sqlx::query_scalar(
-            "SELECT chunk_id FROM memory_vectors WHERE length(bits) = $2 \
-             ORDER BY bit_count(bits # $1::varbit), chunk_id LIMIT $3",
-        )
-        .bind(sign_bits(vector))
-        .bind(i32::try_from(vector.len()).unwrap_or(i32::MAX))
-        .bind(i64::try_from(wanted).unwrap_or(i64::MAX))
-        .fetch_all(pool)
-        .await
-        .map_err(self.fail())?;
+        let found = {
+            let mut signs = self.signs.lock().await;
+            self.catch_up(pool, &mut signs).await?;
+            signs.nearest(&sign_bytes(vector), wanted)
+        };
         if found.is_empty() {
             return Ok(Vec::new());
         }
@@ -817,6 +880,59 @@ impl PgMemory {
         Ok(scored)
     }
 
+    /// Brings the sign bits up to date: the changes after the last one
+    /// applied, or everything when never loaded or when removals it has
+    /// not seen were already forgotten.
+    async fn catch_up(&self, pool: &PgPool, signs: &mut SignCache) -> Result<()> {
+        let mut tx = pool.begin().await.map_err(self.fail())?;
+        // One snapshot for the reads below.
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await
+            .map_err(self.fail())?;
+        let pruned: i64 = sqlx::query_scalar(
+            "SELECT coalesce((SELECT value::int8 FROM memory_meta \
+             WHERE key = 'removals_pruned_through'), 0)",
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(self.fail())?;
+        let changes: Vec<(i64, Option<Vec<u8>>, i64)> = if signs.loaded && signs.through >= pruned {
+            sqlx::query_as(
+                "SELECT chunk_id, bits, seq FROM memory_vectors WHERE seq > $1 \
+                 UNION ALL \
+                 SELECT chunk_id, NULL, seq FROM memory_vector_removals WHERE seq > $1 \
+                 ORDER BY seq",
+            )
+            .bind(signs.through)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(self.fail())?
+        } else {
+            signs.clear();
+            let last_removal: i64 =
+                sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM memory_vector_removals")
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(self.fail())?;
+            signs.through = pruned.max(last_removal);
+            signs.loaded = true;
+            sqlx::query_as("SELECT chunk_id, bits, seq FROM memory_vectors ORDER BY seq")
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(self.fail())?
+        };
+        tx.commit().await.map_err(self.fail())?;
+        for (id, bits, seq) in changes {
+            match bits {
+                Some(bits) => signs.put(id, &bits),
+                None => signs.remove(id),
+            }
+            signs.through = signs.through.max(seq);
+        }
+        Ok(())
+    }
+
     /// Counts for `flynn memory status`.
     pub async fn status(&self) -> Result<IndexStatus> {
         let pool = self.ready().await?;
@@ -826,7 +942,7 @@ impl PgMemory {
              (SELECT count(*) FROM memory_chunks WHERE embedded) AS vectors, \
              (SELECT count(*) FROM memory_embedding_cache) AS cached, \
              (SELECT sum(pg_total_relation_size(t))::int8 FROM unnest(ARRAY[\
-                'memory_files', 'memory_chunks', 'memory_vectors', \
+                'memory_files', 'memory_chunks', 'memory_vectors', 'memory_vector_removals', \
                 'memory_embedding_cache', 'memory_meta']::regclass[]) AS t) AS bytes",
         )
         .fetch_one(pool)

@@ -79,12 +79,3 @@ pub fn from_blob(blob: &[u8]) -> Option<Vec<f32>> {
             .collect(),
     )
 }
-
-/// The signs of `vector` as a bit string (`1` for a positive component):
-/// what PostgreSQL's `varbit` reads, for candidates by Hamming distance.
-pub fn sign_bits(vector: &[f32]) -> String {
-    vector
-        .iter()
-        .map(|x| if *x > 0.0 { '1' } else { '0' })
-        .collect()
-}

@@ -216,7 +216,6 @@ async fn a_guest_cannot_read_list_or_message_the_owners_sessions_or_memory() {
     // The guest's note went to its own file, not the owner's.
     let user = memory
         .memory
-        .store()
         .read(&Namespace::user())
         .await
         .unwrap()

@@ -567,3 +567,72 @@ fn memory_in_a_database_is_made_outside_a_runtime_and_a_bad_url_is_named() {
         "{error}"
     );
 }
+
+/// Every rewrite of a file replaces its chunks (and their vectors' sign
+/// bits) with new ones; a node that kept the old bits would rank chunks
+/// that are gone first and find nothing.
+#[tokio::test]
+async fn a_node_follows_the_vectors_other_nodes_replace() {
+    let database = TestDatabase::create().await;
+    let a = node(
+        &database,
+        Some(Arc::new(TestEmbedder::new("test/words", 64))),
+    );
+    let b = node(
+        &database,
+        Some(Arc::new(TestEmbedder::new("test/words", 64))),
+    );
+    let options = SearchOptions {
+        limit: 1,
+        ..vectors_only()
+    };
+    // 120 chunks of one text: as many identical sign bits, more than a
+    // search takes as candidates.
+    let text = "## Key\nThe spare key is under the blue flowerpot.\n\n".repeat(120);
+    let rewrite = || async {
+        let version = b.read(&ns("global")).await.unwrap().map(|f| f.version);
+        b.write(
+            &ns("global"),
+            &text,
+            WriteMode::Replace { expected: version },
+        )
+        .await
+        .unwrap();
+    };
+    rewrite().await;
+    assert_eq!(b.status().await.unwrap().vectors, 120);
+    let found = |hits: Vec<flynn_memory::Hit>| hits.first().map(|h| h.file.clone());
+    assert_eq!(
+        found(a.search("spare key", &options).await.unwrap()).as_deref(),
+        Some("global.md")
+    );
+
+    // The changes since a's last look: applied one by one.
+    rewrite().await;
+    assert_eq!(
+        found(a.search("spare key", &options).await.unwrap()).as_deref(),
+        Some("global.md")
+    );
+
+    // Changes so old that their removals were forgotten: a loads all.
+    rewrite().await;
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(database.url())
+        .await
+        .unwrap();
+    sqlx::query("UPDATE memory_vector_removals SET at = now() - interval '2 hours'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    b.write(&ns("user"), "- unrelated", WriteMode::Append)
+        .await
+        .unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM memory_vector_removals")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "old removals are forgotten");
+    assert_eq!(
+        found(a.search("spare key", &options).await.unwrap()).as_deref(),
+        Some("global.md")
+    );
+}

@@ -182,11 +182,7 @@ async fn replacing_a_file_changed_since_it_was_read_is_refused() {
         result.contains("already has content") && result.contains("read it first"),
         "{result}"
     );
-    let file = memory
-        .read(&Namespace::global())
-        .await
-        .unwrap()
-        .unwrap();
+    let file = memory.read(&Namespace::global()).await.unwrap().unwrap();
     assert_eq!(file.content, "- one\n");
 }
 

@@ -65,11 +65,13 @@ pub struct MemoryConfig {
     /// Off: no memory tools, no `[Memory Context]`, no extraction.
     #[serde(default = "yes")]
     pub enabled: bool,
-    /// Where the memory files live; `FLYNN_HOME/memory` when absent.
+    /// Where the memory files live; `FLYNN_HOME/memory` when absent. Not
+    /// used with the sessions in PostgreSQL: memory is kept there too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dir: Option<PathBuf>,
     /// The search index (SQLite, rebuilt from the files whenever they
-    /// change); `FLYNN_HOME/memory-index.db` when absent.
+    /// change); `FLYNN_HOME/memory-index.db` when absent. Not used with
+    /// the sessions in PostgreSQL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index: Option<PathBuf>,
     /// The most tokens `[Memory Context]` adds to one turn's prompt.
