@@ -14,6 +14,7 @@ use crate::daemon::Daemon;
 pub struct TestConfig {
     model: String,
     provider: Vec<String>,
+    others: Vec<(String, String)>,
     sections: Vec<String>,
     channels: Vec<(&'static str, String)>,
 }
@@ -23,6 +24,7 @@ impl TestConfig {
         TestConfig {
             model: model.base_url(),
             provider: Vec::new(),
+            others: Vec::new(),
             sections: Vec::new(),
             channels: Vec::new(),
         }
@@ -34,7 +36,23 @@ impl TestConfig {
         self
     }
 
-    /// Top-level YAML: one or more sections (not `channels`).
+    /// Another OpenAI-compatible provider, `name`, on its own fake (its
+    /// models are `name/<model>`).
+    #[cfg_attr(
+        not(all(
+            feature = "telegram",
+            feature = "discord",
+            feature = "slack",
+            feature = "whatsapp"
+        )),
+        allow(dead_code)
+    )]
+    pub fn other_provider(mut self, name: &str, model: &FakeOpenAi) -> Self {
+        self.others.push((name.to_owned(), model.base_url()));
+        self
+    }
+
+    /// Top-level YAML: one or more sections (not `channels` or `providers`).
     pub fn section(mut self, yaml: &str) -> Self {
         self.sections.push(yaml.trim_end().to_owned());
         self
@@ -108,9 +126,13 @@ impl TestConfig {
             provider.push_str(setting);
         }
         provider.push('}');
-        let mut yaml = format!(
-            "version: 1\nproviders:\n  openai: {provider}\nmodels:\n  tiers:\n    default: [openai/gpt-4o-mini]\n"
-        );
+        let mut yaml = format!("version: 1\nproviders:\n  openai: {provider}\n");
+        for (name, url) in &self.others {
+            yaml.push_str(&format!(
+                "  {name}: {{kind: openai, base_url: {url}, api_key: sk-x}}\n"
+            ));
+        }
+        yaml.push_str("models:\n  tiers:\n    default: [openai/gpt-4o-mini]\n");
         for section in &self.sections {
             yaml.push_str(section);
             yaml.push('\n');
@@ -166,6 +188,7 @@ fn a_config_puts_each_part_where_it_belongs() {
     let yaml = TestConfig {
         model: "http://127.0.0.1:1/v1".to_owned(),
         provider: Vec::new(),
+        others: vec![("ticks".to_owned(), "http://127.0.0.1:2/v1".to_owned())],
         sections: Vec::new(),
         channels: Vec::new(),
     }
@@ -182,6 +205,7 @@ fn a_config_puts_each_part_where_it_belongs() {
         "version: 1
 providers:
   openai: {kind: openai, base_url: http://127.0.0.1:1/v1, api_key: sk-x, read_timeout_secs: 2}
+  ticks: {kind: openai, base_url: http://127.0.0.1:2/v1, api_key: sk-x}
 models:
   tiers:
     default: [openai/gpt-4o-mini]
