@@ -1,15 +1,20 @@
 //! What a daemon does for the whole cluster, on one node at a time
 //! (see `flynn_sessions::cluster`): each chat channel's connection (role
 //! `channel:<name>`) and the automation (role `automation`: cron jobs and
-//! the heartbeat). A node takes a role when it is free or its holder is
-//! dead, keeps it while it runs, and gives it up if another node took it
-//! meanwhile (this one went silent too long).
+//! the heartbeat, and the answers nodes that died left unsent). A node
+//! takes a role when it is free or its holder is dead, keeps it while it
+//! runs, and gives it up if another node took it meanwhile (this one went
+//! silent too long).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use flynn_channels::{ConnectGate, Registry};
+use flynn_chat::ChannelRouter;
 use flynn_cron::Automation;
+use flynn_orchestrator::SessionManager;
+use flynn_protocol::TurnId;
 use flynn_sessions::{Cluster, Lease};
 use tokio_util::sync::CancellationToken;
 
@@ -101,6 +106,53 @@ async fn keep(cluster: &dyn Cluster, role: &str, stop: &CancellationToken) {
             }
             // The database is away: keep it while the node counts alive.
             Err(error) => tracing::warn!(role, %error, "cannot renew the role"),
+        }
+    }
+}
+
+/// While this node runs the automation, sends the answers that nodes
+/// which are gone stored but never sent (see
+/// [`SessionManager::outbox_of_gone_nodes`]), each once: `sent` holds
+/// the turns already handed to the router, by the start-up outbox or an
+/// earlier look. Looks every [`ROLE_CHECK`]; ends at `stop`.
+pub async fn send_outbox_of_gone_nodes(
+    cluster: Arc<dyn Cluster>,
+    manager: SessionManager,
+    router: ChannelRouter,
+    mut sent: HashSet<TurnId>,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(ROLE_CHECK) => {}
+        }
+        let runs_automation = match cluster.nodes().await {
+            Ok(nodes) => nodes
+                .iter()
+                .any(|n| &n.id == cluster.node() && n.roles.iter().any(|r| r == AUTOMATION)),
+            Err(error) => {
+                tracing::warn!(%error, "cannot list the cluster's nodes");
+                false
+            }
+        };
+        if !runs_automation {
+            continue;
+        }
+        match manager.outbox_of_gone_nodes().await {
+            Ok(outbox) => {
+                let new: Vec<_> = outbox.into_iter().filter(|u| sent.insert(u.turn)).collect();
+                if !new.is_empty() {
+                    tracing::warn!(
+                        answers = new.len(),
+                        "sending what nodes that died stored but never sent"
+                    );
+                    router.follow_up(new, Vec::new());
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the answers of nodes that died");
+            }
         }
     }
 }

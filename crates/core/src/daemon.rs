@@ -326,16 +326,32 @@ impl Daemon {
                     }
                 }
             }
+            let sent_at_start: std::collections::HashSet<flynn_protocol::TurnId> =
+                outbox.iter().map(|u| u.turn).collect();
             router.follow_up(outbox, recovered);
             // In a cluster, sessions taken over from a node that died
             // are recovered later; their senders are told as they are.
-            if cluster.is_some() {
+            // And the answers a dead node stored but never sent are sent
+            // by the node that runs the automation.
+            if let Some(cluster) = &cluster {
                 let mut later = flynn.manager().recovered_later();
                 let telling = router.clone();
                 tokio::spawn(async move {
                     while let Some(recovered) = later.recv().await {
                         telling.follow_up(Vec::new(), vec![recovered]);
                     }
+                });
+                let stop = tokio_util::sync::CancellationToken::new();
+                let sending = tokio::spawn(crate::cluster::send_outbox_of_gone_nodes(
+                    cluster.clone(),
+                    flynn.manager().clone(),
+                    router.clone(),
+                    sent_at_start,
+                    stop.clone(),
+                ));
+                stack.push("outbox of gone nodes", move || async move {
+                    stop.cancel();
+                    let _ = sending.await;
                 });
             }
             let stopping = registry.clone();

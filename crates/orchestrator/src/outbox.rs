@@ -44,6 +44,34 @@ impl SessionManager {
         let window = i64::try_from(OUTBOX_WINDOW.as_millis()).unwrap_or(i64::MAX);
         let since = now_millis().saturating_sub(window);
         let turns = self.store().undelivered_turns(since).await?;
+        self.undelivered(turns).await
+    }
+
+    /// In a cluster, the outbox of the nodes that are gone: answers a
+    /// node stored and died before sending, which no other node sends of
+    /// itself (a live node may be sending its own at this moment). Empty
+    /// outside a cluster.
+    pub async fn outbox_of_gone_nodes(&self) -> Result<Vec<Undelivered>> {
+        let Some(cluster) = self.cluster() else {
+            return Ok(Vec::new());
+        };
+        let window = i64::try_from(OUTBOX_WINDOW.as_millis()).unwrap_or(i64::MAX);
+        let since = now_millis().saturating_sub(window);
+        let turns = self.store().undelivered_turns(since).await?;
+        if turns.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<TurnId> = turns.iter().map(|t| t.id).collect();
+        let gone_owners = cluster.turns_of_gone_nodes(&ids).await?;
+        let gone = turns
+            .into_iter()
+            .filter(|t| gone_owners.contains(&t.id))
+            .collect();
+        self.undelivered(gone).await
+    }
+
+    /// The text each of `turns` owes its chat.
+    async fn undelivered(&self, turns: Vec<TurnRecord>) -> Result<Vec<Undelivered>> {
         let mut by_session: BTreeMap<SessionKey, Vec<TurnRecord>> = BTreeMap::new();
         for turn in turns {
             by_session

@@ -10,7 +10,7 @@
 //! PostgreSQL one, [`PgStore::join_cluster`](crate::PgStore::join_cluster)); a
 //! process on a SQLite file runs every session it has a lane for.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::time::Duration;
 
@@ -175,6 +175,10 @@ pub trait Cluster: Send + Sync {
     /// Who accepted or runs each open (pending or running) turn of the
     /// session, by turn.
     async fn turn_owners(&self, session: &SessionKey) -> Result<HashMap<TurnId, TurnOwner>>;
+
+    /// Which of `turns` were run by a node that is dead or gone, or by
+    /// none recorded: the turns whose unsent answers no live node sends.
+    async fn turns_of_gone_nodes(&self, turns: &[TurnId]) -> Result<HashSet<TurnId>>;
 
     /// Sessions with open turns and no live lease holder: their holder
     /// died (or left) before it finished them, and any node may take them

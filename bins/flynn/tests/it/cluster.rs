@@ -678,3 +678,89 @@ automation:
         assert!(daemon.stop(Duration::from_secs(20)).success());
     }
 }
+
+/// An answer a node stored and died before sending (here its sending task
+/// stops at an injected fault, then it is killed) reaches the chat from
+/// the node that runs the automation after it, once.
+#[cfg(feature = "telegram")]
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_a_dead_node_stored_but_never_sent_is_sent_by_a_survivor() {
+    use flynn_testkit::telegram::{FakeTelegram, Incoming, TgUser};
+
+    use crate::setup::TestConfig;
+
+    let database = TestDatabase::create().await;
+    let url = database.url().to_owned();
+    let model = FakeOpenAi::start().await;
+    model.push(Reply::Text("the stored answer".into()));
+    let telegram = FakeTelegram::start().await;
+    let config = TestConfig::new(&model)
+        .telegram(&telegram, "owners: [\"4242\"]")
+        .section(&format!("sessions:\n  url: {url}"));
+    let answers = || {
+        telegram
+            .sent()
+            .into_iter()
+            .filter(|m| m.chat_id == 4242 && m.plain == "the stored answer")
+            .count()
+    };
+    // The first node takes the channel and the automation before the
+    // second starts.
+    let first_env = Env::new()
+        .with_config(&config)
+        .var("FLYNN_FAULTS", "answer.send");
+    let mut first = Daemon::start(&first_env);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let held = texts(&url, "SELECT node FROM cluster_roles ORDER BY name").await;
+        if held.len() == 2
+            && held
+                .iter()
+                .all(|n| n.contains(&format!("/{}/", first.pid())))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "roles: {held:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut second = Daemon::start(&Env::new().with_config(&config));
+
+    telegram.push(Incoming::private(&TgUser::new(4242, "Owner"), "hello"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !first.log().contains("injected fault at answer.send") {
+        assert!(Instant::now() < deadline, "{}", first.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(answers(), 0, "{:#?}", telegram.sent());
+    first.signal("KILL");
+    let _ = first.wait(Duration::from_secs(10));
+
+    let deadline = Instant::now() + Duration::from_secs(45);
+    while answers() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the stored answer never reached the chat: {:#?}\n{}",
+            telegram.sent(),
+            second.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Marked sent, so no later look sends it again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !texts(
+        &url,
+        "SELECT id::TEXT FROM turns WHERE delivered_at IS NULL AND external_id IS NOT NULL",
+    )
+    .await
+    .is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the answer was never marked sent"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(answers(), 1, "{:#?}", telegram.sent());
+    assert_eq!(telegram.violations(), Vec::<String>::new());
+    assert!(second.stop(Duration::from_secs(20)).success());
+}

@@ -8,7 +8,7 @@
 //! notification (PostgreSQL takes under 8,000 bytes) is stored in
 //! `cluster_messages` and the notification carries its id (`"ref"`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,6 +26,7 @@ use super::rows::to_u64;
 use crate::cluster::{
     Cluster, HEARTBEAT, Lease, NODE_TTL, NodeId, NodeInfo, NodeKind, Received, Signal, TurnOwner,
 };
+use crate::codec::to_i64;
 use crate::{Error, Result};
 
 /// The notification channel every node listens on.
@@ -528,6 +529,21 @@ impl Cluster for PgCluster {
             owners.insert(TurnId(to_u64(id)), owner);
         }
         Ok(owners)
+    }
+
+    async fn turns_of_gone_nodes(&self, turns: &[TurnId]) -> Result<HashSet<TurnId>> {
+        let ids: Vec<i64> = turns.iter().map(|t| to_i64(t.0)).collect();
+        let gone: Vec<i64> = sqlx::query_scalar(
+            "SELECT t.id FROM turns t
+             LEFT JOIN cluster_nodes n ON n.id = t.owner_node
+                 AND n.seen_at > now() - ($2::BIGINT * INTERVAL '1 millisecond')
+             WHERE t.id = ANY($1) AND n.id IS NULL",
+        )
+        .bind(&ids)
+        .bind(millis(NODE_TTL))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(gone.into_iter().map(|id| TurnId(to_u64(id))).collect())
     }
 
     fn is_alive(&self) -> bool {
