@@ -55,7 +55,15 @@ pub async fn run(args: MemoryArgs) -> Result<(), Failure> {
 async fn status(memory: &Memory, json: bool) -> Result<(), Failure> {
     let report = memory.sync().await.map_err(failure)?;
     let status = memory.status().await.map_err(failure)?;
-    let mode = search_mode(&status);
+    let in_database = matches!(memory.location(), Location::Database { .. });
+    let mode = search_mode(
+        &status,
+        if in_database {
+            "PostgreSQL full-text search"
+        } else {
+            "BM25"
+        },
+    );
     if json {
         outln!(
             "{}",
@@ -87,7 +95,11 @@ async fn status(memory: &Memory, json: bool) -> Result<(), Failure> {
     }
     outln!(
         "index    {} ({}): {}, {}",
-        status.location,
+        if in_database {
+            "its memory_* tables"
+        } else {
+            status.location.as_str()
+        },
         human_bytes(status.bytes),
         count(status.files, "file"),
         count(status.chunks, "chunk")
@@ -101,11 +113,15 @@ async fn status(memory: &Memory, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-fn search_mode(status: &IndexStatus) -> String {
+/// How search ranks; `ranking` names the keyword ranking (BM25 in the
+/// SQLite index, PostgreSQL's full-text search in the database).
+fn search_mode(status: &IndexStatus, ranking: &str) -> String {
     match &status.embedder {
-        None => "keywords only (BM25): no embedder is configured (memory.embeddings)".to_owned(),
+        None => {
+            format!("keywords only ({ranking}): no embedder is configured (memory.embeddings)")
+        }
         Some(embedder) => format!(
-            "hybrid: keywords (BM25) and vectors from {embedder}{}, {} of {} chunks embedded",
+            "hybrid: keywords ({ranking}) and vectors from {embedder}{}, {} of {} chunks embedded",
             status
                 .dimensions
                 .map(|d| format!(" ({d} dimensions)"))

@@ -197,6 +197,31 @@ fn handle(shared: &Arc<Shared>, cluster: &dyn Cluster, received: Received) {
                 }
             });
         }
+        Signal::Settings { session } => {
+            if let Some(tx) = existing_lane(shared, &session) {
+                let _ = tx.try_send(LaneOp::Cluster(ClusterOp::Settings));
+            }
+        }
+        // The holder's lane compacts, as for its own `/compact`; what it
+        // says reaches the asking node as the session's events.
+        Signal::Compact { session, extract } => {
+            if let Some(tx) = existing_lane(shared, &session) {
+                let (reply, _) = tokio::sync::oneshot::channel();
+                let principal = if extract {
+                    flynn_protocol::Principal::Owner
+                } else {
+                    flynn_protocol::Principal::Guest {
+                        channel: session.channel().to_owned(),
+                        id: String::new(),
+                    }
+                };
+                let _ = tx.try_send(LaneOp::Command {
+                    command: crate::commands::Command::Compact,
+                    principal,
+                    reply,
+                });
+            }
+        }
         // Only a node with a lane for the session can be running it.
         Signal::Cancel { session, turn } => {
             if existing_lane(shared, &session).is_none() {

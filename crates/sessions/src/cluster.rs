@@ -106,6 +106,13 @@ pub enum Signal {
     /// Empty the session (`/reset`): asked on the sending node, done by
     /// the session's lease holder.
     Reset { session: SessionKey },
+    /// The session's settings (model, agent, trusted content) changed on
+    /// the sending node: nodes with the session loaded read them again.
+    Settings { session: SessionKey },
+    /// Compact the session (`/compact`): asked on the sending node, done
+    /// by the session's lease holder; `extract`: also extract facts into
+    /// memory (the owner asked).
+    Compact { session: SessionKey, extract: bool },
     /// An event of a turn (or a command) of the session on the sending
     /// node, as the runtime encodes it, for the session's followers on
     /// other nodes.

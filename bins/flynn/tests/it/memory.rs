@@ -177,7 +177,14 @@ async fn memory_in_postgresql_is_imported_shared_edited_and_exported() {
         text.starts_with("memory   in the session database, postgres://flynn:***@"),
         "{text}"
     );
-    assert!(text.contains("2 files, 2 chunks\n"), "{text}");
+    assert!(
+        text.contains("\nindex    its memory_* tables (") && text.contains("2 files, 2 chunks\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("search   keywords only (PostgreSQL full-text search)"),
+        "{text}"
+    );
     let found = second.run(&["memory", "search", "--config", &config, "peanut allergy"]);
     assert_eq!(
         stdout(&found),

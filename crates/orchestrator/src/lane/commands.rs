@@ -45,6 +45,7 @@ impl Lane {
                     return Ok("Nothing in this session is marked untrusted.".to_owned());
                 };
                 store.set_taint(&self.key, None).await?;
+                self.settings_changed().await;
                 Ok(format!(
                     "The untrusted content in this session ({source}) is now trusted: tools no longer ask because of it. Send /trust again after the agent reads anything else from outside."
                 ))
@@ -59,12 +60,14 @@ impl Lane {
                 self.meta.tier = Some(tier);
                 self.meta.model = None;
                 store.set_metadata(&self.key, &self.meta).await?;
+                self.settings_changed().await;
                 Ok(format!("This session now uses {}.", self.describe_choice()))
             }
             Command::Model(Some(ModelChoice::Model(model))) => {
                 self.shared.router.check_model(&model)?;
                 self.meta.model = Some(model);
                 store.set_metadata(&self.key, &self.meta).await?;
+                self.settings_changed().await;
                 Ok(format!("This session now uses {}.", self.describe_choice()))
             }
             Command::Agent(None) => {
@@ -84,6 +87,7 @@ impl Lane {
                 let name = self.shared.agents.lookup(&name, "/agent")?.name.clone();
                 self.meta.agent = Some(name.clone());
                 store.set_metadata(&self.key, &self.meta).await?;
+                self.settings_changed().await;
                 Ok(format!("This session now talks to the agent '{name}'."))
             }
         }
@@ -177,6 +181,18 @@ impl Lane {
         if let Some(refused) = refused {
             answer(&events, name, Ok(refused.to_owned()), reply);
             return;
+        }
+        match self.compact_on_holder(extract).await {
+            Ok(true) => {
+                let said = "The conversation is being compacted on the node that runs it; its summary replaces the older messages when it is done.";
+                answer(&events, name, Ok(said.to_owned()), reply);
+                return;
+            }
+            Ok(false) => {}
+            Err(error) => {
+                answer(&events, name, Err(error), reply);
+                return;
+            }
         }
         let agent = self.session_agent().clone();
         let (tier, model) = self.model_choice(&agent, None, None);

@@ -69,6 +69,8 @@ pub(crate) enum ClusterOp {
     /// The session's holder gave its lease back (or died): a lane with
     /// turns waiting may take it.
     Released,
+    /// The session's settings changed on another node: read them again.
+    Settings,
     /// A turn this lane accepted ended on the node that ran it.
     Ended {
         turn: TurnId,
@@ -725,7 +727,45 @@ impl Lane {
                     let _ = outcome.send(*result);
                 }
             }
+            ClusterOp::Settings => match self.shared.store.metadata(&self.key).await {
+                Ok(meta) => {
+                    *lock(&self.taint) = meta.taint.clone();
+                    self.meta = meta;
+                }
+                Err(error) => {
+                    tracing::warn!(session = %self.key, %error, "cannot read the settings another node changed; they apply once the session is loaded again");
+                }
+            },
         }
+    }
+
+    /// In a cluster, tells the other nodes that this session's settings
+    /// changed, so the one running it uses them from its next turn.
+    pub(super) async fn settings_changed(&self) {
+        if let Some(cluster) = &self.shared.cluster {
+            let signal = flynn_sessions::Signal::Settings {
+                session: self.key.clone(),
+            };
+            if let Err(error) = cluster.signal(signal).await {
+                tracing::warn!(session = %self.key, %error, "cannot tell the other nodes about the session's new settings; the node running it sees them once it loads the session again");
+            }
+        }
+    }
+
+    /// On a follower, `/compact` is the holder's to do (it runs the turns
+    /// that write the history): it is asked. `false` when this lane runs
+    /// the session.
+    pub(super) async fn compact_on_holder(&self, extract: bool) -> Result<bool> {
+        let (Place::Follower(_), Some(cluster)) = (&self.role, self.shared.cluster.clone()) else {
+            return Ok(false);
+        };
+        cluster
+            .signal(flynn_sessions::Signal::Compact {
+                session: self.key.clone(),
+                extract,
+            })
+            .await?;
+        Ok(true)
     }
 
     /// Stores the message as a pending turn and queues it.

@@ -27,17 +27,31 @@ async fn node(db: &TestDatabase) -> Node {
 }
 
 async fn node_with(db: &TestDatabase, model: Arc<ScriptedModel>) -> Node {
+    node_set_up(db, model, Vec::new(), Setup::default()).await
+}
+
+/// A node with `model` as `m`, the `others` under their names, and
+/// `setup` (its cluster set here).
+async fn node_set_up(
+    db: &TestDatabase,
+    model: Arc<ScriptedModel>,
+    others: Vec<Arc<ScriptedModel>>,
+    setup: Setup,
+) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let store = PgStore::open(db.url()).await.unwrap();
     let cluster: Arc<dyn Cluster> = Arc::new(store.join_cluster(NodeKind::Daemon).await.unwrap());
-    let clients = HashMap::from([("m".to_owned(), model.clone() as Arc<dyn ModelClient>)]);
+    let mut clients = HashMap::from([("m".to_owned(), model.clone() as Arc<dyn ModelClient>)]);
+    for other in others {
+        clients.insert(other.info().provider.clone(), other as Arc<dyn ModelClient>);
+    }
     let manager = manager_with(
         dir.path(),
         Arc::new(store.clone()),
         clients,
         Setup {
             cluster: Some(cluster),
-            ..Setup::default()
+            ..setup
         },
     );
     Node {
@@ -287,4 +301,65 @@ async fn command(node: &Node, key: &SessionKey, text: &str) -> String {
         flynn_orchestrator::Submitted::Command { reply, .. } => reply,
         flynn_orchestrator::Submitted::Turn(_) => panic!("a turn, not a command"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_and_a_compaction_asked_at_the_other_node_take_effect_on_the_holder() {
+    let db = TestDatabase::create().await;
+    let setup = || {
+        let mut models = flynn_testkit::runtime::tiers(&["m/one"]);
+        models.tiers.fast = vec!["f/cheap".parse().unwrap()];
+        Setup {
+            models,
+            ..Setup::default()
+        }
+    };
+    let summariser = || {
+        ScriptedModel::replies(
+            "f",
+            vec![flynn_protocol::Message::assistant("short summary")],
+        )
+    };
+    let a = node_set_up(&db, ScriptedModel::echo("m"), vec![summariser()], setup()).await;
+    let b = node_set_up(&db, ScriptedModel::echo("m"), vec![summariser()], setup()).await;
+    let k = key("web:ann");
+    for i in 0..6 {
+        send(&a, &k, &format!("message {i}")).await;
+    }
+
+    // /model at b: a, which runs the session, uses it from now on.
+    assert_eq!(
+        command(&b, &k, "/model m/other").await,
+        "This session now uses the model m/other (no fallback)."
+    );
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !command(&a, &k, "/model").await.contains("m/other") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the node running the session kept the old model");
+    send(&b, &k, "pinned").await;
+    assert_eq!(a.model.calls().len(), 7, "the turn ran on a");
+    assert_eq!(
+        a.model.requests().last().map(|r| r.model.to_string()),
+        Some("other".to_owned())
+    );
+
+    // /compact at b: a compacts (b's own compaction would race a's turns
+    // over the history).
+    assert_eq!(
+        command(&b, &k, "/compact").await,
+        "The conversation is being compacted on the node that runs it; its summary replaces the older messages when it is done."
+    );
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while texts(&a.store, &k).await.len() != 1 + 8 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the session was not compacted");
+    assert!(texts(&a.store, &k).await[0].ends_with("short summary"));
+    a.manager.shutdown().await;
+    b.manager.shutdown().await;
 }

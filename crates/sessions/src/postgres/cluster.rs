@@ -199,6 +199,14 @@ impl PgCluster {
             Signal::Released { session } => ("released", session, None, None, None),
             Signal::Cancel { session, turn } => ("cancel", session, None, None, turn.map(|t| t.0)),
             Signal::Reset { session } => ("reset", session, None, None, None),
+            Signal::Settings { session } => ("settings", session, None, None, None),
+            Signal::Compact { session, extract } => (
+                "compact",
+                session,
+                Some(if *extract { "extract" } else { "" }),
+                None,
+                None,
+            ),
             Signal::Event { session, body } => ("event", session, Some(body.as_str()), None, None),
         };
         let full = json!({
@@ -375,6 +383,11 @@ async fn decode(payload: &str, pool: &PgPool, me: &NodeId) -> Result<Option<Rece
         },
         Some("released") => Signal::Released { session },
         Some("reset") => Signal::Reset { session },
+        Some("settings") => Signal::Settings { session },
+        Some("compact") => Signal::Compact {
+            session,
+            extract: field("body") == Some("extract"),
+        },
         Some("cancel") => Signal::Cancel {
             session,
             turn: value.get("turn").and_then(Value::as_u64).map(TurnId),
