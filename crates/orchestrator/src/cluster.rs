@@ -250,7 +250,6 @@ fn handle(shared: &Arc<Shared>, cluster: &dyn Cluster, received: Received) {
             let lane = lock(&shared.lanes).get(&session).cloned();
             for event in events {
                 let ended = ended(&received.from.0, &event);
-                let event = Arc::new(event);
                 match &lane {
                     Some(lane) => {
                         lane.events.publish_remote(event);
@@ -261,7 +260,7 @@ fn handle(shared: &Arc<Shared>, cluster: &dyn Cluster, received: Received) {
                             }));
                         }
                     }
-                    None => shared.bus.publish_remote(event),
+                    None => shared.bus.publish_remote(Arc::new(event)),
                 }
             }
         }

@@ -146,10 +146,15 @@ impl SessionEvents {
         self.send(envelope);
     }
 
-    /// An event of this session from another node, as it was numbered
-    /// there; not sent on to other nodes.
-    pub(crate) fn publish_remote(&self, envelope: Arc<EventEnvelope>) {
-        self.send(envelope);
+    /// An event of this session from another node, numbered in this
+    /// session's sequence like its own events, so a subscriber here sees
+    /// one sequence. (Each node's sequence holds the other nodes' events
+    /// too, so a sender's numbering says nothing about what this node
+    /// missed; events the sender dropped when its outbox was full leave
+    /// no gap here.) Not sent on to other nodes.
+    pub(crate) fn publish_remote(&self, mut envelope: EventEnvelope) {
+        envelope.seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        self.send(Arc::new(envelope));
     }
 
     fn send(&self, envelope: Arc<EventEnvelope>) {

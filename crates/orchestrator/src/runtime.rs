@@ -832,11 +832,8 @@ impl SessionManager {
             .checked_add(grace)
             .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600));
         let left = loop {
-            let open = match self.shared.store.open_turns(None).await {
-                Ok(open) => open
-                    .iter()
-                    .filter(|turn| turn.origin.owner_pid == self.shared.pid)
-                    .count(),
+            let open = match self.own_open_turns().await {
+                Ok(open) => open,
                 Err(error) => {
                     tracing::warn!(%error, "cannot read open turns while draining");
                     self.running().len()
@@ -849,6 +846,33 @@ impl SessionManager {
         };
         self.shutdown().await;
         left
+    }
+
+    /// The open turns this process runs or will run: alone, those it
+    /// owns; in a cluster, those whose node is this one (running here, or
+    /// accepted here and not yet started by the node running their
+    /// session), not by pid: a process on another machine may have the
+    /// same.
+    async fn own_open_turns(&self) -> Result<usize> {
+        let open = self.shared.store.open_turns(None).await?;
+        let Some(cluster) = &self.shared.cluster else {
+            return Ok(open
+                .iter()
+                .filter(|turn| turn.origin.owner_pid == self.shared.pid)
+                .count());
+        };
+        let sessions: std::collections::BTreeSet<&SessionKey> =
+            open.iter().map(|turn| &turn.session).collect();
+        let mut own = 0;
+        for session in sessions {
+            own += cluster
+                .turn_owners(session)
+                .await?
+                .values()
+                .filter(|owner| **owner == flynn_sessions::TurnOwner::This)
+                .count();
+        }
+        Ok(own)
     }
 
     /// Stops: refuses new messages, cancels running turns (each ends with

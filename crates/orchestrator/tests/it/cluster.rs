@@ -363,3 +363,70 @@ async fn a_model_and_a_compaction_asked_at_the_other_node_take_effect_on_the_hol
     a.manager.shutdown().await;
     b.manager.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follower_numbers_the_holders_events_in_its_own_sequence() {
+    let db = TestDatabase::create().await;
+    let a = node(&db).await;
+    let b = node(&db).await;
+    let k = key("web:ann");
+    // a runs the session, and numbers many events of it.
+    for i in 0..3 {
+        send(&a, &k, &format!("message {i}")).await;
+    }
+    // b's caller sees b's own events (the command's reply) and a's (the
+    // turn it runs), in one sequence without holes.
+    let mut stream = b.manager.subscribe(&k);
+    assert!(
+        command(&b, &k, "/model")
+            .await
+            .starts_with("This session uses")
+    );
+    send(&b, &k, "from b").await;
+    // Up to the end of the turn as a ran it: its text, then its end.
+    let mut seqs = Vec::new();
+    let mut streamed = false;
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(event) = stream.next().await {
+            let event = event.unwrap();
+            seqs.push(event.seq);
+            match event.event {
+                AgentEvent::ContentDelta { .. } => streamed = true,
+                AgentEvent::RunState {
+                    state: RunState::Complete,
+                } if streamed => break,
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("the turn's end never came");
+    assert!(seqs.len() > 3, "{seqs:?}");
+    let expected: Vec<u64> = (seqs[0]..seqs[0] + seqs.len() as u64).collect();
+    assert_eq!(seqs, expected);
+    a.manager.shutdown().await;
+    b.manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_draining_waits_for_its_own_turns_not_for_another_nodes() {
+    // One process plays both nodes: the same pid, as two machines may
+    // have.
+    let (_db, a, b, running) = a_turn_running_on_a().await;
+    let left = tokio::time::timeout(
+        Duration::from_secs(5),
+        b.manager.drain(Duration::from_secs(60)),
+    )
+    .await
+    .expect("b waited for the turn a runs");
+    assert_eq!(left, 0);
+    // a's own turn keeps it waiting until its grace ends, and is counted.
+    let left = tokio::time::timeout(
+        Duration::from_secs(10),
+        a.manager.drain(Duration::from_millis(300)),
+    )
+    .await
+    .expect("a's drain ended with its grace");
+    assert_eq!(left, 1);
+    assert!(running.outcome().await.is_err());
+}
