@@ -457,6 +457,13 @@ async fn the_web_chat_streams_approves_denies_cancels_and_survives_a_restart() {
         .eval("return document.getElementById('d-usage').innerText;")
         .await;
     assert!(usage.as_str().unwrap().contains("default"), "{usage}");
+    // One daemon on its own database: no Cluster card.
+    assert_eq!(
+        browser
+            .eval("return document.getElementById('c-cluster').hidden;")
+            .await,
+        json!(true)
+    );
     browser.screenshot("dashboard-desktop").await;
 
     // Phone width.
@@ -546,4 +553,68 @@ async fn the_page_needs_no_token_carries_its_policy_and_revalidates() {
     let rpc = http.get(harness.url("/metrics")).send().await.unwrap();
     assert_eq!(rpc.status(), 401);
     harness.stop().await;
+}
+
+/// Two daemons on one PostgreSQL database: the dashboard's Cluster card
+/// lists both, this one marked, with the sessions and roles each holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_the_nodes_of_a_cluster() {
+    let database = flynn_testkit::postgres::TestDatabase::create().await;
+    let fake = FakeOpenAi::start().await;
+    let mut config = crate::harness::config(&fake);
+    config.sessions.url = Some(database.url().to_owned());
+    let options = || crate::harness::Options {
+        config: config.clone(),
+        tools: Vec::new(),
+        config_file: None,
+    };
+    let mut first = Harness::with(options()).await;
+    let mut second = Harness::with(options()).await;
+    // A session the first node runs.
+    fake.push(Reply::Text("held here".into()));
+    let client = first.client().await;
+    let events = crate::harness::follow(
+        &client,
+        crate::harness::send_params(&crate::harness::key("web:ann"), "hello"),
+    )
+    .await;
+    assert_eq!(crate::harness::text_of(&events), "held here");
+
+    let browser = Browser::start().await;
+    browser.client().goto(&first.url("/")).await.unwrap();
+    browser
+        .wait_for("!document.getElementById('login').hidden")
+        .await;
+    browser.type_into("#token", TOKEN).await;
+    browser.click("#login-form button[type=submit]").await;
+    browser
+        .wait_for("document.getElementById('status').innerText === 'connected'")
+        .await;
+    browser.click("#tab-dash").await;
+    browser
+        .wait_for("!document.getElementById('c-cluster').hidden && document.querySelectorAll('#d-cluster tbody tr').length === 2")
+        .await;
+    let rows = browser
+        .eval("return [...document.querySelectorAll('#d-cluster tbody tr')].map((r) => [...r.cells].map((c) => c.innerText));")
+        .await;
+    let rows = rows.as_array().unwrap();
+    let this = rows
+        .iter()
+        .find(|r| r[2] == "alive · this node")
+        .unwrap_or_else(|| panic!("no row for this node: {rows:?}"));
+    assert_eq!(this[1], "daemon", "{rows:?}");
+    assert_eq!(this[3], "1", "it holds the session: {rows:?}");
+    let other = rows.iter().find(|r| r != &this).unwrap();
+    assert_eq!(
+        (other[2].as_str(), other[3].as_str()),
+        (Some("alive"), Some("0")),
+        "{rows:?}"
+    );
+    browser
+        .eval("document.getElementById('c-cluster').scrollIntoView(); return null;")
+        .await;
+    browser.screenshot("dashboard-cluster").await;
+    drop(browser);
+    second.stop().await;
+    first.stop().await;
 }
