@@ -29,6 +29,16 @@ pub async fn run(args: MemoryArgs) -> Result<(), Failure> {
         .await
         .map_err(failure)?
         .ok_or_else(|| Failure::usage("memory is off in the config (memory.enabled: false)"))?;
+    if let Some(dir) =
+        flynn_core::unused_memory_files(&loaded.config, Some(&loaded.paths.home), &memory).await
+        && !matches!(args.command, MemoryCommand::Import { .. })
+    {
+        eprintln!(
+            "note: the memory files in {} are not used: with the sessions in PostgreSQL, memory is kept there too; move them in with `flynn memory import {}`",
+            dir.display(),
+            dir.display()
+        );
+    }
     let result = match args.command {
         MemoryCommand::Status { json } => status(&memory, json).await,
         MemoryCommand::Search {

@@ -23,6 +23,16 @@ pub async fn run(args: StoreArgs) -> Result<(), Failure> {
                 from.redacted(),
                 to.redacted()
             );
+            // Memory is not part of the session store's copy.
+            match (&from, &to) {
+                (StoreLocation::Sqlite(_), StoreLocation::Postgres(_)) => outln!(
+                    "memory: with the sessions in PostgreSQL, memory is kept there too; once sessions.url points at it, move the memory files in with `flynn memory import <memory dir>`"
+                ),
+                (StoreLocation::Postgres(_), StoreLocation::Sqlite(_)) => outln!(
+                    "memory: it stays in PostgreSQL; write its files out with `flynn memory export <dir>` before sessions.url stops pointing there, then put them in memory.dir"
+                ),
+                _ => {}
+            }
             Ok(())
         }
     }

@@ -492,6 +492,33 @@ impl Flynn {
     }
 }
 
+/// Memory files left on disk (`memory.dir`, else `<home>/memory`) that
+/// `memory`, kept in PostgreSQL, does not read while it has no files of
+/// its own (an installation moved to PostgreSQL): the directory, to say
+/// how to move them in. `None` for memory on disk.
+pub async fn unused_memory_files(
+    config: &FlynnConfig,
+    home: Option<&Path>,
+    memory: &Memory,
+) -> Option<std::path::PathBuf> {
+    if !matches!(memory.location(), flynn_memory::Location::Database { .. }) {
+        return None;
+    }
+    let dir = config
+        .memory
+        .dir
+        .clone()
+        .or_else(|| home.map(|h| h.join("memory")))?;
+    let on_disk = flynn_memory::MemoryStore::new(&dir)
+        .list()
+        .await
+        .unwrap_or_default();
+    if on_disk.is_empty() || !memory.list().await.is_ok_and(|rows| rows.is_empty()) {
+        return None;
+    }
+    Some(dir)
+}
+
 /// Opens the configured memory: with the sessions in PostgreSQL, in that
 /// database (shared by every node); otherwise `memory.dir` (else
 /// `<home>/memory`), indexed at `memory.index` (else
@@ -513,14 +540,16 @@ pub async fn open_memory(config: &FlynnConfig, home: Option<&Path>) -> Result<Op
     if config.sessions.url.is_some() {
         let location = flynn_sessions::location(&config.sessions, Path::new(""))?;
         if let flynn_sessions::StoreLocation::Postgres(url) = &location {
-            if let Some(dir) = &settings.dir {
+            let memory = Memory::postgres(url, location.redacted(), embedder)?;
+            if let Some(dir) = unused_memory_files(config, home, &memory).await {
                 tracing::warn!(
                     dir = %dir.display(),
-                    "memory.dir is not used: with the sessions in PostgreSQL, memory is kept there too; move files in with `flynn memory import {}`",
+                    "the memory files in {} are not used: with the sessions in PostgreSQL, memory is kept there too; move them in with `flynn memory import {}`",
+                    dir.display(),
                     dir.display()
                 );
             }
-            return Ok(Some(Memory::postgres(url, location.redacted(), embedder)?));
+            return Ok(Some(memory));
         }
     }
     let Some(dir) = settings

@@ -36,7 +36,7 @@ pub mod daemon;
 mod error;
 pub mod retention;
 
-pub use builder::{Flynn, FlynnBuilder, open_memory};
+pub use builder::{Flynn, FlynnBuilder, open_memory, unused_memory_files};
 pub use error::{Error, Result};
 
 pub use flynn_channels as channel;

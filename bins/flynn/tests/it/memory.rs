@@ -152,6 +152,13 @@ async fn memory_in_postgresql_is_imported_shared_edited_and_exported() {
     let files = first.path().join("home/memory");
     let files = files.to_str().unwrap();
 
+    // Files left on disk are named, with the command that moves them in.
+    let before = first.run(&["memory", "status", "--config", &config]);
+    assert!(
+        stderr(&before).contains(&format!("move them in with `flynn memory import {files}`")),
+        "{}",
+        stderr(&before)
+    );
     // Moved in from the files of a single daemon.
     let imported = first.run(&["memory", "import", "--config", &config, files]);
     assert_eq!(imported.status.code(), Some(0), "{}", stderr(&imported));
@@ -161,8 +168,13 @@ async fn memory_in_postgresql_is_imported_shared_edited_and_exported() {
         stdout(&imported)
     );
     assert!(!stdout(&imported).contains("flynn-test"), "password shown");
-    // Imported again: nothing to do.
+    // Imported again: nothing to do; and no more warning.
     let again = first.run(&["memory", "import", "--config", &config, files]);
+    assert!(
+        !stderr(&again).contains("are not used"),
+        "{}",
+        stderr(&again)
+    );
     assert!(
         stdout(&again).ends_with(": 0 added, 0 replaced\n"),
         "{}",

@@ -27,6 +27,18 @@ async fn a_store_is_copied_into_an_empty_one_and_a_full_one_is_refused() {
             to.display()
         )
     );
+    // Into PostgreSQL: memory is not part of the copy, and the command
+    // says how to move it.
+    let database = flynn_testkit::postgres::TestDatabase::create().await;
+    let copied = env.run(&["store", "copy", from.to_str().unwrap(), database.url()]);
+    assert_eq!(copied.status.code(), Some(0), "{}", stderr(&copied));
+    assert!(
+        stdout(&copied).ends_with(
+            "memory: with the sessions in PostgreSQL, memory is kept there too; once sessions.url points at it, move the memory files in with `flynn memory import <memory dir>`\n"
+        ),
+        "{}",
+        stdout(&copied)
+    );
     // The copy is a store Flynn reads: the conversation is there.
     let listed = env
         .command(&["sessions", "show", "cli:notes"])
