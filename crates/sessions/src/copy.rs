@@ -520,10 +520,13 @@ async fn marks(source: &mut End) -> Result<Marks> {
             })
         }
         End::Postgres(conn) => {
-            let (seq, turn): (i64, i64) =
-                sqlx::query_as("SELECT last_seq, last_turn FROM store_counters")
-                    .fetch_one(conn)
-                    .await?;
+            // A sequence never called yet has handed out nothing.
+            let (seq, turn): (i64, i64) = sqlx::query_as(
+                "SELECT (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM message_seqs),
+                        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM turn_ids)",
+            )
+            .fetch_one(conn)
+            .await?;
             Ok(Marks { seq, turn })
         }
     }
@@ -552,11 +555,20 @@ async fn raise_marks(target: &mut End, marks: Marks) -> Result<()> {
         }
         End::Postgres(conn) => {
             sqlx::query(
-                "UPDATE store_counters SET
-                     last_seq = GREATEST(last_seq, $1, (SELECT COALESCE(MAX(seq), 0) FROM messages)),
-                     last_turn = GREATEST(last_turn, $2, (SELECT COALESCE(MAX(id), 0) FROM turns))",
+                "SELECT setval('message_seqs', mark, true) FROM (SELECT GREATEST($1,
+                     (SELECT COALESCE(MAX(seq), 0) FROM messages),
+                     (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM message_seqs))
+                     AS mark) AS m WHERE mark > 0",
             )
             .bind(marks.seq)
+            .execute(&mut *conn)
+            .await?;
+            sqlx::query(
+                "SELECT setval('turn_ids', mark, true) FROM (SELECT GREATEST($1,
+                     (SELECT COALESCE(MAX(id), 0) FROM turns),
+                     (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM turn_ids))
+                     AS mark) AS t WHERE mark > 0",
+            )
             .bind(marks.turn)
             .execute(conn)
             .await?;

@@ -2,27 +2,33 @@
 //! one database.
 //!
 //! It behaves as [`SqliteStore`](crate::SqliteStore) does, method for
-//! method: the same numbers, orders, errors and defaults. What SQLite got
-//! from having one writer at a time is had here from one row lock: the
-//! single row of `store_counters` holds the high-water marks of message
-//! numbers and turn ids, and every transaction that stamps, creates or
-//! deletes a session, or numbers a message or a turn, locks that row
-//! first and keeps it to its commit. So, across every process:
-//! - sequence numbers and turn ids are handed out in commit order, with
-//!   no gaps and never twice (a number taken by a transaction that rolls
-//!   back is given back with it, which a sequence's is not);
-//! - `sessions.updated_at` is computed from the newest stamp under the
-//!   lock, so it grows strictly in commit order and `list` stays exact;
-//! - a platform's message id is checked and stored under the lock, and
-//!   the unique index `turns_external` backs the check up;
+//! method: the same orders, errors and defaults. What SQLite got from
+//! having one writer at a time is had here from one lock per session:
+//! every transaction that stamps, creates or deletes a session, or
+//! numbers its messages or turns, takes an advisory lock of that session
+//! first (and the store-wide one in shared mode) and keeps it to its
+//! commit. Writes of different sessions do not wait for one another. So,
+//! across every process:
+//! - a session's message numbers and turn ids grow in the order of its
+//!   commits and are never used twice (they come from sequences, taken
+//!   under the session's lock; a number taken by a transaction that rolls
+//!   back is lost, and numbers of different sessions are not in commit
+//!   order);
+//! - `sessions.updated_at` is computed from the newest stamp, so it grows
+//!   with the changes (two sessions written at the same moment may get
+//!   one stamp; `list` then orders them by key);
+//! - a platform's message id is checked and stored under the session's
+//!   lock, and the unique index `turns_external` backs the check up;
 //! - writes wait for one another rather than failing, up to the
 //!   connection's `lock_timeout` ([`retry::BUSY_TIMEOUT`]); a wait past it,
 //!   a deadlock or a serialization failure is [`Error::Busy`], which the
-//!   writes that must not be lost try again ([`retry::on_busy`]).
+//!   writes that must not be lost try again ([`retry::on_busy`]);
+//! - a write across sessions (pruning idle ones) takes the store-wide lock
+//!   exclusively, so no session's write is half-way meanwhile.
 //!
 //! Reads take no lock. The writes that touch no session (usage, pairing,
 //! cron jobs) and those that change one turn's row (finishing it, marking
-//! it delivered) do without the store's lock: their rows' own locks and
+//! it delivered) do without a session's lock: their rows' own locks and
 //! `ON CONFLICT` keep them right, and a pairing request locks the codes'
 //! table, as it counts a channel's codes.
 //!
@@ -190,8 +196,8 @@ impl PgStore {
                     // SQLite waits out its busy timeout; then it is busy.
                     // And each statement sees what was committed before it
                     // began (whatever the server's default): a write
-                    // reads the newest stamp and numbers once it holds
-                    // the store's lock.
+                    // reads its session's state once it holds the
+                    // session's lock.
                     let lock_timeout = format!("{}ms", retry::BUSY_TIMEOUT.as_millis());
                     sqlx::query(
                         "SELECT set_config('lock_timeout', $1, false),
@@ -244,11 +250,18 @@ impl PgStore {
         self.pool.close().await;
     }
 
-    /// A transaction holding the store's write lock (see the module's
-    /// documentation).
-    async fn begin_locked(&self) -> Result<Tx> {
+    /// A transaction holding the write lock of the session `key` (see the
+    /// module's documentation).
+    async fn begin_for(&self, key: &SessionKey) -> Result<Tx> {
         let mut tx = self.pool.begin().await?;
-        lock(&mut tx).await?;
+        lock_session(&mut tx, key.as_str()).await?;
+        Ok(tx)
+    }
+
+    /// A transaction holding the store-wide lock exclusively.
+    async fn begin_store_wide(&self) -> Result<Tx> {
+        let mut tx = self.pool.begin().await?;
+        lock_store(&mut tx).await?;
         Ok(tx)
     }
 
@@ -262,7 +275,7 @@ impl PgStore {
     ) -> Result<Vec<u64>> {
         let messages = Encoded::all(messages)?;
         retry::on_busy(|| async {
-            let mut tx = self.begin_locked().await?;
+            let mut tx = self.begin_for(key).await?;
             let result = async {
                 self.fence(&mut tx, key, turn).await?;
                 insert(&mut tx, key.as_str(), turn, &messages, now_millis()).await
@@ -313,7 +326,7 @@ impl PgStore {
         completes: bool,
     ) -> Result<u64> {
         let messages = Encoded::all(std::slice::from_ref(message))?;
-        let mut tx = self.begin_locked().await?;
+        let mut tx = self.begin_for(key).await?;
         let result = async {
             self.fence(&mut tx, key, turn).await?;
             let now = now_millis();
@@ -348,7 +361,7 @@ impl PgStore {
         let now = now_millis();
         let encoded = encode(content)?;
         let title = crate::title::from_content(content);
-        let mut tx = self.begin_locked().await?;
+        let mut tx = self.begin_for(key).await?;
         let result = async {
             let message = start.then(|| Encoded {
                 role: Role::User.as_str(),
@@ -393,7 +406,16 @@ impl PgStore {
     }
 
     async fn start_turn_once(&self, turn: TurnId, owner_pid: u32) -> Result<u64> {
-        let mut tx = self.begin_locked().await?;
+        // The session's lock, so its key first (a turn never moves).
+        let key: Option<String> = sqlx::query_scalar("SELECT session_key FROM turns WHERE id = $1")
+            .bind(to_i64(turn.0))
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(key) = key else {
+            return Err(Error::UnknownTurn { turn });
+        };
+        let mut tx = self.pool.begin().await?;
+        lock_session(&mut tx, &key).await?;
         let result = start_turn_in(&mut tx, turn, owner_pid, self.node()).await;
         settle(tx, result).await
     }
@@ -514,29 +536,41 @@ async fn settle<T>(tx: Tx, result: Result<T>) -> Result<T> {
     }
 }
 
-/// What the store says when its `store_counters` row is gone.
-fn lost_counters() -> Error {
-    Error::Backend {
-        message: "the table store_counters has lost its row, which numbers messages and turns (was the database changed by something other than Flynn?)".to_owned(),
-    }
+/// The store-wide advisory lock (the one-key form): taken in shared mode
+/// by every write of one session, exclusively by writes across sessions.
+const LOCK_STORE: i64 = 0x666c_796e_6e5f_7374;
+/// The class of a session's advisory lock (the first of the two-key
+/// form; the second is the hash of the session's key).
+const LOCK_SESSION: i32 = 0x666c_7373;
+
+/// Takes the write lock of the session `key` for the rest of the
+/// transaction (and the store-wide one in shared mode), waiting up to the
+/// lock timeout for another writer of the session to commit.
+async fn lock_session(conn: &mut PgConnection, key: &str) -> Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock_shared($1), pg_advisory_xact_lock($2, hashtext($3))")
+        .bind(LOCK_STORE)
+        .bind(LOCK_SESSION)
+        .bind(key)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }
 
-/// Takes the store's write lock (the row of `store_counters`) for the
-/// rest of the transaction, waiting up to the lock timeout for another
-/// writer to commit.
-async fn lock(conn: &mut PgConnection) -> Result<()> {
-    let locked: Option<i32> = sqlx::query_scalar("SELECT 1 FROM store_counters FOR UPDATE")
-        .fetch_optional(&mut *conn)
+/// Takes the store-wide lock exclusively for the rest of the
+/// transaction: no session's write runs meanwhile.
+async fn lock_store(conn: &mut PgConnection) -> Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(LOCK_STORE)
+        .execute(&mut *conn)
         .await?;
-    locked.map(|_| ()).ok_or_else(lost_counters)
+    Ok(())
 }
 
 /// Creates the session if needed and stamps it as the most recently
-/// updated one: `updated_at` is the wall clock, but always after every
-/// other session's (by a millisecond when writes come faster than the
-/// clock ticks), so `list` shows the true order of changes. Run under
-/// the store's lock, which makes the newest stamp read here the newest
-/// committed.
+/// updated one: `updated_at` is the wall clock, but after every other
+/// session's committed stamp (by a millisecond when writes come faster
+/// than the clock ticks), so `list` shows the order of changes. Run under
+/// the session's lock.
 async fn touch(conn: &mut PgConnection, key: &str, now: i64) -> Result<()> {
     sqlx::query(
         "INSERT INTO sessions (key, created_at, updated_at)
@@ -571,7 +605,7 @@ async fn insert(
 /// positions from `first_pos` on, or (with `None`) each at its own number,
 /// which sorts it after every message stored before (no message's
 /// position exceeds its number: appends are equal, compaction puts new
-/// numbers at old positions). Run under the store's lock.
+/// numbers at old positions). Run under the session's lock.
 async fn store_messages(
     conn: &mut PgConnection,
     key: &str,
@@ -583,38 +617,42 @@ async fn store_messages(
     let count = i64::try_from(messages.len()).unwrap_or(i64::MAX);
     let roles: Vec<&str> = messages.iter().map(|m| m.role).collect();
     let contents: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
-    // The next number is one above the larger of the high-water mark and
-    // the largest number stored (a row written by hand may exceed the
-    // mark), as SQLite's AUTOINCREMENT counts.
-    let mut seqs: Vec<i64> = sqlx::query_scalar(
-        "WITH counter AS (
-             UPDATE store_counters
-             SET last_seq = GREATEST(last_seq, (SELECT COALESCE(MAX(seq), 0) FROM messages)) + $1
-             RETURNING last_seq - $1 AS base)
-         INSERT INTO messages (seq, session_key, pos, turn_id, role, content, created_at)
-         SELECT counter.base + m.n, $2, COALESCE($3 + m.n - 1, counter.base + m.n), $4,
-             m.role, m.content, $7
-         FROM counter, UNNEST($5::TEXT[], $6::TEXT[]) WITH ORDINALITY AS m (role, content, n)
-         RETURNING seq",
+    // The numbers first, in order, so the messages take them in theirs.
+    let mut seqs: Vec<i64> =
+        sqlx::query_scalar("SELECT nextval('message_seqs') FROM generate_series(1, $1)")
+            .bind(count)
+            .fetch_all(&mut *conn)
+            .await?;
+    seqs.sort_unstable();
+    let stored = sqlx::query(
+        "INSERT INTO messages (seq, session_key, pos, turn_id, role, content, created_at)
+         SELECT m.seq, $2, COALESCE($3 + m.n - 1, m.seq), $4, m.role, m.content, $7
+         FROM UNNEST($1::BIGINT[], $5::TEXT[], $6::TEXT[]) WITH ORDINALITY AS m (seq, role, content, n)",
     )
-    .bind(count)
+    .bind(&seqs)
     .bind(key)
     .bind(first_pos)
     .bind(turn.map(|t| to_i64(t.0)))
     .bind(roles)
     .bind(contents)
     .bind(now)
-    .fetch_all(&mut *conn)
+    .execute(&mut *conn)
     .await?;
-    if seqs.len() != messages.len() {
-        return Err(lost_counters());
+    if usize::try_from(stored.rows_affected()).ok() != Some(messages.len()) {
+        return Err(Error::Backend {
+            message: format!(
+                "{} of {} messages stored",
+                stored.rows_affected(),
+                messages.len()
+            ),
+        });
     }
     seqs.sort_unstable();
     Ok(seqs.into_iter().map(to_u64).collect())
 }
 
 /// Stores a pending turn with its message, refusing one whose platform id
-/// the session has already. Run under the store's lock.
+/// the session has already. Run under the session's lock.
 #[allow(clippy::too_many_arguments)]
 async fn accept_in(
     conn: &mut PgConnection,
@@ -646,13 +684,9 @@ async fn accept_in(
     // platform id the session has already inserts nothing: the whole
     // transaction is then rolled back, the number given back with it.
     let id: Option<i64> = sqlx::query_scalar(
-        "WITH counter AS (
-             UPDATE store_counters
-             SET last_turn = GREATEST(last_turn, (SELECT COALESCE(MAX(id), 0) FROM turns)) + 1
-             RETURNING last_turn)
-         INSERT INTO turns (id, session_key, status, content, agent, owner_pid, created_at,
+        "INSERT INTO turns (id, session_key, status, content, agent, owner_pid, created_at,
              updated_at, external_id, principal, owner_node)
-         SELECT last_turn, $1, 'pending', $2, $3, $4, $5, $5, $6, $7, $8 FROM counter
+         VALUES (nextval('turn_ids'), $1, 'pending', $2, $3, $4, $5, $5, $6, $7, $8)
          ON CONFLICT (session_key, external_id) WHERE external_id IS NOT NULL DO NOTHING
          RETURNING id",
     )
@@ -670,7 +704,9 @@ async fn accept_in(
         return Ok(TurnId(to_u64(id)));
     }
     let Some(external_id) = external_id else {
-        return Err(lost_counters());
+        return Err(Error::Backend {
+            message: "a turn was not stored, and no platform id explains it".to_owned(),
+        });
     };
     let seen: Option<i64> =
         sqlx::query_scalar("SELECT id FROM turns WHERE session_key = $1 AND external_id = $2")
@@ -684,13 +720,17 @@ async fn accept_in(
             external_id: origin.external_id.clone().unwrap_or_default(),
             turn: TurnId(to_u64(turn)),
         }),
-        None => Err(lost_counters()),
+        None => Err(Error::Backend {
+            message: format!(
+                "a turn with the platform id {external_id} was neither stored nor found"
+            ),
+        }),
     }
 }
 
 /// Marks `turn` running and puts its message in the history (once: a turn
-/// started again after a crash keeps the message it has). Run under the
-/// store's lock; the turn's row is locked too, so a turn finished (say,
+/// started again after a crash keeps the message it has). Run under its
+/// session's lock; the turn's row is locked too, so a turn finished (say,
 /// cancelled) meanwhile is finished after this, not overwritten by it.
 /// Whether a turn just accepted may start in the same transaction: this
 /// node holds the session's lease and no other turn of it is open.
@@ -1229,9 +1269,9 @@ impl Conversations for PgStore {
     }
 
     async fn clear(&self, key: &SessionKey) -> Result<bool> {
-        // Under the store's lock, so a write to the session waits for the
+        // Under the session's lock, so a write to the session waits for the
         // reset (or the reset for it) instead of meeting it half-way.
-        let mut tx = self.begin_locked().await?;
+        let mut tx = self.begin_for(key).await?;
         let result = sqlx::query("DELETE FROM sessions WHERE key = $1")
             .bind(key.as_str())
             .execute(&mut *tx)
@@ -1249,7 +1289,7 @@ impl Conversations for PgStore {
     ) -> Result<Vec<u64>> {
         let now = now_millis();
         let replacement = Encoded::all(replacement)?;
-        let mut tx = self.begin_locked().await?;
+        let mut tx = self.begin_for(key).await?;
         let result = async {
             let pos: Option<i64> =
                 sqlx::query_scalar("SELECT pos FROM messages WHERE session_key = $1 AND seq = $2")
@@ -1298,7 +1338,7 @@ impl Conversations for PgStore {
     async fn set_metadata(&self, key: &SessionKey, meta: &SessionMeta) -> Result<()> {
         let now = now_millis();
         let model = meta.model.as_ref().map(ModelRef::to_string);
-        let mut tx = self.begin_locked().await?;
+        let mut tx = self.begin_for(key).await?;
         let result = async {
             touch(&mut tx, key.as_str(), now).await?;
             sqlx::query(
@@ -1320,7 +1360,7 @@ impl Conversations for PgStore {
     }
 
     async fn set_taint(&self, key: &SessionKey, taint: Option<&str>) -> Result<()> {
-        let mut tx = self.begin_locked().await?;
+        let mut tx = self.begin_for(key).await?;
         let result = async {
             touch(&mut tx, key.as_str(), now_millis()).await?;
             sqlx::query("UPDATE sessions SET taint = $2 WHERE key = $1")
@@ -1338,9 +1378,9 @@ impl Conversations for PgStore {
         let call_id = text(&output.call_id);
         let tool = text(&output.tool);
         let content = text(&output.content);
-        // Under the store's lock: the session it creates, if needed, must
+        // Under the session's lock: the session it creates, if needed, must
         // not be deleted by a reset half-way.
-        let mut tx = self.begin_locked().await?;
+        let mut tx = self.begin_for(key).await?;
         let result = async {
             sqlx::query(
                 "INSERT INTO sessions (key, created_at, updated_at) VALUES ($1, $2, $2)
@@ -1412,7 +1452,7 @@ impl Conversations for PgStore {
 
     async fn prune_idle(&self, before: i64) -> Result<Vec<SessionKey>> {
         let keys: Vec<String> = retry::on_busy(|| async {
-            let mut tx = self.begin_locked().await?;
+            let mut tx = self.begin_store_wide().await?;
             let result = sqlx::query_scalar(
                 "DELETE FROM sessions WHERE updated_at < $1 AND NOT EXISTS (
                      SELECT 1 FROM turns t WHERE t.session_key = sessions.key
@@ -1532,7 +1572,7 @@ impl Turns for PgStore {
     }
 
     async fn mark_delivered(&self, turn: TurnId) -> Result<()> {
-        // One row's update, without the store's lock. Tried again while
+        // One row's update, without the session's lock. Tried again while
         // busy, as the SQLite store tries again to fold its marks in.
         retry::on_busy(|| async {
             sqlx::query(
