@@ -16,11 +16,11 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Row, SqlitePool};
 
 use crate::chunk::chunk;
-use crate::embed::{EmbedInput, Embedder};
+use crate::embed::Embedder;
 use crate::namespace::Namespace;
-use crate::rank::{ChunkRow, Health, fuse, hit, query_vector};
+use crate::rank::{ChunkRow, Health, embed_documents, fuse, hit, query_vector};
 use crate::store::{FileEntry, MemoryStore};
-use crate::vector::{from_blob, normalise, register_sqlite_vec, to_blob};
+use crate::vector::{from_blob, register_sqlite_vec, to_blob};
 use crate::{Error, Result};
 
 /// Bumped when the index's tables change; an index of another version is
@@ -541,27 +541,13 @@ impl MemoryIndex {
             }
             let mut fresh: Vec<(i64, String, Vec<f32>)> = Vec::new();
             if !misses.is_empty() && !waiting && report.embed_error.is_none() {
-                for group in misses.chunks(batch) {
-                    let texts: Vec<String> =
-                        group.iter().map(|(_, _, body)| body.clone()).collect();
-                    match embedder.embed(&texts, EmbedInput::Document).await {
-                        Ok(result) if result.len() == group.len() => {
-                            self.health.ok();
-                            for ((id, hash, _), mut vector) in group.iter().zip(result) {
-                                normalise(&mut vector);
-                                fresh.push((*id, hash.clone(), vector));
-                            }
-                        }
-                        Ok(result) => {
-                            let message =
-                                format!("{} vectors for {} texts", result.len(), group.len());
-                            report.embed_error = Some(self.health.failed(message));
-                            break;
-                        }
-                        Err(error) => {
-                            report.embed_error = Some(self.health.failed(error.to_string()));
-                            break;
-                        }
+                let texts: Vec<String> = misses.iter().map(|(_, _, body)| body.clone()).collect();
+                let (embedded, failure) =
+                    embed_documents(embedder.as_ref(), &self.health, &texts, batch).await;
+                report.embed_error = failure;
+                for ((id, hash, _), vector) in misses.into_iter().zip(embedded) {
+                    if let Some(vector) = vector {
+                        fresh.push((id, hash, vector));
                     }
                 }
             }

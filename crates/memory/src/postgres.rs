@@ -17,17 +17,17 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Postgres, Row, Transaction};
 
 use crate::chunk::chunk;
-use crate::embed::{EmbedInput, Embedder};
+use crate::embed::Embedder;
 use crate::index::{
     Hit, IndexStatus, SearchMode, SearchOptions, SyncReport, hash_text, query_words,
 };
 use crate::namespace::Namespace;
-use crate::rank::{ChunkRow, Health, fuse, hit, query_vector};
+use crate::rank::{ChunkRow, Health, embed_documents, fuse, hit, query_vector};
 use crate::signs::{SignCache, sign_bytes};
 use crate::store::{
     FileEntry, MemoryFile, WriteMode, Written, appended, check_replace, replacement, version_of,
 };
-use crate::vector::{from_blob, normalise, to_blob};
+use crate::vector::{from_blob, to_blob};
 use crate::{Error, Result};
 
 /// The tables' version, kept in `memory_meta`; a database written by a
@@ -651,31 +651,18 @@ impl PgMemory {
             }
             let mut fresh: Vec<(String, Vec<f32>)> = Vec::new();
             if !misses.is_empty() && !waiting && report.embed_error.is_none() {
-                for group in misses.chunks(batch) {
-                    let texts: Vec<String> =
-                        group.iter().map(|(_, body, _)| body.clone()).collect();
-                    match embedder.embed(&texts, EmbedInput::Document).await {
-                        Ok(result) if result.len() == group.len() => {
-                            self.health.ok();
-                            for ((hash, _, ids), mut vector) in group.iter().zip(result) {
-                                normalise(&mut vector);
-                                for id in ids {
-                                    vectors.push((*id, vector.clone()));
-                                }
-                                fresh.push((hash.clone(), vector));
-                            }
-                        }
-                        Ok(result) => {
-                            let message =
-                                format!("{} vectors for {} texts", result.len(), group.len());
-                            report.embed_error = Some(self.health.failed(message));
-                            break;
-                        }
-                        Err(error) => {
-                            report.embed_error = Some(self.health.failed(error.to_string()));
-                            break;
-                        }
+                let texts: Vec<String> = misses.iter().map(|(_, body, _)| body.clone()).collect();
+                let (embedded, failure) =
+                    embed_documents(embedder.as_ref(), &self.health, &texts, batch).await;
+                report.embed_error = failure;
+                for ((hash, _, ids), vector) in misses.into_iter().zip(embedded) {
+                    let Some(vector) = vector else {
+                        continue;
+                    };
+                    for id in ids {
+                        vectors.push((id, vector.clone()));
                     }
+                    fresh.push((hash, vector));
                 }
             }
             report.embedded += fresh.len();

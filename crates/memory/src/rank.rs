@@ -66,6 +66,45 @@ impl Health {
     }
 }
 
+/// Embeds `texts` as documents, `batch` at a time, each vector made a
+/// unit vector: one result per text, in order; `None` for the texts not
+/// embedded because the embedder failed (the failure is recorded in
+/// `health` and returned as the message, and no later batch is tried).
+pub(crate) async fn embed_documents(
+    embedder: &dyn Embedder,
+    health: &Health,
+    texts: &[String],
+    batch: usize,
+) -> (Vec<Option<Vec<f32>>>, Option<String>) {
+    let mut vectors: Vec<Option<Vec<f32>>> = Vec::with_capacity(texts.len());
+    let mut failure = None;
+    for group in texts.chunks(batch.max(1)) {
+        if failure.is_some() {
+            vectors.extend(group.iter().map(|_| None));
+            continue;
+        }
+        match embedder.embed(group, EmbedInput::Document).await {
+            Ok(result) if result.len() == group.len() => {
+                health.ok();
+                vectors.extend(result.into_iter().map(|mut vector| {
+                    normalise(&mut vector);
+                    Some(vector)
+                }));
+            }
+            Ok(result) => {
+                let message = format!("{} vectors for {} texts", result.len(), group.len());
+                failure = Some(health.failed(message));
+                vectors.extend(group.iter().map(|_| None));
+            }
+            Err(error) => {
+                failure = Some(health.failed(error.to_string()));
+                vectors.extend(group.iter().map(|_| None));
+            }
+        }
+    }
+    (vectors, failure)
+}
+
 /// The query's vector, or `None` (no embedder, no vectors of
 /// `dimensions` yet, the embedder failing or too slow): the search goes
 /// on with keywords.

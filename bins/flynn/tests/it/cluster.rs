@@ -130,26 +130,7 @@ async fn three_daemons_share_the_sessions_and_a_killed_one_loses_nothing() {
         .iter()
         .chain(std::iter::once(&"cli:victim".to_owned()))
     {
-        let messages: Vec<(String, Option<i64>)> = sqlx::query_as(
-            "SELECT role, turn_id FROM messages WHERE session_key = $1 ORDER BY pos",
-        )
-        .bind(session)
-        .fetch_all(&mut conn)
-        .await
-        .unwrap();
-        let users: Vec<i64> = messages
-            .iter()
-            .filter(|m| m.0 == "user")
-            .filter_map(|m| m.1)
-            .collect();
-        let mut sorted = users.clone();
-        sorted.sort_unstable();
-        assert_eq!(users, sorted, "{session}: turns out of acceptance order");
-        // Each user message is followed by exactly one answer or note.
-        let roles: Vec<&str> = messages.iter().map(|m| m.0.as_str()).collect();
-        for pair in roles.chunks(2) {
-            assert_eq!(pair, ["user", "assistant"], "{session}: {roles:?}");
-        }
+        assert_history_in_order(&mut conn, session).await;
     }
     let open: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM turns WHERE status IN ('pending', 'running')")
@@ -199,6 +180,30 @@ async fn three_daemons_share_the_sessions_and_a_killed_one_loses_nothing() {
 
     for (_, daemon) in nodes.iter_mut().skip(1) {
         assert!(daemon.stop(Duration::from_secs(20)).success());
+    }
+}
+
+/// A session's history in the database: its turns' messages in the order
+/// the session accepted them (by turn id), each user message followed by
+/// exactly one answer or note.
+async fn assert_history_in_order(conn: &mut sqlx::PgConnection, session: &str) {
+    let messages: Vec<(String, Option<i64>)> =
+        sqlx::query_as("SELECT role, turn_id FROM messages WHERE session_key = $1 ORDER BY pos")
+            .bind(session)
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+    let users: Vec<i64> = messages
+        .iter()
+        .filter(|m| m.0 == "user")
+        .filter_map(|m| m.1)
+        .collect();
+    let mut sorted = users.clone();
+    sorted.sort_unstable();
+    assert_eq!(users, sorted, "{session}: turns out of acceptance order");
+    let roles: Vec<&str> = messages.iter().map(|m| m.0.as_str()).collect();
+    for pair in roles.chunks(2) {
+        assert_eq!(pair, ["user", "assistant"], "{session}: {roles:?}");
     }
 }
 
@@ -630,25 +635,7 @@ automation:
         .into_iter()
         .collect();
     for session in sessions.iter().filter(|s| *s != "cron:tick") {
-        let messages: Vec<(String, Option<i64>)> = sqlx::query_as(
-            "SELECT role, turn_id FROM messages WHERE session_key = $1 ORDER BY pos",
-        )
-        .bind(session)
-        .fetch_all(&mut conn)
-        .await
-        .unwrap();
-        let users: Vec<i64> = messages
-            .iter()
-            .filter(|m| m.0 == "user")
-            .filter_map(|m| m.1)
-            .collect();
-        let mut sorted = users.clone();
-        sorted.sort_unstable();
-        assert_eq!(users, sorted, "{session}: turns out of acceptance order");
-        let roles: Vec<&str> = messages.iter().map(|m| m.0.as_str()).collect();
-        for pair in roles.chunks(2) {
-            assert_eq!(pair, ["user", "assistant"], "{session}: {roles:?}");
-        }
+        assert_history_in_order(&mut conn, session).await;
     }
     // The schedule: several firings, never two runs of one.
     let gaps = texts(

@@ -1,12 +1,14 @@
-//! The index follows the files, ranks with keywords and vectors, caches
-//! vectors, and survives a failing embedder.
+//! What only memory on disk has: the index follows hand edits, deletions
+//! and renames of the files, is rebuilt when deleted or foreign, keeps
+//! the files private, and is shared by two processes. (What both places
+//! memory lives share is in `backends.rs`.)
 
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use flynn_memory::{
-    Embedder, Memory, MemoryIndex, MemoryStore, Namespace, SearchMode, SearchOptions, WriteMode,
+    Embedder, Memory, MemoryIndex, MemoryStore, Namespace, SearchOptions, WriteMode,
 };
 
 use crate::support::TestEmbedder;
@@ -31,87 +33,6 @@ fn files(hits: &[flynn_memory::Hit]) -> Vec<String> {
     hits.iter()
         .map(|h| format!("{}:{}", h.file, h.start_line))
         .collect()
-}
-
-#[tokio::test]
-async fn written_memory_is_found_with_file_line_and_snippet() {
-    let dir = tempfile::tempdir().unwrap();
-    let memory = memory(dir.path(), None).await;
-    memory
-        .write(
-            &ns("user"),
-            "# About\n\n- Name: Dana\n- Allergic to peanuts",
-            WriteMode::Append,
-        )
-        .await
-        .unwrap();
-    memory
-        .write(
-            &ns("projects/garden"),
-            "Planted tomatoes on the balcony in May.",
-            WriteMode::Append,
-        )
-        .await
-        .unwrap();
-
-    let hits = memory
-        .search("peanuts allergy?", &SearchOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(files(&hits), ["user.md:3"]);
-    assert_eq!(hits[0].namespace, ns("user"));
-    assert_eq!(hits[0].heading.as_deref(), Some("About"));
-    assert!(
-        hits[0].snippet.contains("Allergic to peanuts"),
-        "{}",
-        hits[0].snippet
-    );
-    assert_eq!(hits[0].keyword_rank, Some(1));
-
-    // Porter stemming: "tomato" finds "tomatoes".
-    let hits = memory
-        .search("tomato", &SearchOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(files(&hits), ["projects/garden.md:1"]);
-    // Nothing matches: nothing returned (no vectors without an embedder).
-    let hits = memory
-        .search("submarine", &SearchOptions::default())
-        .await
-        .unwrap();
-    assert!(hits.is_empty());
-}
-
-#[tokio::test]
-async fn queries_with_search_syntax_are_plain_words() {
-    let dir = tempfile::tempdir().unwrap();
-    let memory = memory(dir.path(), None).await;
-    memory
-        .write(
-            &ns("global"),
-            "The NEAR office is in Lisbon.",
-            WriteMode::Append,
-        )
-        .await
-        .unwrap();
-    for query in [
-        "\"lisbon",
-        "NEAR(office",
-        "office*",
-        "-lisbon",
-        "a:b OR",
-        "ÿ ☃ lisbon",
-        "",
-        "   ",
-    ] {
-        let result = memory.search(query, &SearchOptions::default()).await;
-        assert!(result.is_ok(), "{query:?}: {result:?}");
-    }
-    let hits = memory
-        .search("NEAR(office", &SearchOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(hits.len(), 1);
 }
 
 #[tokio::test]
@@ -185,116 +106,6 @@ async fn the_index_follows_edits_deletions_and_renames() {
     let report = memory.sync().await.unwrap();
     assert!(!report.changed_anything(), "{report:?}");
     assert_eq!(embedder.calls.load(Ordering::SeqCst), calls);
-}
-
-#[tokio::test]
-async fn an_edit_embeds_only_the_chunks_that_changed() {
-    let dir = tempfile::tempdir().unwrap();
-    let embedder = Arc::new(TestEmbedder::new("test/words", 64));
-    let memory = memory(dir.path(), Some(embedder.clone())).await;
-    let root = dir.path().join("memory");
-    let section = |topic: &str| format!("## {topic}\n- {topic} fact one\n- {topic} fact two\n\n");
-    let text: String = ["Alpha", "Beta", "Gamma"]
-        .iter()
-        .map(|t| section(t))
-        .collect();
-    write(&root, "global.md", &text);
-    memory.sync().await.unwrap();
-    assert_eq!(embedder.embedded(), 3);
-
-    write(
-        &root,
-        "global.md",
-        &text.replace("Beta fact two", "Beta fact changed"),
-    );
-    let report = memory.sync().await.unwrap();
-    assert_eq!((report.embedded, report.reused), (1, 2), "{report:?}");
-    assert_eq!(
-        embedder.seen.lock().unwrap().last().map(String::as_str),
-        Some("Beta\n- Beta fact one\n- Beta fact changed")
-    );
-}
-
-#[tokio::test]
-async fn changing_the_embedder_rebuilds_the_vectors() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("memory");
-    write(
-        &root,
-        "user.md",
-        "- likes sailing\n\n## Work\n- writes Rust\n",
-    );
-    let small = Arc::new(TestEmbedder::new("test/small", 32));
-    let memory = memory(dir.path(), Some(small.clone())).await;
-    memory.sync().await.unwrap();
-    let status = memory.status().await.unwrap();
-    assert_eq!((status.vectors, status.dimensions), (2, Some(32)));
-    memory.close().await;
-
-    let large = Arc::new(TestEmbedder::new("test/large", 48));
-    let memory = self::memory(dir.path(), Some(large.clone())).await;
-    let report = memory.sync().await.unwrap();
-    assert_eq!(report.embedded, 2, "{report:?}");
-    let status = memory.status().await.unwrap();
-    assert_eq!(status.embedder.as_deref(), Some("test/large"));
-    assert_eq!((status.vectors, status.dimensions), (2, Some(48)));
-    let hits = memory
-        .search(
-            "sailing",
-            &SearchOptions {
-                mode: SearchMode::Vector,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(files(&hits), ["user.md:1"]);
-    assert!(hits[0].similarity.unwrap() > 0.5, "{hits:?}");
-}
-
-#[tokio::test]
-async fn a_failing_embedder_leaves_keyword_search_working() {
-    let dir = tempfile::tempdir().unwrap();
-    let embedder = Arc::new(TestEmbedder::new("test/words", 64));
-    embedder.failing.store(true, Ordering::SeqCst);
-    let memory = memory(dir.path(), Some(embedder.clone())).await;
-    write(
-        &dir.path().join("memory"),
-        "user.md",
-        "- birthday on 3 March\n",
-    );
-    let report = memory.sync().await.unwrap();
-    assert_eq!(report.pending, 1);
-    assert!(
-        report
-            .embed_error
-            .as_deref()
-            .unwrap_or_default()
-            .contains("embedder is down"),
-        "{report:?}"
-    );
-
-    let hits = memory
-        .search("birthday", &SearchOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(files(&hits), ["user.md:1"]);
-    let status = memory.status().await.unwrap();
-    assert_eq!(status.vectors, 0);
-    assert!(status.last_error.unwrap_or_default().contains("503"));
-    // It is not asked again at every search while it is down.
-    let calls = embedder.calls.load(Ordering::SeqCst);
-    memory
-        .search("birthday", &SearchOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(embedder.calls.load(Ordering::SeqCst), calls);
-
-    // Once it answers (after a reindex resets the pause), vectors come.
-    embedder.failing.store(false, Ordering::SeqCst);
-    let report = memory.reindex().await.unwrap();
-    assert_eq!((report.pending, report.embed_error), (0, None));
-    assert_eq!(memory.status().await.unwrap().vectors, 1);
 }
 
 #[tokio::test]
