@@ -383,7 +383,7 @@ async fn a_follower_numbers_the_holders_events_in_its_own_sequence() {
             .starts_with("This session uses")
     );
     send(&b, &k, "from b").await;
-    // Up to the end of the turn as a ran it: its text, then its end.
+    // Up to the end of b's turn as a ran it: its text, then its end.
     let mut seqs = Vec::new();
     let mut streamed = false;
     tokio::time::timeout(Duration::from_secs(10), async {
@@ -391,7 +391,9 @@ async fn a_follower_numbers_the_holders_events_in_its_own_sequence() {
             let event = event.unwrap();
             seqs.push(event.seq);
             match event.event {
-                AgentEvent::ContentDelta { .. } => streamed = true,
+                // Its own text: the tail of a's earlier turn may come
+                // first.
+                AgentEvent::ContentDelta { ref text } if text == "re: from b" => streamed = true,
                 AgentEvent::RunState {
                     state: RunState::Complete,
                 } if streamed => break,
