@@ -85,6 +85,8 @@ mod site;
 pub mod slack;
 #[cfg(feature = "sessions")]
 pub mod store;
+#[cfg(feature = "voice")]
+mod stt;
 pub mod tailscale;
 #[cfg(feature = "channels")]
 pub mod telegram;
@@ -110,4 +112,6 @@ pub use redirect::FakeRedirect;
 pub use search::{FakeBrave, FakeDuckDuckGo, FakeSearxng, FakeTavily, SearchHit, SearchRequest};
 pub use server::{CapturedRequest, INPUT_TOKENS, OUTPUT_TOKENS, Reply};
 pub use site::FakeSite;
+#[cfg(feature = "voice")]
+pub use stt::{FakeStt, SttRequest};
 pub use tailscale::FakeTailscaled;

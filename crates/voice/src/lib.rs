@@ -1,0 +1,9 @@
+//! Flynn's voice. For now, speech to text: [`Transcriber`] turns a voice
+//! note's audio into text, and [`OpenAiTranscriber`] does it through an
+//! OpenAI-compatible `POST /audio/transcriptions` endpoint (OpenAI, Groq,
+//! a local whisper.cpp or faster-whisper server). Not yet wired to the
+//! chat channels or the config (`voice.stt`).
+
+mod stt;
+
+pub use stt::{Audio, OpenAiTranscriber, Transcriber, VoiceError};
