@@ -141,6 +141,10 @@ pub enum AttachmentKind {
     Image,
     /// Any other file: saved for the model's file tools.
     File,
+    /// A voice note or an audio file: its words go to the model when
+    /// something transcribes speech (`voice.stt`); otherwise it is saved
+    /// as a file.
+    Voice,
 }
 
 /// A file that came with a message: what it is and where the adapter
@@ -175,6 +179,7 @@ impl Attachment {
             (Some(name), _) => name,
             (None, AttachmentKind::Image) => "image",
             (None, AttachmentKind::File) => "file",
+            (None, AttachmentKind::Voice) => "voice note",
         }
     }
 }

@@ -22,6 +22,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+
+use flynn_voice::{Audio, Transcriber};
 use std::time::Duration;
 
 use base64::Engine;
@@ -106,6 +108,8 @@ pub(crate) struct Inner {
     /// since the last one accepted: a store that cannot write refuses
     /// every redelivery, and the reason is logged once, not each time.
     pub(crate) refusing: Mutex<HashMap<String, (String, u64)>>,
+    /// What turns voice notes into text (`voice.stt`), once set.
+    pub(crate) transcriber: std::sync::OnceLock<Arc<dyn Transcriber>>,
 }
 
 /// A confirmation waiting for a button press.
@@ -173,8 +177,16 @@ impl ChannelRouter {
                 tasks: TaskTracker::new(),
                 workspace,
                 in_flight: Mutex::new(HashMap::new()),
+                transcriber: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Voice notes are transcribed by `transcriber` before their turn
+    /// (without one they are saved as files). Set once, before the
+    /// deliveries start; a second call is ignored.
+    pub fn set_transcriber(&self, transcriber: Arc<dyn Transcriber>) {
+        let _ = self.inner.transcriber.set(transcriber);
     }
 
     /// Handles deliveries until every sender of `deliveries` is gone:
@@ -728,28 +740,50 @@ impl ChannelRouter {
                     continue;
                 }
             };
-            match attachment.kind {
-                AttachmentKind::Image => content.push(ContentBlock::Image {
+            let transcriber = self.inner.transcriber.get();
+            match (attachment.kind, transcriber) {
+                (AttachmentKind::Image, _) => content.push(ContentBlock::Image {
                     source: ImageSource::Base64 {
                         media_type: attachment.media_type.clone(),
                         data: base64::engine::general_purpose::STANDARD.encode(&data),
                     },
                 }),
-                AttachmentKind::File => match self.save(channel, attachment, data.clone()).await {
-                    Ok(path) => text.push_str(&format!(
-                        "\n[file {} ({}, {} bytes) saved at {}]",
-                        attachment.name.as_deref().unwrap_or("unnamed"),
-                        attachment.media_type,
-                        data.len(),
-                        path.display()
-                    )),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not save a file from a chat");
-                        text.push_str(&format!(
-                            "\n[a file came with this message but could not be saved: {e}]"
-                        ));
+                (AttachmentKind::Voice, Some(transcriber)) => {
+                    let audio = Audio {
+                        data: data.clone(),
+                        file_name: attachment
+                            .name
+                            .clone()
+                            .unwrap_or_else(|| "voice.ogg".to_owned()),
+                        media_type: attachment.media_type.clone(),
+                    };
+                    match transcriber.transcribe(audio).await {
+                        Ok(said) => text.push_str(&format!("\n[voice note, transcribed] {said}")),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "a voice note could not be transcribed");
+                            text.push_str(&format!(
+                                "\n[a voice note came with this message but could not be transcribed ({e}); tell the sender]"
+                            ));
+                        }
                     }
-                },
+                }
+                (AttachmentKind::File | AttachmentKind::Voice, _) => {
+                    match self.save(channel, attachment, data.clone()).await {
+                        Ok(path) => text.push_str(&format!(
+                            "\n[file {} ({}, {} bytes) saved at {}]",
+                            attachment.name.as_deref().unwrap_or("unnamed"),
+                            attachment.media_type,
+                            data.len(),
+                            path.display()
+                        )),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not save a file from a chat");
+                            text.push_str(&format!(
+                                "\n[a file came with this message but could not be saved: {e}]"
+                            ));
+                        }
+                    }
+                }
             }
         }
         let text = text.trim();

@@ -317,6 +317,19 @@ impl Daemon {
             }
             let router =
                 ChannelRouter::new(flynn.manager().clone(), registry.clone(), &config.channels);
+            if let Some(stt) = &config.voice.stt {
+                let mut transcriber = flynn_voice::OpenAiTranscriber::new(
+                    &stt.base_url,
+                    stt.api_key.clone(),
+                    &stt.model,
+                )
+                .map_err(|e| Error::Config(format!("voice.stt: {e}")))?;
+                if let Some(language) = &stt.language {
+                    transcriber = transcriber.language(language);
+                }
+                tracing::info!(transcriber = %flynn_voice::Transcriber::id(&transcriber), "voice notes are transcribed before their turn");
+                router.set_transcriber(Arc::new(transcriber));
+            }
             let routing = router.spawn(deliveries);
             for (name, built) in crate::channels::build(&config.channels, &options.home) {
                 match built {

@@ -170,6 +170,96 @@ async fn a_stranger_on_whatsapp_is_paired_then_answered_through_the_daemon() {
     );
 }
 
+/// A voice note on Telegram is transcribed (`voice.stt`) before its turn:
+/// the model reads its words, marked as a voice note, and answers; a
+/// voice note the service cannot transcribe reaches the model as a note
+/// saying so, for it to tell the sender.
+#[cfg(feature = "telegram")]
+#[tokio::test]
+async fn a_telegram_voice_note_is_transcribed_before_its_turn() {
+    use flynn_testkit::FakeStt;
+    use flynn_testkit::telegram::{FakeTelegram, Incoming, TgUser};
+
+    let model = FakeOpenAi::start().await;
+    model.push(Reply::Text("Booked for eight.".into()));
+    model.push(Reply::Text("Sorry, I could not hear that one.".into()));
+    let stt = FakeStt::start();
+    stt.require_key("sk-stt");
+    stt.push("Book a table for two at eight.");
+    let telegram = FakeTelegram::start().await;
+    let config = TestConfig::new(&model)
+        .telegram(&telegram, "owners: [\"4242\"]")
+        .section(&format!(
+            "voice:\n  stt:\n    base_url: {}\n    api_key: sk-stt\n    language: en",
+            stt.base_url()
+        ));
+    let env = Env::new().with_config(&config);
+    let mut daemon = Daemon::start(&env);
+    let owner = TgUser::new(4242, "Owner");
+    let answered = |text: &str| {
+        telegram
+            .sent()
+            .iter()
+            .any(|m| m.chat_id == 4242 && m.plain == text)
+    };
+
+    telegram.push(Incoming::private(&owner, "").voice(b"OggS\0an opus page".to_vec()));
+    crate::setup::wait_until(
+        "the answer to the voice note",
+        Duration::from_secs(20),
+        &daemon,
+        || answered("Booked for eight."),
+    );
+    let asked = model
+        .requests()
+        .into_iter()
+        .rfind(|r| r.path.ends_with("/chat/completions"))
+        .unwrap();
+    let said = asked.body["messages"].as_array().unwrap().last().unwrap()["content"].to_string();
+    assert!(
+        said.contains("[voice note, transcribed] Book a table for two at eight."),
+        "{said}"
+    );
+    let heard = stt.requests();
+    assert_eq!(heard.len(), 1);
+    assert_eq!(
+        (
+            heard[0].file_name.as_str(),
+            heard[0].media_type.as_deref(),
+            heard[0].language.as_deref(),
+            heard[0].key.as_deref()
+        ),
+        ("voice.ogg", Some("audio/ogg"), Some("en"), Some("sk-stt"))
+    );
+    assert_eq!(heard[0].audio, b"OggS\0an opus page");
+
+    // The service fails: the model is told, and tells the sender.
+    stt.fail_next(
+        500,
+        "The server had an error while processing your request.",
+    );
+    telegram.push(Incoming::private(&owner, "").voice(b"OggS\0another".to_vec()));
+    crate::setup::wait_until(
+        "the answer to the lost voice note",
+        Duration::from_secs(20),
+        &daemon,
+        || answered("Sorry, I could not hear that one."),
+    );
+    let asked = model
+        .requests()
+        .into_iter()
+        .rfind(|r| r.path.ends_with("/chat/completions"))
+        .unwrap();
+    let said = asked.body["messages"].as_array().unwrap().last().unwrap()["content"].to_string();
+    assert!(
+        said.contains("could not be transcribed") && said.contains("answered 500"),
+        "{said}"
+    );
+    assert_eq!(stt.violations(), Vec::<String>::new());
+    assert_eq!(telegram.violations(), Vec::<String>::new());
+    daemon.stop(Duration::from_secs(20));
+}
+
 #[cfg(feature = "telegram")]
 #[tokio::test]
 async fn on_telegram_a_confirmation_is_approved_with_its_button_and_groups_need_a_mention() {

@@ -158,6 +158,10 @@ pub(super) struct Message {
     /// The sizes of one photo.
     pub photo: Option<Vec<PhotoSize>>,
     pub document: Option<Document>,
+    /// A voice note (Opus in Ogg).
+    pub voice: Option<Voice>,
+    /// An audio file (music, a recording sent as a file).
+    pub audio: Option<Document>,
 }
 
 /// The message a message replies to: only who wrote it is read.
@@ -222,6 +226,15 @@ pub(super) struct PhotoSize {
     pub file_id: String,
     pub width: u32,
     pub height: u32,
+    pub file_size: Option<u64>,
+}
+
+#[derive(Debug, PartialEq, Deserialize)]
+pub(super) struct Voice {
+    pub file_id: String,
+    /// Seconds.
+    pub duration: u32,
+    pub mime_type: Option<String>,
     pub file_size: Option<u64>,
 }
 
@@ -520,6 +533,8 @@ mod tests {
                 caption_entities: None,
                 photo: None,
                 document: None,
+                voice: None,
+                audio: None,
             }
         );
     }

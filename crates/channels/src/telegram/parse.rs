@@ -21,7 +21,7 @@ pub(super) struct Me {
 /// A message for the daemon, its files named but not downloaded; `None`
 /// for what Flynn does not answer: messages from bots, service messages
 /// (members joining, pins, title changes) and media it cannot use
-/// (stickers, voice notes without a caption).
+/// (stickers).
 ///
 /// Its id is `<chat id>:<message id>`, which names one message for good;
 /// an `update_id` does not (after a week without updates Telegram starts
@@ -117,7 +117,8 @@ fn sender(user: &User) -> Sender {
     }
 }
 
-/// The photo at its largest size and the document, if any.
+/// The photo at its largest size, the document, the voice note and the
+/// audio file, if any.
 fn files(message: &Message) -> Vec<Attachment> {
     let mut files = Vec::new();
     let largest = message.photo.as_deref().and_then(|sizes| {
@@ -148,6 +149,35 @@ fn files(message: &Message) -> Vec<Attachment> {
                 .unwrap_or_else(|| "application/octet-stream".to_owned()),
             size: document.file_size,
             source: document.file_id.clone(),
+        });
+    }
+    if let Some(voice) = &message.voice {
+        files.push(Attachment {
+            kind: AttachmentKind::Voice,
+            name: Some("voice.ogg".to_owned()),
+            media_type: voice
+                .mime_type
+                .clone()
+                .unwrap_or_else(|| "audio/ogg".to_owned()),
+            size: voice.file_size,
+            source: voice.file_id.clone(),
+        });
+    }
+    if let Some(audio) = &message.audio {
+        files.push(Attachment {
+            kind: AttachmentKind::Voice,
+            name: Some(
+                audio
+                    .file_name
+                    .clone()
+                    .unwrap_or_else(|| "audio.mp3".to_owned()),
+            ),
+            media_type: audio
+                .mime_type
+                .clone()
+                .unwrap_or_else(|| "audio/mpeg".to_owned()),
+            size: audio.file_size,
+            source: audio.file_id.clone(),
         });
     }
     files

@@ -19,7 +19,7 @@ fn unknown_key_suggests_the_closest_and_lists_the_valid_ones() {
     );
     assert_error(
         "version: 1\nmodel:\n  tiers: {}\n",
-        "config.yaml:2:1: model: unknown key 'model' (did you mean 'models'?), expected one of: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels, automation, mcp",
+        "config.yaml:2:1: model: unknown key 'model' (did you mean 'models'?), expected one of: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels, automation, mcp, voice",
     );
     assert_error(
         "models:\n  tiers:\n    fats: []\n",
@@ -71,7 +71,7 @@ fn wrong_type_says_what_was_found_and_what_was_expected() {
     );
     assert_error(
         "- version: 1\n",
-        "config.yaml:1:1: found a list, expected a mapping with keys from: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels, automation, mcp",
+        "config.yaml:1:1: found a list, expected a mapping with keys from: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels, automation, mcp, voice",
     );
 }
 

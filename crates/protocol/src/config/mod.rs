@@ -21,6 +21,7 @@ mod mcp;
 mod models;
 mod sessions;
 mod tools;
+mod voice;
 
 pub use agents::*;
 pub use automation::*;
@@ -31,6 +32,7 @@ pub use mcp::*;
 pub use models::*;
 pub use sessions::*;
 pub use tools::*;
+pub use voice::*;
 
 /// Current version of the configuration schema.
 pub const CONFIG_VERSION: u32 = 1;
@@ -78,6 +80,9 @@ pub struct FlynnConfig {
     /// MCP servers whose tools the agents may use.
     #[serde(default)]
     pub mcp: McpConfig,
+    /// Voice notes: speech to text before the turn.
+    #[serde(default)]
+    pub voice: VoiceConfig,
 }
 
 impl Default for FlynnConfig {
@@ -95,6 +100,7 @@ impl Default for FlynnConfig {
             channels: ChannelsConfig::default(),
             automation: AutomationConfig::default(),
             mcp: McpConfig::default(),
+            voice: VoiceConfig::default(),
         }
     }
 }
