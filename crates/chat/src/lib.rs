@@ -741,7 +741,15 @@ impl ChannelRouter {
                 }
             };
             let transcriber = self.inner.transcriber.get();
-            match (attachment.kind, transcriber) {
+            // Platforms that send voice notes as files of an `audio/` type
+            // (WhatsApp, Discord, Slack) have them transcribed too.
+            let kind = match attachment.kind {
+                AttachmentKind::File if attachment.media_type.starts_with("audio/") => {
+                    AttachmentKind::Voice
+                }
+                kind => kind,
+            };
+            match (kind, transcriber) {
                 (AttachmentKind::Image, _) => content.push(ContentBlock::Image {
                     source: ImageSource::Base64 {
                         media_type: attachment.media_type.clone(),

@@ -381,6 +381,15 @@ impl FakeWhatsApp {
         self.message(from, name, "image", image, None)
     }
 
+    /// A voice note from `from` (what WhatsApp's microphone button
+    /// records): media `media_id`, `audio/ogg; codecs=opus` as Meta
+    /// documents it.
+    pub fn voice_message(&self, from: &str, name: &str, media_id: &str) -> Notification {
+        let mut audio = self.media_object(media_id);
+        audio["voice"] = json!(true);
+        self.message(from, name, "audio", audio, None)
+    }
+
     /// A document from `from`.
     pub fn document_message(
         &self,

@@ -50,6 +50,54 @@ async fn sent_to(fake: &FakeWhatsApp, to: &str, count: usize) -> Vec<String> {
     }
 }
 
+/// A WhatsApp voice note (an `audio` message of `audio/ogg; codecs=opus`)
+/// is transcribed before its turn, as on Telegram.
+#[cfg(feature = "whatsapp")]
+#[tokio::test]
+async fn a_whatsapp_voice_note_is_transcribed_before_its_turn() {
+    use flynn_testkit::FakeStt;
+
+    let model = FakeOpenAi::start().await;
+    model.push(Reply::Text("Noted: milk.".into()));
+    let stt = FakeStt::start();
+    stt.push("Add milk to the shopping list.");
+    let whatsapp = FakeWhatsApp::start().await;
+    let config = TestConfig::new(&model)
+        .whatsapp(&whatsapp, &format!("owners: [\"{NUMBER}\"]"))
+        .section(&format!("voice:\n  stt:\n    base_url: {}", stt.base_url()));
+    let env = Env::new().with_config(&config);
+    let mut daemon = Daemon::start(&env);
+    let hook = format!("{}/channels/whatsapp/webhook", daemon.url);
+    whatsapp.customer_wrote(NUMBER);
+    let media = whatsapp.add_media("audio/ogg; codecs=opus", b"OggS\0opus".to_vec());
+    let note = whatsapp.voice_message(NUMBER, "Owner", &media);
+    let posted = whatsapp.post(&hook, &note, Signing::AppSecret).await;
+    assert_eq!(posted.status, 200, "{posted:?}");
+    assert_eq!(sent_to(&whatsapp, NUMBER, 1).await, ["Noted: milk."]);
+    let asked = model
+        .requests()
+        .into_iter()
+        .rfind(|r| r.path.ends_with("/chat/completions"))
+        .unwrap();
+    let said = asked.body["messages"].as_array().unwrap().last().unwrap()["content"].to_string();
+    assert!(
+        said.contains("[voice note, transcribed] Add milk to the shopping list."),
+        "{said}"
+    );
+    let heard = stt.requests();
+    assert_eq!(
+        (
+            heard.len(),
+            heard[0].media_type.as_deref(),
+            heard[0].audio.as_slice()
+        ),
+        (1, Some("audio/ogg; codecs=opus"), b"OggS\0opus".as_slice())
+    );
+    assert_eq!(stt.violations(), Vec::<String>::new());
+    assert_eq!(whatsapp.violations(), Vec::<String>::new());
+    daemon.stop(Duration::from_secs(20));
+}
+
 #[cfg(feature = "whatsapp")]
 #[tokio::test]
 async fn a_stranger_on_whatsapp_is_paired_then_answered_through_the_daemon() {
@@ -522,6 +570,55 @@ async fn a_telegram_answer_stored_as_the_daemon_died_is_sent_at_the_next_start()
         daemon.log()
     );
     assert_eq!(telegram.violations(), Vec::<String>::new());
+}
+
+/// Discord sends a voice message as an `audio/ogg` attachment: it is
+/// transcribed before its turn, as a voice note anywhere else.
+#[cfg(feature = "discord")]
+#[tokio::test]
+async fn a_discord_voice_message_is_transcribed_before_its_turn() {
+    use flynn_testkit::FakeStt;
+    use flynn_testkit::discord::{DiscordUser, FakeDiscord};
+
+    let model = FakeOpenAi::start().await;
+    model.push(Reply::Text("Calling Ann at six.".into()));
+    let stt = FakeStt::start();
+    stt.push("Remind me to call Ann at six.");
+    let discord = FakeDiscord::start().await;
+    let owner = DiscordUser::person(200_000_000_000_000_001, "owner", None);
+    let dm = discord.dm_channel(&owner);
+    let config = TestConfig::new(&model)
+        .discord(&discord, &owners([owner.id]))
+        .section(&format!("voice:\n  stt:\n    base_url: {}", stt.base_url()));
+    let env = Env::new().with_config(&config);
+    let mut daemon = Daemon::start(&env);
+    discord
+        .post(dm, &owner, "")
+        .attach("voice-message.ogg", "audio/ogg", b"OggS\0discord".to_vec())
+        .send();
+    crate::setup::wait_until(
+        "the answer to the voice message",
+        Duration::from_secs(20),
+        &daemon,
+        || {
+            discord
+                .messages_in(dm)
+                .iter()
+                .any(|m| m.content == "Calling Ann at six.")
+        },
+    );
+    let heard = stt.requests();
+    assert_eq!(
+        (
+            heard.len(),
+            heard[0].file_name.as_str(),
+            heard[0].media_type.as_deref()
+        ),
+        (1, "voice-message.ogg", Some("audio/ogg"))
+    );
+    assert_eq!(stt.violations(), Vec::<String>::new());
+    assert_eq!(discord.violations(), Vec::<String>::new());
+    daemon.stop(Duration::from_secs(20));
 }
 
 /// Discord, after a crash: the notes of interrupted turns reach the DM

@@ -180,6 +180,9 @@ struct Message {
     image: Option<MediaRef>,
     #[serde(default)]
     document: Option<MediaRef>,
+    /// A voice note (`voice: true`) or an audio file.
+    #[serde(default)]
+    audio: Option<MediaRef>,
     #[serde(default)]
     interactive: Option<Interactive>,
     #[serde(default)]
@@ -332,12 +335,13 @@ fn kind(message: Message) -> IncomingKind {
     let context = message.context.and_then(|c| c.id);
     match message.kind.as_str() {
         "text" => IncomingKind::Text(message.text.map(|t| t.body).unwrap_or_default()),
-        "image" | "document" => {
+        "image" | "document" | "audio" => {
             let image = message.kind == "image";
-            let media = if image {
-                message.image
-            } else {
-                message.document
+            let media = match message.kind.as_str() {
+                "image" => message.image,
+                "document" => message.document,
+                // A file of an `audio/` type: the router transcribes it.
+                _ => message.audio,
             };
             match media {
                 Some(media) => IncomingKind::Media {
