@@ -505,7 +505,24 @@ impl ChannelRouter {
             Ok(key) => key,
             Err(e) => return Disposition::Ignored(format!("no session for this chat: {e}")),
         };
-        let content = self.content(channel, message).await;
+        let (content, unheard) = self.content(channel, message).await;
+        // Nothing but voice notes that could not be transcribed: the
+        // sender is told at once, without a turn the model could only
+        // apologise in.
+        if !unheard.is_empty()
+            && message.text.trim().is_empty()
+            && unheard.len() == message.attachments.len()
+        {
+            self.say(
+                adapter,
+                &target,
+                format!(
+                    "I couldn't make out your voice note ({}). Please send it again, or type it.",
+                    unheard.join("; ")
+                ),
+            );
+            return Disposition::Ignored("a voice note that could not be transcribed".to_owned());
+        }
         if content.is_empty() {
             return Disposition::Ignored("an empty message".to_owned());
         }
@@ -721,12 +738,16 @@ impl ChannelRouter {
     /// before downloading, and again while downloading), within the
     /// channel's [`MAX_BYTES_IN_FLIGHT`]; a file left out is named in the
     /// text the model sees, with the reason.
+    ///
+    /// Also returns why each voice note that could not be transcribed
+    /// was not (the text says so too, for the model).
     pub(crate) async fn content(
         &self,
         channel: &str,
         message: &InboundMessage,
-    ) -> Vec<ContentBlock> {
+    ) -> (Vec<ContentBlock>, Vec<String>) {
         let mut content = Vec::new();
+        let mut unheard = Vec::new();
         let mut text = message.text.trim().to_owned();
         let fetched = self.download(channel, &message.attachments).await;
         for (attachment, data) in message.attachments.iter().zip(fetched) {
@@ -772,6 +793,7 @@ impl ChannelRouter {
                             text.push_str(&format!(
                                 "\n[a voice note came with this message but could not be transcribed ({e}); tell the sender]"
                             ));
+                            unheard.push(e.to_string());
                         }
                     }
                 }
@@ -798,7 +820,7 @@ impl ChannelRouter {
         if !text.is_empty() {
             content.insert(0, ContentBlock::text(text));
         }
-        content
+        (content, unheard)
     }
 
     /// Downloads a message's files through `channel`'s adapter, all at

@@ -219,9 +219,9 @@ async fn a_stranger_on_whatsapp_is_paired_then_answered_through_the_daemon() {
 }
 
 /// A voice note on Telegram is transcribed (`voice.stt`) before its turn:
-/// the model reads its words, marked as a voice note, and answers; a
-/// voice note the service cannot transcribe reaches the model as a note
-/// saying so, for it to tell the sender.
+/// the model reads its words, marked as a voice note, and answers. One the
+/// service cannot transcribe is answered at once when it is all the
+/// message has, and reaches the model as a note when there is more.
 #[cfg(feature = "telegram")]
 #[tokio::test]
 async fn a_telegram_voice_note_is_transcribed_before_its_turn() {
@@ -281,14 +281,36 @@ async fn a_telegram_voice_note_is_transcribed_before_its_turn() {
     );
     assert_eq!(heard[0].audio, b"OggS\0an opus page");
 
-    // The service fails: the model is told, and tells the sender.
+    // The service fails on a voice note alone: the sender is told at
+    // once, and no turn runs.
+    let asked_before = chats(&model);
     stt.fail_next(
         500,
         "The server had an error while processing your request.",
     );
     telegram.push(Incoming::private(&owner, "").voice(b"OggS\0another".to_vec()));
     crate::setup::wait_until(
-        "the answer to the lost voice note",
+        "the note about the lost voice note",
+        Duration::from_secs(20),
+        &daemon,
+        || {
+            answered(
+                "I couldn't make out your voice note (127.0.0.1/whisper-1 answered 500: The server had an error while processing your request.). Please send it again, or type it.",
+            )
+        },
+    );
+    assert_eq!(
+        chats(&model),
+        asked_before,
+        "no turn for a voice note unheard"
+    );
+
+    // With a caption, the turn runs and the model is told the note was
+    // lost, to say so in its answer.
+    stt.fail_next(503, "Service unavailable");
+    telegram.push(Incoming::private(&owner, "and also this").voice(b"OggS\0third".to_vec()));
+    crate::setup::wait_until(
+        "the answer to the captioned voice note",
         Duration::from_secs(20),
         &daemon,
         || answered("Sorry, I could not hear that one."),
@@ -300,7 +322,9 @@ async fn a_telegram_voice_note_is_transcribed_before_its_turn() {
         .unwrap();
     let said = asked.body["messages"].as_array().unwrap().last().unwrap()["content"].to_string();
     assert!(
-        said.contains("could not be transcribed") && said.contains("answered 500"),
+        said.contains("and also this")
+            && said.contains("could not be transcribed")
+            && said.contains("answered 503"),
         "{said}"
     );
     assert_eq!(stt.violations(), Vec::<String>::new());
