@@ -174,30 +174,7 @@ fn benches(c: &mut Criterion) {
             words.join(" ")
         })
         .collect();
-    let mut group = c.benchmark_group("memory");
-    group.sample_size(30);
-    for (name, mode) in [
-        ("hybrid_search_100k", SearchMode::Hybrid),
-        ("keyword_search_100k", SearchMode::Keyword),
-        ("vector_search_100k", SearchMode::Vector),
-    ] {
-        let options = SearchOptions {
-            limit: 8,
-            mode,
-            ..SearchOptions::default()
-        };
-        let mut i = 0;
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                i += 1;
-                let hits = runtime
-                    .block_on(memory.search_indexed(&queries[i % queries.len()], &options))
-                    .unwrap();
-                std::hint::black_box(hits);
-            });
-        });
-    }
-    group.finish();
+    search_each_way(c, "memory", &runtime, &memory, &queries);
     let rss_after = rss_kib();
     let status = runtime.block_on(async { memory.status().await }).unwrap();
     let postgres = postgres(c, &runtime, &root, &queries);
@@ -272,7 +249,25 @@ fn postgres(
     let build = started.elapsed();
     let status = runtime.block_on(memory.status()).unwrap();
     assert_eq!(status.vectors, FILES * NOTES_PER_FILE, "{status:?}");
-    let mut group = c.benchmark_group("memory_postgres");
+    search_each_way(c, "memory_postgres", runtime, &memory, queries);
+    runtime.block_on(memory.close());
+    json!({
+        "build_ms": build.as_millis() as u64,
+        "chunks_per_second": (status.chunks as f64 / build.as_secs_f64()) as u64,
+        "bytes": status.bytes,
+    })
+}
+
+/// Hybrid, keyword-only and vector-only search of `memory` as indexed,
+/// over `queries` in turn, as criterion group `name`.
+fn search_each_way(
+    c: &mut Criterion,
+    name: &str,
+    runtime: &tokio::runtime::Runtime,
+    memory: &Memory,
+    queries: &[String],
+) {
+    let mut group = c.benchmark_group(name);
     group.sample_size(30);
     for (name, mode) in [
         ("hybrid_search_100k", SearchMode::Hybrid),
@@ -296,12 +291,6 @@ fn postgres(
         });
     }
     group.finish();
-    runtime.block_on(memory.close());
-    json!({
-        "build_ms": build.as_millis() as u64,
-        "chunks_per_second": (status.chunks as f64 / build.as_secs_f64()) as u64,
-        "bytes": status.bytes,
-    })
 }
 
 criterion_group!(group, benches);

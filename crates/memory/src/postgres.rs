@@ -188,12 +188,7 @@ impl PgMemory {
     async fn prepare_schema(&self, pool: &PgPool) -> Result<()> {
         let mut tx = pool.begin().await.map_err(self.fail())?;
         // Processes starting together create the tables once.
-        sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
-            .bind(LOCK_MEMORY)
-            .bind(LOCK_SCHEMA)
-            .execute(&mut *tx)
-            .await
-            .map_err(self.fail())?;
+        self.lock(&mut tx, LOCK_SCHEMA).await?;
         sqlx::query(
             "CREATE TABLE IF NOT EXISTS memory_meta (key text PRIMARY KEY, value text NOT NULL)",
         )
@@ -347,15 +342,21 @@ impl PgMemory {
         })
     }
 
-    /// Takes [`LOCK_VECTORS`] until `tx` ends.
-    async fn lock_vectors(&self, tx: &mut Transaction<'_, Postgres>) -> Result<()> {
+    /// Takes the memory-wide lock `key` ([`LOCK_SCHEMA`], [`LOCK_EMBED`],
+    /// [`LOCK_VECTORS`]) until `conn`'s transaction ends.
+    async fn lock(&self, conn: &mut sqlx::PgConnection, key: i32) -> Result<()> {
         sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
             .bind(LOCK_MEMORY)
-            .bind(LOCK_VECTORS)
-            .execute(&mut **tx)
+            .bind(key)
+            .execute(conn)
             .await
             .map_err(self.fail())?;
         Ok(())
+    }
+
+    /// Takes [`LOCK_VECTORS`] until `tx` ends.
+    async fn lock_vectors(&self, tx: &mut Transaction<'_, Postgres>) -> Result<()> {
+        self.lock(tx, LOCK_VECTORS).await
     }
 
     /// Forgets recorded removals older than [`REMOVALS_KEPT`], and says
@@ -454,12 +455,7 @@ impl PgMemory {
         let mut report = SyncReport::default();
         let mut tx = pool.begin().await.map_err(self.fail())?;
         // No node embeds chunks that are being replaced.
-        sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
-            .bind(LOCK_MEMORY)
-            .bind(LOCK_EMBED)
-            .execute(&mut *tx)
-            .await
-            .map_err(self.fail())?;
+        self.lock(&mut tx, LOCK_EMBED).await?;
         // The files first, then the vectors: the order a write takes them.
         let files = sqlx::query("SELECT path, content FROM memory_files ORDER BY path FOR UPDATE")
             .fetch_all(&mut *tx)
@@ -504,12 +500,7 @@ impl PgMemory {
         let current = self.embedder.as_ref().map(|e| e.id().to_owned());
         if self.meta("embedder").await? != current {
             let mut tx = pool.begin().await.map_err(self.fail())?;
-            sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
-                .bind(LOCK_MEMORY)
-                .bind(LOCK_EMBED)
-                .execute(&mut *tx)
-                .await
-                .map_err(self.fail())?;
+            self.lock(&mut tx, LOCK_EMBED).await?;
             let stored: Option<String> =
                 sqlx::query_scalar("SELECT value FROM memory_meta WHERE key = 'embedder'")
                     .fetch_optional(&mut *tx)

@@ -22,6 +22,20 @@ fn config(model: &FakeOpenAi, whatsapp: &FakeWhatsApp) -> TestConfig {
     TestConfig::new(model).whatsapp(whatsapp, "")
 }
 
+/// What the last model call was sent as the newest message, as JSON text.
+fn last_said(model: &FakeOpenAi) -> String {
+    let asked = model
+        .requests()
+        .into_iter()
+        .rfind(|r| r.path.ends_with("/chat/completions"))
+        .expect("a model call");
+    asked.body["messages"]
+        .as_array()
+        .and_then(|messages| messages.last())
+        .map(|last| last["content"].to_string())
+        .unwrap_or_default()
+}
+
 /// Model calls (doctor's model-list probes left out).
 fn chats(model: &FakeOpenAi) -> usize {
     model
@@ -74,12 +88,7 @@ async fn a_whatsapp_voice_note_is_transcribed_before_its_turn() {
     let posted = whatsapp.post(&hook, &note, Signing::AppSecret).await;
     assert_eq!(posted.status, 200, "{posted:?}");
     assert_eq!(sent_to(&whatsapp, NUMBER, 1).await, ["Noted: milk."]);
-    let asked = model
-        .requests()
-        .into_iter()
-        .rfind(|r| r.path.ends_with("/chat/completions"))
-        .unwrap();
-    let said = asked.body["messages"].as_array().unwrap().last().unwrap()["content"].to_string();
+    let said = last_said(&model);
     assert!(
         said.contains("[voice note, transcribed] Add milk to the shopping list."),
         "{said}"
@@ -258,12 +267,7 @@ async fn a_telegram_voice_note_is_transcribed_before_its_turn() {
         &daemon,
         || answered("Booked for eight."),
     );
-    let asked = model
-        .requests()
-        .into_iter()
-        .rfind(|r| r.path.ends_with("/chat/completions"))
-        .unwrap();
-    let said = asked.body["messages"].as_array().unwrap().last().unwrap()["content"].to_string();
+    let said = last_said(&model);
     assert!(
         said.contains("[voice note, transcribed] Book a table for two at eight."),
         "{said}"
@@ -315,12 +319,7 @@ async fn a_telegram_voice_note_is_transcribed_before_its_turn() {
         &daemon,
         || answered("Sorry, I could not hear that one."),
     );
-    let asked = model
-        .requests()
-        .into_iter()
-        .rfind(|r| r.path.ends_with("/chat/completions"))
-        .unwrap();
-    let said = asked.body["messages"].as_array().unwrap().last().unwrap()["content"].to_string();
+    let said = last_said(&model);
     assert!(
         said.contains("and also this")
             && said.contains("could not be transcribed")
