@@ -184,6 +184,55 @@ impl Attachment {
     }
 }
 
+/// How a file the bot sends is shown in the chat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    /// A picture shown inline (Telegram photo, WhatsApp image); a
+    /// platform that would shrink or refuse it sends it as a document.
+    Image,
+    /// A file to download, shown with its name.
+    Document,
+    /// A music or sound file with a player.
+    Audio,
+    /// A voice note (Ogg with Opus where the platform has voice notes;
+    /// elsewhere it is sent as [`FileKind::Audio`]).
+    Voice,
+}
+
+impl FileKind {
+    /// Its name in config, events and messages: `image`, `document`,
+    /// `audio`, `voice`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileKind::Image => "image",
+            FileKind::Document => "document",
+            FileKind::Audio => "audio",
+            FileKind::Voice => "voice",
+        }
+    }
+}
+
+/// A file the bot sends: its bytes, how to show it, and a caption.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutgoingFile {
+    pub kind: FileKind,
+    /// The file name shown to people (`chart.png`).
+    pub name: String,
+    /// MIME type (`image/png`, `audio/ogg`).
+    pub media_type: String,
+    pub data: Bytes,
+    /// Plain text shown with the file, at most
+    /// [`OutgoingFile::CAPTION_MAX`] characters (the router sends a longer
+    /// one as a message of its own).
+    pub caption: Option<String>,
+}
+
+impl OutgoingFile {
+    /// Characters of a caption every platform takes (Telegram and
+    /// WhatsApp stop at 1,024).
+    pub const CAPTION_MAX: usize = 1000;
+}
+
 /// A message someone sent the bot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InboundMessage {
@@ -507,6 +556,28 @@ pub trait ChannelAdapter: Send + Sync + 'static {
         Err(ChannelError::Unsupported {
             channel: self.name().to_owned(),
             what: "download files",
+        })
+    }
+
+    /// The largest file of `kind` this platform takes from a bot, in
+    /// bytes (as [`send_file`](Self::send_file) sends it, a fallback to a
+    /// document included); 0 when the adapter cannot send files, which is
+    /// the default.
+    fn upload_limit(&self, kind: FileKind) -> u64 {
+        let _ = kind;
+        0
+    }
+
+    /// Sends a file natively (a photo, a document, an audio file, a voice
+    /// note) of at most [`upload_limit`](Self::upload_limit) bytes.
+    /// Errors: [`ChannelError::Rejected`] for a file the platform refuses
+    /// (too large, a type it does not take), a transient one when trying
+    /// again may work. The default cannot send files.
+    async fn send_file(&self, to: &Target, file: &OutgoingFile) -> Result<MessageId, ChannelError> {
+        let _ = (to, file);
+        Err(ChannelError::Unsupported {
+            channel: self.name().to_owned(),
+            what: "send files",
         })
     }
 

@@ -41,8 +41,8 @@ pub mod whatsapp;
 
 pub use adapter::{
     Action, Attachment, AttachmentKind, Button, ButtonStyle, Capabilities, ChannelAdapter,
-    ChannelError, ChatKind, Conversation, InboundEvent, InboundMessage, MessageId, Sender, Target,
-    WebhookRequest, WebhookResponse,
+    ChannelError, ChatKind, Conversation, FileKind, InboundEvent, InboundMessage, MessageId,
+    OutgoingFile, Sender, Target, WebhookRequest, WebhookResponse,
 };
 pub use chunk::{Measure, chunk};
 pub use inbound::{Delivery, Disposition, Inbound};
