@@ -32,10 +32,12 @@ use flynn_channels::outbound::{self, Sent};
 use flynn_channels::ratelimit::{RateLimiter, Verdict};
 use flynn_channels::{
     Action, Attachment, AttachmentKind, ChannelAdapter, ChannelState, ChatKind, Delivery,
-    Disposition, InboundEvent, InboundMessage, Registry, Target,
+    Disposition, FileKind, InboundEvent, InboundMessage, OutgoingFile, Registry, Target,
 };
 use flynn_protocol::config::{ChannelAccess, ChannelsConfig, DmPolicy, GuestApprovals};
-use flynn_protocol::{AgentEvent, ContentBlock, ImageSource, Principal, SessionKey, TurnId};
+use flynn_protocol::{
+    AgentEvent, ContentBlock, ImageSource, MediaFile, MediaKind, Principal, SessionKey, TurnId,
+};
 use flynn_sessions::PairingError;
 use flynn_sessions::pairing::CODE_TTL_MS;
 use flynn_tools::{Approver, Decision};
@@ -1027,6 +1029,7 @@ impl ChannelRouter {
         let mut draft = String::new();
         let mut tool: Option<String> = None;
         let mut sent: Option<Sent> = None;
+        let mut files = Vec::new();
         let mut dirty = false;
         let mut edit_tick =
             tokio::time::interval(caps.edit_interval.max(Duration::from_millis(200)));
@@ -1051,6 +1054,9 @@ impl ChannelRouter {
                             tool = None;
                             dirty = true;
                         }
+                        // Sent after the answer, which then reads above
+                        // them ("here is the chart", then the chart).
+                        AgentEvent::Media { file } => files.push(file),
                         _ => {}
                     },
                     Some(Ok(_)) => {}
@@ -1100,6 +1106,96 @@ impl ChannelRouter {
                 tracing::warn!(channel = adapter.name(), error = %e, "could not send the answer; it is sent again at the next start");
             }
         }
+        for file in files {
+            self.send_file(adapter.as_ref(), &target, &file).await;
+        }
+    }
+
+    /// Sends a file a turn sent ([`AgentEvent::Media`]) natively; a file
+    /// the platform cannot take is named in a message saying why.
+    pub(crate) async fn send_file(
+        &self,
+        adapter: &dyn ChannelAdapter,
+        target: &Target,
+        file: &MediaFile,
+    ) {
+        let channel = adapter.name().to_owned();
+        let refused = match self.outgoing(adapter, file).await {
+            Ok(outgoing) => {
+                let long_caption = file
+                    .caption
+                    .as_ref()
+                    .filter(|c| c.chars().count() > OutgoingFile::CAPTION_MAX)
+                    .cloned();
+                let outgoing = OutgoingFile {
+                    caption: if long_caption.is_some() {
+                        None
+                    } else {
+                        outgoing.caption
+                    },
+                    ..outgoing
+                };
+                match adapter.send_file(target, &outgoing).await {
+                    Ok(_) => {
+                        if let Some(caption) = long_caption
+                            && let Err(e) = outbound::send(adapter, target, &caption, &[]).await
+                        {
+                            tracing::warn!(channel, error = %e, "could not send a file's caption");
+                        }
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(channel, file = %file.name, error = %e, "could not send a file");
+                        e.to_string()
+                    }
+                }
+            }
+            Err(why) => why,
+        };
+        let note = format!("📎 I could not send {}: {refused}.", file.name);
+        if let Err(e) = outbound::send(adapter, target, &note, &[]).await {
+            tracing::warn!(channel, error = %e, "could not say a file was not sent");
+        }
+    }
+
+    /// The file behind `file`, ready for `adapter`, or why it cannot go.
+    async fn outgoing(
+        &self,
+        adapter: &dyn ChannelAdapter,
+        file: &MediaFile,
+    ) -> std::result::Result<OutgoingFile, String> {
+        let kind = match file.kind {
+            MediaKind::Image => FileKind::Image,
+            MediaKind::Document => FileKind::Document,
+            MediaKind::Audio => FileKind::Audio,
+            MediaKind::Voice => FileKind::Voice,
+        };
+        let limit = adapter.upload_limit(kind);
+        if limit == 0 {
+            return Err(format!("{} cannot receive files from me", adapter.name()));
+        }
+        if file.size > limit {
+            return Err(format!(
+                "it has {}, over the {} {} takes",
+                megabytes(file.size),
+                megabytes(limit),
+                adapter.name()
+            ));
+        }
+        let Some(store) = self.inner.manager.media() else {
+            return Err("this daemon keeps no sent files".to_owned());
+        };
+        let (_, data) = store
+            .read(&file.id)
+            .await
+            .map_err(|e| format!("it is no longer kept ({e})"))?;
+        Ok(OutgoingFile {
+            kind,
+            name: file.name.clone(),
+            media_type: file.media_type.clone(),
+            data,
+            caption: file.caption.clone(),
+        })
     }
 }
 

@@ -338,6 +338,10 @@ impl FlynnBuilder {
             memory_flush: self.memory_flush,
             memory: memory.clone(),
             cluster,
+            media: self
+                .home
+                .as_ref()
+                .map(|home| Arc::new(flynn_orchestrator::MediaStore::new(home.join("media")))),
         });
         automation.bind(manager.clone()).await?;
         // `start: boot` servers start now, in the background; the first

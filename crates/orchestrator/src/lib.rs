@@ -34,6 +34,7 @@ mod events;
 mod follow;
 mod host;
 mod lane;
+mod media;
 pub mod memory;
 mod outbox;
 mod prompt;
@@ -51,6 +52,7 @@ pub use flynn_protocol::{AgentEvent, EventEnvelope, Lagged};
 pub use follow::{Followed, TurnEvents};
 pub use host::SUBAGENT_PROMPT;
 pub use lane::{RecoveredTurn, Recovery};
+pub use media::{KEEP as MEDIA_KEPT, MAX_MEDIA_BYTES, MediaStore};
 pub use memory::MemoryRuntime;
 pub use outbox::{OUTBOX_WINDOW, Undelivered};
 pub use prompt::{

@@ -28,6 +28,7 @@ use crate::commands::Command;
 use crate::delegate::{AgentOrchestrator, DelegationSettings};
 use crate::events::{EventBus, EventStream, SessionEvents};
 use crate::lane::{Lane, LaneOp, RecoveredTurn};
+use crate::media::MediaStore;
 use crate::{Error, Result};
 pub(crate) use flynn_protocol::sync::lock;
 
@@ -207,6 +208,10 @@ pub struct RuntimeParts {
     /// several processes (see [`crate::cluster`]); `None` runs every
     /// session it is asked to.
     pub cluster: Option<Arc<dyn Cluster>>,
+    /// Where files turns send to their chats are kept (`media.send`,
+    /// `voice.say`); without one, those tools say the runtime cannot send
+    /// files.
+    pub media: Option<Arc<MediaStore>>,
 }
 
 impl std::fmt::Debug for RuntimeParts {
@@ -246,6 +251,7 @@ pub(crate) struct Shared {
     pub(crate) pid: u32,
     /// The cluster this runtime is a node of, if any.
     pub(crate) cluster: Option<Arc<dyn Cluster>>,
+    pub(crate) media: Option<Arc<MediaStore>>,
     /// Where lanes hand what their recovery did, once someone listens
     /// ([`SessionManager::recovered_later`]).
     pub(crate) recovery_sink: Mutex<Option<mpsc::UnboundedSender<RecoveredTurn>>>,
@@ -423,6 +429,7 @@ impl SessionManager {
             owner_approver: RwLock::new(None),
             pid: std::process::id(),
             cluster: parts.cluster,
+            media: parts.media,
             recovery_sink: Mutex::new(None),
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
@@ -442,6 +449,11 @@ impl SessionManager {
                 .spawn(crate::cluster::dispatch(shared.clone(), cluster.clone()));
         }
         SessionManager { shared }
+    }
+
+    /// Where the files turns sent are kept, if anywhere.
+    pub fn media(&self) -> Option<&Arc<MediaStore>> {
+        self.shared.media.as_ref()
     }
 
     /// The cluster this runtime is a node of, if any.

@@ -398,6 +398,10 @@ fn tool_context(
             principal: job.principal.clone(),
         })),
         guards: job.lineage.guards.clone().unwrap_or_default(),
+        media: Some(Arc::new(crate::media::TurnMedia {
+            store: shared.media.clone(),
+            events: job.events.clone(),
+        })),
     }
 }
 

@@ -302,6 +302,54 @@ pub enum AgentEvent {
         name: String,
         reply: String,
     },
+    /// The turn sends its chat a file (`media.send`, `voice.say`): chat
+    /// channels deliver it natively, the web chat shows it.
+    Media {
+        file: MediaFile,
+    },
+}
+
+/// A file a turn sent to its chat, as the runtime keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MediaFile {
+    /// Where the runtime keeps a copy: the gateway serves it at
+    /// `/media/<id>` to clients that may read the session.
+    pub id: String,
+    /// The file name shown (`chart.png`).
+    pub name: String,
+    /// MIME type (`image/png`).
+    pub media_type: String,
+    /// Bytes.
+    pub size: u64,
+    pub kind: MediaKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caption: Option<String>,
+}
+
+/// How a sent file is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum MediaKind {
+    /// A picture shown inline.
+    Image,
+    /// A file to download.
+    #[default]
+    Document,
+    /// A sound or music file with a player.
+    Audio,
+    /// A voice note.
+    Voice,
+}
+
+impl MediaKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MediaKind::Image => "image",
+            MediaKind::Document => "document",
+            MediaKind::Audio => "audio",
+            MediaKind::Voice => "voice",
+        }
+    }
 }
 
 /// One event as subscribers receive it: what happened, to which session
@@ -362,6 +410,16 @@ mod tests {
             AgentEvent::Command {
                 name: "status".to_owned(),
                 reply: "ok".to_owned(),
+            },
+            AgentEvent::Media {
+                file: MediaFile {
+                    id: "0190f1a2b3c4".to_owned(),
+                    name: "chart.png".to_owned(),
+                    media_type: "image/png".to_owned(),
+                    size: 1234,
+                    kind: MediaKind::Image,
+                    caption: Some("the chart".to_owned()),
+                },
             },
         ];
         for event in events {

@@ -23,8 +23,8 @@ mod untrusted;
 mod usage;
 
 pub use event::{
-    AgentEvent, ErrorCode, EventEnvelope, Lagged, RecoveryAction, Resolution, RunState,
-    ToolCallSummary, ToolEffect, TurnId, TurnOutcome, TurnTiming,
+    AgentEvent, ErrorCode, EventEnvelope, Lagged, MediaFile, MediaKind, RecoveryAction, Resolution,
+    RunState, ToolCallSummary, ToolEffect, TurnId, TurnOutcome, TurnTiming,
 };
 pub use job::{JobName, JobNameError};
 pub use message::{ContentBlock, ImageSource, Message, Role};

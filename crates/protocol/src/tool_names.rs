@@ -6,8 +6,8 @@ use crate::ToolSpec;
 /// from elsewhere (MCP servers, named `<server>.<tool>`) may not use them,
 /// so a server can never stand in for a built-in tool.
 pub const BUILTIN_TOOL_FAMILIES: &[&str] = &[
-    "agents", "browser", "cron", "file", "mcp", "memory", "process", "sessions", "shell", "skills",
-    "tool", "tools", "web",
+    "agents", "browser", "cron", "file", "mcp", "media", "memory", "process", "sessions", "shell",
+    "skills", "tool", "tools", "voice", "web",
 ];
 
 /// Whether `name` belongs to a built-in family (see

@@ -110,7 +110,7 @@ pub use openai::FakeOpenAi;
 pub use redirect::FakeRedirect;
 #[cfg(feature = "search")]
 pub use search::{FakeBrave, FakeDuckDuckGo, FakeSearxng, FakeTavily, SearchHit, SearchRequest};
-pub use server::{CapturedRequest, INPUT_TOKENS, OUTPUT_TOKENS, Reply};
+pub use server::{CapturedRequest, FormPart, INPUT_TOKENS, OUTPUT_TOKENS, Reply};
 pub use site::FakeSite;
 #[cfg(feature = "voice")]
 pub use stt::{FakeStt, SttRequest};

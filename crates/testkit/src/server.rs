@@ -493,3 +493,53 @@ mod tests {
         assert_eq!(cut.concat(), json);
     }
 }
+
+/// One part of a `multipart/form-data` body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FormPart {
+    pub name: String,
+    /// Set for a file part.
+    pub file_name: Option<String>,
+    pub content_type: Option<String>,
+    pub data: Bytes,
+}
+
+impl FormPart {
+    /// The part as text, when it is UTF-8.
+    pub fn text(&self) -> Option<&str> {
+        std::str::from_utf8(&self.data).ok()
+    }
+}
+
+/// The parts of a `multipart/form-data` body, or why it is not one.
+#[cfg_attr(not(feature = "channels"), allow(dead_code))]
+pub(crate) async fn form_parts(content_type: &str, body: Bytes) -> Result<Vec<FormPart>, String> {
+    let boundary = multer::parse_boundary(content_type)
+        .map_err(|e| format!("not multipart/form-data with a boundary ({content_type}): {e}"))?;
+    let stream = futures::stream::once(async move { Ok::<Bytes, std::io::Error>(body) });
+    let mut form = multer::Multipart::new(stream, boundary);
+    let mut parts = Vec::new();
+    while let Some(field) = form
+        .next_field()
+        .await
+        .map_err(|e| format!("a malformed multipart body: {e}"))?
+    {
+        let name = field
+            .name()
+            .ok_or("a multipart part without a name")?
+            .to_owned();
+        let file_name = field.file_name().map(str::to_owned);
+        let content_type = field.content_type().map(ToString::to_string);
+        let data = field
+            .bytes()
+            .await
+            .map_err(|e| format!("part {name}: {e}"))?;
+        parts.push(FormPart {
+            name,
+            file_name,
+            content_type,
+            data,
+        });
+    }
+    Ok(parts)
+}

@@ -42,7 +42,7 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
-use crate::server::{self, CapturedRequest, Server};
+use crate::server::{self, CapturedRequest, FormPart, Server};
 
 /// The bot token the fake accepts unless started with another.
 pub const TOKEN: &str = "123456789:AAH-fake_Telegram_token_for_tests_0";
@@ -244,6 +244,22 @@ pub struct SentMessage {
     pub edits: u32,
 }
 
+/// A file the bot uploaded: `sendPhoto`, `sendDocument`, `sendAudio` or
+/// `sendVoice`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentFile {
+    pub chat_id: i64,
+    pub message_id: i64,
+    pub thread_id: Option<i64>,
+    /// The method, as Telegram spells it (`sendPhoto`).
+    pub method: String,
+    /// The name and type the upload part carried.
+    pub file_name: String,
+    pub content_type: Option<String>,
+    pub data: Vec<u8>,
+    pub caption: Option<String>,
+}
+
 /// One inline keyboard button.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SentButton {
@@ -332,6 +348,7 @@ struct State {
     poll_generation: u64,
     webhook: Option<WebhookInfo>,
     sent: Vec<SentMessage>,
+    uploads: Vec<SentFile>,
     actions: Vec<ChatActionSent>,
     callbacks: HashMap<String, bool>,
     answers: Vec<CallbackAnswer>,
@@ -462,6 +479,11 @@ impl FakeTelegram {
     /// Every message the bot sent, as it stands now (after edits).
     pub fn sent(&self) -> Vec<SentMessage> {
         self.inner.lock().sent.clone()
+    }
+
+    /// Every file the bot uploaded, in order.
+    pub fn files_sent(&self) -> Vec<SentFile> {
+        self.inner.lock().uploads.clone()
     }
 
     /// One sent message by id.
@@ -1061,6 +1083,28 @@ async fn serve(
             request.method
         )));
     }
+    let upload = UPLOADS
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(method));
+    let multipart = request
+        .header("content-type")
+        .filter(|t| t.starts_with("multipart/form-data"));
+    if let (Some((method, field)), Some(content_type)) = (upload, multipart) {
+        let parts = server::form_parts(content_type, bytes::Bytes::copy_from_slice(raw))
+            .await
+            .map_err(ApiError::bad)?;
+        let injected = inner
+            .lock()
+            .failures
+            .get_mut(&method.to_ascii_lowercase())
+            .and_then(VecDeque::pop_front);
+        if let Some(failure) = injected {
+            return Err(ApiError::from(failure));
+        }
+        let answer = send_file(&mut inner.lock(), method, field, parts);
+        inner.bump();
+        return answer;
+    }
     if !raw.is_empty() {
         let json_type = request
             .header("content-type")
@@ -1499,6 +1543,188 @@ fn send_message(state: &mut State, body: &Map<String, Value>) -> Result<Response
     let json = state.bot_message_json(&message);
     state.sent.push(message);
     Ok(ok(json))
+}
+
+/// The methods that upload a file, with the part that carries it.
+const UPLOADS: &[(&str, &str)] = &[
+    ("sendPhoto", "photo"),
+    ("sendDocument", "document"),
+    ("sendAudio", "audio"),
+    ("sendVoice", "voice"),
+];
+/// The Bot API's limits on uploads: 10 MB for a photo, 50 MB otherwise.
+pub const MAX_PHOTO_UPLOAD: usize = 10 * 1024 * 1024;
+pub const MAX_UPLOAD: usize = 50 * 1024 * 1024;
+/// The longest caption, in UTF-16 code units after entities are parsed.
+pub const MAX_CAPTION: usize = 1024;
+/// The fields the upload methods take besides the file (those Flynn could
+/// send; others are refused as unknown to the fake).
+const UPLOAD_FIELDS: &[&str] = &[
+    "chat_id",
+    "message_thread_id",
+    "caption",
+    "parse_mode",
+    "disable_notification",
+    "duration",
+    "title",
+    "performer",
+    "reply_markup",
+];
+
+/// `sendPhoto`, `sendDocument`, `sendAudio`, `sendVoice` with the file
+/// uploaded as `multipart/form-data`, checked as the Bot API checks them.
+fn send_file(
+    state: &mut State,
+    method: &str,
+    field: &str,
+    parts: Vec<FormPart>,
+) -> Result<Response, ApiError> {
+    let mut body = Map::new();
+    let mut file = None;
+    for part in parts {
+        if part.name == field {
+            if part.file_name.is_none() {
+                return Err(ApiError::bad(format!(
+                    "the fake takes `{field}` as an uploaded file, not a file_id or URL"
+                )));
+            }
+            file = Some(part);
+        } else if UPLOAD_FIELDS.contains(&part.name.as_str()) {
+            let text = part
+                .text()
+                .ok_or_else(|| ApiError::bad(format!("field {} is not UTF-8", part.name)))?;
+            body.insert(part.name.clone(), Value::String(text.to_owned()));
+        } else {
+            return Err(ApiError::bad(format!(
+                "unknown field {} for {method}",
+                part.name
+            )));
+        }
+    }
+    let chat_id = chat_of(state, &body)?;
+    if let Some(Value::String(thread)) = body.get("message_thread_id") {
+        let parsed = thread
+            .parse::<i64>()
+            .map_err(|_| ApiError::bad("message_thread_id must be an integer"))?;
+        body.insert("message_thread_id".to_owned(), json!(parsed));
+    }
+    let thread_id = thread_of(state, chat_id, &body)?;
+    let Some(file) = file else {
+        return Err(ApiError::bad(format!("there is no {field} in the request")));
+    };
+    if file.data.is_empty() {
+        return Err(ApiError::bad("file must be non-empty"));
+    }
+    if file.data.len() > MAX_UPLOAD {
+        return Err(ApiError {
+            code: 413,
+            description: "Request Entity Too Large".to_owned(),
+            violation: false,
+            retry_after: None,
+        });
+    }
+    if field == "photo" {
+        if file.data.len() > MAX_PHOTO_UPLOAD {
+            return Err(ApiError::bad("PHOTO_SAVE_FILE_INVALID").benign());
+        }
+        if image_format(&file.data).is_none() {
+            return Err(ApiError::bad("IMAGE_PROCESS_FAILED").benign());
+        }
+    }
+    if field == "voice" && !file.data.starts_with(b"OggS") {
+        // Telegram takes other formats but shows them as a file, not a
+        // voice note: never what a bot means by `sendVoice`.
+        state.violations.push(format!(
+            "sendVoice with a file that is not Ogg ({}): it shows as a document, not a voice note",
+            file.content_type.as_deref().unwrap_or("no content type")
+        ));
+    }
+    let caption = match body.get("caption").and_then(Value::as_str) {
+        Some(caption) if !caption.is_empty() => {
+            let plain = match body.get("parse_mode").and_then(Value::as_str) {
+                None => caption.to_owned(),
+                Some(mode) if mode.eq_ignore_ascii_case("html") => parse_html(caption)
+                    .map_err(|e| ApiError::bad(format!("can't parse entities: {e}")))?,
+                Some(other) => {
+                    return Err(ApiError::bad(format!(
+                        "unsupported parse_mode (the fake checks HTML only, got '{other}')"
+                    )));
+                }
+            };
+            if plain.encode_utf16().count() > MAX_CAPTION {
+                return Err(ApiError::bad("message caption is too long"));
+            }
+            Some(plain)
+        }
+        _ => None,
+    };
+    let message_id = state.take_message_id();
+    state.next_file += 1;
+    let file_id = format!("sent-{}", state.next_file);
+    let size = file.data.len();
+    let file_name = file.file_name.clone().unwrap_or_default();
+    let mut json = json!({
+        "message_id": message_id,
+        "from": bot_user(),
+        "chat": state.chat_json(chat_id),
+        "date": now(),
+    });
+    if let Some(thread) = thread_id {
+        json["message_thread_id"] = json!(thread);
+        json["is_topic_message"] = json!(true);
+    }
+    if let Some(caption) = &caption {
+        json["caption"] = json!(caption);
+    }
+    let described = json!({
+        "file_id": file_id,
+        "file_unique_id": format!("u{file_id}"),
+        "file_size": size,
+    });
+    json[field] = match field {
+        "photo" => json!([described]),
+        "voice" => {
+            let mut voice = described;
+            voice["duration"] = json!(1);
+            voice["mime_type"] = json!("audio/ogg");
+            voice
+        }
+        _ => {
+            let mut document = described;
+            document["file_name"] = json!(file_name);
+            if let Some(kind) = &file.content_type {
+                document["mime_type"] = json!(kind);
+            }
+            document
+        }
+    };
+    state.uploads.push(SentFile {
+        chat_id,
+        message_id,
+        thread_id,
+        method: method.to_owned(),
+        file_name,
+        content_type: file.content_type,
+        data: file.data.to_vec(),
+        caption,
+    });
+    Ok(ok(json))
+}
+
+/// The image format of `data` by its first bytes, among those Telegram
+/// takes as a photo.
+fn image_format(data: &[u8]) -> Option<&'static str> {
+    if data.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("png")
+    } else if data.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Some("jpeg")
+    } else if data.starts_with(b"GIF8") {
+        Some("gif")
+    } else if data.len() > 12 && &data[..4] == b"RIFF" && &data[8..12] == b"WEBP" {
+        Some("webp")
+    } else {
+        None
+    }
 }
 
 fn edit_message_text(state: &mut State, body: &Map<String, Value>) -> Result<Response, ApiError> {

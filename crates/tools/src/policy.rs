@@ -280,9 +280,14 @@ fn profile_patterns(profile: ToolProfile) -> &'static [&'static str] {
             "sessions.*",
             "agents.*",
             "cron.*",
+            "voice.*",
         ],
+        // `media.*` sends workspace files: where the files are, not for
+        // the messaging profile guests get.
         ToolProfile::Coding => &[
             "file.*",
+            "media.*",
+            "voice.*",
             "shell.*",
             "process.*",
             "web.*",

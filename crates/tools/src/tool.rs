@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::builtin::AgentHost;
+use crate::builtin::{AgentHost, MediaSender};
 use crate::{
     Approver, DenyAll, GateObserver, Guards, Provenance, ToolCatalog, ToolError, ToolPolicy,
 };
@@ -53,6 +53,9 @@ pub struct ToolContext {
     /// Limits the turn took on (the permissions of the skills it read);
     /// the executor refuses calls outside them.
     pub guards: Arc<Guards>,
+    /// Where the files `media.send` and `voice.say` send go: the turn's
+    /// chat. `None` outside a turn.
+    pub media: Option<Arc<dyn MediaSender>>,
 }
 
 impl ToolContext {
@@ -76,6 +79,7 @@ impl ToolContext {
             catalog: None,
             host: None,
             guards: Arc::new(Guards::new()),
+            media: None,
         }
     }
 }

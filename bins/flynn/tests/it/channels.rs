@@ -331,6 +331,119 @@ async fn a_telegram_voice_note_is_transcribed_before_its_turn() {
     daemon.stop(Duration::from_secs(20));
 }
 
+/// "Send me the chart": `media.send` delivers a workspace file to the
+/// Telegram chat as a photo with its caption, after the answer; a PDF
+/// goes as a document; a file outside the workspace is refused to the
+/// model and nothing is sent.
+#[cfg(feature = "telegram")]
+#[tokio::test]
+async fn media_send_delivers_workspace_files_to_telegram_natively() {
+    use flynn_testkit::telegram::{FakeTelegram, Incoming, TgUser};
+    use serde_json::json;
+
+    let model = FakeOpenAi::start().await;
+    let telegram = FakeTelegram::start().await;
+    let env = Env::new();
+    let workspace = env.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let png = [&b"\x89PNG\r\n\x1a\n"[..], &[7u8; 600][..]].concat();
+    std::fs::write(workspace.join("chart.png"), &png).unwrap();
+    std::fs::write(workspace.join("report.pdf"), b"%PDF-1.7 a report").unwrap();
+    std::fs::write(env.path().join("secret.txt"), b"not for chats").unwrap();
+    let config = TestConfig::new(&model)
+        .section(&format!("tools:\n  workspace: {}", workspace.display()))
+        .telegram(&telegram, "owners: [\"4242\"]");
+    let env = env.with_config(&config);
+    let mut daemon = Daemon::start(&env);
+    let owner = TgUser::new(4242, "Owner");
+
+    model.push(Reply::ToolCalls(vec![(
+        "media_send".into(),
+        json!({"path": "chart.png", "caption": "Sales by month"}),
+    )]));
+    model.push(Reply::ToolCalls(vec![(
+        "media_send".into(),
+        json!({"path": "report.pdf"}),
+    )]));
+    model.push(Reply::Text("Here is the chart, and the report.".into()));
+    telegram.push(Incoming::private(&owner, "send me the chart"));
+    crate::setup::wait_until(
+        "the chart and the report",
+        Duration::from_secs(20),
+        &daemon,
+        || telegram.files_sent().len() == 2,
+    );
+    let files = telegram.files_sent();
+    assert_eq!(
+        (
+            files[0].method.as_str(),
+            files[0].file_name.as_str(),
+            files[0].content_type.as_deref(),
+            files[0].caption.as_deref(),
+            files[0].chat_id
+        ),
+        (
+            "sendPhoto",
+            "chart.png",
+            Some("image/png"),
+            Some("Sales by month"),
+            4242
+        )
+    );
+    assert_eq!(files[0].data, png);
+    assert_eq!(
+        (
+            files[1].method.as_str(),
+            files[1].file_name.as_str(),
+            files[1].content_type.as_deref(),
+            files[1].caption.as_deref()
+        ),
+        ("sendDocument", "report.pdf", Some("application/pdf"), None)
+    );
+    assert_eq!(files[1].data, b"%PDF-1.7 a report");
+    // The answer reads above the files it speaks of.
+    let answer = telegram
+        .sent()
+        .into_iter()
+        .find(|m| m.plain == "Here is the chart, and the report.")
+        .expect("the answer");
+    assert!(answer.message_id < files[0].message_id);
+    let said = model
+        .requests()
+        .iter()
+        .rfind(|r| r.path.ends_with("/chat/completions"))
+        .map(|r| r.body["messages"].to_string())
+        .unwrap_or_default();
+    assert!(
+        said.contains("sent chart.png to the chat as an image (image/png, 608 bytes)"),
+        "{said}"
+    );
+
+    // A path out of the workspace is refused; the model reads why.
+    model.push(Reply::ToolCalls(vec![(
+        "media_send".into(),
+        json!({"path": "../secret.txt"}),
+    )]));
+    model.push(Reply::Text("I cannot send that file.".into()));
+    telegram.push(Incoming::private(&owner, "send me the secret"));
+    crate::setup::wait_until("the refusal", Duration::from_secs(20), &daemon, || {
+        telegram
+            .sent()
+            .iter()
+            .any(|m| m.plain == "I cannot send that file.")
+    });
+    let said = model
+        .requests()
+        .iter()
+        .rfind(|r| r.path.ends_with("/chat/completions"))
+        .map(|r| r.body["messages"].to_string())
+        .unwrap_or_default();
+    assert!(said.contains("outside the workspace"), "{said}");
+    assert_eq!(telegram.files_sent().len(), 2, "nothing more was sent");
+    assert_eq!(telegram.violations(), Vec::<String>::new());
+    daemon.stop(Duration::from_secs(20));
+}
+
 #[cfg(feature = "telegram")]
 #[tokio::test]
 async fn on_telegram_a_confirmation_is_approved_with_its_button_and_groups_need_a_mention() {

@@ -128,6 +128,27 @@ impl Bot {
             .map_err(|e| Error::Http(e.without_url()))?;
         read(input)
     }
+
+    /// Calls `method` with `form` as its `multipart/form-data` body (a
+    /// file upload); its `result`.
+    pub async fn upload<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        form: reqwest::multipart::Form,
+    ) -> Result<T, Error> {
+        let response = self
+            .http
+            .post(format!("{}/{method}", self.url))
+            .multipart(form)
+            .send()
+            .await
+            .map_err(|e| Error::Http(e.without_url()))?;
+        let input = response
+            .text()
+            .await
+            .map_err(|e| Error::Http(e.without_url()))?;
+        read(input)
+    }
 }
 
 // ------------------------------------------------------------ answers

@@ -35,9 +35,11 @@ use self::api::{Bot, InlineButton, InlineKeyboard, Refusal, Update};
 use self::parse::Me;
 use crate::adapter::{
     Action, Attachment, Button, ButtonStyle, Capabilities, ChannelAdapter, ChannelError,
-    Conversation, InboundEvent, MessageId, Target, WebhookRequest, WebhookResponse,
+    Conversation, FileKind, InboundEvent, MessageId, OutgoingFile, Target, WebhookRequest,
+    WebhookResponse,
 };
 use crate::inbound::Inbound;
+use crate::outbound::retrying;
 use crate::signature::{hmac_sha256_hex, verify_hmac_sha256};
 
 /// The channel's name.
@@ -49,8 +51,15 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Limit of one long poll or one file download.
 const SLOW_TIMEOUT: Duration = Duration::from_secs(120);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Limit of one file upload (50 MB over a slow uplink).
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(600);
 /// The largest file the Bot API hands out to bots (`getFile`).
 pub const MAX_DOWNLOAD: u64 = 20 * 1024 * 1024;
+/// The largest file a bot may upload.
+pub const MAX_UPLOAD: u64 = 50 * 1024 * 1024;
+/// The largest photo a bot may upload; a larger picture goes as a
+/// document.
+pub const MAX_PHOTO: u64 = 10 * 1024 * 1024;
 /// Failed polls in a row (5xx, network) before `connect` gives up and
 /// lets the registry reconnect with its backoff.
 const POLL_ATTEMPTS: u32 = 3;
@@ -84,6 +93,8 @@ pub struct TelegramAdapter {
     bot: Bot,
     /// Long polls (a longer timeout).
     poller: Bot,
+    /// File uploads (the longer timeout too).
+    uploader: Bot,
     /// File downloads.
     http: reqwest::Client,
     /// Set by `connect` (`getMe`); mentions and replies are matched
@@ -290,7 +301,8 @@ impl TelegramAdapter {
         let bot_url = format!("{api_url}/bot{token}");
         let bot = Bot::new(client(CALL_TIMEOUT)?, bot_url.clone());
         let slow = client(SLOW_TIMEOUT)?;
-        let poller = Bot::new(slow.clone(), bot_url);
+        let poller = Bot::new(slow.clone(), bot_url.clone());
+        let uploader = Bot::new(client(UPLOAD_TIMEOUT)?, bot_url);
         Ok(TelegramAdapter {
             mode: config.mode,
             webhook_url: config.webhook_url.clone(),
@@ -298,6 +310,7 @@ impl TelegramAdapter {
             file_base: format!("{api_url}/file/bot{token}"),
             bot,
             poller,
+            uploader,
             http: slow,
             me: RwLock::new(None),
             offset: AtomicI64::new(0),
@@ -656,6 +669,76 @@ impl ChannelAdapter for TelegramAdapter {
             .await
             .map_err(api_error)?;
         Ok(MessageId(sent.message_id.to_string()))
+    }
+
+    fn upload_limit(&self, kind: FileKind) -> u64 {
+        // A photo over 10 MB goes as a document, which may have 50.
+        let _ = kind;
+        MAX_UPLOAD
+    }
+
+    async fn send_file(&self, to: &Target, file: &OutgoingFile) -> Result<MessageId, ChannelError> {
+        let size = file.data.len() as u64;
+        if size > MAX_UPLOAD {
+            return Err(ChannelError::too_large(NAME, size, MAX_UPLOAD));
+        }
+        let chat = chat_id(&to.conversation)?;
+        let thread = thread_id(&to.conversation)?;
+        let photo = file.kind == FileKind::Image
+            && size <= MAX_PHOTO
+            && matches!(
+                file.media_type.as_str(),
+                "image/jpeg" | "image/png" | "image/webp"
+            );
+        // Telegram plays Ogg/Opus, MP3 and M4A as voice notes; anything
+        // else goes as an audio file.
+        let voice = file.kind == FileKind::Voice
+            && matches!(
+                file.media_type.as_str(),
+                "audio/ogg" | "audio/opus" | "audio/mpeg" | "audio/mp4" | "audio/x-m4a"
+            );
+        let (method, field) = if photo {
+            ("sendPhoto", "photo")
+        } else if voice {
+            ("sendVoice", "voice")
+        } else if matches!(file.kind, FileKind::Audio | FileKind::Voice) {
+            ("sendAudio", "audio")
+        } else {
+            ("sendDocument", "document")
+        };
+        let form = |field: &'static str| -> Result<reqwest::multipart::Form, ChannelError> {
+            let part = reqwest::multipart::Part::stream(file.data.clone())
+                .file_name(file.name.clone())
+                .mime_str(&file.media_type)
+                .map_err(|_| rejected(format!("'{}' is not a MIME type", file.media_type)))?;
+            let mut form = reqwest::multipart::Form::new()
+                .text("chat_id", chat.to_string())
+                .part(field, part);
+            if let Some(thread) = thread {
+                form = form.text("message_thread_id", thread.to_string());
+            }
+            if let Some(caption) = file.caption.as_deref().filter(|c| !c.trim().is_empty()) {
+                form = form.text("caption", caption.to_owned());
+            }
+            Ok(form)
+        };
+        let upload = |method: &'static str, field: &'static str| async move {
+            let sent: api::Sent = self
+                .uploader
+                .upload(method, form(field)?)
+                .await
+                .map_err(api_error)?;
+            Ok::<_, ChannelError>(MessageId(sent.message_id.to_string()))
+        };
+        match retrying(|| upload(method, field)).await {
+            // A picture Telegram will not show as a photo (its sides, its
+            // encoding) still arrives, as a file.
+            Err(ChannelError::Rejected { detail, .. }) if photo => {
+                tracing::debug!(%detail, "a photo was refused; sending it as a document");
+                retrying(|| upload("sendDocument", "document")).await
+            }
+            other => other,
+        }
     }
 
     async fn edit(

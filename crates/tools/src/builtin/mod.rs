@@ -2,6 +2,7 @@
 
 mod agents;
 mod files;
+mod media;
 pub mod process;
 mod shell;
 mod tool_search;
@@ -12,6 +13,7 @@ pub use agents::{
     ToolOutputRead, page,
 };
 pub use files::{FileEdit, FileList, FileRead, FileSearch, FileWrite};
+pub use media::{MAX_SEND_BYTES, MediaSend, MediaSender, OutgoingMedia, kind_of, media_type_of};
 pub use process::{
     ProcessKill, ProcessLifetime, ProcessList, ProcessManager, ProcessOutput, ProcessStart,
     ProcessStatusTool,
@@ -70,6 +72,7 @@ pub fn registry_and_processes(
         .register(FileEdit::new(files))
         .register(FileList::new(files))
         .register(FileSearch::new(files))
+        .register(MediaSend::new(files))
         .register(ToolSearch)
         .register(ProcessStart::new(processes.clone()))
         .register(ProcessStatusTool::new(processes.clone()))

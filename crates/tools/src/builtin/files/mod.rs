@@ -130,7 +130,7 @@ fn nofollow() -> i32 {
 /// path's place (`O_NOFOLLOW`; `path` comes resolved from `confine`), and
 /// the file type is checked on the open file, so nothing swapped in
 /// between a check and the open can block a read.
-fn open_regular(path: &Path, shown: &str) -> Result<std::fs::File, ToolError> {
+pub(crate) fn open_regular(path: &Path, shown: &str) -> Result<std::fs::File, ToolError> {
     let refuse = |kind: &str| ToolError::failed(format!("{shown} is {kind}, not a regular file"));
     #[cfg(unix)]
     let opened = {
