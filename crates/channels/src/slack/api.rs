@@ -27,6 +27,9 @@ const AUTH_ERRORS: &[&str] = &[
     "missing_scope",
 ];
 
+/// An upload (up to [`super::UPLOAD_LIMIT`]) gives up after this long.
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// A Web API client for one workspace.
 #[derive(Debug, Clone)]
 pub(super) struct Api {
@@ -78,6 +81,71 @@ impl Api {
             .and_then(Value::as_str)
             .unwrap_or("unknown_error");
         Err(api_error(method, code, retry_after))
+    }
+
+    /// Calls a method that takes its arguments form-encoded
+    /// (`files.getUploadURLExternal` does not read JSON bodies).
+    pub async fn call_form(
+        &self,
+        method: &str,
+        token: &str,
+        args: &[(&str, &str)],
+    ) -> Result<Value, ChannelError> {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(args)
+            .finish();
+        let response = self
+            .http
+            .post(format!("{}/{method}", self.base))
+            .header(AUTHORIZATION, format!("Bearer {token}"))
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| unavailable(format!("{method}: {}", without_url(&e))))?;
+        let response = check_status(method, response)?;
+        let retry_after = retry_after(&response);
+        let answer: Value = response.json().await.map_err(|e| {
+            unavailable(format!("{method}: unreadable answer: {}", without_url(&e)))
+        })?;
+        if answer.get("ok").and_then(Value::as_bool) == Some(true) {
+            return Ok(answer);
+        }
+        let code = answer
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown_error");
+        Err(api_error(method, code, retry_after))
+    }
+
+    /// Sends a file's bytes to the `upload_url` that
+    /// `files.getUploadURLExternal` gave, as the raw body of type
+    /// `media_type`. The URL is the credential: no token goes with it.
+    pub async fn upload(
+        &self,
+        upload_url: &str,
+        media_type: &str,
+        data: Bytes,
+    ) -> Result<(), ChannelError> {
+        const WHAT: &str = "the upload URL";
+        let url = Url::parse(upload_url)
+            .ok()
+            .filter(|url| matches!(url.scheme(), "https" | "http"))
+            .ok_or_else(|| {
+                unavailable(
+                    "files.getUploadURLExternal gave an upload_url that is not an http(s) URL",
+                )
+            })?;
+        let response = self
+            .http
+            .post(url)
+            .header(CONTENT_TYPE, media_type)
+            .timeout(UPLOAD_TIMEOUT)
+            .body(data)
+            .send()
+            .await
+            .map_err(|e| unavailable(format!("{WHAT}: {}", without_url(&e))))?;
+        check_status(WHAT, response).map(drop)
     }
 
     /// Reads a private file with the bot token, refusing more than
