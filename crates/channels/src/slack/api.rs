@@ -262,7 +262,12 @@ fn seconds_hint(value: &str) -> Option<Duration> {
 
 /// An `ok: false` answer as an error.
 pub(super) fn api_error(method: &str, code: &str, retry_after: Option<Duration>) -> ChannelError {
-    let detail = format!("{method}: {code}");
+    let mut detail = format!("{method}: {code}");
+    if code == "missing_scope" && method.starts_with("files.") && method.ends_with("External") {
+        detail.push_str(
+            " (sending files needs the files:write scope: add it under OAuth & Permissions and reinstall the app)",
+        );
+    }
     if AUTH_ERRORS.contains(&code) {
         ChannelError::Unauthorized {
             channel: CHANNEL.to_owned(),
@@ -351,6 +356,13 @@ mod tests {
             }
         );
         assert!(api_error("chat.update", "internal_error", None).is_transient());
+        assert_eq!(
+            api_error("files.getUploadURLExternal", "missing_scope", None),
+            ChannelError::Unauthorized {
+                channel: "slack".into(),
+                detail: "files.getUploadURLExternal: missing_scope (sending files needs the files:write scope: add it under OAuth & Permissions and reinstall the app)".into()
+            }
+        );
     }
 
     #[test]
