@@ -704,6 +704,23 @@ mod tests {
     }
 
     #[test]
+    fn captions_show_as_typed_and_file_names_lose_their_path() {
+        assert_eq!(
+            caption_text("# Sales\n*up* 5% | [q3]\n- note"),
+            "\\# Sales\n\\*up\\* 5% \\| \\[q3\\]\n\\- note"
+        );
+        assert_eq!(caption_text("hi @here"), "hi @\u{200b}here");
+        assert_eq!(caption_text(&"*".repeat(1500)).chars().count(), 2000);
+        assert_eq!(file_name("../reports/q3.pdf"), "q3.pdf");
+        assert_eq!(file_name("C:\\tmp\\a\nb.png"), "ab.png");
+        assert_eq!(file_name(" / "), "file");
+        let long = format!("{}.png", "x".repeat(150));
+        let cut = file_name(&long);
+        assert_eq!(cut.chars().count(), 100);
+        assert!(cut.ends_with("x.png"), "{cut}");
+    }
+
+    #[test]
     fn buttons_become_rows_of_five_and_edits_always_say_which() {
         let button = |i: usize| Button {
             label: format!("B{i}"),

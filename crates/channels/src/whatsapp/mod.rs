@@ -666,6 +666,76 @@ impl ChannelAdapter for WhatsAppAdapter {
 mod tests {
     use super::*;
 
+    fn file(kind: FileKind, media_type: &str, size: usize) -> OutgoingFile {
+        OutgoingFile {
+            kind,
+            name: "f".to_owned(),
+            media_type: media_type.to_owned(),
+            data: bytes::Bytes::from(vec![0u8; size]),
+            caption: None,
+        }
+    }
+
+    #[test]
+    fn each_file_goes_as_the_message_whatsapp_shows_it_in() {
+        let route = |kind, media_type: &str, size| {
+            let file = file(kind, media_type, size);
+            media_message(&file, &essence(&file.media_type))
+        };
+        let small = 1024;
+        let over_image = IMAGE_LIMIT as usize + 1;
+        assert_eq!(
+            route(FileKind::Image, "image/png", small),
+            Ok(MediaMessage::Image)
+        );
+        assert_eq!(
+            route(FileKind::Image, "IMAGE/JPEG", small),
+            Ok(MediaMessage::Image)
+        );
+        assert_eq!(
+            route(FileKind::Image, "image/png", over_image),
+            Ok(MediaMessage::Document)
+        );
+        assert_eq!(
+            route(FileKind::Image, "image/webp", small),
+            Ok(MediaMessage::Document)
+        );
+        assert_eq!(
+            route(FileKind::Document, "image/png", small),
+            Ok(MediaMessage::Document)
+        );
+        assert_eq!(
+            route(FileKind::Voice, "audio/ogg; codecs=opus", small),
+            Ok(MediaMessage::Audio { voice: true })
+        );
+        // A voice note in another format is plain audio.
+        assert_eq!(
+            route(FileKind::Voice, "audio/mpeg", small),
+            Ok(MediaMessage::Audio { voice: false })
+        );
+        assert_eq!(
+            route(FileKind::Document, "audio/mpeg", small),
+            Ok(MediaMessage::Audio { voice: false })
+        );
+        for refused in ["image/gif", "audio/wav", "application/zip", ""] {
+            assert!(
+                matches!(
+                    route(FileKind::Document, refused, small),
+                    Err(ChannelError::Rejected { .. })
+                ),
+                "{refused}"
+            );
+        }
+        assert_eq!(
+            route(FileKind::Audio, "audio/mpeg", AUDIO_LIMIT as usize + 1),
+            Err(ChannelError::too_large(
+                CHANNEL,
+                AUDIO_LIMIT + 1,
+                AUDIO_LIMIT
+            ))
+        );
+    }
+
     #[test]
     fn titles_fit_twenty_characters() {
         assert_eq!(title(" Approve "), "Approve");
