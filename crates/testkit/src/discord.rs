@@ -23,7 +23,13 @@
 //! (content 1-2000 characters, at most 5 action rows of 5 buttons,
 //! `custom_id` 1-100 characters and unique) and answers problems in
 //! Discord's shapes (`{"message","code","errors"}`), recording each in
-//! [`FakeDiscord::violations`]. Interaction callbacks are accepted once,
+//! [`FakeDiscord::violations`]. A message with files comes as
+//! `multipart/form-data` ("Uploading Files"): the body is read strictly,
+//! `payload_json` must hold the message, each `attachments[].id` must name
+//! a `files[n]` part, at most 10 files of at most
+//! [`FakeDiscordOptions::upload_limit`] each (else 413, code 40005); the
+//! files are served by the CDN, listed on the message as Discord lists
+//! attachments, and recorded in [`FakeDiscord::files`]. Interaction callbacks are accepted once,
 //! within 3 seconds of the interaction.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};

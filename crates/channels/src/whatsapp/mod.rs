@@ -58,6 +58,9 @@ pub const AUDIO_LIMIT: u64 = 16 * 1024 * 1024;
 /// The largest document.
 pub const DOCUMENT_LIMIT: u64 = 100 * 1024 * 1024;
 
+/// The longest caption of an image or a document.
+const CAPTION_MAX: usize = 1024;
+
 /// The image types WhatsApp shows inline.
 const IMAGE_TYPES: &[&str] = &["image/jpeg", "image/png"];
 /// The audio types WhatsApp plays (Ogg with the Opus codec only).
@@ -565,11 +568,14 @@ impl ChannelAdapter for WhatsAppAdapter {
             self.graph.upload_media(&essence, &name, file.data.clone())
         })
         .await?;
-        let caption = file
+        // Meta takes captions of up to 1024 characters.
+        let caption: Option<String> = file
             .caption
             .as_deref()
             .map(str::trim)
-            .filter(|c| !c.is_empty());
+            .filter(|c| !c.is_empty())
+            .map(|c| c.chars().take(CAPTION_MAX).collect());
+        let caption = caption.as_deref();
         let mut object = json!({"id": media});
         match message {
             MediaMessage::Image => {
