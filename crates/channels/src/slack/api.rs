@@ -59,28 +59,13 @@ impl Api {
         token: &str,
         body: &Value,
     ) -> Result<Value, ChannelError> {
-        let response = self
+        let request = self
             .http
             .post(format!("{}/{method}", self.base))
             .header(AUTHORIZATION, format!("Bearer {token}"))
             .header(CONTENT_TYPE, "application/json; charset=utf-8")
-            .body(body.to_string())
-            .send()
-            .await
-            .map_err(|e| unavailable(format!("{method}: {}", without_url(&e))))?;
-        let response = check_status(method, response)?;
-        let retry_after = retry_after(&response);
-        let answer: Value = response.json().await.map_err(|e| {
-            unavailable(format!("{method}: unreadable answer: {}", without_url(&e)))
-        })?;
-        if answer.get("ok").and_then(Value::as_bool) == Some(true) {
-            return Ok(answer);
-        }
-        let code = answer
-            .get("error")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown_error");
-        Err(api_error(method, code, retry_after))
+            .body(body.to_string());
+        answer(method, request).await
     }
 
     /// Calls a method that takes its arguments form-encoded
@@ -94,28 +79,13 @@ impl Api {
         let body = form_urlencoded::Serializer::new(String::new())
             .extend_pairs(args)
             .finish();
-        let response = self
+        let request = self
             .http
             .post(format!("{}/{method}", self.base))
             .header(AUTHORIZATION, format!("Bearer {token}"))
             .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| unavailable(format!("{method}: {}", without_url(&e))))?;
-        let response = check_status(method, response)?;
-        let retry_after = retry_after(&response);
-        let answer: Value = response.json().await.map_err(|e| {
-            unavailable(format!("{method}: unreadable answer: {}", without_url(&e)))
-        })?;
-        if answer.get("ok").and_then(Value::as_bool) == Some(true) {
-            return Ok(answer);
-        }
-        let code = answer
-            .get("error")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown_error");
-        Err(api_error(method, code, retry_after))
+            .body(body);
+        answer(method, request).await
     }
 
     /// Sends a file's bytes to the `upload_url` that
@@ -220,6 +190,29 @@ impl Api {
         });
         slack || configured
     }
+}
+
+/// Sends a Web API call; the answer's JSON when it says `ok`, else the
+/// error its status or `error` code stands for.
+async fn answer(method: &str, request: reqwest::RequestBuilder) -> Result<Value, ChannelError> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| unavailable(format!("{method}: {}", without_url(&e))))?;
+    let response = check_status(method, response)?;
+    let retry_after = retry_after(&response);
+    let answer: Value = response
+        .json()
+        .await
+        .map_err(|e| unavailable(format!("{method}: unreadable answer: {}", without_url(&e))))?;
+    if answer.get("ok").and_then(Value::as_bool) == Some(true) {
+        return Ok(answer);
+    }
+    let code = answer
+        .get("error")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown_error");
+    Err(api_error(method, code, retry_after))
 }
 
 /// The status line's verdict: 429 and 5xx are transient, 401/403 refuse
