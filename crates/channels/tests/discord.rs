@@ -6,11 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use flynn_channels::discord::DiscordAdapter;
 use flynn_channels::{
     Action, AttachmentKind, Backoff, Button, ButtonStyle, ChannelAdapter, ChannelError,
-    ChannelState, ChatKind, Conversation, Delivery, Disposition, InboundEvent, InboundMessage,
-    MessageId, Registry, Sender, Target, limits, outbound,
+    ChannelState, ChatKind, Conversation, Delivery, Disposition, FileKind, InboundEvent,
+    InboundMessage, MessageId, OutgoingFile, Registry, Sender, Target, limits, outbound,
 };
 use flynn_protocol::config::DiscordConfig;
 use flynn_testkit::discord::{
@@ -1340,4 +1341,321 @@ async fn fake_wait<T>(mut check: impl FnMut() -> Option<T>) -> T {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+// ------------------------------------------------------------ files out
+
+/// An adapter that only sends (no gateway connection).
+fn sender(fake: &FakeDiscord) -> DiscordAdapter {
+    DiscordAdapter::new(&config(fake, &fake.token())).unwrap()
+}
+
+fn outgoing(kind: FileKind, name: &str, media_type: &str, data: &[u8]) -> OutgoingFile {
+    OutgoingFile {
+        kind,
+        name: name.to_owned(),
+        media_type: media_type.to_owned(),
+        data: Bytes::copy_from_slice(data),
+        caption: None,
+    }
+}
+
+/// The first bytes of a PNG file (enough for the fakes and the tests).
+const PNG: &[u8] =
+    b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
+
+#[tokio::test]
+async fn a_picture_goes_as_an_attachment_with_its_caption_as_plain_text() {
+    let fake = FakeDiscord::start().await;
+    let adapter = sender(&fake);
+    let channel = fake.guild_channel();
+    let mut chart = outgoing(FileKind::Image, "chart.png", "image/png", PNG);
+    chart.caption = Some("Sales *by* month @everyone".to_owned());
+
+    let id = adapter
+        .send_file(&target(channel, ChatKind::Group), &chart)
+        .await
+        .unwrap();
+
+    let files = fake.files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let file = &files[0];
+    assert_eq!(id, MessageId(file.message.to_string()));
+    assert_eq!(
+        (
+            file.channel,
+            file.filename.as_str(),
+            file.content_type.as_deref()
+        ),
+        (channel, "chart.png", Some("image/png"))
+    );
+    assert_eq!(&file.data[..], PNG);
+    // Markdown shows as typed; the mention pings nobody.
+    assert_eq!(file.content, "Sales \\*by\\* month @\u{200b}everyone");
+    // The message as Discord returns it, with the attachment's CDN URL.
+    let messages = fake.messages_in(channel);
+    assert_eq!(messages.len(), 1);
+    let attachment = &messages[0].attachments[0];
+    assert_eq!(attachment["filename"], "chart.png");
+    assert_eq!(attachment["size"], PNG.len());
+    assert_eq!(attachment["content_type"], "image/png");
+    assert_eq!(attachment["id"], file.id.to_string());
+    assert_eq!(messages[0].allowed_mentions, json!({"parse": []}));
+    // The upload as sent: the message in payload_json, the file in files[0].
+    let upload = fake
+        .requests()
+        .into_iter()
+        .find(|r| r.path == format!("/api/v10/channels/{channel}/messages"))
+        .unwrap();
+    assert!(
+        upload
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("multipart/form-data; boundary=")),
+        "{:?}",
+        upload.header("content-type")
+    );
+    assert_eq!(
+        upload.body,
+        json!({
+            "content": "Sales \\*by\\* month @\u{200b}everyone",
+            "allowed_mentions": {"parse": []},
+            "flags": 4,
+            "attachments": [{"id": 0, "filename": "chart.png"}],
+        })
+    );
+    // The bytes are what the CDN serves back.
+    let url = attachment["url"].as_str().unwrap();
+    let fetched = adapter
+        .download(
+            &flynn_channels::Attachment {
+                kind: AttachmentKind::Image,
+                name: Some("chart.png".into()),
+                media_type: "image/png".into(),
+                size: None,
+                source: url.to_owned(),
+            },
+            1024,
+        )
+        .await
+        .unwrap();
+    assert_eq!(&fetched[..], PNG);
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn documents_and_voice_notes_go_into_a_thread_as_attachments() {
+    let fake = FakeDiscord::start().await;
+    let adapter = sender(&fake);
+    let parent = fake.guild_channel();
+    let thread = fake.thread(parent);
+    // A thread is a channel of its own: the conversation's chat is its id.
+    let to = Target {
+        conversation: Conversation {
+            chat: thread.to_string(),
+            thread: None,
+            kind: ChatKind::Group,
+        },
+        reply: None,
+    };
+    let mut report = outgoing(
+        FileKind::Document,
+        "reports/Q3 report.pdf",
+        "application/pdf",
+        b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n",
+    );
+    report.caption = Some("The Q3 report".to_owned());
+    adapter.send_file(&to, &report).await.unwrap();
+    let voice = outgoing(
+        FileKind::Voice,
+        "answer.ogg",
+        "audio/ogg",
+        b"OggS\0\x02voice",
+    );
+    adapter.send_file(&to, &voice).await.unwrap();
+
+    let sent: Vec<(u64, String, Option<String>, String)> = fake
+        .files()
+        .into_iter()
+        .map(|f| (f.channel, f.filename, f.content_type, f.content))
+        .collect();
+    assert_eq!(
+        sent,
+        vec![
+            (
+                thread,
+                "Q3 report.pdf".to_owned(),
+                Some("application/pdf".to_owned()),
+                "The Q3 report".to_owned()
+            ),
+            (
+                thread,
+                "answer.ogg".to_owned(),
+                Some("audio/ogg".to_owned()),
+                String::new()
+            ),
+        ]
+    );
+    assert!(fake.messages_in(parent).is_empty());
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_file_over_the_upload_limit_is_refused_before_anything_is_sent() {
+    let fake = FakeDiscord::start().await;
+    let adapter = sender(&fake);
+    let channel = fake.guild_channel();
+    for kind in [
+        FileKind::Image,
+        FileKind::Document,
+        FileKind::Audio,
+        FileKind::Voice,
+    ] {
+        assert_eq!(adapter.upload_limit(kind), 10 * 1024 * 1024, "{kind:?}");
+    }
+    let big = vec![0u8; 10 * 1024 * 1024 + 1];
+    let error = adapter
+        .send_file(
+            &target(channel, ChatKind::Group),
+            &outgoing(
+                FileKind::Document,
+                "big.bin",
+                "application/octet-stream",
+                &big,
+            ),
+        )
+        .await;
+    assert_eq!(
+        error,
+        Err(ChannelError::Rejected {
+            channel: "discord".into(),
+            detail: "the file has 10.0 MB, over the 10 MB limit".into(),
+        })
+    );
+    assert_eq!(fake.requests(), Vec::new());
+}
+
+#[tokio::test]
+async fn a_rate_limited_upload_is_sent_again_after_the_hint() {
+    let fake = FakeDiscord::start().await;
+    let adapter = sender(&fake);
+    let channel = fake.guild_channel();
+    fake.fail_next(Failure::RateLimited {
+        retry_after: 0.2,
+        global: false,
+    });
+    fake.fail_next(Failure::Status(502));
+    let started = Instant::now();
+    adapter
+        .send_file(
+            &target(channel, ChatKind::Group),
+            &outgoing(FileKind::Image, "chart.png", "image/png", PNG),
+        )
+        .await
+        .unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    let path = format!("/api/v10/channels/{channel}/messages");
+    assert_eq!(posts_to(&fake, &path).len(), 3);
+    assert_eq!(fake.files().len(), 1);
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+/// A multipart body by hand: `(name, filename, content type, data)`.
+fn form(parts: &[(&str, Option<&str>, &str, &[u8])]) -> (String, Vec<u8>) {
+    let boundary = "flynn-test-boundary";
+    let mut body = Vec::new();
+    for (name, filename, content_type, data) in parts {
+        body.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
+        let disposition = match filename {
+            Some(file) => format!("form-data; name=\"{name}\"; filename=\"{file}\""),
+            None => format!("form-data; name=\"{name}\""),
+        };
+        body.extend_from_slice(
+            format!("Content-Disposition: {disposition}\r\nContent-Type: {content_type}\r\n\r\n")
+                .as_bytes(),
+        );
+        body.extend_from_slice(data);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+#[tokio::test]
+async fn the_fake_refuses_uploads_discord_refuses() {
+    let fake = FakeDiscord::start().await;
+    let channel = fake.guild_channel();
+    let url = format!("{}/api/v10/channels/{channel}/messages", fake.api_url());
+    let http = reqwest::Client::new();
+    let post = |(content_type, body): (String, Vec<u8>)| {
+        http.post(&url)
+            .header("authorization", format!("Bot {}", fake.token()))
+            .header("user-agent", "DiscordBot (https://example.invalid, 1)")
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+    };
+    let answer = |response: reqwest::Response| async move {
+        let status = response.status().as_u16();
+        (status, response.json::<Value>().await.unwrap())
+    };
+    let payload = br#"{"content":"hi","attachments":[{"id":0,"filename":"a.png"}]}"#;
+
+    // Over the limit: 413, code 40005.
+    let big = vec![7u8; 10 * 1024 * 1024 + 1];
+    let (status, body) = answer(
+        post(form(&[
+            ("payload_json", None, "application/json", payload),
+            ("files[0]", Some("a.png"), "image/png", &big),
+        ]))
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body),
+        (
+            413,
+            json!({"message": "Request entity too large", "code": 40005})
+        )
+    );
+    // An attachment naming no file part.
+    let (status, body) = answer(
+        post(form(&[
+            (
+                "payload_json",
+                None,
+                "application/json",
+                br#"{"content":"hi","attachments":[{"id":1,"filename":"a.png"}]}"#,
+            ),
+            ("files[0]", Some("a.png"), "image/png", PNG),
+        ]))
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(body["code"], 50035);
+    assert_eq!(
+        body["errors"]["attachments"]["0"]["id"]["_errors"][0]["code"],
+        "ATTACHMENT_NOT_FOUND"
+    );
+    // payload_json that is not JSON.
+    let (status, body) = answer(
+        post(form(&[
+            ("payload_json", None, "application/json", b"{content: hi"),
+            ("files[0]", Some("a.png"), "image/png", PNG),
+        ]))
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!((status, body["code"].clone()), (400, json!(50109)));
+    // A body cut short (no closing boundary).
+    let (content_type, mut body) = form(&[("payload_json", None, "application/json", payload)]);
+    body.truncate(body.len() - 30);
+    let (status, _) = answer(post((content_type, body)).await.unwrap()).await;
+    assert_eq!(status, 400);
+
+    assert!(fake.files().is_empty());
+    assert_eq!(fake.violations().len(), 4, "{:?}", fake.violations());
 }

@@ -7,11 +7,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use flynn_channels::slack::{SECTION_MAX, SlackAdapter};
 use flynn_channels::{
     Action, AttachmentKind, Button, ButtonStyle, ChannelAdapter, ChannelError, ChatKind,
-    Conversation, Delivery, Disposition, Inbound, InboundEvent, InboundMessage, MessageId, Sender,
-    Target, WebhookRequest, outbound,
+    Conversation, Delivery, Disposition, FileKind, Inbound, InboundEvent, InboundMessage,
+    MessageId, OutgoingFile, Sender, Target, WebhookRequest, outbound,
 };
 use flynn_protocol::config::SlackConfig;
 use flynn_testkit::slack::{
@@ -886,4 +887,272 @@ async fn events_api_button_presses_and_slash_commands_arrive() {
     assert_eq!((status, delivered.len()), (401, 0));
     no_violations(&fake);
     stop.cancel();
+}
+
+// ------------------------------------------------------------ files out
+
+fn sender(fake: &FakeSlack) -> SlackAdapter {
+    SlackAdapter::new(&config(fake, "socket", fake::BOT_TOKEN)).unwrap()
+}
+
+fn outgoing(kind: FileKind, name: &str, media_type: &str, data: &[u8]) -> OutgoingFile {
+    OutgoingFile {
+        kind,
+        name: name.to_owned(),
+        media_type: media_type.to_owned(),
+        data: Bytes::copy_from_slice(data),
+        caption: None,
+    }
+}
+
+fn in_chat(chat: &str, thread: Option<&str>, kind: ChatKind) -> Target {
+    Target {
+        conversation: Conversation {
+            chat: chat.to_owned(),
+            thread: thread.map(str::to_owned),
+            kind,
+        },
+        reply: None,
+    }
+}
+
+const PNG: &[u8] =
+    b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
+
+#[tokio::test]
+async fn a_picture_is_uploaded_and_shared_with_its_caption() {
+    let fake = FakeSlack::start().await;
+    let adapter = sender(&fake);
+    let mut chart = outgoing(FileKind::Image, "plots/chart.png", "image/png", PNG);
+    chart.caption = Some("Sales <by> month & more".to_owned());
+
+    let id = adapter
+        .send_file(&in_chat(DM, None, ChatKind::Direct), &chart)
+        .await
+        .unwrap();
+
+    assert_eq!(
+        fake.shared_files(),
+        vec![fake::SharedFile {
+            id: id.0.clone(),
+            filename: "chart.png".into(),
+            title: "chart.png".into(),
+            data: PNG.to_vec(),
+            content_type: Some("image/png".into()),
+            channel: DM.into(),
+            thread_ts: None,
+            initial_comment: Some("Sales &lt;by&gt; month &amp; more".into()),
+        }]
+    );
+    // The three documented steps, in order, and nothing posted otherwise.
+    let paths: Vec<String> = fake.requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(paths.len(), 3, "{paths:?}");
+    assert_eq!(paths[0], "/api/files.getUploadURLExternal");
+    assert!(paths[1].starts_with("/upload/v1/"), "{paths:?}");
+    assert_eq!(paths[2], "/api/files.completeUploadExternal");
+    let announce = &fake.calls("files.getUploadURLExternal")[0];
+    assert_eq!(
+        announce.body,
+        json!({"filename": "chart.png", "length": PNG.len().to_string()})
+    );
+    assert_eq!(
+        fake.calls("files.completeUploadExternal")[0].body,
+        json!({
+            "files": [{"id": id.0, "title": "chart.png"}],
+            "channel_id": DM,
+            "initial_comment": "Sales &lt;by&gt; month &amp; more",
+        })
+    );
+    // The upload URL carries no token.
+    assert_eq!(fake.requests()[1].header("authorization"), None);
+    assert!(fake.messages().is_empty());
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_document_in_a_thread_lands_in_the_thread() {
+    let fake = FakeSlack::start().await;
+    let adapter = sender(&fake);
+    let thread = fake.next_ts();
+    let mut report = outgoing(
+        FileKind::Document,
+        "Q3 report.pdf",
+        "application/pdf",
+        b"%PDF-1.7\n",
+    );
+    report.caption = Some("The report".to_owned());
+    adapter
+        .send_file(&in_chat(GENERAL, Some(&thread), ChatKind::Group), &report)
+        .await
+        .unwrap();
+    let voice = outgoing(FileKind::Voice, "note.ogg", "audio/ogg", b"OggS\0voice");
+    adapter
+        .send_file(&in_chat(GENERAL, Some(&thread), ChatKind::Group), &voice)
+        .await
+        .unwrap();
+
+    let shared: Vec<(String, String, Option<String>, Option<String>)> = fake
+        .shared_files()
+        .into_iter()
+        .map(|f| (f.filename, f.channel, f.thread_ts, f.initial_comment))
+        .collect();
+    assert_eq!(
+        shared,
+        vec![
+            (
+                "Q3 report.pdf".to_owned(),
+                GENERAL.to_owned(),
+                Some(thread.clone()),
+                Some("The report".to_owned())
+            ),
+            (
+                "note.ogg".to_owned(),
+                GENERAL.to_owned(),
+                Some(thread.clone()),
+                None
+            ),
+        ]
+    );
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_file_over_the_limit_is_refused_before_anything_is_sent() {
+    let fake = FakeSlack::start().await;
+    let adapter = sender(&fake);
+    assert_eq!(adapter.upload_limit(FileKind::Document), 100 * 1024 * 1024);
+    assert_eq!(adapter.upload_limit(FileKind::Image), 100 * 1024 * 1024);
+    let big = Bytes::from(vec![0u8; 100 * 1024 * 1024 + 1]);
+    let file = OutgoingFile {
+        kind: FileKind::Document,
+        name: "big.bin".into(),
+        media_type: "application/octet-stream".into(),
+        data: big,
+        caption: None,
+    };
+    assert_eq!(
+        adapter
+            .send_file(&in_chat(DM, None, ChatKind::Direct), &file)
+            .await,
+        Err(ChannelError::Rejected {
+            channel: "slack".into(),
+            detail: "the file has 100.0 MB, over the 100 MB limit".into(),
+        })
+    );
+    assert_eq!(fake.requests(), Vec::new());
+}
+
+#[tokio::test]
+async fn rate_limits_and_a_failed_upload_are_retried_with_a_new_url() {
+    let fake = FakeSlack::start().await;
+    let adapter = sender(&fake);
+    fake.fail_next(
+        "files.getUploadURLExternal",
+        Failure::RateLimited {
+            retry_after_secs: 1,
+        },
+    );
+    fake.fail_next(fake::UPLOAD, Failure::Status(503));
+    fake.fail_next(
+        "files.completeUploadExternal",
+        Failure::Error("ratelimited".into()),
+    );
+    let started = Instant::now();
+    let id = adapter
+        .send_file(
+            &in_chat(DM, None, ChatKind::Direct),
+            &outgoing(FileKind::Image, "chart.png", "image/png", PNG),
+        )
+        .await
+        .unwrap();
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    // Announced three times (the limit, the failed upload, the one that
+    // worked), uploaded twice, completed twice, shared once.
+    assert_eq!(fake.calls("files.getUploadURLExternal").len(), 3);
+    assert_eq!(fake.calls("files.completeUploadExternal").len(), 2);
+    let shared = fake.shared_files();
+    assert_eq!(shared.len(), 1);
+    assert_eq!(shared[0].id, id.0);
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn the_fake_refuses_what_slack_refuses() {
+    let fake = FakeSlack::start().await;
+    let http = reqwest::Client::new();
+    let api = |method: &str| format!("{}/{method}", fake.api_url());
+    let call = |method: &'static str, body: Value| {
+        http.post(api(method))
+            .bearer_auth(fake::BOT_TOKEN)
+            .json(&body)
+            .send()
+    };
+    let form = |method: &'static str, body: &'static str| {
+        http.post(api(method))
+            .bearer_auth(fake::BOT_TOKEN)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+    };
+    let error = |response: reqwest::Response| async move {
+        let body: Value = response.json().await.unwrap();
+        body["error"].as_str().unwrap_or("ok").to_owned()
+    };
+    // A JSON body to getUploadURLExternal; a missing length.
+    let answer = call(
+        "files.getUploadURLExternal",
+        json!({"filename": "a.txt", "length": 3}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(error(answer).await, "invalid_arguments");
+    let answer = form("files.getUploadURLExternal", "filename=a.txt")
+        .await
+        .unwrap();
+    assert_eq!(error(answer).await, "invalid_arguments");
+    // An announced file: the wrong length is refused, then completing it
+    // unuploaded is refused, as is an unknown id.
+    let answer: Value = form("files.getUploadURLExternal", "filename=a.txt&length=3")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let (url, id) = (
+        answer["upload_url"].as_str().unwrap().to_owned(),
+        answer["file_id"].as_str().unwrap().to_owned(),
+    );
+    let upload = http.post(&url).body("toolong").send().await.unwrap();
+    assert_eq!(upload.status().as_u16(), 400);
+    let complete = |id: &str| {
+        call(
+            "files.completeUploadExternal",
+            json!({"files": [{"id": id}], "channel_id": DM}),
+        )
+    };
+    assert_eq!(error(complete(&id).await.unwrap()).await, "file_not_found");
+    assert_eq!(
+        error(complete("F0NOSUCH").await.unwrap()).await,
+        "file_not_found"
+    );
+    // Uploaded once; a second upload to the same URL is refused.
+    let upload = http.post(&url).body("abc").send().await.unwrap();
+    assert_eq!(
+        (upload.status().as_u16(), upload.text().await.unwrap()),
+        (200, "OK - 3".to_owned())
+    );
+    let again = http.post(&url).body("abc").send().await.unwrap();
+    assert_eq!(again.status().as_u16(), 404);
+    // Shared in an unknown channel, then properly.
+    let answer = call(
+        "files.completeUploadExternal",
+        json!({"files": [{"id": id}], "channel_id": "C0NOWHERE"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(error(answer).await, "channel_not_found");
+    assert_eq!(error(complete(&id).await.unwrap()).await, "ok");
+    assert_eq!(fake.shared_files().len(), 1);
+    assert_eq!(fake.shared_files()[0].data, b"abc");
+    assert_eq!(fake.violations().len(), 7, "{:#?}", fake.violations());
 }

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
+use bytes::Bytes;
 use flynn_channels::whatsapp::{BUTTONS_PROMPT, WhatsAppAdapter};
 use flynn_channels::{
     Action, Attachment, AttachmentKind, Backoff, Button, ButtonStyle, ChannelAdapter, ChannelError,
-    ChannelState, Conversation, Delivery, Disposition, Inbound, InboundEvent, InboundMessage,
-    MessageId, Registry, Sender, Target, WebhookRequest, outbound,
+    ChannelState, Conversation, Delivery, Disposition, FileKind, Inbound, InboundEvent,
+    InboundMessage, MessageId, OutgoingFile, Registry, Sender, Target, WebhookRequest, outbound,
 };
 use flynn_protocol::config::WhatsAppConfig;
 use flynn_testkit::whatsapp::{
@@ -934,4 +935,333 @@ async fn the_apis_re_engagement_error_reads_the_same() {
     let violations = h.fake.violations();
     assert_eq!(violations.len(), 1, "{violations:?}");
     assert!(violations[0].contains("has not written within 24 hours"));
+}
+
+// ------------------------------------------------------------ files out
+
+fn outgoing(kind: FileKind, name: &str, media_type: &str, data: &[u8]) -> OutgoingFile {
+    OutgoingFile {
+        kind,
+        name: name.to_owned(),
+        media_type: media_type.to_owned(),
+        data: Bytes::copy_from_slice(data),
+        caption: None,
+    }
+}
+
+const PNG: &[u8] =
+    b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
+
+/// The uploads as `(type, file name, bytes)`.
+fn uploads(fake: &FakeWhatsApp) -> Vec<(String, Option<String>, Vec<u8>)> {
+    fake.uploaded()
+        .into_iter()
+        .map(|u| (u.mime_type, u.file_name, u.data.to_vec()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_png_is_uploaded_and_sent_as_an_image_with_its_caption() {
+    let h = Harness::start().await;
+    h.fake.customer_wrote(ALICE);
+    let mut chart = outgoing(FileKind::Image, "charts/chart.png", "image/png", PNG);
+    chart.caption = Some("Sales by month".to_owned());
+
+    let id = h.adapter.send_file(&target(ALICE), &chart).await.unwrap();
+
+    assert_eq!(
+        uploads(&h.fake),
+        vec![(
+            "image/png".to_owned(),
+            Some("chart.png".to_owned()),
+            PNG.to_vec()
+        )]
+    );
+    let media = h.fake.uploaded()[0].id.clone();
+    let sent = h.fake.sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(id, MessageId(sent[0].id.clone()));
+    assert_eq!(
+        sent[0].body,
+        json!({
+            "messaging_product": "whatsapp",
+            "recipient_type": "individual",
+            "to": ALICE,
+            "type": "image",
+            "image": {"id": media, "caption": "Sales by month"},
+        })
+    );
+    // The upload as Meta documents it.
+    let upload = h
+        .fake
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with("/media"))
+        .unwrap();
+    assert_eq!(
+        upload.path,
+        format!("/{}/{}/media", fake::API_VERSION, fake::PHONE_NUMBER_ID)
+    );
+    assert_eq!(
+        upload.body,
+        json!({
+            "messaging_product": "whatsapp",
+            "type": "image/png",
+            "file": {"filename": "chart.png", "content_type": "image/png", "size": PNG.len()},
+        })
+    );
+    no_violations(&h.fake);
+}
+
+#[tokio::test]
+async fn documents_pictures_whatsapp_does_not_show_and_voice_notes_go_as_meta_documents_them() {
+    let h = Harness::start().await;
+    h.fake.customer_wrote(ALICE);
+    let mut report = outgoing(
+        FileKind::Document,
+        "Q3 report.pdf",
+        "application/pdf",
+        b"%PDF-1.7\n",
+    );
+    report.caption = Some("The report".to_owned());
+    let mut sticker = outgoing(
+        FileKind::Image,
+        "cat.webp",
+        "image/webp",
+        b"RIFF\0\0\0\0WEBPVP8 ",
+    );
+    sticker.caption = Some("A cat".to_owned());
+    let mut big = vec![0u8; 5 * 1024 * 1024 + 1];
+    big[..PNG.len()].copy_from_slice(PNG);
+    let large = outgoing(FileKind::Image, "poster.png", "image/png", &big);
+    let voice = outgoing(
+        FileKind::Voice,
+        "answer.ogg",
+        "audio/ogg; codecs=opus",
+        b"OggS\0\x02opus",
+    );
+    let mut song = outgoing(FileKind::Audio, "song.mp3", "audio/mpeg", b"ID3\x04\0");
+    song.caption = Some("Listen".to_owned());
+    for file in [&report, &sticker, &large, &voice, &song] {
+        h.adapter.send_file(&target(ALICE), file).await.unwrap();
+    }
+
+    let media: Vec<String> = h.fake.uploaded().into_iter().map(|u| u.id).collect();
+    let kinds: Vec<String> = h.fake.uploaded().into_iter().map(|u| u.mime_type).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            "application/pdf",
+            "image/webp",
+            "image/png",
+            "audio/ogg",
+            "audio/mpeg"
+        ]
+    );
+    let sent: Vec<(String, serde_json::Value)> = h
+        .fake
+        .sent()
+        .iter()
+        .map(|m| (m.kind().to_owned(), m.media().clone()))
+        .collect();
+    assert_eq!(
+        sent,
+        vec![
+            (
+                "document".to_owned(),
+                json!({"id": media[0], "filename": "Q3 report.pdf", "caption": "The report"})
+            ),
+            (
+                "document".to_owned(),
+                json!({"id": media[1], "filename": "cat.webp", "caption": "A cat"})
+            ),
+            (
+                "document".to_owned(),
+                json!({"id": media[2], "filename": "poster.png"})
+            ),
+            ("audio".to_owned(), json!({"id": media[3], "voice": true})),
+            ("audio".to_owned(), json!({"id": media[4]})),
+            // Audio takes no caption: it follows as text.
+            ("text".to_owned(), serde_json::Value::Null),
+        ]
+    );
+    assert_eq!(h.fake.sent()[5].text(), "Listen");
+    no_violations(&h.fake);
+}
+
+#[tokio::test]
+async fn files_whatsapp_cannot_take_are_refused_before_anything_is_sent() {
+    let mut h = Harness::start().await;
+    h.fake.customer_wrote(ALICE);
+    assert_eq!(h.adapter.upload_limit(FileKind::Image), 100 * 1024 * 1024);
+    assert_eq!(
+        h.adapter.upload_limit(FileKind::Document),
+        100 * 1024 * 1024
+    );
+    assert_eq!(h.adapter.upload_limit(FileKind::Audio), 16 * 1024 * 1024);
+    assert_eq!(h.adapter.upload_limit(FileKind::Voice), 16 * 1024 * 1024);
+
+    let long = vec![0u8; 16 * 1024 * 1024 + 1];
+    assert_eq!(
+        h.adapter
+            .send_file(
+                &target(ALICE),
+                &outgoing(FileKind::Voice, "long.ogg", "audio/ogg", &long)
+            )
+            .await,
+        Err(ChannelError::Rejected {
+            channel: "whatsapp".into(),
+            detail: "the file has 16.0 MB, over the 16 MB limit".into(),
+        })
+    );
+    let error = h
+        .adapter
+        .send_file(
+            &target(ALICE),
+            &outgoing(FileKind::Image, "dance.gif", "image/gif", b"GIF89a"),
+        )
+        .await
+        .unwrap_err();
+    let ChannelError::Rejected { detail, .. } = &error else {
+        panic!("{error:?}");
+    };
+    assert!(
+        detail.starts_with("WhatsApp does not take image/gif files ('dance.gif'): it takes"),
+        "{detail}"
+    );
+    // Outside the 24-hour window, as for text.
+    let (event, _) = h.deliver(&h.fake.text_message(ALICE, "Alice", "hi")).await;
+    let _ = message(event);
+    h.ahead.store(25 * 3600, Ordering::SeqCst);
+    assert_eq!(
+        h.adapter
+            .send_file(
+                &target(ALICE),
+                &outgoing(FileKind::Image, "chart.png", "image/png", PNG)
+            )
+            .await,
+        Err(ChannelError::Rejected {
+            channel: "whatsapp".into(),
+            detail: WINDOW_MESSAGE.into(),
+        })
+    );
+    assert!(h.fake.uploaded().is_empty());
+    assert_eq!(message_posts(&h.fake), 0);
+    no_violations(&h.fake);
+}
+
+#[tokio::test]
+async fn a_rate_limited_upload_and_send_are_retried() {
+    let h = Harness::start().await;
+    h.fake.customer_wrote(ALICE);
+    h.fake.fail_next(Route::Upload, Failure::too_many_calls());
+    h.fake.fail_next(Route::Messages, Failure::throughput());
+    h.adapter
+        .send_file(
+            &target(ALICE),
+            &outgoing(FileKind::Image, "chart.png", "image/png", PNG),
+        )
+        .await
+        .unwrap();
+    let uploads = h
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/media"))
+        .count();
+    assert_eq!((uploads, message_posts(&h.fake)), (2, 2));
+    // One file uploaded, one message sent.
+    assert_eq!(h.fake.uploaded().len(), 1);
+    assert_eq!(h.fake.sent().len(), 1);
+    assert_eq!(h.fake.sent()[0].kind(), "image");
+    no_violations(&h.fake);
+}
+
+#[tokio::test]
+async fn the_fake_refuses_media_meta_refuses() {
+    let h = Harness::start().await;
+    h.fake.customer_wrote(ALICE);
+    let http = reqwest::Client::new();
+    let base = format!(
+        "{}/{}/{}",
+        h.fake.base_url(),
+        fake::API_VERSION,
+        fake::PHONE_NUMBER_ID
+    );
+    let upload = |media_type: &'static str, data: &'static [u8]| {
+        let form = reqwest::multipart::Form::new()
+            .text("messaging_product", "whatsapp")
+            .text("type", media_type)
+            .part(
+                "file",
+                reqwest::multipart::Part::bytes(data)
+                    .file_name("f")
+                    .mime_str(media_type)
+                    .unwrap(),
+            );
+        http.post(format!("{base}/media"))
+            .bearer_auth(fake::ACCESS_TOKEN)
+            .multipart(form)
+            .send()
+    };
+    let code = |response: reqwest::Response| async move {
+        let body: serde_json::Value = response.json().await.unwrap();
+        body["error"]["code"].as_i64()
+    };
+    // A type Meta does not list.
+    assert_eq!(
+        code(upload("image/gif", b"GIF89a").await.unwrap()).await,
+        Some(100)
+    );
+    // A WebP uploads, but is no `image` message; an unknown id is refused.
+    let webp: serde_json::Value = upload("image/webp", b"RIFF")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let webp = webp["id"].as_str().unwrap().to_owned();
+    let send = |kind: &str, object: serde_json::Value| {
+        http.post(format!("{base}/messages"))
+            .bearer_auth(fake::ACCESS_TOKEN)
+            .json(
+                &json!({"messaging_product": "whatsapp", "to": ALICE, "type": kind, kind: object}),
+            )
+            .send()
+    };
+    assert_eq!(
+        code(send("image", json!({"id": webp})).await.unwrap()).await,
+        Some(131053)
+    );
+    assert_eq!(
+        code(send("document", json!({"id": "123456"})).await.unwrap()).await,
+        Some(131009)
+    );
+    // Audio takes no caption.
+    let ogg: serde_json::Value = upload("audio/ogg", b"OggS")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        code(
+            send("audio", json!({"id": ogg["id"], "caption": "hi"}))
+                .await
+                .unwrap()
+        )
+        .await,
+        Some(100)
+    );
+    assert_eq!(
+        code(
+            send("document", json!({"id": webp, "filename": "cat.webp"}))
+                .await
+                .unwrap()
+        )
+        .await,
+        None
+    );
+    assert_eq!(h.fake.sent().len(), 1);
+    assert_eq!(h.fake.violations().len(), 4, "{:#?}", h.fake.violations());
 }

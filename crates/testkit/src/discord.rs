@@ -23,7 +23,13 @@
 //! (content 1-2000 characters, at most 5 action rows of 5 buttons,
 //! `custom_id` 1-100 characters and unique) and answers problems in
 //! Discord's shapes (`{"message","code","errors"}`), recording each in
-//! [`FakeDiscord::violations`]. Interaction callbacks are accepted once,
+//! [`FakeDiscord::violations`]. A message with files comes as
+//! `multipart/form-data` ("Uploading Files"): the body is read strictly,
+//! `payload_json` must hold the message, each `attachments[].id` must name
+//! a `files[n]` part, at most 10 files of at most
+//! [`FakeDiscordOptions::upload_limit`] each (else 413, code 40005); the
+//! files are served by the CDN, listed on the message as Discord lists
+//! attachments, and recorded in [`FakeDiscord::files`]. Interaction callbacks are accepted once,
 //! within 3 seconds of the interaction.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -72,6 +78,10 @@ pub mod intents {
 const INTERACTION_DEADLINE: Duration = Duration::from_secs(3);
 /// Every timestamp the fake writes.
 const TIMESTAMP: &str = "2026-01-02T03:04:05.678000+00:00";
+/// Discord's default upload limit for bots (10 MiB since 2024).
+pub const UPLOAD_LIMIT: u64 = 10 * 1024 * 1024;
+/// The most files one message carries.
+const MAX_FILES: usize = 10;
 /// How long `wait_until` waits before failing the test.
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -136,6 +146,9 @@ pub struct FakeDiscordOptions {
     /// How long after an interaction its first callback is accepted
     /// (Discord: 3 s).
     pub interaction_deadline: Duration,
+    /// The largest file a message may carry (Discord: 10 MiB without
+    /// boosts); a larger one is answered 413, code 40005.
+    pub upload_limit: u64,
 }
 
 impl Default for FakeDiscordOptions {
@@ -145,6 +158,7 @@ impl Default for FakeDiscordOptions {
             heartbeat_interval_ms: 41_250,
             privileged_intents: intents::MESSAGE_CONTENT,
             interaction_deadline: INTERACTION_DEADLINE,
+            upload_limit: UPLOAD_LIMIT,
         }
     }
 }
@@ -166,6 +180,26 @@ pub struct SentMessage {
     pub flags: u64,
     /// Times it was edited.
     pub edits: u32,
+    /// The attachments as Discord returns them (`id`, `filename`, `size`,
+    /// `url`, `proxy_url`, `content_type`); `[]` when none.
+    pub attachments: Value,
+}
+
+/// A file the bot uploaded with a message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentFile {
+    /// The message that carries it.
+    pub message: u64,
+    pub channel: u64,
+    /// The attachment's id.
+    pub id: u64,
+    /// The name from `payload_json`'s `attachments` (what Discord shows).
+    pub filename: String,
+    /// The file part's `Content-Type`.
+    pub content_type: Option<String>,
+    pub data: Bytes,
+    /// The message's text (the caption).
+    pub content: String,
 }
 
 /// An interaction callback the fake accepted or refused.
@@ -303,6 +337,7 @@ struct Inner {
     history_reads: Vec<HistoryRead>,
     failures: VecDeque<Failure>,
     files: HashMap<String, (String, Bytes)>,
+    sent_files: Vec<SentFile>,
     commands: Vec<Value>,
     /// Where the fake listens (READY's `resume_gateway_url` points here).
     addr: String,
@@ -369,6 +404,7 @@ impl FakeDiscord {
                 history_reads: Vec::new(),
                 failures: VecDeque::new(),
                 files: HashMap::new(),
+                sent_files: Vec::new(),
                 commands: Vec::new(),
                 addr: String::new(),
                 withhold_acks: false,
@@ -650,6 +686,11 @@ impl FakeDiscord {
         self.state.lock().callbacks.clone()
     }
 
+    /// The files the bot uploaded, oldest first.
+    pub fn files(&self) -> Vec<SentFile> {
+        self.state.lock().sent_files.clone()
+    }
+
     /// The bot's messages in a channel, oldest first.
     pub fn messages_in(&self, channel: u64) -> Vec<SentMessage> {
         let inner = self.state.lock();
@@ -666,6 +707,7 @@ impl FakeDiscord {
                 interaction: m.interaction,
                 flags: m.json["flags"].as_u64().unwrap_or(0),
                 edits: m.edits,
+                attachments: m.json["attachments"].clone(),
             })
             .collect()
     }
@@ -1358,7 +1400,19 @@ fn token_problem(expected: &str, got: Option<&str>) -> Option<Option<String>> {
 
 async fn rest(AxumState(state): AxumState<Arc<State>>, request: Request) -> Response {
     let received = server::Received::read(request).await;
-    let parsed = received.json();
+    let content_type = received.header("content-type").unwrap_or_default();
+    // A multipart body (a message with files): its parts, and the
+    // `payload_json` part as the request's body.
+    let form = content_type
+        .starts_with("multipart/form-data")
+        .then(|| parse_form(content_type, &received.bytes));
+    let parsed = match &form {
+        Some(Ok(parts)) => Ok(payload_json(parts)),
+        Some(Err(problem)) => Err(problem.clone()),
+        None => received
+            .json()
+            .map_err(|e| format!("the body is not JSON ({e})")),
+    };
     let request = CapturedRequest {
         method: received.method,
         path: received.path,
@@ -1367,15 +1421,28 @@ async fn rest(AxumState(state): AxumState<Arc<State>>, request: Request) -> Resp
     };
     state.with(|inner| {
         inner.requests.push(request.clone());
-        if parsed.is_err() {
-            inner.violations.push(format!(
-                "{} {}: the body is not JSON",
-                request.method, request.path
-            ));
-            return error(400, "The request body contains invalid JSON.", 50109);
+        if let Err(problem) = &parsed {
+            inner
+                .violations
+                .push(format!("{} {}: {problem}", request.method, request.path));
+            return match form {
+                Some(_) => error(400, "Invalid Form Body", 50035),
+                None => error(400, "The request body contains invalid JSON.", 50109),
+            };
         }
-        answer(inner, &request, &received.query)
+        let parts = form.and_then(Result::ok);
+        answer(inner, &request, &received.query, parts.as_deref())
     })
+}
+
+/// The `payload_json` part of a form as JSON: `Null` when there is none
+/// or it is not JSON (checked when the message is created).
+fn payload_json(parts: &[FormPart]) -> Value {
+    parts
+        .iter()
+        .find(|p| p.name == "payload_json")
+        .and_then(|p| serde_json::from_slice(&p.data).ok())
+        .unwrap_or(Value::Null)
 }
 
 /// Discord's error body.
@@ -1398,7 +1465,12 @@ fn refuse(
     error(status, message, code)
 }
 
-fn answer(inner: &mut Inner, request: &CapturedRequest, query: &str) -> Response {
+fn answer(
+    inner: &mut Inner,
+    request: &CapturedRequest,
+    query: &str,
+    form: Option<&[FormPart]>,
+) -> Response {
     if request.path.starts_with("/attachments/") {
         return cdn(inner, request);
     }
@@ -1420,7 +1492,8 @@ fn answer(inner: &mut Inner, request: &CapturedRequest, query: &str) -> Response
     {
         return refuse(inner, request, 411, "411: Length Required", 0);
     }
-    if !request.body.is_null()
+    if form.is_none()
+        && !request.body.is_null()
         && !request
             .header("content-type")
             .is_some_and(|t| t.starts_with("application/json"))
@@ -1436,6 +1509,18 @@ fn answer(inner: &mut Inner, request: &CapturedRequest, query: &str) -> Response
         return injected(failure);
     }
     let method = request.method.as_str();
+    if form.is_some()
+        && !(method == "POST" && matches!(route.as_slice(), ["channels", _, "messages"]))
+    {
+        // Discord takes files on webhooks and edits too; the fake does not.
+        return refuse(
+            inner,
+            request,
+            400,
+            "the fake takes files only on POST /channels/{id}/messages",
+            0,
+        );
+    }
     match route.as_slice() {
         ["applications", app, "commands"] => {
             if method != "PUT" {
@@ -1461,6 +1546,9 @@ fn answer(inner: &mut Inner, request: &CapturedRequest, query: &str) -> Response
             };
             if method == "GET" {
                 return history(inner, request, channel, query);
+            }
+            if let Some(form) = form {
+                return upload_message(inner, request, channel, form);
             }
             if let Some(refusal) = check_message(inner, request, false, false) {
                 return refusal;
@@ -2136,11 +2224,202 @@ fn nonce_of(body: &Value) -> Option<String> {
     }
 }
 
+/// `POST /channels/{id}/messages` as `multipart/form-data`, checked as
+/// Discord's "Uploading Files" describes it: one `payload_json` part
+/// holding the message, files in `files[n]` parts with a file name, each
+/// referenced by an `attachments[]` entry whose `id` is its `n`, at most
+/// ten, none over the upload limit (413, code 40005).
+fn upload_message(
+    inner: &mut Inner,
+    request: &CapturedRequest,
+    channel: u64,
+    form: &[FormPart],
+) -> Response {
+    let at = format!("{} {}", request.method, request.path);
+    let payloads = form.iter().filter(|p| p.name == "payload_json").count();
+    if payloads != 1 {
+        inner.violations.push(format!(
+            "{at}: {payloads} payload_json parts (one holds the message)"
+        ));
+        return error(400, "Invalid Form Body", 50035);
+    }
+    let body = &request.body;
+    if !body.is_object() {
+        inner
+            .violations
+            .push(format!("{at}: payload_json is not a JSON object"));
+        return error(400, "The request body contains invalid JSON.", 50109);
+    }
+    let mut files: BTreeMap<u64, &FormPart> = BTreeMap::new();
+    for part in form.iter().filter(|p| p.name != "payload_json") {
+        let index = part
+            .name
+            .strip_prefix("files[")
+            .and_then(|rest| rest.strip_suffix(']'))
+            .and_then(|n| n.parse::<u64>().ok());
+        let Some(index) = index else {
+            inner.violations.push(format!(
+                "{at}: a part named {:?} (files go in files[n], the message in payload_json)",
+                part.name
+            ));
+            return error(400, "Invalid Form Body", 50035);
+        };
+        if part.file_name.is_none() {
+            inner.violations.push(format!(
+                "{at}: {} has no filename in its Content-Disposition",
+                part.name
+            ));
+            return error(400, "Invalid Form Body", 50035);
+        }
+        if files.insert(index, part).is_some() {
+            inner
+                .violations
+                .push(format!("{at}: two parts named {}", part.name));
+            return error(400, "Invalid Form Body", 50035);
+        }
+    }
+    if files.len() > MAX_FILES {
+        let problem = (
+            path(&["files"]),
+            "BASE_TYPE_MAX_LENGTH",
+            format!("Must be {MAX_FILES} or fewer in length."),
+        );
+        inner
+            .violations
+            .push(format!("{at}: {} files (at most {MAX_FILES})", files.len()));
+        return server::json(400, &invalid_form(&[problem]));
+    }
+    let limit = inner.options.upload_limit;
+    if let Some(big) = files.values().find(|f| f.data.len() as u64 > limit) {
+        inner.violations.push(format!(
+            "{at}: {} has {} bytes, over the {limit}-byte upload limit",
+            big.name,
+            big.data.len()
+        ));
+        return error(413, "Request entity too large", 40005);
+    }
+    // Each attachments[] entry names a file part by its index.
+    let mut problems = message_problems(body, false);
+    let mut named: BTreeMap<u64, String> = BTreeMap::new();
+    match &body["attachments"] {
+        Value::Null => {}
+        Value::Array(entries) => {
+            for (i, entry) in entries.iter().enumerate() {
+                let id = match &entry["id"] {
+                    Value::Number(n) => n.as_u64(),
+                    Value::String(s) => s.parse().ok(),
+                    _ => None,
+                };
+                let here = |field: &str| path(&["attachments", &i.to_string(), field]);
+                match id.filter(|id| files.contains_key(id)) {
+                    Some(id) => {
+                        let filename = match &entry["filename"] {
+                            Value::String(name) if !name.is_empty() => name.clone(),
+                            Value::Null => files[&id].file_name.clone().unwrap_or_default(),
+                            _ => {
+                                problems.push((
+                                    here("filename"),
+                                    "BASE_TYPE_REQUIRED",
+                                    "This field is required".to_owned(),
+                                ));
+                                continue;
+                            }
+                        };
+                        named.insert(id, filename);
+                    }
+                    None => problems.push((
+                        here("id"),
+                        "ATTACHMENT_NOT_FOUND",
+                        format!("Attachment data not found for id {}", entry["id"]),
+                    )),
+                }
+            }
+        }
+        _ => problems.push((
+            path(&["attachments"]),
+            "BASE_TYPE_ARRAY",
+            "Must be an array.".to_owned(),
+        )),
+    }
+    if !problems.is_empty() {
+        inner
+            .violations
+            .push(format!("{at}: Invalid Form Body: {problems:?}"));
+        return server::json(400, &invalid_form(&problems));
+    }
+    for (index, part) in &files {
+        if !named.contains_key(index) {
+            // Discord attaches it anyway under its part's file name; Flynn
+            // always names its files in `attachments`.
+            inner.violations.push(format!(
+                "{at}: {} is not referenced by any attachments[] entry",
+                part.name
+            ));
+            named.insert(*index, part.file_name.clone().unwrap_or_default());
+        }
+    }
+    let content = body["content"].as_str().unwrap_or_default();
+    if content.is_empty() && files.is_empty() {
+        return refuse(inner, request, 400, "Cannot send an empty message", 50006);
+    }
+    let mut attachments = Vec::new();
+    let mut stored = Vec::new();
+    for (index, part) in files {
+        let filename = named.remove(&index).unwrap_or_default();
+        let file_id = FakeDiscord::next_id(inner);
+        let content_type = part
+            .content_type
+            .clone()
+            .unwrap_or_else(|| "application/octet-stream".to_owned());
+        let cdn = format!("/attachments/{channel}/{file_id}/{filename}");
+        let url = format!(
+            "http://{}{cdn}?ex=6780a1b2&is=677f5032&hm=0f1e2d3c4b5a6978",
+            inner.addr
+        );
+        attachments.push(json!({
+            "id": file_id.to_string(), "filename": filename, "size": part.data.len(),
+            "url": url, "proxy_url": url, "content_type": content_type,
+        }));
+        inner
+            .files
+            .insert(cdn, (content_type.clone(), part.data.clone()));
+        stored.push((file_id, filename, part));
+    }
+    let message = create_message_with(inner, channel, body, None, Value::Array(attachments));
+    let Some(id) = message["id"].as_str().and_then(|id| id.parse::<u64>().ok()) else {
+        return refuse(inner, request, 404, "Unknown Channel", 10003);
+    };
+    for (file_id, filename, part) in stored {
+        inner.sent_files.push(SentFile {
+            message: id,
+            channel,
+            id: file_id,
+            filename,
+            content_type: part.content_type.clone(),
+            data: part.data.clone(),
+            content: content.to_owned(),
+        });
+    }
+    server::json(200, &message)
+}
+
 fn create_message(
     inner: &mut Inner,
     channel_id: u64,
     body: &Value,
     interaction: Option<u64>,
+) -> Value {
+    create_message_with(inner, channel_id, body, interaction, json!([]))
+}
+
+/// Creates the bot's message carrying `attachments` (Discord's
+/// attachment objects) and tells the bot about it.
+fn create_message_with(
+    inner: &mut Inner,
+    channel_id: u64,
+    body: &Value,
+    interaction: Option<u64>,
+    attachments: Value,
 ) -> Value {
     let Some(channel) = inner.channels.get(&channel_id).cloned() else {
         return Value::Null;
@@ -2160,6 +2439,7 @@ fn create_message(
         components,
     );
     message["allowed_mentions"] = body["allowed_mentions"].clone();
+    message["attachments"] = attachments;
     // The nonce comes back in the message, as a string.
     let nonce = nonce_of(body);
     if let Some(nonce) = &nonce {
@@ -2365,9 +2645,231 @@ fn webhook(
     }
 }
 
+// ------------------------------------------------------------ multipart
+
+/// One part of a `multipart/form-data` body.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FormPart {
+    /// The `name` of its `Content-Disposition: form-data`.
+    pub name: String,
+    /// Its `filename` (or `filename*`, decoded), for a file.
+    pub file_name: Option<String>,
+    /// Its `Content-Type`, when it has one.
+    pub content_type: Option<String>,
+    pub data: Bytes,
+}
+
+/// Reads a `multipart/form-data` body strictly (RFC 7578 and RFC 2046):
+/// the boundary from `content_type`, every delimiter line ended by CRLF,
+/// headers and a blank line on every part, a `Content-Disposition:
+/// form-data` with a `name` on each, and the closing delimiter. What is
+/// wrong, when something is.
+pub(crate) fn parse_form(content_type: &str, body: &[u8]) -> Result<Vec<FormPart>, String> {
+    let boundary = params(content_type)
+        .into_iter()
+        .find(|(key, _)| key.eq_ignore_ascii_case("boundary"))
+        .map(|(_, value)| value)
+        .filter(|b| !b.is_empty() && b.len() <= 70)
+        .ok_or_else(|| {
+            format!("Content-Type {content_type:?} names no boundary (1-70 characters)")
+        })?;
+    let delimiter = format!("--{boundary}");
+    let mut rest = match find(body, delimiter.as_bytes()) {
+        Some(0) => &body[delimiter.len()..],
+        Some(at) if body[..at].ends_with(b"\r\n") => &body[at + delimiter.len()..],
+        _ => {
+            return Err(format!(
+                "the body does not start with the boundary {delimiter:?}"
+            ));
+        }
+    };
+    let close = format!("\r\n{delimiter}");
+    let mut parts = Vec::new();
+    loop {
+        if rest.starts_with(b"--") {
+            return Ok(parts);
+        }
+        rest = rest
+            .strip_prefix(b"\r\n")
+            .ok_or("a boundary line not ended by CRLF")?;
+        let (head, after) = match find(rest, b"\r\n\r\n") {
+            Some(end) => (&rest[..end], &rest[end + 4..]),
+            // A part without headers: the blank line follows at once.
+            None if rest.starts_with(b"\r\n") => (&rest[..0], &rest[2..]),
+            None => return Err("a part whose headers end in no blank line".to_owned()),
+        };
+        let stop = find(after, close.as_bytes())
+            .ok_or_else(|| format!("a part not closed by {delimiter:?}"))?;
+        parts.push(form_part(head, Bytes::copy_from_slice(&after[..stop]))?);
+        rest = &after[stop + close.len()..];
+    }
+}
+
+/// One part from its header block and its body.
+fn form_part(head: &[u8], data: Bytes) -> Result<FormPart, String> {
+    let head = std::str::from_utf8(head).map_err(|_| "part headers that are not UTF-8")?;
+    let mut disposition = None;
+    let mut content_type = None;
+    for line in head.split("\r\n").filter(|l| !l.is_empty()) {
+        let (key, value) = line
+            .split_once(':')
+            .ok_or_else(|| format!("a part header line without a colon: {line:?}"))?;
+        match key.trim().to_ascii_lowercase().as_str() {
+            "content-disposition" => disposition = Some(value.trim().to_owned()),
+            "content-type" => content_type = Some(value.trim().to_owned()),
+            _ => {}
+        }
+    }
+    let disposition = disposition.ok_or("a part without Content-Disposition")?;
+    if !disposition
+        .split(';')
+        .next()
+        .is_some_and(|kind| kind.trim().eq_ignore_ascii_case("form-data"))
+    {
+        return Err(format!(
+            "Content-Disposition {disposition:?} is not form-data"
+        ));
+    }
+    let params = params(&disposition);
+    let param = |name: &str| {
+        params
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.clone())
+    };
+    let name =
+        param("name").ok_or_else(|| format!("Content-Disposition {disposition:?} has no name"))?;
+    let file_name = match param("filename*") {
+        Some(encoded) => Some(
+            extended_value(&encoded)
+                .ok_or_else(|| format!("filename* {encoded:?} is not UTF-8''<percent-encoded>"))?,
+        ),
+        None => param("filename"),
+    };
+    Ok(FormPart {
+        name,
+        file_name,
+        content_type,
+        data,
+    })
+}
+
+/// The `key=value` parameters after the first `;` of a header value,
+/// quoted values unquoted (`\"` and `\\` unescaped).
+fn params(value: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut chars = value.chars().peekable();
+    // Skip the value itself.
+    for c in chars.by_ref() {
+        if c == ';' {
+            break;
+        }
+    }
+    loop {
+        let key: String = chars
+            .by_ref()
+            .take_while(|c| *c != '=')
+            .collect::<String>()
+            .trim()
+            .to_owned();
+        if key.is_empty() {
+            return out;
+        }
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let mut value = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => value.extend(chars.next()),
+                    '"' => break,
+                    c => value.push(c),
+                }
+            }
+            for c in chars.by_ref() {
+                if c == ';' {
+                    break;
+                }
+            }
+        } else {
+            for c in chars.by_ref() {
+                if c == ';' {
+                    break;
+                }
+                value.push(c);
+            }
+        }
+        out.push((key, value.trim().to_owned()));
+    }
+}
+
+/// An RFC 8187 value, `UTF-8''%E2%82%AC.txt`, decoded.
+fn extended_value(value: &str) -> Option<String> {
+    let (charset, rest) = value.split_once('\'')?;
+    let (_, encoded) = rest.split_once('\'')?;
+    if !charset.eq_ignore_ascii_case("utf-8") {
+        return None;
+    }
+    let bytes = encoded.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Where `needle` first occurs in `haystack`.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || needle.len() > haystack.len() {
+        return None;
+    }
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn multipart_bodies_are_read_strictly() {
+        let body = b"--XyZ\r\nContent-Disposition: form-data; name=\"payload_json\"\r\n\
+Content-Type: application/json\r\n\r\n{\"a\":1}\r\n--XyZ\r\n\
+Content-Disposition: form-data; name=\"files[0]\"; filename*=utf-8''%E2%82%AC%20a.txt\r\n\
+\r\nline\r\n--XyZ--\r\n";
+        let parts = parse_form("multipart/form-data; boundary=\"XyZ\"", body).unwrap();
+        assert_eq!(
+            parts,
+            vec![
+                FormPart {
+                    name: "payload_json".into(),
+                    file_name: None,
+                    content_type: Some("application/json".into()),
+                    data: Bytes::from_static(b"{\"a\":1}"),
+                },
+                FormPart {
+                    name: "files[0]".into(),
+                    file_name: Some("\u{20ac} a.txt".into()),
+                    content_type: None,
+                    data: Bytes::from_static(b"line"),
+                },
+            ]
+        );
+        let cut = &body[..body.len() - 12];
+        assert!(parse_form("multipart/form-data; boundary=XyZ", cut).is_err());
+        assert!(parse_form("multipart/form-data", body).is_err());
+        let unnamed = b"--b\r\nContent-Disposition: form-data\r\n\r\nx\r\n--b--";
+        assert!(parse_form("multipart/form-data; boundary=b", unnamed).is_err());
+    }
 
     #[test]
     fn mentions_follow_the_content() {

@@ -17,6 +17,15 @@
 //!   unknown `ts` (`message_not_found`). Beyond what Slack refuses, a
 //!   `<` in mrkdwn that opens no link or mention (Slack wants `&lt;`) and
 //!   a malformed `thread_ts` are violations.
+//! - File uploads as Slack documents them: `files.getUploadURLExternal`
+//!   (`filename` and `length` as form fields or query arguments, not
+//!   JSON) answers an upload URL on the fake and a file id; the URL takes
+//!   one POST of exactly `length` bytes (raw, or a multipart file part);
+//!   `files.completeUploadExternal` shares uploaded files (`files` of
+//!   `{"id", "title"}`) into `channel_id`, `thread_ts` and with
+//!   `initial_comment`, refusing ids never announced or never uploaded
+//!   (`file_not_found`) and malformed arguments (`invalid_arguments`).
+//!   [`FakeSlack::shared_files`] lists what was shared.
 //! - Socket Mode: each ticket opens one connection; the fake says
 //!   `hello`, pushes envelopes with an `envelope_id`, records the
 //!   acknowledgements, and sends an `events_api` envelope left
@@ -44,6 +53,7 @@ use axum::extract::{Query, Request, State as AxumState};
 use axum::response::Response;
 use axum::routing::get;
 use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use crate::server::{self, CapturedRequest, Server};
@@ -86,6 +96,10 @@ pub const ACTIONS_MAX: usize = 25;
 pub const BUTTON_TEXT_MAX: usize = 75;
 /// The longest button value.
 pub const BUTTON_VALUE_MAX: usize = 2000;
+/// What [`FakeSlack::fail_next`] calls the upload URLs.
+pub const UPLOAD: &str = "upload";
+/// The largest file Slack takes (1 GB).
+pub const FILE_MAX: usize = 1_000_000_000;
 /// How long Slack waits for an interaction's acknowledgement.
 const INTERACTIVE_ACK: Duration = Duration::from_secs(3);
 /// How many times Slack retries an event.
@@ -115,6 +129,40 @@ pub struct Posted {
     pub unfurl_links: Option<bool>,
     /// Times `chat.update` changed it.
     pub edits: u32,
+}
+
+/// A file the bot shared with `files.completeUploadExternal`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedFile {
+    /// Its id (`F…`), from `files.getUploadURLExternal`.
+    pub id: String,
+    /// The `filename` announced for it.
+    pub filename: String,
+    /// The `title` given when it was shared (the file name when none).
+    pub title: String,
+    /// The bytes uploaded.
+    pub data: Vec<u8>,
+    /// The `Content-Type` of the upload.
+    pub content_type: Option<String>,
+    /// Where it was shared (`channel_id`).
+    pub channel: String,
+    /// The thread it was shared in.
+    pub thread_ts: Option<String>,
+    /// The message introducing it.
+    pub initial_comment: Option<String>,
+}
+
+/// A file announced with `files.getUploadURLExternal`.
+#[derive(Debug, Clone)]
+struct Upload {
+    id: String,
+    filename: String,
+    length: usize,
+    /// The path of its upload URL.
+    path: String,
+    /// The bytes and their `Content-Type`, once uploaded.
+    uploaded: Option<(Vec<u8>, Option<String>)>,
+    shared: bool,
 }
 
 #[derive(Debug)]
@@ -154,6 +202,8 @@ struct Inner {
     responses: Vec<Value>,
     response_urls: HashSet<String>,
     files: HashMap<String, (String, Vec<u8>)>,
+    uploads: Vec<Upload>,
+    shared: Vec<SharedFile>,
 }
 
 #[derive(Debug)]
@@ -216,6 +266,8 @@ impl FakeSlack {
                 responses: Vec::new(),
                 response_urls: HashSet::new(),
                 files: HashMap::new(),
+                uploads: Vec::new(),
+                shared: Vec::new(),
             }),
             version,
             addr: OnceLock::new(),
@@ -266,11 +318,16 @@ impl FakeSlack {
             .change(|inner| inner.channels.insert(id.to_owned()));
     }
 
-    /// Answers the next call of `method` (`chat.postMessage`) with
-    /// `failure`.
+    /// Answers the next call of `method` (`chat.postMessage`, or
+    /// [`UPLOAD`] for the next upload URL) with `failure`.
     pub fn fail_next(&self, method: &str, failure: Failure) {
         self.state
             .change(|inner| inner.failures.push_back((method.to_owned(), failure)));
+    }
+
+    /// The files the bot shared into channels and threads, in order.
+    pub fn shared_files(&self) -> Vec<SharedFile> {
+        self.state.lock().shared.clone()
     }
 
     /// The messages the bot posted, as they are now.
@@ -741,6 +798,10 @@ fn form_decode(body: &[u8]) -> Map<String, Value> {
 /// Every HTTP request but the WebSocket: captured, then answered.
 async fn http(AxumState(state): AxumState<Arc<State>>, request: Request) -> Response {
     let received = server::Received::read(request).await;
+    if received.path.starts_with("/upload/") {
+        return upload(&state, received);
+    }
+    let query = received.query.clone();
     let content_type = received
         .header("content-type")
         .unwrap_or_default()
@@ -776,7 +837,7 @@ async fn http(AxumState(state): AxumState<Arc<State>>, request: Request) -> Resp
         return ok_false("invalid_json");
     }
     if let Some(method) = captured.path.strip_prefix("/api/") {
-        return api(&state, method, &captured);
+        return api(&state, method, &captured, &query);
     }
     if captured.path.starts_with("/files-pri/") {
         return file(&state, &captured);
@@ -803,12 +864,14 @@ fn bearer(request: &CapturedRequest) -> Option<&str> {
     request.header("authorization")?.strip_prefix("Bearer ")
 }
 
-fn api(state: &State, method: &str, request: &CapturedRequest) -> Response {
+fn api(state: &State, method: &str, request: &CapturedRequest, query: &str) -> Response {
     const METHODS: &[&str] = &[
         "auth.test",
         "apps.connections.open",
         "chat.postMessage",
         "chat.update",
+        "files.getUploadURLExternal",
+        "files.completeUploadExternal",
     ];
     if !METHODS.contains(&method) {
         state.violation(format!("unknown Web API method {method}"));
@@ -890,8 +953,272 @@ fn api(state: &State, method: &str, request: &CapturedRequest) -> Response {
             )
         }
         "chat.postMessage" => post_message(state, body),
+        "files.getUploadURLExternal" => upload_url(state, request, query),
+        "files.completeUploadExternal" => complete_upload(state, body),
         _ => update_message(state, body),
     }
+}
+
+/// `files.getUploadURLExternal`: `filename` and `length` (bytes), as form
+/// fields or query arguments (Slack reads no JSON body here). Answers an
+/// upload URL for exactly that many bytes and the file's id.
+fn upload_url(state: &State, request: &CapturedRequest, query: &str) -> Response {
+    let method = "files.getUploadURLExternal";
+    let from_query = form_decode(query.as_bytes());
+    if request
+        .header("content-type")
+        .is_some_and(|t| t.starts_with("application/json"))
+    {
+        state.violation(format!(
+            "{method}: a JSON body (this method takes form fields or query arguments)"
+        ));
+        return ok_false("invalid_arguments");
+    }
+    let arg = |name: &str| {
+        text_field(&request.body, name)
+            .or_else(|| from_query.get(name).and_then(Value::as_str))
+            .map(str::to_owned)
+    };
+    let Some(filename) = arg("filename").filter(|f| !f.trim().is_empty()) else {
+        state.violation(format!("{method}: no filename"));
+        return ok_false("invalid_arguments");
+    };
+    let length = arg("length").and_then(|l| l.parse::<usize>().ok());
+    let Some(length) = length.filter(|l| (1..=FILE_MAX).contains(l)) else {
+        state.violation(format!(
+            "{method}: length {:?} is not a size in bytes from 1 to {FILE_MAX}",
+            arg("length")
+        ));
+        return ok_false("invalid_arguments");
+    };
+    let n = state.change(|inner| {
+        inner.counter += 1;
+        inner.counter
+    });
+    let id = format!("F0UPLOAD{n:04}");
+    let path = format!("/upload/v1/fake-{n:04}-{}", hex_token(n));
+    let url = format!("{}{path}", state.base());
+    state.change(|inner| {
+        inner.uploads.push(Upload {
+            id: id.clone(),
+            filename,
+            length,
+            path,
+            uploaded: None,
+            shared: false,
+        })
+    });
+    server::json(200, &json!({"ok": true, "upload_url": url, "file_id": id}))
+}
+
+/// An opaque part for an upload URL.
+fn hex_token(n: u64) -> String {
+    hex::encode(Sha256::digest(format!("upload-{n}").as_bytes()))[..24].to_owned()
+}
+
+/// A POST to an upload URL: the bytes raw, or multipart with the file in
+/// a part (Slack takes both). The URL takes one upload of exactly the
+/// announced length; Slack answers `OK - <length>`.
+fn upload(state: &State, received: server::Received) -> Response {
+    let at = format!("{} {}", received.method, received.path);
+    let text = |status: u16, body: String| {
+        server::respond(
+            status,
+            &[("content-type", "text/plain; charset=utf-8")],
+            Body::from(body),
+        )
+    };
+    state.change(|inner| {
+        inner.requests.push(CapturedRequest {
+            method: received.method.clone(),
+            path: received.path.clone(),
+            headers: received.headers.clone(),
+            body: Value::Null,
+        })
+    });
+    if received.method != "POST" {
+        state.violation(format!("{at}: upload URLs take POST"));
+        return text(405, "method_not_allowed".to_owned());
+    }
+    let failure = state.change(|inner| {
+        let at = inner.failures.iter().position(|(m, _)| m == UPLOAD)?;
+        inner.failures.remove(at).map(|(_, f)| f)
+    });
+    match failure {
+        Some(Failure::RateLimited { retry_after_secs }) => {
+            return server::respond(
+                429,
+                &[("retry-after", &retry_after_secs.to_string())],
+                Body::from("ratelimited"),
+            );
+        }
+        Some(Failure::Status(status)) => return text(status, "upstream error".to_owned()),
+        Some(Failure::Error(code)) => return text(400, code),
+        None => {}
+    }
+    let found = state
+        .lock()
+        .uploads
+        .iter()
+        .find(|u| u.path == received.path)
+        .cloned();
+    let Some(announced) = found else {
+        state.violation(format!("{at}: no such upload URL"));
+        return text(404, "invalid_upload_url".to_owned());
+    };
+    if announced.uploaded.is_some() {
+        state.violation(format!(
+            "{at}: the URL was used already (it takes one upload)"
+        ));
+        return text(404, "invalid_upload_url".to_owned());
+    }
+    let content_type = received.header("content-type").map(str::to_owned);
+    let data = match content_type.as_deref() {
+        Some(t) if t.starts_with("multipart/form-data") => {
+            match crate::discord::parse_form(t, &received.bytes) {
+                Ok(parts) => match parts.into_iter().find(|p| p.file_name.is_some()) {
+                    Some(part) => part.data.to_vec(),
+                    None => {
+                        state.violation(format!("{at}: a multipart upload without a file part"));
+                        return text(400, "no_file_data".to_owned());
+                    }
+                },
+                Err(problem) => {
+                    state.violation(format!("{at}: {problem}"));
+                    return text(400, "invalid_multipart".to_owned());
+                }
+            }
+        }
+        _ => received.bytes.to_vec(),
+    };
+    if data.len() != announced.length {
+        state.violation(format!(
+            "{at}: {} bytes uploaded, {} announced",
+            data.len(),
+            announced.length
+        ));
+        return text(400, "length_mismatch".to_owned());
+    }
+    let length = data.len();
+    state.change(|inner| {
+        if let Some(upload) = inner.uploads.iter_mut().find(|u| u.path == received.path) {
+            upload.uploaded = Some((data, content_type));
+        }
+    });
+    text(200, format!("OK - {length}"))
+}
+
+/// `files.completeUploadExternal`: `files` (a JSON array, or its text in
+/// a form) of `{"id", "title"?}` naming uploaded files, shared in
+/// `channel_id` (and `thread_ts`) with `initial_comment`.
+fn complete_upload(state: &State, body: &Value) -> Response {
+    let method = "files.completeUploadExternal";
+    let files = match body.get("files") {
+        Some(Value::String(text)) => serde_json::from_str::<Value>(text).ok(),
+        Some(value) => Some(value.clone()),
+        None => None,
+    };
+    let entries: Option<Vec<(String, Option<String>)>> = files
+        .as_ref()
+        .and_then(Value::as_array)
+        .filter(|a| !a.is_empty())
+        .and_then(|entries| {
+            entries
+                .iter()
+                .map(|e| {
+                    let id = e.get("id")?.as_str()?.to_owned();
+                    let title = match e.get("title") {
+                        None | Some(Value::Null) => None,
+                        Some(Value::String(t)) => Some(t.clone()),
+                        Some(_) => return None,
+                    };
+                    Some((id, title))
+                })
+                .collect()
+        });
+    let Some(entries) = entries else {
+        state.violation(format!(
+            "{method}: files is {:?}, not a list of {{\"id\", \"title\"}}",
+            body.get("files")
+        ));
+        return ok_false("invalid_arguments");
+    };
+    let channel = match body.get("channel_id").or_else(|| body.get("channels")) {
+        Some(Value::String(channel)) => channel.clone(),
+        _ => {
+            // Without a channel Slack keeps the file private: a bot that
+            // meant to send it sent nothing.
+            state.violation(format!("{method}: no channel_id (the file stays private)"));
+            return ok_false("invalid_arguments");
+        }
+    };
+    if !state.lock().channels.contains(&channel) {
+        state.violation(format!("{method}: unknown channel {channel}"));
+        return ok_false("channel_not_found");
+    }
+    let thread_ts = match body.get("thread_ts") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(ts)) if is_ts(ts) => Some(ts.clone()),
+        Some(other) => {
+            state.violation(format!(
+                "{method}: thread_ts {other} is not a message timestamp"
+            ));
+            return ok_false("invalid_thread_ts");
+        }
+    };
+    let initial_comment = text_field(body, "initial_comment").map(str::to_owned);
+    if let Some(problem) = initial_comment.as_deref().and_then(unescaped_angle) {
+        state.violation(format!("{method}: initial_comment: {problem}"));
+    }
+    let mut shared = Vec::new();
+    for (id, title) in &entries {
+        let upload = state.lock().uploads.iter().find(|u| u.id == *id).cloned();
+        let problem = match &upload {
+            None => Some(format!(
+                "{id} was never announced with files.getUploadURLExternal"
+            )),
+            Some(u) if u.uploaded.is_none() => {
+                Some(format!("{id} was announced but never uploaded"))
+            }
+            Some(u) if u.shared => Some(format!("{id} was completed already")),
+            Some(_) => None,
+        };
+        if let Some(problem) = problem {
+            state.violation(format!("{method}: {problem}"));
+            return ok_false("file_not_found");
+        }
+        let Some(Upload {
+            filename,
+            uploaded: Some((data, content_type)),
+            ..
+        }) = upload
+        else {
+            return ok_false("file_not_found");
+        };
+        shared.push(SharedFile {
+            id: id.clone(),
+            title: title.clone().unwrap_or_else(|| filename.clone()),
+            filename,
+            data,
+            content_type,
+            channel: channel.clone(),
+            thread_ts: thread_ts.clone(),
+            initial_comment: initial_comment.clone(),
+        });
+    }
+    let answer: Vec<Value> = shared
+        .iter()
+        .map(|f| json!({"id": f.id, "title": f.title, "name": f.filename, "size": f.data.len()}))
+        .collect();
+    state.change(|inner| {
+        for file in &shared {
+            if let Some(upload) = inner.uploads.iter_mut().find(|u| u.id == file.id) {
+                upload.shared = true;
+            }
+        }
+        inner.shared.extend(shared);
+    });
+    server::json(200, &json!({"ok": true, "files": answer}))
 }
 
 fn text_field<'a>(body: &'a Value, name: &str) -> Option<&'a str> {

@@ -4,8 +4,15 @@
 //! Served, under the configured version only (`/v23.0`):
 //! - `GET /{version}/{phone_number_id}?fields=…`: the number's
 //!   `display_phone_number` and `verified_name`;
-//! - `POST /{version}/{phone_number_id}/messages`: `text` and interactive
-//!   reply `button` messages, and read receipts (`"status": "read"`);
+//! - `POST /{version}/{phone_number_id}/media`: uploads, multipart with
+//!   `messaging_product=whatsapp`, `type` (one of the MIME types Meta
+//!   lists, [`MEDIA_TYPES`]) and the `file` (16 MB for audio and video,
+//!   100 MB otherwise), answered with a media id;
+//! - `POST /{version}/{phone_number_id}/messages`: `text`, interactive
+//!   reply `button`, `image` (uploaded JPEG or PNG within 5 MB, a
+//!   caption), `document` (any uploaded media, a caption and a
+//!   `filename`) and `audio` (uploaded audio, `voice`, no caption)
+//!   messages, and read receipts (`"status": "read"`);
 //! - `GET /{version}/{media_id}`: a media object's URL, type, size, hash;
 //! - `GET /whatsapp_business/attachments/?mid=…`: its bytes (what
 //!   `lookaside.fbsbx.com` serves), with the bearer token.
@@ -41,6 +48,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::discord::FormPart;
 use crate::server::{self, Server};
 
 /// The access token the fake accepts.
@@ -61,6 +69,50 @@ pub const VERIFY_TOKEN: &str = "fake-whatsapp-verify-token";
 pub const API_VERSION: &str = "v23.0";
 /// How long after a person's last message the business may answer.
 pub const SERVICE_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The largest image sent as an `image` message.
+pub const IMAGE_MAX: usize = 5 * 1024 * 1024;
+/// The largest audio (and video) file.
+pub const AUDIO_MAX: usize = 16 * 1024 * 1024;
+/// The largest document, and so the largest upload.
+pub const DOCUMENT_MAX: usize = 100 * 1024 * 1024;
+
+/// The MIME types the media endpoint takes, as Meta lists them: audio,
+/// documents, images, stickers, video.
+pub const MEDIA_TYPES: &[&str] = &[
+    "audio/aac",
+    "audio/amr",
+    "audio/mpeg",
+    "audio/mp4",
+    "audio/ogg",
+    "text/plain",
+    "application/pdf",
+    "application/msword",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "application/vnd.ms-excel",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "application/vnd.ms-powerpoint",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "image/jpeg",
+    "image/png",
+    "image/webp",
+    "video/mp4",
+    "video/3gpp",
+];
+
+/// A file the business uploaded to the media endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UploadedMedia {
+    /// The media id it was given.
+    pub id: String,
+    /// The `type` field.
+    pub mime_type: String,
+    /// The file part's file name.
+    pub file_name: Option<String>,
+    /// The file part's `Content-Type`.
+    pub content_type: Option<String>,
+    pub data: Bytes,
+}
 
 /// One request the fake received.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,6 +158,21 @@ impl SentMessage {
             .unwrap_or_default()
     }
 
+    /// The message's `type` (`text`, `interactive`, `image`, `document`,
+    /// `audio`).
+    pub fn kind(&self) -> &str {
+        self.body["type"].as_str().unwrap_or("text")
+    }
+
+    /// The media object of an `image`, `document` or `audio` message
+    /// (`{"id", "caption"?, "filename"?, "voice"?}`); `Null` otherwise.
+    pub fn media(&self) -> &Value {
+        match self.kind() {
+            kind @ ("image" | "document" | "audio") => &self.body[kind],
+            _ => &Value::Null,
+        }
+    }
+
     /// The reply buttons as `(id, title)`.
     pub fn buttons(&self) -> Vec<(String, String)> {
         self.body["interactive"]["action"]["buttons"]
@@ -136,6 +203,8 @@ pub enum Route {
     Media,
     /// The media download URL.
     Download,
+    /// `POST /{version}/{phone_number_id}/media` (uploads).
+    Upload,
 }
 
 /// An answer injected in place of the next request's on a route.
@@ -204,6 +273,7 @@ struct State {
     sent: Vec<SentMessage>,
     read: Vec<String>,
     media: HashMap<String, MediaFile>,
+    uploaded: Vec<UploadedMedia>,
     counter: u64,
     /// `http://127.0.0.1:PORT`, for the media URLs (the fake's own
     /// unless [`FakeWhatsApp::serve_media_from`] says otherwise).
@@ -359,6 +429,11 @@ impl FakeWhatsApp {
             },
         );
         id
+    }
+
+    /// The files the business uploaded, in order.
+    pub fn uploaded(&self) -> Vec<UploadedMedia> {
+        self.shared.lock().uploaded.clone()
     }
 
     /// A text message from `from` (E.164 digits) named `name`.
@@ -660,6 +735,11 @@ fn form_encode(text: &str) -> String {
 
 async fn capture_and_answer(shared: &Shared, request: Request) -> Response {
     let received = server::Received::read(request).await;
+    let content_type = received.header("content-type").unwrap_or_default();
+    if content_type.starts_with("multipart/form-data") {
+        let form = crate::discord::parse_form(content_type, &received.bytes);
+        return upload(shared, &received, form);
+    }
     let parsed = received.json();
     let captured = GraphRequest {
         method: received.method,
@@ -685,6 +765,150 @@ async fn capture_and_answer(shared: &Shared, request: Request) -> Response {
         );
     }
     answer(&mut state, &captured)
+}
+
+/// A multipart request: only the media endpoint takes one. Checked as
+/// Meta documents it: `messaging_product=whatsapp`, a `type` Meta lists,
+/// a `file` part with a file name, within the size limit of its type.
+fn upload(
+    shared: &Shared,
+    received: &server::Received,
+    form: Result<Vec<FormPart>, String>,
+) -> Response {
+    // The request as recorded: the text fields, and the file described.
+    let mut fields = serde_json::Map::new();
+    for part in form.iter().flatten() {
+        let value = match &part.file_name {
+            Some(name) => json!({
+                "filename": name,
+                "content_type": part.content_type,
+                "size": part.data.len(),
+            }),
+            None => json!(String::from_utf8_lossy(&part.data)),
+        };
+        fields.insert(part.name.clone(), value);
+    }
+    let request = GraphRequest {
+        method: received.method.clone(),
+        path: received.path.clone(),
+        query: received.query.clone(),
+        headers: received.headers.clone(),
+        body: Value::Object(fields),
+    };
+    let mut state = shared.lock();
+    state.requests.push(request.clone());
+    let at = format!("{} {}", request.method, request.path);
+    let media_path = format!("/{API_VERSION}/{PHONE_NUMBER_ID}/media");
+    if request.method != "POST" || request.path.trim_end_matches('/') != media_path {
+        let problem = format!("{at}: a multipart body (only POST {media_path} takes one)");
+        return refuse(&mut state, 400, 100, INVALID_PARAMETER, problem);
+    }
+    if let Some(refusal) = check_token(&mut state, &request) {
+        return refusal;
+    }
+    if let Some(failure) = state.failure(Route::Upload) {
+        return injected(failure);
+    }
+    let parts = match form {
+        Ok(parts) => parts,
+        Err(problem) => {
+            let problem = format!("{at}: {problem}");
+            return refuse(&mut state, 400, 100, INVALID_PARAMETER, problem);
+        }
+    };
+    let text = |name: &str| {
+        parts
+            .iter()
+            .find(|p| p.name == name && p.file_name.is_none())
+            .map(|p| String::from_utf8_lossy(&p.data).into_owned())
+    };
+    if text("messaging_product").as_deref() != Some("whatsapp") {
+        let problem = format!("{at}: messaging_product must be \"whatsapp\"");
+        return refuse(
+            &mut state,
+            400,
+            100,
+            "(#100) The parameter messaging_product is required.",
+            problem,
+        );
+    }
+    if let Some(other) = parts
+        .iter()
+        .find(|p| !["messaging_product", "type", "file"].contains(&p.name.as_str()))
+    {
+        let problem = format!("{at}: unknown parameter '{}'", other.name);
+        return refuse(&mut state, 400, 100, INVALID_PARAMETER, problem);
+    }
+    let Some(file) = parts
+        .iter()
+        .find(|p| p.name == "file" && p.file_name.is_some())
+    else {
+        let problem = format!("{at}: no `file` part with a file name");
+        return refuse(
+            &mut state,
+            400,
+            100,
+            "(#100) The parameter file is required.",
+            problem,
+        );
+    };
+    let Some(mime_type) = text("type").map(|t| t.trim().to_ascii_lowercase()) else {
+        let problem = format!("{at}: no `type` (the file's MIME type)");
+        return refuse(
+            &mut state,
+            400,
+            100,
+            "(#100) The parameter type is required.",
+            problem,
+        );
+    };
+    if !MEDIA_TYPES.contains(&mime_type.as_str()) {
+        let message = format!(
+            "(#100) Param file must be a file with one of the following types: {}. Received file of type '{mime_type}'.",
+            MEDIA_TYPES.join(", ")
+        );
+        let problem = format!("{at}: type '{mime_type}' is not one Meta takes");
+        return refuse(&mut state, 400, 100, &message, problem);
+    }
+    if let Some(part_type) = &file.content_type
+        && part_type.split(';').next().map(str::trim) != Some(mime_type.as_str())
+    {
+        let problem = format!("{at}: the file part is {part_type} but type says {mime_type}");
+        state.violations.push(problem);
+    }
+    let limit = match mime_type.split('/').next() {
+        Some("audio" | "video") => AUDIO_MAX,
+        _ => DOCUMENT_MAX,
+    };
+    if file.data.is_empty() || file.data.len() > limit {
+        let problem = format!(
+            "{at}: a {mime_type} file of {} bytes (1 to {limit})",
+            file.data.len()
+        );
+        return refuse(
+            &mut state,
+            400,
+            131053,
+            "(#131053) Media upload error",
+            problem,
+        );
+    }
+    let id = format!("{}", 2_000_000_000_000_000 + state.next());
+    state.media.insert(
+        id.clone(),
+        MediaFile {
+            mime_type: mime_type.clone(),
+            data: file.data.clone(),
+        },
+    );
+    state.uploaded.push(UploadedMedia {
+        id: id.clone(),
+        mime_type,
+        file_name: file.file_name.clone(),
+        content_type: file.content_type.clone(),
+        data: file.data.clone(),
+    });
+    server::json(200, &json!({"id": id}))
 }
 
 fn graph_error_body(code: i64, message: &str, details: Option<&str>, trace: &str) -> Value {
@@ -983,6 +1207,9 @@ fn messages(state: &mut State, request: &GraphRequest) -> Response {
         "type",
         "text",
         "interactive",
+        "image",
+        "document",
+        "audio",
         "context",
         "biz_opaque_callback_data",
     ];
@@ -1020,9 +1247,12 @@ fn messages(state: &mut State, request: &GraphRequest) -> Response {
     let problem = match kind {
         "text" => check_text(&body["text"]),
         "interactive" => check_interactive(&body["interactive"]),
+        "image" | "document" | "audio" => check_media(&state.media, kind, &body[kind]),
         other => Some((
             100,
-            format!("the fake serves text and interactive messages, not '{other}'"),
+            format!(
+                "the fake serves text, interactive, image, document and audio messages, not '{other}'"
+            ),
         )),
     };
     if let Some((code, problem)) = problem {
@@ -1122,6 +1352,71 @@ fn check_text(text: &Value) -> Option<(i64, String)> {
             (n == 0 || n > 4096).then(|| (100, format!("text.body has {n} characters (1-4096)")))
         }
     }
+}
+
+/// An `image`, `document` or `audio` object: an uploaded media `id`
+/// (the fake serves no `link`s), the fields Meta documents for the type
+/// (a caption of at most 1024 characters on images and documents, a
+/// `filename` on documents, `voice` on audio), and media the type takes
+/// (images JPEG or PNG within 5 MB, audio of an audio type within 16 MB).
+fn check_media(
+    media: &HashMap<String, MediaFile>,
+    kind: &str,
+    object: &Value,
+) -> Option<(i64, String)> {
+    let Some(fields) = object.as_object() else {
+        return Some((100, format!("type {kind} needs an '{kind}' object")));
+    };
+    let allowed: &[&str] = match kind {
+        "image" => &["id", "link", "caption"],
+        "document" => &["id", "link", "caption", "filename"],
+        _ => &["id", "link", "voice"],
+    };
+    if let Some(key) = fields.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Some((100, format!("unknown parameter {kind}.{key}")));
+    }
+    if fields.contains_key("link") {
+        return Some((
+            100,
+            format!("{kind}.link: the fake serves uploaded media by id only"),
+        ));
+    }
+    let Some(id) = object["id"].as_str() else {
+        return Some((100, format!("{kind}.id is required")));
+    };
+    let Some(file) = media.get(id) else {
+        return Some((131009, format!("{kind}.id '{id}' is no uploaded media")));
+    };
+    if let Some(caption) = fields.get("caption") {
+        let n = caption.as_str().map(|c| c.chars().count());
+        if !n.is_some_and(|n| (1..=1024).contains(&n)) {
+            return Some((131009, format!("{kind}.caption must be 1-1024 characters")));
+        }
+    }
+    if fields.get("filename").is_some_and(|f| !f.is_string()) {
+        return Some((100, format!("{kind}.filename must be a string")));
+    }
+    if fields.get("voice").is_some_and(|v| !v.is_boolean()) {
+        return Some((100, format!("{kind}.voice must be a boolean")));
+    }
+    let size = file.data.len();
+    let fits = match kind {
+        "image" => {
+            ["image/jpeg", "image/png"].contains(&file.mime_type.as_str()) && size <= IMAGE_MAX
+        }
+        "audio" => file.mime_type.starts_with("audio/") && size <= AUDIO_MAX,
+        _ => size <= DOCUMENT_MAX,
+    };
+    if !fits {
+        return Some((
+            131053,
+            format!(
+                "media {id} ({}, {size} bytes) cannot be sent as {kind} (images: JPEG or PNG up to {IMAGE_MAX} bytes; audio: up to {AUDIO_MAX} bytes)",
+                file.mime_type
+            ),
+        ));
+    }
+    None
 }
 
 fn check_interactive(interactive: &Value) -> Option<(i64, String)> {

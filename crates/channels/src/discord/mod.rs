@@ -51,8 +51,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::adapter::{
-    Action, Attachment, Button, ButtonStyle, Capabilities, ChannelAdapter, ChannelError, MessageId,
-    Target,
+    Action, Attachment, Button, ButtonStyle, Capabilities, ChannelAdapter, ChannelError, FileKind,
+    MessageId, OutgoingFile, Target,
 };
 use crate::inbound::Inbound;
 use convert::Identity;
@@ -66,6 +66,10 @@ pub(crate) const CHANNEL: &str = "discord";
 
 /// The largest attachment downloaded.
 pub const MAX_ATTACHMENT: u64 = 20 * 1024 * 1024;
+
+/// The largest file a bot uploads: Discord's default limit (10 MiB since
+/// 2024) for a server without boosts and for direct messages.
+pub const UPLOAD_LIMIT: u64 = 10 * 1024 * 1024;
 
 /// Where Discord's REST API lives (`/api/v10` is appended).
 pub const DEFAULT_API: &str = "https://discord.com";
@@ -389,6 +393,59 @@ impl DiscordAdapter {
     }
 }
 
+/// A caption as Discord shows it: plain text, so markdown characters are
+/// escaped with a backslash (a line starting `#`, `>` or `-` stays a line
+/// of text), mentions are defused as in answers, and it is cut at
+/// Discord's 2000 characters.
+fn caption_text(caption: &str) -> String {
+    let mut out = String::with_capacity(caption.len() + 16);
+    for (i, line) in caption.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        if line.starts_with(['#', '>', '-']) {
+            out.push('\\');
+        }
+        for c in line.chars() {
+            if matches!(c, '\\' | '*' | '_' | '~' | '`' | '|' | '[' | ']') {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+    }
+    crate::format::discord(&out).chars().take(2000).collect()
+}
+
+/// A file name Discord takes: no path, no control characters, at most
+/// 100 characters (the extension kept); `file` when nothing is left.
+fn file_name(name: &str) -> String {
+    let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
+    let clean: String = base
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect::<String>()
+        .trim()
+        .to_owned();
+    if clean.is_empty() || clean == "." || clean == ".." {
+        return "file".to_owned();
+    }
+    if clean.chars().count() <= 100 {
+        return clean;
+    }
+    let extension = clean
+        .rsplit_once('.')
+        .map(|(_, e)| e)
+        .filter(|e| e.chars().count() <= 10)
+        .unwrap_or("");
+    let keep = 100 - extension.chars().count() - usize::from(!extension.is_empty());
+    let mut cut: String = clean.chars().take(keep).collect();
+    if !extension.is_empty() {
+        cut.push('.');
+        cut.push_str(extension);
+    }
+    cut
+}
+
 /// The longest `nonce` Discord takes.
 const NONCE_LEN: usize = 25;
 
@@ -516,6 +573,56 @@ impl ChannelAdapter for DiscordAdapter {
         Ok(())
     }
 
+    /// Every kind up to [`UPLOAD_LIMIT`]: Discord shows images inline and
+    /// plays audio in the message; a voice note is an audio attachment.
+    fn upload_limit(&self, kind: FileKind) -> u64 {
+        let _ = kind;
+        UPLOAD_LIMIT
+    }
+
+    /// Posts the file as an attachment of a new message in the target's
+    /// channel (a thread is a channel of its own), the caption as its
+    /// text, mentioning nobody. It goes to the channel also in answer to a
+    /// slash command: Flynn's commands never send files, so the
+    /// interaction's webhook is left to the text answer. Rate limits and
+    /// outages are retried here, as the upload is sent whole each time.
+    async fn send_file(&self, to: &Target, file: &OutgoingFile) -> Result<MessageId, ChannelError> {
+        let size = file.data.len() as u64;
+        if size > UPLOAD_LIMIT {
+            return Err(ChannelError::too_large(CHANNEL, size, UPLOAD_LIMIT));
+        }
+        if file.data.is_empty() {
+            return Err(ChannelError::Rejected {
+                channel: CHANNEL.to_owned(),
+                detail: format!("'{}' is empty; Discord takes no empty files", file.name),
+            });
+        }
+        let channel = snowflake("channel", &to.conversation.chat)?;
+        let name = file_name(&file.name);
+        let caption = file
+            .caption
+            .as_deref()
+            .map(caption_text)
+            .unwrap_or_default();
+        let payload = json!({
+            "content": caption,
+            "allowed_mentions": {"parse": []},
+            "flags": SUPPRESS_EMBEDS,
+            "attachments": [{"id": 0, "filename": name}],
+        });
+        let path = format!("/channels/{channel}/messages");
+        let id = crate::outbound::retrying(|| {
+            let upload = rest::Upload {
+                name: &name,
+                media_type: &file.media_type,
+                data: file.data.clone(),
+            };
+            self.rest.upload(&path, &payload, upload)
+        })
+        .await?;
+        Ok(MessageId(id))
+    }
+
     async fn typing(&self, to: &Target) -> Result<(), ChannelError> {
         let channel = snowflake("channel", &to.conversation.chat)?;
         self.rest
@@ -594,6 +701,23 @@ mod tests {
         assert!(gateway_base("https://gateway.discord.gg").is_err());
         assert!(snowflake("channel", "123").is_ok());
         assert!(snowflake("channel", "12/../3").is_err());
+    }
+
+    #[test]
+    fn captions_show_as_typed_and_file_names_lose_their_path() {
+        assert_eq!(
+            caption_text("# Sales\n*up* 5% | [q3]\n- note"),
+            "\\# Sales\n\\*up\\* 5% \\| \\[q3\\]\n\\- note"
+        );
+        assert_eq!(caption_text("hi @here"), "hi @\u{200b}here");
+        assert_eq!(caption_text(&"*".repeat(1500)).chars().count(), 2000);
+        assert_eq!(file_name("../reports/q3.pdf"), "q3.pdf");
+        assert_eq!(file_name("C:\\tmp\\a\nb.png"), "ab.png");
+        assert_eq!(file_name(" / "), "file");
+        let long = format!("{}.png", "x".repeat(150));
+        let cut = file_name(&long);
+        assert_eq!(cut.chars().count(), 100);
+        assert!(cut.ends_with("x.png"), "{cut}");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use reqwest::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use reqwest::multipart::{Form, Part};
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::Value;
@@ -20,6 +21,8 @@ use crate::adapter::ChannelError;
 /// Every REST call gives up after this long.
 const TIMEOUT: Duration = Duration::from_secs(20);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// An upload (up to 10 MiB) gives up after this long.
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Discord's REST API version (the gateway speaks the same one).
 pub(super) const API_VERSION: u8 = 10;
@@ -81,8 +84,6 @@ impl Rest {
         authorized: bool,
     ) -> Result<Option<Value>, ChannelError> {
         let url = format!("{}{path}", self.base);
-        // Interaction tokens stay out of errors and logs.
-        let path = &redact(path);
         let mut request = self.http.request(method.clone(), &url);
         if authorized {
             request = request.header(AUTHORIZATION, &self.authorization);
@@ -94,6 +95,57 @@ impl Rest {
             // Discord answers 411 to a POST, PUT or PATCH without a length.
             None => request.header(CONTENT_LENGTH, "0"),
         };
+        self.answer(request, method, path, authorized).await
+    }
+
+    /// Creates a message in a channel with one file, as Discord's
+    /// "Uploading Files" describes: `multipart/form-data` with the message
+    /// in a `payload_json` part (whose `attachments[0]` has `id: 0`) and
+    /// the file in `files[0]`. The message's id.
+    pub async fn upload(
+        &self,
+        path: &str,
+        payload: &Value,
+        file: Upload<'_>,
+    ) -> Result<String, ChannelError> {
+        let json = Part::text(payload.to_string())
+            .mime_str("application/json")
+            .map_err(|e| build_error(path, &e))?;
+        let size = file.data.len() as u64;
+        let data = Part::stream_with_length(reqwest::Body::from(file.data), size)
+            .file_name(file.name.to_owned())
+            .mime_str(file.media_type)
+            .map_err(|e| build_error(path, &e))?;
+        let form = Form::new()
+            .part("payload_json", json)
+            .part("files[0]", data);
+        let request = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header(AUTHORIZATION, &self.authorization)
+            .timeout(UPLOAD_TIMEOUT)
+            .multipart(form);
+        let answer = self.answer(request, Method::POST, path, true).await?;
+        answer
+            .and_then(|v| serde_json::from_value::<Created>(v).ok())
+            .map(|m| m.id)
+            .ok_or_else(|| ChannelError::Unavailable {
+                channel: CHANNEL.to_owned(),
+                detail: format!("POST {path}: the answer carries no message id"),
+            })
+    }
+
+    /// Sends a request; `Ok(None)` for `204 No Content`, the JSON of
+    /// another success, the error a failure stands for.
+    async fn answer(
+        &self,
+        request: reqwest::RequestBuilder,
+        method: Method,
+        path: &str,
+        authorized: bool,
+    ) -> Result<Option<Value>, ChannelError> {
+        // Interaction tokens stay out of errors and logs.
+        let path = &redact(path);
         let response = request
             .send()
             .await
@@ -201,6 +253,25 @@ impl Rest {
             data.extend_from_slice(&chunk);
         }
         Ok(data.freeze())
+    }
+}
+
+/// The file of an [`upload`](Rest::upload).
+#[derive(Debug)]
+pub(super) struct Upload<'a> {
+    /// The file name Discord shows.
+    pub name: &'a str,
+    /// Its MIME type.
+    pub media_type: &'a str,
+    pub data: Bytes,
+}
+
+/// A multipart part that cannot be built (a MIME type reqwest cannot
+/// parse).
+fn build_error(path: &str, error: &reqwest::Error) -> ChannelError {
+    ChannelError::Rejected {
+        channel: CHANNEL.to_owned(),
+        detail: format!("POST {path}: cannot build the upload: {error}"),
     }
 }
 

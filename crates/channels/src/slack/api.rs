@@ -27,6 +27,9 @@ const AUTH_ERRORS: &[&str] = &[
     "missing_scope",
 ];
 
+/// An upload (up to [`super::UPLOAD_LIMIT`]) gives up after this long.
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// A Web API client for one workspace.
 #[derive(Debug, Clone)]
 pub(super) struct Api {
@@ -56,28 +59,63 @@ impl Api {
         token: &str,
         body: &Value,
     ) -> Result<Value, ChannelError> {
-        let response = self
+        let request = self
             .http
             .post(format!("{}/{method}", self.base))
             .header(AUTHORIZATION, format!("Bearer {token}"))
             .header(CONTENT_TYPE, "application/json; charset=utf-8")
-            .body(body.to_string())
+            .body(body.to_string());
+        answer(method, request).await
+    }
+
+    /// Calls a method that takes its arguments form-encoded
+    /// (`files.getUploadURLExternal` does not read JSON bodies).
+    pub async fn call_form(
+        &self,
+        method: &str,
+        token: &str,
+        args: &[(&str, &str)],
+    ) -> Result<Value, ChannelError> {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(args)
+            .finish();
+        let request = self
+            .http
+            .post(format!("{}/{method}", self.base))
+            .header(AUTHORIZATION, format!("Bearer {token}"))
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(body);
+        answer(method, request).await
+    }
+
+    /// Sends a file's bytes to the `upload_url` that
+    /// `files.getUploadURLExternal` gave, as the raw body of type
+    /// `media_type`. The URL is the credential: no token goes with it.
+    pub async fn upload(
+        &self,
+        upload_url: &str,
+        media_type: &str,
+        data: Bytes,
+    ) -> Result<(), ChannelError> {
+        const WHAT: &str = "the upload URL";
+        let url = Url::parse(upload_url)
+            .ok()
+            .filter(|url| matches!(url.scheme(), "https" | "http"))
+            .ok_or_else(|| {
+                unavailable(
+                    "files.getUploadURLExternal gave an upload_url that is not an http(s) URL",
+                )
+            })?;
+        let response = self
+            .http
+            .post(url)
+            .header(CONTENT_TYPE, media_type)
+            .timeout(UPLOAD_TIMEOUT)
+            .body(data)
             .send()
             .await
-            .map_err(|e| unavailable(format!("{method}: {}", without_url(&e))))?;
-        let response = check_status(method, response)?;
-        let retry_after = retry_after(&response);
-        let answer: Value = response.json().await.map_err(|e| {
-            unavailable(format!("{method}: unreadable answer: {}", without_url(&e)))
-        })?;
-        if answer.get("ok").and_then(Value::as_bool) == Some(true) {
-            return Ok(answer);
-        }
-        let code = answer
-            .get("error")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown_error");
-        Err(api_error(method, code, retry_after))
+            .map_err(|e| unavailable(format!("{WHAT}: {}", without_url(&e))))?;
+        check_status(WHAT, response).map(drop)
     }
 
     /// Reads a private file with the bot token, refusing more than
@@ -154,6 +192,29 @@ impl Api {
     }
 }
 
+/// Sends a Web API call; the answer's JSON when it says `ok`, else the
+/// error its status or `error` code stands for.
+async fn answer(method: &str, request: reqwest::RequestBuilder) -> Result<Value, ChannelError> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| unavailable(format!("{method}: {}", without_url(&e))))?;
+    let response = check_status(method, response)?;
+    let retry_after = retry_after(&response);
+    let answer: Value = response
+        .json()
+        .await
+        .map_err(|e| unavailable(format!("{method}: unreadable answer: {}", without_url(&e))))?;
+    if answer.get("ok").and_then(Value::as_bool) == Some(true) {
+        return Ok(answer);
+    }
+    let code = answer
+        .get("error")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown_error");
+    Err(api_error(method, code, retry_after))
+}
+
 /// The status line's verdict: 429 and 5xx are transient, 401/403 refuse
 /// the token, other failures refuse the request.
 fn check_status(method: &str, response: Response) -> Result<Response, ChannelError> {
@@ -194,7 +255,12 @@ fn seconds_hint(value: &str) -> Option<Duration> {
 
 /// An `ok: false` answer as an error.
 pub(super) fn api_error(method: &str, code: &str, retry_after: Option<Duration>) -> ChannelError {
-    let detail = format!("{method}: {code}");
+    let mut detail = format!("{method}: {code}");
+    if code == "missing_scope" && method.starts_with("files.") && method.ends_with("External") {
+        detail.push_str(
+            " (sending files needs the files:write scope: add it under OAuth & Permissions and reinstall the app)",
+        );
+    }
     if AUTH_ERRORS.contains(&code) {
         ChannelError::Unauthorized {
             channel: CHANNEL.to_owned(),
@@ -283,6 +349,13 @@ mod tests {
             }
         );
         assert!(api_error("chat.update", "internal_error", None).is_transient());
+        assert_eq!(
+            api_error("files.getUploadURLExternal", "missing_scope", None),
+            ChannelError::Unauthorized {
+                channel: "slack".into(),
+                detail: "files.getUploadURLExternal: missing_scope (sending files needs the files:write scope: add it under OAuth & Permissions and reinstall the app)".into()
+            }
+        );
     }
 
     #[test]

@@ -39,7 +39,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::adapter::{
     Action, Attachment, AttachmentKind, Button, Capabilities, ChannelAdapter, ChannelError,
-    ChatKind, InboundEvent, MessageId, Target, WebhookRequest, WebhookResponse,
+    ChatKind, FileKind, InboundEvent, MessageId, OutgoingFile, Target, WebhookRequest,
+    WebhookResponse,
 };
 use crate::inbound::Inbound;
 use crate::limits;
@@ -52,6 +53,10 @@ pub use events::MAX_SKEW_SECS;
 /// The largest file downloaded from a message; larger ones are named in
 /// the text instead.
 pub const MAX_FILE_BYTES: u64 = 20 * 1024 * 1024;
+
+/// The largest file the adapter uploads. Slack takes up to 1 GB; a file
+/// is held in memory while it is sent, so the adapter stops at 100 MiB.
+pub const UPLOAD_LIMIT: u64 = 100 * 1024 * 1024;
 /// The shortest gap between two edits of one message.
 pub const EDIT_INTERVAL: Duration = Duration::from_secs(1);
 /// Channel threads the bot answered in that it remembers (replies there
@@ -238,6 +243,58 @@ fn from_command(payload: &Value) -> Option<InboundEvent> {
 }
 
 /// The posting fields every message shares.
+/// A caption as Slack shows it: plain text with `&`, `<` and `>` escaped
+/// as Slack asks (so nothing turns into a link or a mention).
+fn caption_text(caption: &str) -> String {
+    caption
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The file's name without a path or control characters; `file` when
+/// nothing is left.
+fn file_name(name: &str) -> String {
+    let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
+    let clean: String = base.chars().filter(|c| !c.is_control()).collect();
+    let clean = clean.trim();
+    if clean.is_empty() || clean == "." || clean == ".." {
+        "file".to_owned()
+    } else {
+        clean.to_owned()
+    }
+}
+
+impl SlackAdapter {
+    /// Steps 1 and 2 of an upload: a URL for `length` bytes and a file id
+    /// from `files.getUploadURLExternal`, then the bytes to that URL. The
+    /// file's id.
+    async fn upload(&self, name: &str, file: &OutgoingFile) -> Result<String, ChannelError> {
+        let length = file.data.len().to_string();
+        let method = "files.getUploadURLExternal";
+        let answer = self
+            .api
+            .call_form(
+                method,
+                &self.bot_token,
+                &[("filename", name), ("length", &length)],
+            )
+            .await?;
+        let field = |key: &str| {
+            answer
+                .get(key)
+                .and_then(Value::as_str)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| api::unavailable(format!("{method} answered without {key}")))
+        };
+        let (url, id) = (field("upload_url")?, field("file_id")?);
+        self.api
+            .upload(url, &file.media_type, file.data.clone())
+            .await?;
+        Ok(id.to_owned())
+    }
+}
+
 fn message_body(to: &Target, text: &str, buttons: &[Button]) -> Value {
     let mut body = json!({
         "channel": to.conversation.chat,
@@ -319,6 +376,58 @@ impl ChannelAdapter for SlackAdapter {
             .and_then(Value::as_str)
             .map(|ts| MessageId(ts.to_owned()))
             .ok_or_else(|| api::unavailable("chat.postMessage answered without a ts"))
+    }
+
+    /// Every kind up to [`UPLOAD_LIMIT`]; Slack previews images and plays
+    /// audio, and a voice note is an audio file.
+    fn upload_limit(&self, kind: FileKind) -> u64 {
+        let _ = kind;
+        UPLOAD_LIMIT
+    }
+
+    /// Uploads the file the way Slack's current API does (an upload URL
+    /// from `files.getUploadURLExternal`, the bytes to it, then
+    /// `files.completeUploadExternal` to share it in the channel, in the
+    /// thread when there is one, with the caption as its comment). Each
+    /// step is retried on a rate limit or an outage; a failed upload asks
+    /// for a new URL, as each takes one upload. Slack shares files
+    /// asynchronously and names no message, so the id returned is the
+    /// file's (`F…`).
+    async fn send_file(&self, to: &Target, file: &OutgoingFile) -> Result<MessageId, ChannelError> {
+        let size = file.data.len() as u64;
+        if size > UPLOAD_LIMIT {
+            return Err(ChannelError::too_large(CHANNEL, size, UPLOAD_LIMIT));
+        }
+        if file.data.is_empty() {
+            return Err(ChannelError::Rejected {
+                channel: CHANNEL.to_owned(),
+                detail: format!("'{}' is empty; Slack takes no empty files", file.name),
+            });
+        }
+        let name = file_name(&file.name);
+        let id = crate::outbound::retrying(|| self.upload(&name, file)).await?;
+        let mut body = json!({
+            "files": [{"id": id, "title": name}],
+            "channel_id": to.conversation.chat,
+        });
+        if let Some(thread) = &to.conversation.thread {
+            body["thread_ts"] = json!(thread);
+        }
+        if let Some(caption) = file.caption.as_deref().filter(|c| !c.trim().is_empty()) {
+            body["initial_comment"] = json!(caption_text(caption));
+        }
+        crate::outbound::retrying(|| {
+            self.api
+                .call("files.completeUploadExternal", &self.bot_token, &body)
+        })
+        .await?;
+        if to.conversation.thread.is_some() && to.conversation.kind == ChatKind::Group {
+            self.threads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remember(to.conversation.peer());
+        }
+        Ok(MessageId(id))
     }
 
     async fn edit(

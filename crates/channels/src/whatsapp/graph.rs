@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use reqwest::multipart::{Form, Part};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -24,6 +25,8 @@ pub(super) const MAX_MEDIA: u64 = 20 * 1024 * 1024;
 /// Every Graph call gives up after this long.
 const TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A media upload (up to 100 MB) gives up after this long.
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The business number as the Graph API describes it.
 #[derive(Debug, Deserialize)]
@@ -32,6 +35,12 @@ pub(super) struct PhoneNumber {
     pub display_phone_number: String,
     #[serde(default)]
     pub verified_name: String,
+}
+
+/// The answer to a media upload.
+#[derive(Debug, Deserialize)]
+struct Uploaded {
+    id: String,
 }
 
 /// A media object's metadata (`GET /{version}/{media_id}`).
@@ -135,6 +144,44 @@ impl Graph {
             .json(body);
         let answer = self.call(request).await?;
         decode(&answer)
+    }
+
+    /// Uploads a file as a media object for messages:
+    /// `POST /{version}/{phone_number_id}/media`, multipart with
+    /// `messaging_product=whatsapp`, `type` (its MIME type) and the
+    /// `file`. The media id.
+    pub async fn upload_media(
+        &self,
+        media_type: &str,
+        name: &str,
+        data: Bytes,
+    ) -> Result<String, ChannelError> {
+        let size = data.len() as u64;
+        let file = Part::stream_with_length(reqwest::Body::from(data), size)
+            .file_name(name.to_owned())
+            .mime_str(media_type)
+            .map_err(|e| ChannelError::Rejected {
+                channel: CHANNEL.to_owned(),
+                detail: format!("'{media_type}' is not a MIME type ({e})"),
+            })?;
+        let form = Form::new()
+            .text("messaging_product", "whatsapp")
+            .text("type", media_type.to_owned())
+            .part("file", file);
+        let request = self
+            .http
+            .post(format!("{}/{}/media", self.base, self.phone_number_id))
+            .timeout(UPLOAD_TIMEOUT)
+            .multipart(form);
+        let answer = self.call(request).await?;
+        let uploaded: Uploaded = decode(&answer)?;
+        if uploaded.id.is_empty() {
+            return Err(ChannelError::Unavailable {
+                channel: CHANNEL.to_owned(),
+                detail: "the media upload was answered without an id".to_owned(),
+            });
+        }
+        Ok(uploaded.id)
     }
 
     /// Downloads a media object: its metadata, then its bytes (at most

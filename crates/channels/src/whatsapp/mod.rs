@@ -30,8 +30,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::adapter::{
     Action, Attachment, AttachmentKind, Button, Capabilities, ChannelAdapter, ChannelError,
-    Conversation, InboundEvent, InboundMessage, MessageId, Sender, Target, WebhookRequest,
-    WebhookResponse,
+    Conversation, FileKind, InboundEvent, InboundMessage, MessageId, OutgoingFile, Sender, Target,
+    WebhookRequest, WebhookResponse,
 };
 use crate::inbound::Inbound;
 use crate::limits;
@@ -49,6 +49,120 @@ pub const BUTTON_TITLE_MAX: usize = 20;
 /// The body of the interactive message that carries the buttons when the
 /// text itself was too long to carry them.
 pub const BUTTONS_PROMPT: &str = "Choose an answer:";
+
+/// The largest image WhatsApp shows inline (JPEG or PNG); a larger one
+/// goes as a document.
+pub const IMAGE_LIMIT: u64 = 5 * 1024 * 1024;
+/// The largest audio file or voice note.
+pub const AUDIO_LIMIT: u64 = 16 * 1024 * 1024;
+/// The largest document.
+pub const DOCUMENT_LIMIT: u64 = 100 * 1024 * 1024;
+
+/// The longest caption of an image or a document.
+const CAPTION_MAX: usize = 1024;
+
+/// The image types WhatsApp shows inline.
+const IMAGE_TYPES: &[&str] = &["image/jpeg", "image/png"];
+/// The audio types WhatsApp plays (Ogg with the Opus codec only).
+const AUDIO_TYPES: &[&str] = &[
+    "audio/aac",
+    "audio/amr",
+    "audio/mpeg",
+    "audio/mp4",
+    "audio/ogg",
+];
+/// What else the media endpoint takes, sent as documents: Meta's
+/// document types, WebP (a sticker type) and its video types.
+const DOCUMENT_TYPES: &[&str] = &[
+    "text/plain",
+    "application/pdf",
+    "application/msword",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "application/vnd.ms-excel",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "application/vnd.ms-powerpoint",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "image/webp",
+    "video/mp4",
+    "video/3gpp",
+];
+
+/// How a file goes out on WhatsApp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MediaMessage {
+    /// An `image` message with a caption.
+    Image,
+    /// A `document` message with a file name and a caption.
+    Document,
+    /// An `audio` message; `voice` marks a voice note (Ogg Opus). Audio
+    /// takes no caption: it follows as a text message.
+    Audio { voice: bool },
+}
+
+impl MediaMessage {
+    fn kind(self) -> &'static str {
+        match self {
+            MediaMessage::Image => "image",
+            MediaMessage::Document => "document",
+            MediaMessage::Audio { .. } => "audio",
+        }
+    }
+}
+
+/// A MIME type without its parameters, in lower case
+/// (`audio/ogg; codecs=opus` → `audio/ogg`).
+fn essence(media_type: &str) -> String {
+    media_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// How `file` (of type `essence`) is sent: an inline image when WhatsApp
+/// shows it (JPEG or PNG within 5 MB), audio for the audio types, else a
+/// document of a type Meta takes; an error naming what it takes when
+/// nothing fits.
+fn media_message(file: &OutgoingFile, essence: &str) -> Result<MediaMessage, ChannelError> {
+    let size = file.data.len() as u64;
+    let is = |types: &[&str]| types.contains(&essence);
+    match file.kind {
+        FileKind::Image if is(IMAGE_TYPES) && size <= IMAGE_LIMIT => Ok(MediaMessage::Image),
+        // Audio plays in the chat whatever kind it was called.
+        kind if is(AUDIO_TYPES) => {
+            if size > AUDIO_LIMIT {
+                return Err(ChannelError::too_large(CHANNEL, size, AUDIO_LIMIT));
+            }
+            Ok(MediaMessage::Audio {
+                voice: kind == FileKind::Voice && essence == "audio/ogg",
+            })
+        }
+        _ if is(IMAGE_TYPES) || is(DOCUMENT_TYPES) => {
+            if size > DOCUMENT_LIMIT {
+                return Err(ChannelError::too_large(CHANNEL, size, DOCUMENT_LIMIT));
+            }
+            Ok(MediaMessage::Document)
+        }
+        _ => Err(rejected(format!(
+            "WhatsApp does not take {essence} files ('{}'): it takes images as JPEG or PNG (WebP as a document), audio as AAC, AMR, MP3, MP4 audio or Ogg Opus, and documents as PDF, plain text or Microsoft Office files",
+            file.name
+        ))),
+    }
+}
+
+/// The file's name without a path or control characters; `file` when
+/// nothing is left.
+fn file_name(name: &str) -> String {
+    let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
+    let clean: String = base.chars().filter(|c| !c.is_control()).collect();
+    let clean = clean.trim();
+    if clean.is_empty() || clean == "." || clean == ".." {
+        "file".to_owned()
+    } else {
+        clean.to_owned()
+    }
+}
 
 /// The time the adapter lives by (injectable for tests).
 pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
@@ -415,6 +529,94 @@ impl ChannelAdapter for WhatsAppAdapter {
         Ok(id)
     }
 
+    /// Images (JPEG, PNG) up to 5 MB show inline and larger ones go as
+    /// documents, so an image may have up to the document limit; audio
+    /// and voice notes up to 16 MB; documents up to 100 MB.
+    fn upload_limit(&self, kind: FileKind) -> u64 {
+        match kind {
+            FileKind::Image | FileKind::Document => DOCUMENT_LIMIT,
+            FileKind::Audio | FileKind::Voice => AUDIO_LIMIT,
+        }
+    }
+
+    /// Uploads the file to the media endpoint, then sends a message
+    /// naming its id: an `image` (JPEG or PNG within 5 MB), an `audio`
+    /// (`"voice": true` for a voice note in Ogg Opus), or a `document`
+    /// with its file name for everything else Meta takes (a WebP picture,
+    /// a JPEG or PNG over 5 MB, a PDF). A type Meta does not take (GIF,
+    /// WAV, ZIP) is refused before anything is sent. Captions go with images and documents;
+    /// audio has none, so its caption follows as a text message. Within
+    /// the 24-hour window only, like text. Each step is retried on a rate
+    /// limit or an outage.
+    async fn send_file(&self, to: &Target, file: &OutgoingFile) -> Result<MessageId, ChannelError> {
+        self.can_send(to)?;
+        let size = file.data.len() as u64;
+        let limit = self.upload_limit(file.kind);
+        if size > limit {
+            return Err(ChannelError::too_large(CHANNEL, size, limit));
+        }
+        if file.data.is_empty() {
+            return Err(rejected(format!(
+                "'{}' is empty; WhatsApp takes no empty files",
+                file.name
+            )));
+        }
+        let essence = essence(&file.media_type);
+        let message = media_message(file, &essence)?;
+        let name = file_name(&file.name);
+        let media = crate::outbound::retrying(|| {
+            self.graph.upload_media(&essence, &name, file.data.clone())
+        })
+        .await?;
+        // Meta takes captions of up to 1024 characters.
+        let caption: Option<String> = file
+            .caption
+            .as_deref()
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(|c| c.chars().take(CAPTION_MAX).collect());
+        let caption = caption.as_deref();
+        let mut object = json!({"id": media});
+        match message {
+            MediaMessage::Image => {
+                if let Some(caption) = caption {
+                    object["caption"] = json!(caption);
+                }
+            }
+            MediaMessage::Document => {
+                object["filename"] = json!(name);
+                if let Some(caption) = caption {
+                    object["caption"] = json!(caption);
+                }
+            }
+            MediaMessage::Audio { voice } => {
+                if voice {
+                    object["voice"] = json!(true);
+                }
+            }
+        }
+        let number = to.conversation.chat.as_str();
+        let kind = message.kind();
+        let mut body = json!({
+            "messaging_product": "whatsapp",
+            "recipient_type": "individual",
+            "to": number,
+            "type": kind,
+        });
+        body[kind] = object;
+        let answer = crate::outbound::retrying(|| self.graph.post_message(&body)).await?;
+        let id = message_id(&answer)?;
+        if let (MediaMessage::Audio { .. }, Some(caption)) = (message, caption) {
+            // The file is there: a lost caption is reported, not an error
+            // that would have the file sent again.
+            if let Err(error) = crate::outbound::retrying(|| self.post_text(number, caption)).await
+            {
+                tracing::warn!(%error, "whatsapp: the audio was sent, its caption was not");
+            }
+        }
+        Ok(id)
+    }
+
     /// A press is answered by marking it read (WhatsApp has nothing like
     /// a callback answer; the person sees blue ticks).
     async fn answer_action(&self, action: &Action, note: &str) -> Result<(), ChannelError> {
@@ -469,6 +671,76 @@ impl ChannelAdapter for WhatsAppAdapter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn file(kind: FileKind, media_type: &str, size: usize) -> OutgoingFile {
+        OutgoingFile {
+            kind,
+            name: "f".to_owned(),
+            media_type: media_type.to_owned(),
+            data: bytes::Bytes::from(vec![0u8; size]),
+            caption: None,
+        }
+    }
+
+    #[test]
+    fn each_file_goes_as_the_message_whatsapp_shows_it_in() {
+        let route = |kind, media_type: &str, size| {
+            let file = file(kind, media_type, size);
+            media_message(&file, &essence(&file.media_type))
+        };
+        let small = 1024;
+        let over_image = IMAGE_LIMIT as usize + 1;
+        assert_eq!(
+            route(FileKind::Image, "image/png", small),
+            Ok(MediaMessage::Image)
+        );
+        assert_eq!(
+            route(FileKind::Image, "IMAGE/JPEG", small),
+            Ok(MediaMessage::Image)
+        );
+        assert_eq!(
+            route(FileKind::Image, "image/png", over_image),
+            Ok(MediaMessage::Document)
+        );
+        assert_eq!(
+            route(FileKind::Image, "image/webp", small),
+            Ok(MediaMessage::Document)
+        );
+        assert_eq!(
+            route(FileKind::Document, "image/png", small),
+            Ok(MediaMessage::Document)
+        );
+        assert_eq!(
+            route(FileKind::Voice, "audio/ogg; codecs=opus", small),
+            Ok(MediaMessage::Audio { voice: true })
+        );
+        // A voice note in another format is plain audio.
+        assert_eq!(
+            route(FileKind::Voice, "audio/mpeg", small),
+            Ok(MediaMessage::Audio { voice: false })
+        );
+        assert_eq!(
+            route(FileKind::Document, "audio/mpeg", small),
+            Ok(MediaMessage::Audio { voice: false })
+        );
+        for refused in ["image/gif", "audio/wav", "application/zip", ""] {
+            assert!(
+                matches!(
+                    route(FileKind::Document, refused, small),
+                    Err(ChannelError::Rejected { .. })
+                ),
+                "{refused}"
+            );
+        }
+        assert_eq!(
+            route(FileKind::Audio, "audio/mpeg", AUDIO_LIMIT as usize + 1),
+            Err(ChannelError::too_large(
+                CHANNEL,
+                AUDIO_LIMIT + 1,
+                AUDIO_LIMIT
+            ))
+        );
+    }
 
     #[test]
     fn titles_fit_twenty_characters() {
