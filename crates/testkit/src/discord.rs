@@ -46,7 +46,7 @@ use axum::routing::get;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use crate::server::{self, CapturedRequest, Server};
+use crate::server::{self, CapturedRequest, FormPart, Server};
 
 /// The bot token the fake accepts unless told otherwise.
 pub const TOKEN: &str = "MTA5ODc2NTQzMjEwOTg3NjU0.GfAkEd.fake-discord-bot-token-0123456789";
@@ -1403,9 +1403,11 @@ async fn rest(AxumState(state): AxumState<Arc<State>>, request: Request) -> Resp
     let content_type = received.header("content-type").unwrap_or_default();
     // A multipart body (a message with files): its parts, and the
     // `payload_json` part as the request's body.
-    let form = content_type
-        .starts_with("multipart/form-data")
-        .then(|| parse_form(content_type, &received.bytes));
+    let form = if content_type.starts_with("multipart/form-data") {
+        Some(server::form_parts(content_type, received.bytes.clone()).await)
+    } else {
+        None
+    };
     let parsed = match &form {
         Some(Ok(parts)) => Ok(payload_json(parts)),
         Some(Err(problem)) => Err(problem.clone()),
@@ -2645,231 +2647,9 @@ fn webhook(
     }
 }
 
-// ------------------------------------------------------------ multipart
-
-/// One part of a `multipart/form-data` body.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct FormPart {
-    /// The `name` of its `Content-Disposition: form-data`.
-    pub name: String,
-    /// Its `filename` (or `filename*`, decoded), for a file.
-    pub file_name: Option<String>,
-    /// Its `Content-Type`, when it has one.
-    pub content_type: Option<String>,
-    pub data: Bytes,
-}
-
-/// Reads a `multipart/form-data` body strictly (RFC 7578 and RFC 2046):
-/// the boundary from `content_type`, every delimiter line ended by CRLF,
-/// headers and a blank line on every part, a `Content-Disposition:
-/// form-data` with a `name` on each, and the closing delimiter. What is
-/// wrong, when something is.
-pub(crate) fn parse_form(content_type: &str, body: &[u8]) -> Result<Vec<FormPart>, String> {
-    let boundary = params(content_type)
-        .into_iter()
-        .find(|(key, _)| key.eq_ignore_ascii_case("boundary"))
-        .map(|(_, value)| value)
-        .filter(|b| !b.is_empty() && b.len() <= 70)
-        .ok_or_else(|| {
-            format!("Content-Type {content_type:?} names no boundary (1-70 characters)")
-        })?;
-    let delimiter = format!("--{boundary}");
-    let mut rest = match find(body, delimiter.as_bytes()) {
-        Some(0) => &body[delimiter.len()..],
-        Some(at) if body[..at].ends_with(b"\r\n") => &body[at + delimiter.len()..],
-        _ => {
-            return Err(format!(
-                "the body does not start with the boundary {delimiter:?}"
-            ));
-        }
-    };
-    let close = format!("\r\n{delimiter}");
-    let mut parts = Vec::new();
-    loop {
-        if rest.starts_with(b"--") {
-            return Ok(parts);
-        }
-        rest = rest
-            .strip_prefix(b"\r\n")
-            .ok_or("a boundary line not ended by CRLF")?;
-        let (head, after) = match find(rest, b"\r\n\r\n") {
-            Some(end) => (&rest[..end], &rest[end + 4..]),
-            // A part without headers: the blank line follows at once.
-            None if rest.starts_with(b"\r\n") => (&rest[..0], &rest[2..]),
-            None => return Err("a part whose headers end in no blank line".to_owned()),
-        };
-        let stop = find(after, close.as_bytes())
-            .ok_or_else(|| format!("a part not closed by {delimiter:?}"))?;
-        parts.push(form_part(head, Bytes::copy_from_slice(&after[..stop]))?);
-        rest = &after[stop + close.len()..];
-    }
-}
-
-/// One part from its header block and its body.
-fn form_part(head: &[u8], data: Bytes) -> Result<FormPart, String> {
-    let head = std::str::from_utf8(head).map_err(|_| "part headers that are not UTF-8")?;
-    let mut disposition = None;
-    let mut content_type = None;
-    for line in head.split("\r\n").filter(|l| !l.is_empty()) {
-        let (key, value) = line
-            .split_once(':')
-            .ok_or_else(|| format!("a part header line without a colon: {line:?}"))?;
-        match key.trim().to_ascii_lowercase().as_str() {
-            "content-disposition" => disposition = Some(value.trim().to_owned()),
-            "content-type" => content_type = Some(value.trim().to_owned()),
-            _ => {}
-        }
-    }
-    let disposition = disposition.ok_or("a part without Content-Disposition")?;
-    if !disposition
-        .split(';')
-        .next()
-        .is_some_and(|kind| kind.trim().eq_ignore_ascii_case("form-data"))
-    {
-        return Err(format!(
-            "Content-Disposition {disposition:?} is not form-data"
-        ));
-    }
-    let params = params(&disposition);
-    let param = |name: &str| {
-        params
-            .iter()
-            .find(|(key, _)| key.eq_ignore_ascii_case(name))
-            .map(|(_, value)| value.clone())
-    };
-    let name =
-        param("name").ok_or_else(|| format!("Content-Disposition {disposition:?} has no name"))?;
-    let file_name = match param("filename*") {
-        Some(encoded) => Some(
-            extended_value(&encoded)
-                .ok_or_else(|| format!("filename* {encoded:?} is not UTF-8''<percent-encoded>"))?,
-        ),
-        None => param("filename"),
-    };
-    Ok(FormPart {
-        name,
-        file_name,
-        content_type,
-        data,
-    })
-}
-
-/// The `key=value` parameters after the first `;` of a header value,
-/// quoted values unquoted (`\"` and `\\` unescaped).
-fn params(value: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut chars = value.chars().peekable();
-    // Skip the value itself.
-    for c in chars.by_ref() {
-        if c == ';' {
-            break;
-        }
-    }
-    loop {
-        let key: String = chars
-            .by_ref()
-            .take_while(|c| *c != '=')
-            .collect::<String>()
-            .trim()
-            .to_owned();
-        if key.is_empty() {
-            return out;
-        }
-        while chars.peek().is_some_and(|c| c.is_whitespace()) {
-            chars.next();
-        }
-        let mut value = String::new();
-        if chars.peek() == Some(&'"') {
-            chars.next();
-            while let Some(c) = chars.next() {
-                match c {
-                    '\\' => value.extend(chars.next()),
-                    '"' => break,
-                    c => value.push(c),
-                }
-            }
-            for c in chars.by_ref() {
-                if c == ';' {
-                    break;
-                }
-            }
-        } else {
-            for c in chars.by_ref() {
-                if c == ';' {
-                    break;
-                }
-                value.push(c);
-            }
-        }
-        out.push((key, value.trim().to_owned()));
-    }
-}
-
-/// An RFC 8187 value, `UTF-8''%E2%82%AC.txt`, decoded.
-fn extended_value(value: &str) -> Option<String> {
-    let (charset, rest) = value.split_once('\'')?;
-    let (_, encoded) = rest.split_once('\'')?;
-    if !charset.eq_ignore_ascii_case("utf-8") {
-        return None;
-    }
-    let bytes = encoded.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-/// Where `needle` first occurs in `haystack`.
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.is_empty() || needle.len() > haystack.len() {
-        return None;
-    }
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn multipart_bodies_are_read_strictly() {
-        let body = b"--XyZ\r\nContent-Disposition: form-data; name=\"payload_json\"\r\n\
-Content-Type: application/json\r\n\r\n{\"a\":1}\r\n--XyZ\r\n\
-Content-Disposition: form-data; name=\"files[0]\"; filename*=utf-8''%E2%82%AC%20a.txt\r\n\
-\r\nline\r\n--XyZ--\r\n";
-        let parts = parse_form("multipart/form-data; boundary=\"XyZ\"", body).unwrap();
-        assert_eq!(
-            parts,
-            vec![
-                FormPart {
-                    name: "payload_json".into(),
-                    file_name: None,
-                    content_type: Some("application/json".into()),
-                    data: Bytes::from_static(b"{\"a\":1}"),
-                },
-                FormPart {
-                    name: "files[0]".into(),
-                    file_name: Some("\u{20ac} a.txt".into()),
-                    content_type: None,
-                    data: Bytes::from_static(b"line"),
-                },
-            ]
-        );
-        let cut = &body[..body.len() - 12];
-        assert!(parse_form("multipart/form-data; boundary=XyZ", cut).is_err());
-        assert!(parse_form("multipart/form-data", body).is_err());
-        let unnamed = b"--b\r\nContent-Disposition: form-data\r\n\r\nx\r\n--b--";
-        assert!(parse_form("multipart/form-data; boundary=b", unnamed).is_err());
-    }
 
     #[test]
     fn mentions_follow_the_content() {

@@ -471,6 +471,50 @@ pub(crate) fn json_pieces(json: &str) -> Vec<String> {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn multipart_bodies_are_read_strictly() {
+        let body = Bytes::from_static(
+            b"--XyZ\r\nContent-Disposition: form-data; name=\"payload_json\"\r\n\
+Content-Type: application/json\r\n\r\n{\"a\":1}\r\n--XyZ\r\n\
+Content-Disposition: form-data; name=\"files[0]\"; filename=\"a.txt\"\r\n\
+\r\nline\r\n--XyZ--\r\n",
+        );
+        let parts = form_parts("multipart/form-data; boundary=\"XyZ\"", body.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            parts,
+            vec![
+                FormPart {
+                    name: "payload_json".into(),
+                    file_name: None,
+                    content_type: Some("application/json".into()),
+                    data: Bytes::from_static(b"{\"a\":1}"),
+                },
+                FormPart {
+                    name: "files[0]".into(),
+                    file_name: Some("a.txt".into()),
+                    content_type: None,
+                    data: Bytes::from_static(b"line"),
+                },
+            ]
+        );
+        let cut = body.slice(..body.len() - 12);
+        assert!(
+            form_parts("multipart/form-data; boundary=XyZ", cut)
+                .await
+                .is_err()
+        );
+        assert!(form_parts("multipart/form-data", body).await.is_err());
+        let unnamed =
+            Bytes::from_static(b"--b\r\nContent-Disposition: form-data\r\n\r\nx\r\n--b--");
+        assert!(
+            form_parts("multipart/form-data; boundary=b", unnamed)
+                .await
+                .is_err()
+        );
+    }
+
     #[test]
     fn tool_names_follow_the_documented_pattern() {
         assert!(valid_tool_name("shell_exec"));

@@ -799,7 +799,7 @@ fn form_decode(body: &[u8]) -> Map<String, Value> {
 async fn http(AxumState(state): AxumState<Arc<State>>, request: Request) -> Response {
     let received = server::Received::read(request).await;
     if received.path.starts_with("/upload/") {
-        return upload(&state, received);
+        return upload(&state, received).await;
     }
     let query = received.query.clone();
     let content_type = received
@@ -1019,7 +1019,7 @@ fn hex_token(n: u64) -> String {
 /// A POST to an upload URL: the bytes raw, or multipart with the file in
 /// a part (Slack takes both). The URL takes one upload of exactly the
 /// announced length; Slack answers `OK - <length>`.
-fn upload(state: &State, received: server::Received) -> Response {
+async fn upload(state: &State, received: server::Received) -> Response {
     let at = format!("{} {}", received.method, received.path);
     let text = |status: u16, body: String| {
         server::respond(
@@ -1075,7 +1075,7 @@ fn upload(state: &State, received: server::Received) -> Response {
     let content_type = received.header("content-type").map(str::to_owned);
     let data = match content_type.as_deref() {
         Some(t) if t.starts_with("multipart/form-data") => {
-            match crate::discord::parse_form(t, &received.bytes) {
+            match server::form_parts(t, received.bytes.clone()).await {
                 Ok(parts) => match parts.into_iter().find(|p| p.file_name.is_some()) {
                     Some(part) => part.data.to_vec(),
                     None => {

@@ -48,8 +48,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::discord::FormPart;
-use crate::server::{self, Server};
+use crate::server::{self, FormPart, Server};
 
 /// The access token the fake accepts.
 pub const ACCESS_TOKEN: &str = "EAAFakeWhatsAppAccessToken";
@@ -737,7 +736,7 @@ async fn capture_and_answer(shared: &Shared, request: Request) -> Response {
     let received = server::Received::read(request).await;
     let content_type = received.header("content-type").unwrap_or_default();
     if content_type.starts_with("multipart/form-data") {
-        let form = crate::discord::parse_form(content_type, &received.bytes);
+        let form = server::form_parts(content_type, received.bytes.clone()).await;
         return upload(shared, &received, form);
     }
     let parsed = received.json();
