@@ -1,4 +1,5 @@
-//! Plain HTTP routes: `/healthz`, `/metrics`, and the 404 for the rest.
+//! Plain HTTP routes: `/healthz`, `/metrics`, `/media/<id>`, and the 404
+//! for the rest.
 
 use std::sync::Arc;
 
@@ -6,7 +7,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use flynn_protocol::config::TokenScope;
@@ -104,4 +105,90 @@ pub(crate) async fn not_found(uri: Uri) -> Response {
             uri.path()
         ),
     )
+}
+
+/// `GET /media/<id>`: a file a turn sent to its chat (an
+/// [`AgentEvent::Media`](flynn_protocol::AgentEvent::Media) names its id),
+/// for the web chat to show. Any token may fetch one: the id is random
+/// and handed only to those who may read the session, like a link.
+///
+/// Only pictures the browser renders safely (PNG, JPEG, GIF, WebP) and
+/// audio are served `inline`; everything else is an attachment to
+/// download, so a sent HTML or SVG file never runs as a page of the
+/// gateway's origin (a `sandbox` policy and `nosniff` besides).
+pub(crate) async fn media(State(gateway): State<Arc<Gateway>>, Path(id): Path<String>) -> Response {
+    let Some(store) = gateway.manager.media() else {
+        return crate::auth::refusal(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "this daemon keeps no sent files",
+        );
+    };
+    let (name, data) = match store.read(&id).await {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return crate::auth::refusal(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such file: it was never sent, or it was removed after a week",
+            );
+        }
+        Err(e) => {
+            tracing::warn!(%id, error = %e, "could not read a sent file");
+            return crate::auth::refusal(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the file could not be read",
+            );
+        }
+    };
+    let media_type = flynn_tools::builtin::media_type_of(&name);
+    let inline = matches!(
+        media_type.as_str(),
+        "image/png" | "image/jpeg" | "image/gif" | "image/webp"
+    ) || media_type.starts_with("audio/");
+    let ascii: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() && c != '"' && c != '\\' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let disposition = format!(
+        "{}; filename=\"{ascii}\"; filename*=UTF-8''{}",
+        if inline { "inline" } else { "attachment" },
+        percent_encode(&name)
+    );
+    let mut response = (
+        [
+            (header::CONTENT_TYPE, media_type),
+            (header::CONTENT_DISPOSITION, disposition),
+            (header::CACHE_CONTROL, "private, max-age=86400".to_owned()),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
+        ],
+        Body::from(data),
+    )
+        .into_response();
+    response.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        header::HeaderValue::from_static("sandbox; default-src 'none'"),
+    );
+    response
+}
+
+/// RFC 5987 encoding of a file name: unreserved characters as they are,
+/// every other byte as `%XX`.
+fn percent_encode(name: &str) -> String {
+    let mut out = String::new();
+    for byte in name.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }

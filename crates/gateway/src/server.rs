@@ -275,6 +275,7 @@ impl Gateway {
                 }),
             )
             .route("/metrics", get(crate::http::metrics))
+            .route("/media/{id}", get(crate::http::media))
             .route("/v1/models", get(crate::openai::models))
             .route(
                 "/v1/chat/completions",

@@ -60,7 +60,7 @@ const ASSETS: &[Asset] = &[
 
 /// The policy every page response carries. `connect-src 'self'` covers the
 /// page's own WebSocket.
-const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; manifest-src 'self'; worker-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; media-src 'self' blob:; connect-src 'self'; manifest-src 'self'; worker-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 /// The paths the UI serves.
 pub(crate) fn paths() -> impl Iterator<Item = &'static str> {

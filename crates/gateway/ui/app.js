@@ -388,6 +388,49 @@ function resolveCard(id, resolution) {
   }[resolution] || String(resolution);
 }
 
+/** A size for people: 608 B, 12.3 KB, 4.1 MB. */
+function humanSize(bytes) {
+  if (bytes < 1024) return `${bytes} B`;
+  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KB`;
+  return `${(bytes / 1024 / 1024).toFixed(1)} MB`;
+}
+
+/**
+ * A file the agent sent (a `media` event): a picture shown, a player for
+ * audio and voice notes, a download for anything else. The bytes come
+ * from `/media/<id>` with the token (an element's own request could not
+ * carry it), as a blob URL.
+ */
+function mediaCard(file) {
+  const status = el("span", { class: "muted", role: "status" }, "loading…");
+  const label = `${file.name} (${humanSize(file.size)})`;
+  const body = el("div", { class: "media-body" }, status);
+  const card = el("figure", { class: "msg assistant media", "data-media": file.id }, body,
+    file.caption ? el("figcaption", null, file.caption) : "");
+  addMessage(card);
+  fetch(`/media/${encodeURIComponent(file.id)}`, {
+    headers: { authorization: `Bearer ${state.rpc.token}` },
+  }).then(async (response) => {
+    if (!response.ok) {
+      const why = await response.json().then((b) => b.error && b.error.message, () => null);
+      throw new Error(why || `the file could not be fetched (${response.status})`);
+    }
+    const url = URL.createObjectURL(await response.blob());
+    let shown;
+    if (file.kind === "image") {
+      shown = el("img", { src: url, alt: file.caption || file.name, title: label });
+    } else if (file.kind === "audio" || file.kind === "voice") {
+      shown = el("audio", { src: url, controls: "", "aria-label": file.kind === "voice" ? "voice note" : file.name });
+    } else {
+      shown = el("a", { href: url, download: file.name, class: "download" }, `⬇ ${label}`);
+    }
+    const save = file.kind === "document" ? "" : el("a", { href: url, download: file.name, class: "muted" }, `save ${file.name}`);
+    body.replaceChildren(shown, save);
+  }).catch((error) => {
+    status.textContent = `${label}: ${error.message}`;
+  });
+}
+
 /** One event of the open session, from any client. */
 function onEvent(envelope) {
   if (!envelope || envelope.session !== state.session) return;
@@ -434,6 +477,10 @@ function onEvent(envelope) {
       break;
     case "confirmation_resolved":
       resolveCard(envelope.id, envelope.resolution);
+      break;
+    case "media":
+      endBubble();
+      mediaCard(envelope.file);
       break;
     case "warning":
       notice("⚠ " + envelope.message);

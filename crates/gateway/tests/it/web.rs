@@ -618,3 +618,122 @@ async fn the_dashboard_shows_the_nodes_of_a_cluster() {
     second.stop().await;
     first.stop().await;
 }
+
+/// A 2×2 PNG (red and blue pixels).
+const PNG: &[u8] = &[
+    137, 80, 78, 71, 13, 10, 26, 10, 0, 0, 0, 13, 73, 72, 68, 82, 0, 0, 0, 2, 0, 0, 0, 2, 8, 2, 0,
+    0, 0, 253, 212, 154, 115, 0, 0, 0, 16, 73, 68, 65, 84, 120, 156, 99, 248, 207, 0, 4, 255, 25,
+    32, 20, 0, 27, 242, 3, 253, 214, 150, 242, 43, 0, 0, 0, 0, 73, 69, 78, 68, 174, 66, 96, 130,
+];
+
+/// "Send me the chart" in the web chat: the picture `media.send` sent is
+/// shown with its caption, another file is offered as a download, and
+/// the gateway serves them only with a token, a page-like file never
+/// inline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_chat_shows_the_files_a_turn_sends() {
+    let fake = FakeOpenAi::start().await;
+    let mut harness = Harness::start(&fake).await;
+    let workspace = harness._home.path().to_path_buf();
+    std::fs::write(workspace.join("chart.png"), PNG).unwrap();
+    std::fs::write(
+        workspace.join("page.html"),
+        "<script>window.parent.pwned = 1</script>",
+    )
+    .unwrap();
+    let browser = Browser::start().await;
+    browser.client().goto(&harness.url("/")).await.unwrap();
+    browser
+        .wait_for("!document.getElementById('login').hidden")
+        .await;
+    browser.type_into("#token", TOKEN).await;
+    browser.click("#login-form button[type=submit]").await;
+    browser
+        .wait_for("document.getElementById('status').innerText === 'connected'")
+        .await;
+
+    fake.push(Reply::ToolCalls(vec![(
+        "media_send".into(),
+        json!({"path": "chart.png", "caption": "Sales by month"}),
+    )]));
+    fake.push(Reply::ToolCalls(vec![(
+        "media_send".into(),
+        json!({"path": "page.html"}),
+    )]));
+    fake.push(Reply::Text("Here they are.".into()));
+    browser.send_message("send me the chart").await;
+    browser
+        .wait_for("(() => { const i = document.querySelector('.msg.media img'); return !!i && i.complete && i.naturalWidth === 2; })()")
+        .await;
+    assert_eq!(
+        browser
+            .eval("return document.querySelector('.msg.media figcaption').innerText;")
+            .await,
+        json!("Sales by month")
+    );
+    browser
+        .wait_for("!!document.querySelector('.msg.media a.download[download=\"page.html\"]')")
+        .await;
+    let link = browser
+        .eval("return document.querySelector('.msg.media a.download').innerText;")
+        .await;
+    assert_eq!(link, json!("⬇ page.html (40 B)"));
+    browser.screenshot("web-chat-media").await;
+    assert_eq!(
+        browser.eval("return typeof window.pwned;").await,
+        json!("undefined")
+    );
+
+    // Over HTTP: the ids are in the page; a token is needed.
+    let ids = browser
+        .eval("return [...document.querySelectorAll('.msg.media')].map((m) => m.dataset.media);")
+        .await;
+    let ids: Vec<String> = serde_json::from_value(ids).unwrap();
+    assert_eq!(ids.len(), 2);
+    let http = reqwest::Client::new();
+    let bare = http
+        .get(harness.url(&format!("/media/{}", ids[0])))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bare.status(), 401);
+    let chart = http
+        .get(harness.url(&format!("/media/{}", ids[0])))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(chart.status(), 200);
+    assert_eq!(chart.headers()["content-type"], "image/png");
+    assert_eq!(
+        chart.headers()["content-disposition"],
+        "inline; filename=\"chart.png\"; filename*=UTF-8''chart.png"
+    );
+    assert_eq!(&chart.bytes().await.unwrap()[..], PNG);
+    let page = http
+        .get(harness.url(&format!("/media/{}", ids[1])))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        page.headers()["content-disposition"]
+            .to_str()
+            .unwrap()
+            .starts_with("attachment;")
+    );
+    assert_eq!(
+        page.headers()["content-security-policy"],
+        "sandbox; default-src 'none'"
+    );
+    assert_eq!(page.headers()["x-content-type-options"], "nosniff");
+    let unknown = http
+        .get(harness.url(&format!("/media/{}", "0".repeat(32))))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    drop(browser);
+    harness.stop().await;
+}
