@@ -10,6 +10,8 @@
 #   python3 and check that common commands (git, python3) still run.
 #   postgresql: the PostgreSQL session store's tests (scripts/postgres.sh
 #   starts a throwaway server on loopback).
+#   espeak-ng and opus-tools (`opusenc`): the voice tests speak with a
+#   real local engine and encode it as an Ogg Opus voice note.
 #
 # Idempotent and quick when everything is there. Debian/Ubuntu (apt-get),
 # as root or through sudo.
@@ -25,6 +27,8 @@ command -v git >/dev/null 2>&1 || missing+=(git)
 # The PostgreSQL store's tests and the cluster test run against a real
 # server (scripts/postgres.sh starts it).
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing+=(postgresql)
+command -v espeak-ng >/dev/null 2>&1 || missing+=(espeak-ng)
+command -v opusenc >/dev/null 2>&1 || missing+=(opus-tools)
 
 if [ "${#missing[@]}" -eq 0 ]; then
   exit 0

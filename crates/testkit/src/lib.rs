@@ -90,6 +90,8 @@ mod stt;
 pub mod tailscale;
 #[cfg(feature = "channels")]
 pub mod telegram;
+#[cfg(feature = "voice")]
+mod tts;
 #[cfg(feature = "channels")]
 pub mod whatsapp;
 
@@ -115,3 +117,5 @@ pub use site::FakeSite;
 #[cfg(feature = "voice")]
 pub use stt::{FakeStt, SttRequest};
 pub use tailscale::FakeTailscaled;
+#[cfg(feature = "voice")]
+pub use tts::{FakeTts, OPENAI_VOICES, TtsRequest, fake_audio};

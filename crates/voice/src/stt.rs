@@ -33,9 +33,16 @@ pub enum VoiceError {
     /// The answer was not what the endpoint documents.
     #[error("{service} answered something that is not a transcription: {message}")]
     Malformed { service: String, message: String },
-    /// Nothing to transcribe.
-    #[error("the audio is empty")]
+    /// Nothing to transcribe, or nothing to say.
+    #[error("there is nothing to transcribe or say")]
     Empty,
+    /// A speech engine answered with something that is not the audio
+    /// asked for.
+    #[error("{service} answered something that is not the speech asked for: {message}")]
+    NotAudio { service: String, message: String },
+    /// A local speech program failed.
+    #[error("{command} failed: {message}")]
+    Program { command: String, message: String },
 }
 
 /// Turns speech into text.
@@ -94,7 +101,7 @@ impl OpenAiTranscriber {
 }
 
 /// The host of a URL, for names in messages.
-fn host_of(url: &str) -> String {
+pub(crate) fn host_of(url: &str) -> String {
     reqwest::Url::parse(url)
         .ok()
         .and_then(|u| u.host_str().map(str::to_owned))

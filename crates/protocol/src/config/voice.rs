@@ -23,9 +23,7 @@ pub struct VoiceConfig {
 }
 
 /// When a chat's answers are also sent as voice notes.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum VoiceReply {
     /// Text only.
@@ -97,9 +95,7 @@ pub enum TtsConfig {
     /// on its standard input, the audio (WAV, Ogg or MP3) on its standard
     /// output, e.g. `espeak-ng --stdout`. WAV is encoded to Ogg Opus with
     /// `opusenc` (opus-tools) when it is installed.
-    Command {
-        command: String,
-    },
+    Command { command: String },
 }
 
 fn default_tts_model() -> String {

@@ -1,5 +1,8 @@
-//! flynn-voice against the strict fake of the transcription endpoint.
+//! flynn-voice against the strict fakes of the transcription endpoint
+//! and the speech APIs, and with real local programs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod tts;
 
 use bytes::Bytes;
 use flynn_testkit::FakeStt;
