@@ -23,7 +23,8 @@ use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use flynn_voice::{Audio, Transcriber};
+use flynn_protocol::config::VoiceReply;
+use flynn_voice::{Audio, Synthesizer, Transcriber};
 use std::time::Duration;
 
 use base64::Engine;
@@ -112,6 +113,9 @@ pub(crate) struct Inner {
     pub(crate) refusing: Mutex<HashMap<String, (String, u64)>>,
     /// What turns voice notes into text (`voice.stt`), once set.
     pub(crate) transcriber: std::sync::OnceLock<Arc<dyn Transcriber>>,
+    /// What speaks answers (`voice.tts`) and when (`voice.reply`, over
+    /// which a session's `/voice` wins), once set.
+    pub(crate) speech: std::sync::OnceLock<(Arc<dyn Synthesizer>, VoiceReply)>,
 }
 
 /// A confirmation waiting for a button press.
@@ -180,6 +184,7 @@ impl ChannelRouter {
                 workspace,
                 in_flight: Mutex::new(HashMap::new()),
                 transcriber: std::sync::OnceLock::new(),
+                speech: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -189,6 +194,35 @@ impl ChannelRouter {
     /// deliveries start; a second call is ignored.
     pub fn set_transcriber(&self, transcriber: Arc<dyn Transcriber>) {
         let _ = self.inner.transcriber.set(transcriber);
+    }
+
+    /// Answers are also spoken by `speech` (sent as voice notes) when
+    /// `reply` says so, or the session's `/voice` does. Set once, before
+    /// the deliveries start; a second call is ignored.
+    pub fn set_speech(&self, speech: Arc<dyn Synthesizer>, reply: VoiceReply) {
+        let _ = self.inner.speech.set((speech, reply));
+    }
+
+    /// Whether the answer to `message` in `session` is spoken too.
+    pub(crate) async fn speaks(&self, session: &SessionKey, message: &InboundMessage) -> bool {
+        let Some((_, default)) = self.inner.speech.get() else {
+            return false;
+        };
+        let mode = self.voice_mode(session, *default).await;
+        match mode {
+            VoiceReply::Off => false,
+            VoiceReply::Always => true,
+            VoiceReply::Auto => message
+                .attachments
+                .iter()
+                .any(|a| a.kind == AttachmentKind::Voice || a.media_type.starts_with("audio/")),
+        }
+    }
+
+    /// The session's voice reply mode: its `/voice` choice, else `default`.
+    pub(crate) async fn voice_mode(&self, session: &SessionKey, default: VoiceReply) -> VoiceReply {
+        let _ = session;
+        default
     }
 
     /// Handles deliveries until every sender of `deliveries` is gone:
@@ -314,7 +348,7 @@ impl ChannelRouter {
                 tracing::warn!(%session, turn = %followed.turn(), "the channel of a turn run again is not running; its answer is kept for the next start");
                 return;
             };
-            router.respond(adapter, target, followed).await;
+            router.respond(adapter, target, followed, false).await;
         });
     }
 
@@ -576,6 +610,7 @@ impl ChannelRouter {
                 .command(channel, adapter, &target, &session, message, request)
                 .await;
         }
+        let speak = self.speaks(&session, message).await;
         match self.inner.manager.submit_and_follow(request).await {
             Ok(Followed::Turn(followed)) => {
                 let router = self.clone();
@@ -585,7 +620,7 @@ impl ChannelRouter {
                     if let Err(e) = adapter.mark_read(&read).await {
                         tracing::debug!(error = %e, "could not mark the message read");
                     }
-                    router.respond(adapter, target, followed).await;
+                    router.respond(adapter, target, followed, speak).await;
                 });
                 Disposition::Accepted
             }
@@ -1013,12 +1048,14 @@ impl ChannelRouter {
         });
     }
 
-    /// Streams a turn's answer to its chat.
+    /// Streams a turn's answer to its chat; `speak`: then sends it as a
+    /// voice note too.
     pub(crate) async fn respond(
         &self,
         adapter: Arc<dyn ChannelAdapter>,
         target: Target,
         mut followed: TurnEvents,
+        speak: bool,
     ) {
         let caps = adapter.capabilities();
         let turn = followed.turn();
@@ -1081,8 +1118,12 @@ impl ChannelRouter {
                 }
             }
         }
+        let mut spoken = None;
         let text = match followed.outcome().await {
             Ok(outcome) => {
+                if speak && !outcome.reply.trim().is_empty() {
+                    spoken = Some(outcome.reply.clone());
+                }
                 let mut text = outcome.reply;
                 if let Some(warning) = outcome.warning {
                     text.push_str(&format!("\n\n_⚠️ {warning}_"));
@@ -1108,6 +1149,59 @@ impl ChannelRouter {
         }
         for file in files {
             self.send_file(adapter.as_ref(), &target, &file).await;
+        }
+        if let Some(answer) = spoken {
+            self.speak(adapter.as_ref(), &target, &answer).await;
+        }
+    }
+
+    /// Sends `answer` (markdown) spoken, as a voice note; a chat whose
+    /// answer could not be spoken is told why.
+    pub(crate) async fn speak(&self, adapter: &dyn ChannelAdapter, target: &Target, answer: &str) {
+        let Some((speech, _)) = self.inner.speech.get() else {
+            return;
+        };
+        let channel = adapter.name().to_owned();
+        let text = speakable(answer);
+        let failed = match speech.speak(&text).await {
+            Ok(spoken) => {
+                let kind = if spoken.is_voice_note() {
+                    FileKind::Voice
+                } else {
+                    FileKind::Audio
+                };
+                let limit = adapter.upload_limit(kind);
+                if limit == 0 {
+                    // A platform without files: the text is the answer.
+                    return;
+                }
+                let size = spoken.data.len() as u64;
+                if size > limit {
+                    format!(
+                        "it has {}, over the {} {channel} takes",
+                        megabytes(size),
+                        megabytes(limit)
+                    )
+                } else {
+                    let file = OutgoingFile {
+                        kind,
+                        name: spoken.file_name,
+                        media_type: spoken.media_type,
+                        data: spoken.data,
+                        caption: None,
+                    };
+                    match adapter.send_file(target, &file).await {
+                        Ok(_) => return,
+                        Err(e) => e.to_string(),
+                    }
+                }
+            }
+            Err(e) => e.to_string(),
+        };
+        tracing::warn!(channel, error = %failed, "could not send a spoken answer");
+        let note = format!("🔇 I could not send this answer as a voice note: {failed}.");
+        if let Err(e) = outbound::send(adapter, target, &note, &[]).await {
+            tracing::warn!(channel, error = %e, "could not say a spoken answer failed");
         }
     }
 
@@ -1199,8 +1293,66 @@ impl ChannelRouter {
     }
 }
 
+/// What of a markdown answer is read aloud: the words, without markup,
+/// code blocks named rather than read, links by their text.
+pub(crate) fn speakable(markdown: &str) -> String {
+    let mut out = String::new();
+    let mut in_code = false;
+    for line in markdown.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("```") {
+            if !in_code {
+                out.push_str("(code shown in the chat.)\n");
+            }
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        let mut line = trimmed.trim_start_matches(['#', '>']).trim_start();
+        for bullet in ["- ", "* ", "+ "] {
+            line = line.strip_prefix(bullet).unwrap_or(line);
+        }
+        let mut rest = line;
+        while let Some(open) = rest.find('[') {
+            let Some(close) = rest[open..].find("](").map(|at| open + at) else {
+                break;
+            };
+            let Some(end) = rest[close..].find(')').map(|at| close + at) else {
+                break;
+            };
+            out.push_str(&rest[..open]);
+            out.push_str(&rest[open + 1..close]);
+            rest = &rest[end + 1..];
+        }
+        out.push_str(rest);
+        out.push('\n');
+    }
+    out.chars()
+        .filter(|c| !matches!(c, '*' | '_' | '`' | '|' | '~'))
+        .collect::<String>()
+        .trim()
+        .to_owned()
+}
+
 /// The key the messages of `turn`'s outcome are sent with
 /// ([`outbound::send_once`]), the same in every process.
 pub(crate) fn turn_key(session: &SessionKey, turn: TurnId) -> String {
     format!("{session} turn {turn}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::speakable;
+
+    #[test]
+    fn answers_are_read_aloud_without_their_markup() {
+        assert_eq!(
+            speakable(
+                "# Plan\n\n**Booked** for _eight_, see [the menu](https://x.test/menu).\n- bring `cash`\n-5 degrees outside\n```sh\nrm -rf /\n```\nDone."
+            ),
+            "Plan\n\nBooked for eight, see the menu.\nbring cash\n-5 degrees outside\n(code shown in the chat.)\nDone."
+        );
+    }
 }

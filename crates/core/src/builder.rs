@@ -218,6 +218,16 @@ impl FlynnBuilder {
         for tool in automation.tools() {
             registry.register_dyn(tool);
         }
+        // Spoken answers and `voice.say` (`voice.tts`).
+        let speech = match &config.voice.tts {
+            Some(tts) => {
+                let speech = flynn_voice::synthesizer(tts)
+                    .map_err(|e| Error::Config(format!("voice.tts: {e}")))?;
+                registry.register(flynn_voice::VoiceSay::new(speech.clone()));
+                Some(speech)
+            }
+            None => None,
+        };
         for tool in self.tools {
             registry.register_dyn(tool);
         }
@@ -353,6 +363,7 @@ impl FlynnBuilder {
             automation,
             mcp,
             processes,
+            speech,
         })
     }
 }
@@ -366,9 +377,15 @@ pub struct Flynn {
     automation: Automation,
     mcp: McpServers,
     processes: Arc<ProcessManager>,
+    speech: Option<Arc<dyn flynn_voice::Synthesizer>>,
 }
 
 impl Flynn {
+    /// The text-to-speech engine `voice.tts` configures, if any.
+    pub fn speech(&self) -> Option<&Arc<dyn flynn_voice::Synthesizer>> {
+        self.speech.as_ref()
+    }
+
     pub fn builder() -> FlynnBuilder {
         FlynnBuilder::default()
     }

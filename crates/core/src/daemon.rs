@@ -330,6 +330,23 @@ impl Daemon {
                 tracing::info!(transcriber = %flynn_voice::Transcriber::id(&transcriber), "voice notes are transcribed before their turn");
                 router.set_transcriber(Arc::new(transcriber));
             }
+            match flynn.speech() {
+                Some(speech) => {
+                    tracing::info!(
+                        speech = speech.id(),
+                        reply = config.voice.reply.as_str(),
+                        "answers can be spoken (voice.tts)"
+                    );
+                    router.set_speech(speech.clone(), config.voice.reply);
+                }
+                None if config.voice.reply != flynn_protocol::config::VoiceReply::Off => {
+                    tracing::warn!(
+                        reply = config.voice.reply.as_str(),
+                        "voice.reply is set but voice.tts is not: answers stay text until voice.tts names a speech engine"
+                    );
+                }
+                None => {}
+            }
             let routing = router.spawn(deliveries);
             for (name, built) in crate::channels::build(&config.channels, &options.home) {
                 match built {

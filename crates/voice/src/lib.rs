@@ -9,12 +9,15 @@
 //! [`Synthesizer`] speaks text, as Ogg Opus where it can (a voice note on
 //! Telegram and WhatsApp): [`OpenAiSpeech`] (`/audio/speech`),
 //! [`ElevenLabsSpeech`], or a local program ([`CommandSpeech`]: espeak-ng,
-//! piper), chosen by `voice.tts`.
+//! piper), chosen by `voice.tts`; [`VoiceSay`] is the `voice.say` tool
+//! that sends it to the turn's chat.
 
 mod stt;
+mod tool;
 mod tts;
 
 pub use stt::{Audio, OpenAiTranscriber, Transcriber, VoiceError};
+pub use tool::VoiceSay;
 pub use tts::{
     CommandSpeech, ELEVENLABS_FORMAT, ElevenLabsSpeech, MAX_SPOKEN_CHARS, OpenAiSpeech, Speech,
     Synthesizer, find_on_path, spoken_part, synthesizer,

@@ -444,6 +444,105 @@ async fn media_send_delivers_workspace_files_to_telegram_natively() {
     daemon.stop(Duration::from_secs(20));
 }
 
+/// The voice round trip, with real local speech: espeak-ng speaks a
+/// sentence and opusenc makes it a voice note, the Telegram fake delivers
+/// it, the transcription fake hears it, and with `voice.reply: auto` the
+/// answer comes back as text and as a voice note espeak-ng speaks
+/// (`voice.tts` a local program). A typed message is answered in text
+/// only, unless the model says something with `voice.say`.
+#[cfg(feature = "telegram")]
+#[tokio::test]
+async fn a_telegram_voice_note_is_answered_with_a_voice_note() {
+    use flynn_testkit::FakeStt;
+    use flynn_testkit::telegram::{FakeTelegram, Incoming, TgUser};
+    use serde_json::json;
+
+    let spoken = voice_note("Book a table for two at eight.");
+    let model = FakeOpenAi::start().await;
+    model.push(Reply::Text("**Booked** for eight.".into()));
+    let stt = FakeStt::start();
+    stt.push("Book a table for two at eight.");
+    let telegram = FakeTelegram::start().await;
+    let config = TestConfig::new(&model)
+        .telegram(&telegram, "owners: [\"4242\"]")
+        .section(&format!(
+            "voice:\n  stt:\n    base_url: {}\n  tts:\n    provider: command\n    command: espeak-ng --stdout\n  reply: auto",
+            stt.base_url()
+        ));
+    let env = Env::new().with_config(&config);
+    let mut daemon = Daemon::start(&env);
+    let owner = TgUser::new(4242, "Owner");
+
+    telegram.push(Incoming::private(&owner, "").voice(spoken.clone()));
+    crate::setup::wait_until(
+        "the spoken answer",
+        Duration::from_secs(30),
+        &daemon,
+        || !telegram.files_sent().is_empty(),
+    );
+    assert_eq!(
+        stt.requests()[0].audio,
+        spoken,
+        "the note reached the transcriber"
+    );
+    assert!(
+        telegram
+            .sent()
+            .iter()
+            .any(|m| m.plain == "Booked for eight."),
+        "the text answer too: {:?}",
+        telegram.sent()
+    );
+    let voice = &telegram.files_sent()[0];
+    assert_eq!(
+        (
+            voice.method.as_str(),
+            voice.content_type.as_deref(),
+            voice.chat_id
+        ),
+        ("sendVoice", Some("audio/ogg"), 4242)
+    );
+    assert!(voice.data.starts_with(b"OggS") && voice.data.windows(8).any(|w| w == b"OpusHead"));
+
+    // Typed: text only.
+    model.push(Reply::Text("Nothing spoken.".into()));
+    telegram.push(Incoming::private(&owner, "and typed?"));
+    crate::setup::wait_until("the typed answer", Duration::from_secs(20), &daemon, || {
+        telegram.sent().iter().any(|m| m.plain == "Nothing spoken.")
+    });
+    // ... unless the model speaks with voice.say.
+    model.push(Reply::ToolCalls(vec![(
+        "voice_say".into(),
+        json!({"text": "Good night."}),
+    )]));
+    model.push(Reply::Text("Said it.".into()));
+    telegram.push(Incoming::private(&owner, "say good night"));
+    crate::setup::wait_until("the said note", Duration::from_secs(30), &daemon, || {
+        telegram.files_sent().len() == 2
+    });
+    assert_eq!(telegram.files_sent()[1].method, "sendVoice");
+    assert_eq!(telegram.violations(), Vec::<String>::new());
+    assert_eq!(stt.violations(), Vec::<String>::new());
+    daemon.stop(Duration::from_secs(20));
+}
+
+/// `text` spoken by espeak-ng and encoded by opusenc: a real Ogg Opus
+/// voice note.
+#[cfg(feature = "telegram")]
+fn voice_note(text: &str) -> Vec<u8> {
+    let script = format!("espeak-ng --stdout '{text}' | opusenc --quiet - -");
+    let out = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .expect("sh runs");
+    assert!(
+        out.status.success() && out.stdout.starts_with(b"OggS"),
+        "espeak-ng and opusenc are needed: run scripts/install-test-deps.sh ({})",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 #[cfg(feature = "telegram")]
 #[tokio::test]
 async fn on_telegram_a_confirmation_is_approved_with_its_button_and_groups_need_a_mention() {
