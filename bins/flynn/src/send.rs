@@ -206,6 +206,17 @@ impl Printer {
                 ));
             }
             AgentEvent::Command { name, .. } => self.command = Some(name),
+            AgentEvent::Media { file } => {
+                self.end_line();
+                self.progress(&format!(
+                    "sent {} {} ({}, {} bytes; the gateway serves it at /media/{})",
+                    file.kind.as_str(),
+                    file.name,
+                    file.media_type,
+                    file.size,
+                    file.id
+                ));
+            }
             AgentEvent::Queued { ahead } => {
                 self.progress(&format!("queued behind {ahead} turn(s) of this session"));
             }
