@@ -218,6 +218,23 @@ impl FlynnBuilder {
         for tool in automation.tools() {
             registry.register_dyn(tool);
         }
+        // Voice notes into text (`voice.stt`), for the chats and the web
+        // chat's microphone.
+        let transcriber = match &config.voice.stt {
+            Some(stt) => {
+                let mut transcriber = flynn_voice::OpenAiTranscriber::new(
+                    &stt.base_url,
+                    stt.api_key.clone(),
+                    &stt.model,
+                )
+                .map_err(|e| Error::Config(format!("voice.stt: {e}")))?;
+                if let Some(language) = &stt.language {
+                    transcriber = transcriber.language(language);
+                }
+                Some(Arc::new(transcriber) as Arc<dyn flynn_voice::Transcriber>)
+            }
+            None => None,
+        };
         // Spoken answers and `voice.say` (`voice.tts`).
         let speech = match &config.voice.tts {
             Some(tts) => {
@@ -364,6 +381,7 @@ impl FlynnBuilder {
             mcp,
             processes,
             speech,
+            transcriber,
         })
     }
 }
@@ -378,9 +396,15 @@ pub struct Flynn {
     mcp: McpServers,
     processes: Arc<ProcessManager>,
     speech: Option<Arc<dyn flynn_voice::Synthesizer>>,
+    transcriber: Option<Arc<dyn flynn_voice::Transcriber>>,
 }
 
 impl Flynn {
+    /// The speech-to-text service `voice.stt` configures, if any.
+    pub fn transcriber(&self) -> Option<&Arc<dyn flynn_voice::Transcriber>> {
+        self.transcriber.as_ref()
+    }
+
     /// The text-to-speech engine `voice.tts` configures, if any.
     pub fn speech(&self) -> Option<&Arc<dyn flynn_voice::Synthesizer>> {
         self.speech.as_ref()

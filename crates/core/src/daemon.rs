@@ -317,18 +317,12 @@ impl Daemon {
             }
             let router =
                 ChannelRouter::new(flynn.manager().clone(), registry.clone(), &config.channels);
-            if let Some(stt) = &config.voice.stt {
-                let mut transcriber = flynn_voice::OpenAiTranscriber::new(
-                    &stt.base_url,
-                    stt.api_key.clone(),
-                    &stt.model,
-                )
-                .map_err(|e| Error::Config(format!("voice.stt: {e}")))?;
-                if let Some(language) = &stt.language {
-                    transcriber = transcriber.language(language);
-                }
-                tracing::info!(transcriber = %flynn_voice::Transcriber::id(&transcriber), "voice notes are transcribed before their turn");
-                router.set_transcriber(Arc::new(transcriber));
+            if let Some(transcriber) = flynn.transcriber() {
+                tracing::info!(
+                    transcriber = transcriber.id(),
+                    "voice notes are transcribed before their turn"
+                );
+                router.set_transcriber(transcriber.clone());
             }
             match flynn.speech() {
                 Some(speech) => {
@@ -438,6 +432,7 @@ impl Daemon {
             GatewayExtras {
                 mcp: flynn.mcp().clone(),
                 memory: flynn.memory().cloned(),
+                transcriber: flynn.transcriber().cloned(),
             },
         );
         let control = gateway.control();

@@ -1,5 +1,5 @@
-//! Plain HTTP routes: `/healthz`, `/metrics`, `/media/<id>`, and the 404
-//! for the rest.
+//! Plain HTTP routes: `/healthz`, `/metrics`, `/media/<id>`, `/transcribe`,
+//! and the 404 for the rest.
 
 use std::sync::Arc;
 
@@ -191,4 +191,72 @@ fn percent_encode(name: &str) -> String {
         }
     }
     out
+}
+
+/// `POST /transcribe`: the web chat's microphone. The body is the
+/// recording (`Content-Type` `audio/webm`, `audio/ogg`, `audio/mp4`,
+/// `audio/mpeg` or `audio/wav`), within `gateway.max_request_bytes`; the
+/// answer `{"text": "..."}` from the `voice.stt` service, or an error
+/// naming what went wrong (404 with the setting when there is none).
+pub(crate) async fn transcribe(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some(transcriber) = &gateway.transcriber else {
+        return crate::auth::refusal(
+            StatusCode::NOT_FOUND,
+            "not_configured",
+            "nothing turns speech into text here: set voice.stt in the daemon's config",
+        );
+    };
+    let media_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    let extension = match media_type.as_str() {
+        "audio/webm" => "webm",
+        "audio/ogg" => "ogg",
+        "audio/mp4" | "audio/m4a" | "audio/x-m4a" => "m4a",
+        "audio/mpeg" => "mp3",
+        "audio/wav" | "audio/x-wav" | "audio/wave" => "wav",
+        _ => {
+            return crate::auth::refusal(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "bad_request",
+                &format!(
+                    "a recording of type {:?} cannot be transcribed: send audio/webm, audio/ogg, audio/mp4, audio/mpeg or audio/wav",
+                    media_type
+                ),
+            );
+        }
+    };
+    if body.is_empty() {
+        return crate::auth::refusal(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "the recording is empty",
+        );
+    }
+    let audio = flynn_voice::Audio {
+        data: body,
+        file_name: format!("voice.{extension}"),
+        media_type,
+    };
+    match transcriber.transcribe(audio).await {
+        Ok(text) => Json(serde_json::json!({ "text": text })).into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "a recording from the web chat could not be transcribed");
+            crate::auth::refusal(
+                StatusCode::BAD_GATEWAY,
+                "transcription_failed",
+                &e.to_string(),
+            )
+        }
+    }
 }

@@ -21,6 +21,7 @@ pub(crate) const ROUTES: &[(&str, Option<TokenScope>)] = &[
     ("/v1/models", Some(TokenScope::Chat)),
     ("/v1/chat/completions", Some(TokenScope::Chat)),
     ("/metrics", Some(TokenScope::Read)),
+    ("/transcribe", Some(TokenScope::Chat)),
 ];
 
 /// The scope a protected route needs: `Ok(None)` for `/rpc`, `Err` for a

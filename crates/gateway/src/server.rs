@@ -62,6 +62,9 @@ pub struct GatewayExtras {
     pub mcp: McpServers,
     /// Memory, for the `search_memory` tool of `/mcp`.
     pub memory: Option<Memory>,
+    /// Speech to text (`voice.stt`), for the web chat's microphone
+    /// (`POST /transcribe`).
+    pub transcriber: Option<Arc<dyn flynn_voice::Transcriber>>,
 }
 
 impl std::fmt::Debug for GatewayParts {
@@ -122,6 +125,8 @@ pub(crate) struct State {
     /// The MCP servers the runtime uses (`mcp.status`).
     pub mcp: McpServers,
     pub memory: Option<Memory>,
+    /// Speech to text for `POST /transcribe`.
+    pub transcriber: Option<Arc<dyn flynn_voice::Transcriber>>,
     /// Ends the MCP sessions of `/mcp` (their event streams would hold
     /// the graceful shutdown open).
     pub mcp_stop: CancellationToken,
@@ -207,6 +212,7 @@ impl Gateway {
             channels: parts.channels,
             mcp: extras.mcp,
             memory: extras.memory,
+            transcriber: extras.transcriber,
             mcp_stop: CancellationToken::new(),
         });
         let methods = crate::rpc::methods(state.clone());
@@ -276,6 +282,7 @@ impl Gateway {
             )
             .route("/metrics", get(crate::http::metrics))
             .route("/media/{id}", get(crate::http::media))
+            .route("/transcribe", post(crate::http::transcribe))
             .route("/v1/models", get(crate::openai::models))
             .route(
                 "/v1/chat/completions",

@@ -553,7 +553,7 @@ async function openSession(key) {
   state.session = key;
   localStorage.setItem(SESSION_KEY, key);
   const known = state.sessions.find((s) => s.key === key);
-  $("chat-title").textContent = known?.title || (known ? "Chat" : "New chat");
+  $("chat-title").textContent = shownTitle(known?.title) || (known ? "Chat" : "New chat");
   $("chat-key").textContent = key;
   document.querySelectorAll("#sessions button").forEach((b) => b.setAttribute("aria-current", String(b.dataset.key === key)));
   await reopen();
@@ -597,7 +597,7 @@ async function loadSessions() {
   renderSessions();
   // The open session gets its title with its first message.
   const open = state.sessions.find((s) => s.key === state.session);
-  if (open?.title) $("chat-title").textContent = open.title;
+  if (open?.title) $("chat-title").textContent = shownTitle(open.title);
 }
 
 function renderSessions() {
@@ -605,7 +605,7 @@ function renderSessions() {
   const list = $("sessions");
   list.replaceChildren();
   for (const s of state.sessions) {
-    const label = s.title || s.key;
+    const label = shownTitle(s.title) || s.key;
     if (filter && !label.toLowerCase().includes(filter) && !s.key.toLowerCase().includes(filter)) continue;
     const when = new Date(s.updated_at).toLocaleString();
     list.append(el("li", null, el("button", {
@@ -616,9 +616,107 @@ function renderSessions() {
   }
 }
 
+/** What a voice message's text starts with, as chats mark theirs. */
+const VOICE_MARK = "[voice note, transcribed] ";
+
+/** A session's title as shown: a voice message's without its mark. */
+function shownTitle(title) {
+  return title && title.startsWith(VOICE_MARK) ? title.slice(VOICE_MARK.length) : title;
+}
+
+/** A microphone icon (no emoji font needed). */
+function micIcon() {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("class", "icon");
+  svg.setAttribute("aria-hidden", "true");
+  const path = document.createElementNS(ns, "path");
+  path.setAttribute("d", "M12 14a3 3 0 0 0 3-3V5a3 3 0 0 0-6 0v6a3 3 0 0 0 3 3zm5-3a5 5 0 0 1-10 0H5a7 7 0 0 0 6 6.92V21h2v-3.08A7 7 0 0 0 19 11h-2z");
+  svg.append(path);
+  return svg;
+}
+
+/** A stop icon. */
+function stopIcon() {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("class", "icon");
+  svg.setAttribute("aria-hidden", "true");
+  const rect = document.createElementNS(ns, "rect");
+  for (const [k, v] of Object.entries({ x: 6, y: 6, width: 12, height: 12, rx: 2 })) rect.setAttribute(k, v);
+  svg.append(rect);
+  return svg;
+}
+
+/** The microphone: records while pressed on, then sends the words. */
+const recorder = { media: null, chunks: [] };
+
+async function toggleMic() {
+  const mic = $("mic");
+  if (recorder.media) {
+    recorder.media.stop();
+    return;
+  }
+  if (!navigator.mediaDevices || !window.MediaRecorder) {
+    notice("this browser cannot record audio", "error");
+    return;
+  }
+  let stream;
+  try {
+    stream = await navigator.mediaDevices.getUserMedia({ audio: true });
+  } catch (error) {
+    notice(`the microphone is not available: ${error.message}`, "error");
+    return;
+  }
+  const media = new MediaRecorder(stream);
+  recorder.media = media;
+  recorder.chunks = [];
+  media.addEventListener("dataavailable", (event) => {
+    if (event.data.size) recorder.chunks.push(event.data);
+  });
+  media.addEventListener("stop", async () => {
+    stream.getTracks().forEach((track) => track.stop());
+    recorder.media = null;
+    mic.classList.remove("recording");
+    mic.setAttribute("aria-pressed", "false");
+    mic.replaceChildren(micIcon());
+    const type = (media.mimeType || "audio/webm").split(";")[0];
+    const blob = new Blob(recorder.chunks, { type });
+    mic.disabled = true;
+    const status = notice("transcribing…");
+    try {
+      const response = await fetch("/transcribe", {
+        method: "POST",
+        headers: { authorization: `Bearer ${state.rpc.token}`, "content-type": type },
+        body: blob,
+      });
+      const body = await response.json().catch(() => ({}));
+      if (!response.ok) throw new Error((body.error && body.error.message) || `the recording could not be transcribed (${response.status})`);
+      const text = (body.text || "").trim();
+      if (!text) {
+        notice("nothing was heard in the recording");
+        return;
+      }
+      send(VOICE_MARK + text);
+    } catch (error) {
+      notice(error.message, "error");
+    } finally {
+      if (status) status.remove();
+      mic.disabled = false;
+    }
+  });
+  media.start();
+  mic.classList.add("recording");
+  mic.setAttribute("aria-pressed", "true");
+  mic.replaceChildren(stopIcon());
+}
+
 async function send(text) {
   if (!text.trim() || !state.session) return;
-  if (!text.startsWith("/")) addMessage(el("div", { class: "msg user" }, text));
+  if (text.startsWith(VOICE_MARK)) addMessage(el("div", { class: "msg user voice", title: "a voice message, transcribed" }, micIcon(), text.slice(VOICE_MARK.length)));
+  else if (!text.startsWith("/")) addMessage(el("div", { class: "msg user" }, text));
   else state.pendingCommand = true;
   scrollDown();
   try {
@@ -906,6 +1004,8 @@ document.addEventListener("DOMContentLoaded", () => {
     input.style.height = "auto";
     send(text);
   });
+  $("mic").replaceChildren(micIcon());
+  $("mic").addEventListener("click", toggleMic);
   $("cancel").addEventListener("click", async () => {
     try {
       await state.rpc.call("agent.cancel", { session: state.session });

@@ -93,6 +93,7 @@ impl Harness {
             GatewayExtras {
                 mcp: flynn.mcp().clone(),
                 memory: flynn.memory().cloned(),
+                transcriber: flynn.transcriber().cloned(),
             },
         );
         let serving = gateway.serve(listener).unwrap();

@@ -55,6 +55,8 @@ impl Browser {
                     "--disable-dev-shm-usage", "--disable-background-networking",
                     "--disable-component-update", "--disable-sync", "--no-first-run",
                     "--window-size=1280,900",
+                    // A microphone that plays a tone, allowed without asking.
+                    "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
                 ],
             }),
         );
@@ -736,4 +738,127 @@ async fn the_web_chat_shows_the_files_a_turn_sends() {
     assert_eq!(unknown.status(), 404);
     drop(browser);
     harness.stop().await;
+}
+
+/// The microphone: a recording (Chromium's fake device, a tone) goes to
+/// `POST /transcribe`, the words come back from the `voice.stt` service
+/// and are sent as a voice message the model answers; without a token the
+/// endpoint refuses, and without `voice.stt` it says which setting is
+/// missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_chat_microphone_sends_what_was_said() {
+    let fake = FakeOpenAi::start().await;
+    let stt = flynn_testkit::FakeStt::start();
+    stt.push("Book a table for two at eight.");
+    let mut config = crate::harness::config(&fake);
+    config.voice.stt = Some(flynn_protocol::config::SttConfig {
+        base_url: stt.base_url(),
+        api_key: None,
+        model: "whisper-1".to_owned(),
+        language: None,
+    });
+    let mut harness = Harness::with(crate::harness::Options {
+        config,
+        tools: Vec::new(),
+        config_file: None,
+    })
+    .await;
+    let browser = Browser::start().await;
+    browser.client().goto(&harness.url("/")).await.unwrap();
+    browser
+        .wait_for("!document.getElementById('login').hidden")
+        .await;
+    browser.type_into("#token", TOKEN).await;
+    browser.click("#login-form button[type=submit]").await;
+    browser
+        .wait_for("document.getElementById('status').innerText === 'connected'")
+        .await;
+
+    fake.push(Reply::Text("Booked for eight.".into()));
+    browser.click("#mic").await;
+    browser
+        .wait_for("document.getElementById('mic').getAttribute('aria-pressed') === 'true'")
+        .await;
+    // Some sound to record.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    browser.click("#mic").await;
+    browser
+        .wait_for(&format!(
+            "{}.includes('Booked for eight.')",
+            last_text(".msg.assistant")
+        ))
+        .await;
+    assert_eq!(
+        browser
+            .eval("return document.querySelector('.msg.user.voice').innerText;")
+            .await,
+        json!("Book a table for two at eight.")
+    );
+    let heard = stt.requests();
+    assert_eq!(heard.len(), 1);
+    assert_eq!(
+        (heard[0].file_name.as_str(), heard[0].media_type.as_deref()),
+        ("voice.webm", Some("audio/webm"))
+    );
+    // A WebM file: the EBML header's magic.
+    assert!(heard[0].audio.starts_with(&[0x1A, 0x45, 0xDF, 0xA3]));
+    let said = fake
+        .requests()
+        .into_iter()
+        .rfind(|r| r.path.ends_with("/chat/completions"))
+        .unwrap();
+    assert!(
+        said.body["messages"]
+            .to_string()
+            .contains("[voice note, transcribed] Book a table for two at eight."),
+        "{}",
+        said.body
+    );
+    browser.screenshot("web-chat-microphone").await;
+    assert_eq!(stt.violations(), Vec::<String>::new());
+
+    // Over HTTP: a token is needed, and a type the service cannot take is
+    // refused before it is asked.
+    let http = reqwest::Client::new();
+    let bare = http
+        .post(harness.url("/transcribe"))
+        .header("content-type", "audio/webm")
+        .body(vec![1u8; 10])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bare.status(), 401);
+    let text = http
+        .post(harness.url("/transcribe"))
+        .bearer_auth(TOKEN)
+        .header("content-type", "text/plain")
+        .body("hello")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(text.status(), 415);
+    assert_eq!(stt.requests().len(), 1);
+    drop(browser);
+    harness.stop().await;
+
+    // No voice.stt: the endpoint names the setting.
+    let mut plain = Harness::start(&fake).await;
+    let missing = http
+        .post(plain.url("/transcribe"))
+        .bearer_auth(TOKEN)
+        .header("content-type", "audio/webm")
+        .body(vec![1u8; 10])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    let body: Value = missing.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("voice.stt"),
+        "{body}"
+    );
+    plain.stop().await;
 }
