@@ -856,6 +856,94 @@ async fn a_discord_voice_message_is_transcribed_before_its_turn() {
     daemon.stop(Duration::from_secs(20));
 }
 
+/// Slack: an audio clip (a file of an `audio/` type) is transcribed
+/// before its turn; the answer's chart comes back as a file shared in the
+/// DM, through Slack's upload flow.
+#[cfg(feature = "slack")]
+#[tokio::test]
+async fn on_slack_an_audio_clip_is_heard_and_a_chart_comes_back() {
+    use flynn_testkit::FakeStt;
+    use flynn_testkit::slack::{self as sl, FakeSlack};
+    use serde_json::json;
+
+    let model = FakeOpenAi::start().await;
+    let stt = FakeStt::start();
+    stt.push("Send me the sales chart.");
+    let slack = FakeSlack::start().await;
+    let env = Env::new();
+    let workspace = env.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let png = [&b"\x89PNG\r\n\x1a\n"[..], &[3u8; 300][..]].concat();
+    std::fs::write(workspace.join("chart.png"), &png).unwrap();
+    let config = TestConfig::new(&model)
+        .section(&format!("tools:\n  workspace: {}", workspace.display()))
+        .section(&format!("voice:\n  stt:\n    base_url: {}", stt.base_url()))
+        .slack(&slack, &format!("owners: [\"{}\"]", sl::OWNER));
+    let env = env.with_config(&config);
+    let mut daemon = Daemon::start(&env);
+    model.push(Reply::ToolCalls(vec![(
+        "media_send".into(),
+        json!({"path": "chart.png", "caption": "Sales"}),
+    )]));
+    model.push(Reply::Text("Here is the chart.".into()));
+
+    let clip = slack.add_file(
+        "audio_message.webm",
+        "audio/webm",
+        b"\x1a\x45\xdf\xa3 a clip",
+    );
+    let mut event = slack.message_event(sl::DM, sl::OWNER, "");
+    event["subtype"] = json!("file_share");
+    event["files"] = json!([clip]);
+    slack.push_event(event, "EvClip1");
+    crate::setup::wait_until(
+        "the chart in the DM",
+        Duration::from_secs(20),
+        &daemon,
+        || !slack.shared_files().is_empty(),
+    );
+    let heard = stt.requests();
+    assert_eq!(
+        (
+            heard.len(),
+            heard[0].file_name.as_str(),
+            &heard[0].audio[..]
+        ),
+        (1, "audio_message.webm", &b"\x1a\x45\xdf\xa3 a clip"[..])
+    );
+    let first = model
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with("/chat/completions"))
+        .unwrap();
+    assert!(
+        first.body["messages"]
+            .to_string()
+            .contains("[voice note, transcribed] Send me the sales chart."),
+        "{}",
+        first.body
+    );
+    let shared = &slack.shared_files()[0];
+    assert_eq!(
+        (
+            shared.filename.as_str(),
+            shared.channel.as_str(),
+            shared.initial_comment.as_deref()
+        ),
+        ("chart.png", sl::DM, Some("Sales"))
+    );
+    assert_eq!(shared.data, png);
+    assert!(
+        slack
+            .messages()
+            .iter()
+            .any(|m| m.text.contains("Here is the chart."))
+    );
+    assert_eq!(slack.violations(), Vec::<String>::new());
+    assert_eq!(stt.violations(), Vec::<String>::new());
+    daemon.stop(Duration::from_secs(20));
+}
+
 /// Discord, after a crash: the notes of interrupted turns reach the DM
 /// one at a time, in order, each keyed by its turn (a message `nonce`
 /// with `enforce_nonce`). A note the chat got from a daemon killed
