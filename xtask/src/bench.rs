@@ -109,6 +109,8 @@ pub fn run(args: &[String]) -> Result<()> {
             &[],
         )?;
     }
+    // Voice: what transcribing a note and speaking an answer add.
+    cargo.run(&["bench", "-p", "flynn-voice", "--bench", "voice"], &[])?;
     // Memory search in PostgreSQL too, on the test server the project's
     // script starts (or finds running).
     let postgres = Command::new(root.join("scripts/postgres.sh"))
@@ -208,6 +210,8 @@ const MICRO: &[&str] = &[
     "memory_postgres/hybrid_search_100k",
     "memory_postgres/keyword_search_100k",
     "memory_postgres/vector_search_100k",
+    "voice/transcribe_voice_note_30kb",
+    "voice/speak_answer_360_chars",
 ];
 
 /// Hybrid memory search over 100,000 chunks must take at most this, at
@@ -291,6 +295,13 @@ fn render_micro(micro: &[Micro]) -> String {
         let _ = writeln!(
             md,
             "\nReadability extraction of a 1 MB article page to markdown (web.fetch): {ms:.2} ms; target under 50 ms: {verdict}."
+        );
+    }
+    if let Some(ns) = by_id("voice/transcribe_voice_note_30kb") {
+        let _ = writeln!(
+            md,
+            "\nWhat transcribing a 30 KB voice note adds before its turn, apart from the service's model time (the multipart request and its answer over loopback, `voice.stt` client against its fake): {:.2} ms.",
+            ns / 1e6
         );
     }
     for (id, what) in [
