@@ -299,6 +299,16 @@ impl App {
                 thinking: String::new(),
                 streaming: false,
             }),
+            AgentEvent::Media { file } => self.entries.push(Entry::Notice(format!(
+                "sent {} {} ({} bytes){}",
+                file.kind.as_str(),
+                file.name,
+                file.size,
+                file.caption
+                    .as_deref()
+                    .map(|c| format!(": {c}"))
+                    .unwrap_or_default()
+            ))),
         }
         self.scroll = 0;
     }
