@@ -633,3 +633,26 @@ async fn an_idle_browser_is_closed_and_a_killed_one_restarted_with_a_note() {
     assert_ne!(env.browsers.pid(&session).await, Some(pid));
     env.browsers.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starting_one_browser_too_many_closes_the_one_unused_longest() {
+    let env = Env::with(|config, root| {
+        Browsers::new(
+            &BrowserToolConfig {
+                max_browsers: 1,
+                ..config.clone()
+            },
+            root,
+        )
+    });
+    let (blocked, _) = blocked_server().await;
+    let shop = serve_on("127.0.0.1", shop(blocked)).await;
+    let form = json!({"url": format!("http://{shop}/form")});
+    let (a, b) = (env.ctx("a").session, env.ctx("b").session);
+    env.ok("a", "browser.open", form.clone()).await;
+    assert!(env.browsers.is_running(&a));
+    env.ok("b", "browser.open", form).await;
+    assert!(env.browsers.is_running(&b));
+    assert!(!env.browsers.is_running(&a));
+    env.browsers.shutdown().await;
+}

@@ -289,9 +289,12 @@ impl Browsers {
         .await;
     }
 
-    /// Closes the browser unused longest while `max_browsers` run.
+    /// Closes the browser unused longest while `max_browsers` run. Only
+    /// a browser no call is using can go (waiting for a busy one could
+    /// deadlock with its own session starting a browser too), so a burst
+    /// of sessions may briefly run more.
     async fn make_room(&self, session: &SessionKey) {
-        let others: Vec<(Instant, Arc<Slot>)> = lock(&self.inner.slots)
+        let mut others: Vec<(Instant, Arc<Slot>)> = lock(&self.inner.slots)
             .iter()
             .filter(|(key, slot)| {
                 key.as_str() != session.as_str() && slot.running.load(Ordering::SeqCst)
@@ -301,11 +304,15 @@ impl Browsers {
         if others.len() < self.inner.settings.max_browsers {
             return;
         }
-        if let Some((_, oldest)) = others.into_iter().min_by_key(|(used, _)| *used) {
-            let mut state = oldest.state.lock().await;
+        others.sort_by_key(|(used, _)| *used);
+        for (_, slot) in others {
+            let Ok(mut state) = Arc::clone(&slot.state).try_lock_owned() else {
+                continue;
+            };
             if let Some(running) = state.take() {
-                oldest.running.store(false, Ordering::SeqCst);
+                slot.running.store(false, Ordering::SeqCst);
                 running.close().await;
+                return;
             }
         }
     }
