@@ -57,9 +57,11 @@ fn snapshot_small_page(c: &mut Criterion) {
         let first = snapshot.call(json!({}), &ctx).await.unwrap();
         assert!(first.contains("[3] button \"Send order\""), "{first}");
     });
-    c.bench_function("browser/snapshot_small_page", |b| {
+    let mut group = c.benchmark_group("browser");
+    group.bench_function("snapshot_small_page", |b| {
         b.iter(|| runtime.block_on(snapshot.call(json!({}), &ctx)).unwrap());
     });
+    group.finish();
     runtime.block_on(browsers.shutdown());
 }
 
