@@ -83,6 +83,30 @@ fn shop(blocked: SocketAddr) -> Router {
             }),
         )
         .route(
+            "/files",
+            get(|| async {
+                Html(
+                    "<!doctype html><title>Files</title>\
+                     <a href=\"/report.txt\">The report</a>",
+                )
+            }),
+        )
+        .route(
+            "/report.txt",
+            get(|| async {
+                (
+                    [
+                        (header::CONTENT_TYPE, "text/plain"),
+                        (
+                            header::CONTENT_DISPOSITION,
+                            "attachment; filename=\"report.txt\"",
+                        ),
+                    ],
+                    "quarterly numbers\n",
+                )
+            }),
+        )
+        .route(
             "/set",
             get(|| async {
                 (
@@ -654,5 +678,34 @@ async fn starting_one_browser_too_many_closes_the_one_unused_longest() {
     env.ok("b", "browser.open", form).await;
     assert!(env.browsers.is_running(&b));
     assert!(!env.browsers.is_running(&a));
+    env.browsers.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_lands_in_the_workspace() {
+    let env = Env::new();
+    let (blocked, _) = blocked_server().await;
+    let shop = serve_on("127.0.0.1", shop(blocked)).await;
+    env.ok(
+        "a",
+        "browser.open",
+        json!({"url": format!("http://{shop}/files")}),
+    )
+    .await;
+    let snapshot = env.ok("a", "browser.snapshot", json!({})).await;
+    let link = number_of(&snapshot, "link \"The report\"");
+    let clicked = env.ok("a", "browser.click", json!({"element": link})).await;
+    let downloads = env.workspace.path().join("downloads");
+    assert!(
+        clicked.contains(&format!(
+            "Downloaded report.txt to {}.",
+            downloads.display()
+        )),
+        "{clicked}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(downloads.join("report.txt")).unwrap(),
+        "quarterly numbers\n"
+    );
     env.browsers.shutdown().await;
 }

@@ -77,10 +77,22 @@ pub(crate) async fn open(
             )));
         }
         Ok(Err(error)) => {
-            if let Some(refusal) = refusals.first() {
+            // The page itself, or (a tunnel the guard refused) a hop of
+            // its redirects.
+            let tunnel = error.to_string().contains("ERR_TUNNEL_CONNECTION_FAILED");
+            let refused = refusals
+                .iter()
+                .find(|r| same_target(r, url.as_str()))
+                .or_else(|| refusals.last().filter(|_| tunnel));
+            if let Some(refusal) = refused {
                 return Err(ToolError::failed(refusal.message.clone()));
             }
-            return Err(ToolError::failed(format!("cannot open {url}: {error}")));
+            let mut message = format!("cannot open {url}: {error}");
+            if !refusals.is_empty() {
+                message.push('\n');
+                blocked(&mut message, &refusals);
+            }
+            return Err(ToolError::failed(message.trim_end().to_owned()));
         }
         Ok(Ok(_)) => {}
     }

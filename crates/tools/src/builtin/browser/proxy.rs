@@ -502,6 +502,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_allowed_tunnel_carries_bytes_both_ways() {
+        let proxy = Proxy::start(
+            Arc::new(Guard::new(&["127.0.0.1".to_owned()])),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = server.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut stream, _) = server.accept().await.unwrap();
+            let mut hello = [0u8; 5];
+            stream.read_exact(&mut hello).await.unwrap();
+            stream
+                .write_all(&hello.map(|b| b.to_ascii_uppercase()))
+                .await
+                .unwrap();
+        });
+        let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+        stream
+            .write_all(
+                format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\nhello").as_bytes(),
+            )
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.unwrap();
+        assert_eq!(
+            String::from_utf8(answer).unwrap(),
+            "HTTP/1.1 200 Connection Established\r\n\r\nHELLO"
+        );
+        assert_eq!(proxy.mark(), 0);
+    }
+
+    #[tokio::test]
     async fn refuses_private_addresses_and_the_forbidden_ports_and_logs_them() {
         let proxy = Proxy::start(
             Arc::new(Guard::new(&["127.0.0.1".to_owned()])),
