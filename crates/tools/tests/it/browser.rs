@@ -340,7 +340,7 @@ async fn a_form_is_filled_in_submitted_and_its_result_read() {
     assert_eq!(
         missing,
         Err(ToolError::failed(format!(
-            "element {size} (combobox \"Size\") has no option 'XXL' (3 options; the latest \
+            "element {size} (combobox) has no option 'XXL' (3 options; the latest \
              browser.snapshot lists them under it)"
         )))
     );

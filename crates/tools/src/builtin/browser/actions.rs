@@ -251,7 +251,7 @@ pub(crate) async fn type_text(
         return Err(ToolError::failed(format!(
             "element {element} ({}) does not take text; type into a textbox, searchbox or \
              combobox of the latest browser.snapshot",
-            target.describe()
+            target.role
         )));
     }
     if !text.is_empty() {
@@ -335,7 +335,7 @@ pub(crate) async fn select(
             "element {element} ({}) is not a drop-down or list; browser.select takes a \
              combobox or listbox of the latest browser.snapshot (browser.click for buttons and \
              links)",
-            target.describe()
+            target.role
         )));
     }
     if chosen.get("found") != Some(&Value::Bool(true)) {
@@ -343,13 +343,13 @@ pub(crate) async fn select(
         return Err(ToolError::failed(format!(
             "element {element} ({}) has no option '{option}' ({count} options; the latest \
              browser.snapshot lists them under it)",
-            target.describe()
+            target.role
         )));
     }
     if chosen.get("disabled") == Some(&Value::Bool(true)) {
         return Err(ToolError::failed(format!(
             "the option '{option}' of element {element} ({}) is disabled",
-            target.describe()
+            target.role
         )));
     }
     let label = chosen
@@ -599,7 +599,7 @@ async fn object_of(page: &Page, element: u32, target: &Ref) -> Result<RemoteObje
         ToolError::failed(format!(
             "element {element} ({}) is no longer on the page (it changed since the snapshot); \
              call browser.snapshot and use its numbers",
-            target.describe()
+            target.role
         ))
     };
     let resolved = page

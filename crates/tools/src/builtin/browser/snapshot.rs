@@ -38,7 +38,9 @@ pub(crate) struct Ref {
 }
 
 impl Ref {
-    /// `button "Send"`, as the snapshot showed it.
+    /// `button "Send"`, as the snapshot showed it. The name is the page's
+    /// text: only for output marked untrusted, never in an error (errors
+    /// say the role alone).
     pub(crate) fn describe(&self) -> String {
         if self.name.is_empty() {
             self.role.clone()
