@@ -111,6 +111,20 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     // Voice: what transcribing a note and speaking an answer add.
     cargo.run(&["bench", "-p", "flynn-voice", "--bench", "voice"], &[])?;
+    // One browser tool call against the system's Chromium (installed by
+    // scripts/install-test-deps.sh).
+    cargo.run(
+        &[
+            "bench",
+            "-p",
+            "flynn-tools",
+            "--features",
+            "browser",
+            "--bench",
+            "browser",
+        ],
+        &[],
+    )?;
     // Memory search in PostgreSQL too, on the test server the project's
     // script starts (or finds running).
     let postgres = Command::new(root.join("scripts/postgres.sh"))
@@ -203,6 +217,7 @@ const MICRO: &[&str] = &[
     "cancel/tool_process",
     "tools/executor_call",
     "web_fetch_extract/markdown_1mb_article",
+    "browser/snapshot_small_page",
     "compaction/history_200k_tokens",
     "memory/hybrid_search_100k",
     "memory/keyword_search_100k",

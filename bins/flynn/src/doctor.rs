@@ -120,6 +120,8 @@ async fn checks(args: &DoctorArgs) -> Vec<Check> {
     out.extend(provider_lines(&loaded.config).await);
     out.push(database_line(&loaded).await);
     out.push(sandbox_line(&loaded).await);
+    #[cfg(feature = "browser")]
+    out.push(browser_line(&loaded.config).await);
     let mut live = None;
     out.extend(gateway_lines(args, &loaded, &mut live).await);
     out.extend(channel_lines(&loaded.config, live));
@@ -634,6 +636,33 @@ fn cluster_text(nodes: &[flynn_core::sessions::NodeInfo]) -> String {
         })
         .collect();
     format!("; cluster: {daemons} daemon node(s): {}", each.join("; "))
+}
+
+/// The browser of the `browser.*` tools: which one and its version, or
+/// how to get one. A WARN, not a FAIL: only those tools need it.
+#[cfg(feature = "browser")]
+async fn browser_line(config: &FlynnConfig) -> Check {
+    use flynn_core::tools::builtin::browser;
+
+    let configured = config.tools.browser.executable.as_deref();
+    let path = match browser::find_executable(configured) {
+        Ok(path) => path,
+        Err(error) => {
+            return Check::warn(
+                "browser",
+                format!("the browser.* tools cannot run: {error}"),
+                "install Chromium (`apt install chromium` on Debian and Ubuntu) or Chrome, or set tools.browser.executable",
+            );
+        }
+    };
+    match browser::browser_version(&path).await {
+        Ok(version) => Check::ok("browser", format!("{version} ({})", path.display())),
+        Err(error) => Check::warn(
+            "browser",
+            format!("{} was found but does not run: {error}", path.display()),
+            "reinstall it (`apt install --reinstall chromium`) or point tools.browser.executable at another browser",
+        ),
+    }
 }
 
 /// The sandbox of shell and process tools, as `flynn sandbox` sees it.

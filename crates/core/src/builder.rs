@@ -207,6 +207,13 @@ impl FlynnBuilder {
             },
             self.processes,
         );
+        // The browser keeps a profile per session in FLYNN_HOME/browser;
+        // an embedder without a home registers its own
+        // (`flynn_tools::builtin::register_browser`).
+        #[cfg(feature = "browser")]
+        if let Some(home) = &self.home {
+            flynn_tools::builtin::register_browser(&mut registry, &config.tools, home);
+        }
         if let Some(memory) = &memory {
             for tool in memory.tools() {
                 registry.register_dyn(tool);

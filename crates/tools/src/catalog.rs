@@ -15,8 +15,8 @@ use crate::{Tool, ToolPolicy, ToolRegistry};
 pub const TOOL_SEARCH: &str = "tools.search";
 
 /// Tools deferred when `tools.deferred` is not set: background processes,
-/// the searches, other sessions, sub-agents and scheduled jobs, which a
-/// turn uses only now and then.
+/// the searches, other sessions, sub-agents, scheduled jobs and the
+/// browser, which a turn uses only now and then.
 /// (`tool.output` is never offered until a turn has an output to read
 /// back: see [`ToolCatalog::reveal`].)
 pub const DEFAULT_DEFERRED: &[&str] = &[
@@ -29,6 +29,7 @@ pub const DEFAULT_DEFERRED: &[&str] = &[
     "sessions.*",
     "agents.*",
     "cron.*",
+    "browser.*",
 ];
 
 /// One turn's view of the registry: the agent's policy, the deferred

@@ -27,7 +27,7 @@ fn unknown_key_suggests_the_closest_and_lists_the_valid_ones() {
     );
     assert_error(
         "tools:\n  colour: blue\n",
-        "config.yaml:2:3: tools.colour: unknown key 'colour', expected one of: enabled, profile, autonomy, taint, env, deny, hooks, confirm_timeout_secs, output_limit_bytes, summarise_over_bytes, workspace, providers, deferred, audit, sandbox, shell, files, web_fetch, web_search, process",
+        "config.yaml:2:3: tools.colour: unknown key 'colour', expected one of: enabled, profile, autonomy, taint, env, deny, hooks, confirm_timeout_secs, output_limit_bytes, summarise_over_bytes, workspace, providers, deferred, audit, sandbox, shell, files, web_fetch, web_search, process, browser",
     );
 }
 

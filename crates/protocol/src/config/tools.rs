@@ -122,6 +122,8 @@ pub struct ToolsConfig {
     pub web_search: WebSearchConfig,
     #[serde(default)]
     pub process: ProcessToolConfig,
+    #[serde(default)]
+    pub browser: BrowserToolConfig,
 }
 
 impl Default for ToolsConfig {
@@ -147,6 +149,7 @@ impl Default for ToolsConfig {
             web_fetch: WebFetchConfig::default(),
             web_search: WebSearchConfig::default(),
             process: ProcessToolConfig::default(),
+            browser: BrowserToolConfig::default(),
         }
     }
 }
@@ -451,6 +454,68 @@ pub enum SearchProvider {
     /// DuckDuckGo's HTML results page; no key.
     #[default]
     Duckduckgo,
+}
+
+/// `browser.*` tools: a headless Chromium or Chrome (built with the
+/// `browser` feature).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BrowserToolConfig {
+    /// The Chromium or Chrome program; found on `PATH` (`chromium`,
+    /// `chromium-browser`, `google-chrome`…) when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executable: Option<PathBuf>,
+    /// Seconds a session's browser may sit unused before it is closed
+    /// (its profile, cookies included, stays on disk).
+    #[serde(default = "default_browser_idle")]
+    pub idle_secs: u64,
+    /// Seconds a page may take to load (`browser.open`, and a click or
+    /// a submit that navigates).
+    #[serde(default = "default_browser_timeout")]
+    pub timeout_secs: u64,
+    /// Largest `browser.snapshot` or `browser.content` output, in bytes;
+    /// a longer one is cut and says so.
+    #[serde(default = "default_browser_max_output")]
+    pub max_output_bytes: usize,
+    /// Browsers running at once (one per session); starting one more
+    /// closes the one unused longest.
+    #[serde(default = "default_max_browsers")]
+    pub max_browsers: usize,
+    /// Hosts, IP addresses or CIDR ranges the browser may reach even
+    /// though they are private, loopback or link-local (every request of
+    /// the browser passes the SSRF guard otherwise), as in
+    /// `tools.web_fetch.allow_private`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_private: Vec<String>,
+}
+
+impl Default for BrowserToolConfig {
+    fn default() -> Self {
+        BrowserToolConfig {
+            executable: None,
+            idle_secs: default_browser_idle(),
+            timeout_secs: default_browser_timeout(),
+            max_output_bytes: default_browser_max_output(),
+            max_browsers: default_max_browsers(),
+            allow_private: Vec::new(),
+        }
+    }
+}
+
+fn default_browser_idle() -> u64 {
+    300
+}
+
+fn default_browser_timeout() -> u64 {
+    30
+}
+
+fn default_browser_max_output() -> usize {
+    16 * 1024
+}
+
+fn default_max_browsers() -> usize {
+    3
 }
 
 /// `process.*` tools: background processes.

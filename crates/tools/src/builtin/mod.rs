@@ -1,6 +1,8 @@
 //! The tools Flynn ships with.
 
 mod agents;
+#[cfg(feature = "browser")]
+pub mod browser;
 mod files;
 mod media;
 pub mod process;
@@ -87,4 +89,20 @@ pub fn registry_and_processes(
         .register(SessionsSend)
         .register(ToolOutputRead);
     (registry, manager)
+}
+
+/// Adds the `browser.*` tools (`tools.browser`), their profiles under
+/// `home/browser`; returns the [`Browsers`](browser::Browsers) they share,
+/// which [`ToolRegistry::shutdown`] closes.
+#[cfg(feature = "browser")]
+pub fn register_browser(
+    registry: &mut ToolRegistry,
+    config: &ToolsConfig,
+    home: &std::path::Path,
+) -> browser::Browsers {
+    let browsers = browser::Browsers::new(&config.browser, home.join("browser"));
+    for tool in browser::tools(&browsers) {
+        registry.register_dyn(tool);
+    }
+    browsers
 }

@@ -2,6 +2,8 @@
 //! and files.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[cfg(feature = "browser")]
+mod browser;
 mod files;
 mod gate;
 mod hidden;

@@ -117,8 +117,11 @@ pub(crate) struct Refused {
     pub(crate) kind: Kind,
 }
 
-impl fmt::Display for Refused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Refused {
+    /// Why the request was refused, and that adding the host to `setting`
+    /// (`tools.web_fetch.allow_private`, `tools.browser.allow_private`)
+    /// lets it through.
+    pub(crate) fn explain(&self, setting: &str) -> String {
         let literal = self.host.trim_matches(['[', ']']).parse::<IpAddr>().ok();
         let reached = if literal == Some(self.addr) {
             format!("{} is {}", self.addr, self.kind.describe())
@@ -130,13 +133,18 @@ impl fmt::Display for Refused {
                 self.kind.describe()
             )
         };
-        write!(
-            f,
+        format!(
             "refused {}: {reached}, and private networks are off limits. \
-             If this host is trusted, add '{}' to tools.web_fetch.allow_private",
+             If this host is trusted, add '{}' to {setting}",
             self.host,
             self.host.trim_matches(['[', ']'])
         )
+    }
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.explain("tools.web_fetch.allow_private"))
     }
 }
 

@@ -7,7 +7,7 @@ mod extract;
 mod fetch;
 #[doc(hidden)]
 pub mod fuzzing;
-mod guard;
+pub(crate) mod guard;
 mod search;
 
 pub use extract::{Extracted, Format, extract};

@@ -1,0 +1,723 @@
+//! The browsers: one Chromium process per session that uses the browser,
+//! each with its own profile and its own guarding proxy, started on first
+//! use, closed when idle, at shutdown, or to make room.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use chromiumoxide::cdp::browser_protocol::browser::{
+    SetDownloadBehaviorBehavior, SetDownloadBehaviorParams,
+};
+use chromiumoxide::{Browser, BrowserConfig, Page};
+use flynn_protocol::SessionKey;
+use flynn_protocol::config::BrowserToolConfig;
+use futures::StreamExt;
+use tokio::task::JoinHandle;
+
+use super::proxy::Proxy;
+use super::snapshot::Ref;
+use crate::ToolError;
+use crate::builtin::web::guard::Guard;
+
+/// Program names looked for on `PATH`, in this order.
+pub(crate) const PROGRAMS: [&str; 5] = [
+    "chromium",
+    "chromium-browser",
+    "google-chrome",
+    "google-chrome-stable",
+    "chrome",
+];
+
+/// How long Chromium may take to start and say where its DevTools listen.
+const LAUNCH_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long a graceful close may take before the process is killed.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The headless browser's window.
+const WINDOW: (u32, u32) = (1280, 800);
+
+/// Settings every session's browser shares.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    pub(crate) executable: Option<PathBuf>,
+    pub(crate) idle: Duration,
+    pub(crate) timeout: Duration,
+    pub(crate) max_output: usize,
+    pub(crate) max_browsers: usize,
+    pub(crate) guard: Arc<Guard>,
+}
+
+/// The browsers of one runtime: at most one per session, each closed
+/// after `tools.browser.idle_secs` unused and all of them at
+/// [`shutdown`](Self::shutdown). Every `browser.*` tool holds the same
+/// one; a session's calls take turns on its browser.
+#[derive(Debug, Clone)]
+pub struct Browsers {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    settings: Settings,
+    /// `FLYNN_HOME/browser`: a profile directory per session inside.
+    root: PathBuf,
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+    reaper: Mutex<Option<JoinHandle<()>>>,
+    shut: AtomicBool,
+}
+
+/// One session's browser, or its absence; the async lock serialises the
+/// session's calls.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    state: Arc<tokio::sync::Mutex<Option<Running>>>,
+    last_used: Mutex<Instant>,
+    running: AtomicBool,
+}
+
+/// A session's browser for the length of one call.
+pub(crate) struct Lease {
+    slot: Arc<Slot>,
+    state: tokio::sync::OwnedMutexGuard<Option<Running>>,
+    /// Said before the call's output: the browser was restarted.
+    pub(crate) note: Option<String>,
+}
+
+impl Lease {
+    pub(crate) fn running(&mut self) -> Result<&mut Running, ToolError> {
+        self.state
+            .as_mut()
+            .ok_or_else(|| ToolError::failed("the browser did not start"))
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        *lock(&self.slot.last_used) = Instant::now();
+        // A browser that died during the call is not lent again.
+        if self.state.as_mut().is_some_and(|running| !running.alive())
+            && let Some(gone) = self.state.take()
+        {
+            self.slot.running.store(false, Ordering::SeqCst);
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(gone.kill());
+            }
+        }
+    }
+}
+
+/// A started browser and what the tools keep between calls.
+pub(crate) struct Running {
+    browser: Browser,
+    handler: JoinHandle<()>,
+    pub(crate) page: Page,
+    pub(crate) proxy: Proxy,
+    /// What the latest snapshot's numbers stand for, and on which
+    /// document.
+    pub(crate) refs: Option<Refs>,
+    pid: Option<u32>,
+    /// Where downloads go now.
+    downloads: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field("pid", &self.pid)
+            .field("proxy", &self.proxy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The numbers of one snapshot.
+#[derive(Debug, Clone)]
+pub(crate) struct Refs {
+    /// The main frame's loader when the snapshot was taken: another one
+    /// means the page navigated since.
+    pub(crate) loader: String,
+    pub(crate) refs: Vec<Ref>,
+}
+
+impl Browsers {
+    /// Browsers configured by `tools.browser`, with their profiles under
+    /// `root` (`FLYNN_HOME/browser`). Nothing starts until a tool needs
+    /// a browser.
+    pub fn new(config: &BrowserToolConfig, root: impl Into<PathBuf>) -> Self {
+        Browsers {
+            inner: Arc::new(Inner {
+                settings: Settings {
+                    executable: config.executable.clone(),
+                    idle: Duration::from_secs(config.idle_secs),
+                    timeout: Duration::from_secs(config.timeout_secs.max(1)),
+                    max_output: config.max_output_bytes.max(256),
+                    max_browsers: config.max_browsers.max(1),
+                    guard: Arc::new(Guard::new(&config.allow_private)),
+                },
+                root: root.into(),
+                slots: Mutex::new(HashMap::new()),
+                reaper: Mutex::new(None),
+                shut: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Like [`new`](Self::new), with the idle time given directly (tests
+    /// and benchmarks use fractions of a second).
+    pub fn with_idle(config: &BrowserToolConfig, root: impl Into<PathBuf>, idle: Duration) -> Self {
+        let mut browsers = Self::new(config, root);
+        if let Some(inner) = Arc::get_mut(&mut browsers.inner) {
+            inner.settings.idle = idle;
+        }
+        browsers
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+
+    /// The profile directory of `session`.
+    pub fn profile_dir(&self, session: &SessionKey) -> PathBuf {
+        self.inner.root.join(profile_name(session.as_str()))
+    }
+
+    /// The process id of `session`'s browser while one runs.
+    pub async fn pid(&self, session: &SessionKey) -> Option<u32> {
+        let slot = self.existing(session)?;
+        let state = slot.state.lock().await;
+        state.as_ref().and_then(|running| running.pid)
+    }
+
+    /// Whether `session` has a browser running (without waiting for a
+    /// call in progress).
+    pub fn is_running(&self, session: &SessionKey) -> bool {
+        self.existing(session)
+            .is_some_and(|slot| slot.running.load(Ordering::SeqCst))
+    }
+
+    fn existing(&self, session: &SessionKey) -> Option<Arc<Slot>> {
+        lock(&self.inner.slots).get(session.as_str()).cloned()
+    }
+
+    fn slot(&self, session: &SessionKey) -> Arc<Slot> {
+        lock(&self.inner.slots)
+            .entry(session.as_str().to_owned())
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    state: Arc::new(tokio::sync::Mutex::new(None)),
+                    last_used: Mutex::new(Instant::now()),
+                    running: AtomicBool::new(false),
+                })
+            })
+            .clone()
+    }
+
+    /// `session`'s browser, started first when none runs (or it died),
+    /// for one call: the session's other calls wait until the lease is
+    /// dropped.
+    pub(crate) async fn lease(
+        &self,
+        session: &SessionKey,
+        workspace: &Path,
+    ) -> Result<Lease, ToolError> {
+        if self.inner.shut.load(Ordering::SeqCst) {
+            return Err(ToolError::failed(
+                "the browser is not available: Flynn is shutting down",
+            ));
+        }
+        let slot = self.slot(session);
+        let mut state = Arc::clone(&slot.state).lock_owned().await;
+        let mut note = None;
+        if let Some(running) = state.as_mut()
+            && !running.alive()
+        {
+            if let Some(gone) = state.take() {
+                gone.kill().await;
+            }
+            slot.running.store(false, Ordering::SeqCst);
+            note = Some(
+                "Note: this session's browser had stopped (it crashed or was killed) and was \
+                 started again; the page that was open and anything typed into it are gone."
+                    .to_owned(),
+            );
+        }
+        if state.is_none() {
+            self.make_room(session).await;
+            let running = self.launch(session).await?;
+            *state = Some(running);
+            slot.running.store(true, Ordering::SeqCst);
+            self.start_reaper();
+        }
+        *lock(&slot.last_used) = Instant::now();
+        if let Some(running) = state.as_mut() {
+            running.set_downloads(workspace).await;
+        }
+        Ok(Lease { slot, state, note })
+    }
+
+    /// Closes `session`'s browser, if one runs; says whether one did.
+    pub async fn close(&self, session: &SessionKey) -> bool {
+        let Some(slot) = self.existing(session) else {
+            return false;
+        };
+        let mut state = slot.state.lock().await;
+        let Some(running) = state.take() else {
+            return false;
+        };
+        slot.running.store(false, Ordering::SeqCst);
+        running.close().await;
+        true
+    }
+
+    /// Closes every browser; later calls are refused.
+    pub async fn shutdown(&self) {
+        self.inner.shut.store(true, Ordering::SeqCst);
+        if let Some(reaper) = lock(&self.inner.reaper).take() {
+            reaper.abort();
+        }
+        let slots: Vec<Arc<Slot>> = lock(&self.inner.slots).values().cloned().collect();
+        futures::future::join_all(slots.into_iter().map(|slot| async move {
+            let mut state = slot.state.lock().await;
+            if let Some(running) = state.take() {
+                slot.running.store(false, Ordering::SeqCst);
+                running.close().await;
+            }
+        }))
+        .await;
+    }
+
+    /// Closes the browser unused longest while `max_browsers` run. Only
+    /// a browser no call is using can go (waiting for a busy one could
+    /// deadlock with its own session starting a browser too), so a burst
+    /// of sessions may briefly run more.
+    async fn make_room(&self, session: &SessionKey) {
+        let mut others: Vec<(Instant, Arc<Slot>)> = lock(&self.inner.slots)
+            .iter()
+            .filter(|(key, slot)| {
+                key.as_str() != session.as_str() && slot.running.load(Ordering::SeqCst)
+            })
+            .map(|(_, slot)| (*lock(&slot.last_used), Arc::clone(slot)))
+            .collect();
+        if others.len() < self.inner.settings.max_browsers {
+            return;
+        }
+        others.sort_by_key(|(used, _)| *used);
+        for (_, slot) in others {
+            let Ok(mut state) = Arc::clone(&slot.state).try_lock_owned() else {
+                continue;
+            };
+            if let Some(running) = state.take() {
+                slot.running.store(false, Ordering::SeqCst);
+                running.close().await;
+                return;
+            }
+        }
+    }
+
+    /// Starts the task that closes idle browsers, unless it runs.
+    fn start_reaper(&self) {
+        let mut reaper = lock(&self.inner.reaper);
+        if reaper.as_ref().is_some_and(|task| !task.is_finished()) {
+            return;
+        }
+        let weak = Arc::downgrade(&self.inner);
+        let tick = (self.inner.settings.idle / 4)
+            .clamp(Duration::from_millis(50), Duration::from_secs(30));
+        *reaper = Some(tokio::spawn(reap(weak, tick)));
+    }
+
+    async fn launch(&self, session: &SessionKey) -> Result<Running, ToolError> {
+        let settings = &self.inner.settings;
+        let executable = find_executable(settings.executable.as_deref())?;
+        let profile = self.profile_dir(session);
+        private_dir(&self.inner.root)?;
+        private_dir(&profile)?;
+        let proxy = Proxy::start(Arc::clone(&settings.guard), settings.timeout)
+            .await
+            .map_err(|error| {
+                ToolError::failed(format!(
+                    "cannot start the browser's network guard on loopback: {error}"
+                ))
+            })?;
+        let mut config = BrowserConfig::builder()
+            .chrome_executable(&executable)
+            .user_data_dir(&profile)
+            .disable_default_args()
+            .launch_timeout(LAUNCH_TIMEOUT)
+            .request_timeout(settings.timeout)
+            .window_size(WINDOW.0, WINDOW.1)
+            .viewport(None);
+        for (name, value) in chromium_args(&proxy.url()) {
+            config = match value {
+                Some(value) => config.arg((name, value.as_str())),
+                None => config.arg(name),
+            };
+        }
+        if running_as_root() {
+            // Chromium refuses to run as root with its sandbox.
+            config = config.no_sandbox();
+        }
+        let config = config
+            .build()
+            .map_err(|error| ToolError::failed(format!("cannot configure the browser: {error}")))?;
+        let (mut browser, mut handler) = Browser::launch(config).await.map_err(|error| {
+            ToolError::failed(format!(
+                "cannot start the browser {}: {error}; check that it runs (`{} --headless --version`), \
+                 or set tools.browser.executable",
+                executable.display(),
+                executable.display()
+            ))
+        })?;
+        let handler = tokio::spawn(async move {
+            while let Some(event) = handler.next().await {
+                if let Err(error) = event {
+                    tracing::debug!(%error, "browser: DevTools connection");
+                }
+            }
+        });
+        let pid = browser
+            .get_mut_child()
+            .and_then(|child| child.as_mut_inner().id());
+        if let Some(port) = devtools_port(browser.websocket_address()) {
+            proxy.forbid_port(port);
+        }
+        let page = match browser.new_page("about:blank").await {
+            Ok(page) => page,
+            Err(error) => {
+                let _ = browser.kill().await;
+                handler.abort();
+                return Err(ToolError::failed(format!(
+                    "the browser started but could not open a tab: {error}"
+                )));
+            }
+        };
+        Ok(Running {
+            browser,
+            handler,
+            page,
+            proxy,
+            refs: None,
+            pid,
+            downloads: None,
+        })
+    }
+}
+
+/// Closes idle browsers every `tick` while any runs.
+async fn reap(inner: Weak<Inner>, tick: Duration) {
+    loop {
+        tokio::time::sleep(tick).await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let slots: Vec<Arc<Slot>> = lock(&inner.slots).values().cloned().collect();
+        let mut any = false;
+        for slot in slots {
+            if !slot.running.load(Ordering::SeqCst) {
+                continue;
+            }
+            any = true;
+            if lock(&slot.last_used).elapsed() < inner.settings.idle {
+                continue;
+            }
+            // A call in progress is not idle.
+            let Ok(mut state) = slot.state.try_lock() else {
+                continue;
+            };
+            if let Some(running) = state.take() {
+                slot.running.store(false, Ordering::SeqCst);
+                tracing::debug!("browser: closing an idle browser");
+                running.close().await;
+            }
+        }
+        if !any {
+            // Restarted with the next browser.
+            return;
+        }
+    }
+}
+
+impl Running {
+    /// Whether the process and its DevTools connection are still there.
+    pub(crate) fn alive(&mut self) -> bool {
+        !self.handler.is_finished() && matches!(self.browser.try_wait(), Ok(None))
+    }
+
+    /// Points downloads at `<workspace>/downloads`.
+    async fn set_downloads(&mut self, workspace: &Path) {
+        let dir = workspace.join("downloads");
+        if self.downloads.as_ref() == Some(&dir) {
+            return;
+        }
+        let params = SetDownloadBehaviorParams::builder()
+            .behavior(SetDownloadBehaviorBehavior::Allow)
+            .download_path(dir.display().to_string())
+            .events_enabled(true)
+            .build();
+        match params {
+            Ok(params) => match self.browser.execute(params).await {
+                Ok(_) => self.downloads = Some(dir),
+                Err(error) => tracing::debug!(%error, "browser: cannot set the download directory"),
+            },
+            Err(error) => tracing::debug!(%error, "browser: download parameters"),
+        }
+    }
+
+    /// Where downloads go.
+    pub(crate) fn downloads(&self) -> Option<&Path> {
+        self.downloads.as_deref()
+    }
+
+    pub(crate) fn browser(&self) -> &Browser {
+        &self.browser
+    }
+
+    /// Closes the browser gracefully (so the profile, cookies included,
+    /// is written out), or kills it.
+    pub(crate) async fn close(mut self) {
+        let graceful = tokio::time::timeout(CLOSE_TIMEOUT, async {
+            self.browser.close().await.ok()?;
+            self.browser.wait().await.ok()
+        })
+        .await;
+        if !matches!(graceful, Ok(Some(_))) {
+            let _ = self.browser.kill().await;
+        }
+        self.handler.abort();
+    }
+
+    /// Kills the process (it is dead or unusable already).
+    async fn kill(mut self) {
+        let _ = self.browser.kill().await;
+        self.handler.abort();
+    }
+}
+
+/// Chromium's switches (name, value), without their leading `--`:
+/// headless, no background traffic of its own, every request through
+/// `proxy`.
+fn chromium_args(proxy: &str) -> Vec<(&'static str, Option<String>)> {
+    let mut args: Vec<(&'static str, Option<String>)> = [
+        "headless",
+        "disable-gpu",
+        "disable-background-networking",
+        "disable-component-update",
+        "disable-sync",
+        "no-first-run",
+        "no-default-browser-check",
+        "disable-default-apps",
+        "disable-extensions",
+        "disable-breakpad",
+        "disable-crash-reporter",
+        "disable-client-side-phishing-detection",
+        "disable-domain-reliability",
+        "metrics-recording-only",
+        "disable-dev-shm-usage",
+        "hide-scrollbars",
+        "mute-audio",
+        "use-mock-keychain",
+    ]
+    .into_iter()
+    .map(|name| (name, None))
+    .collect();
+    args.extend([
+        ("password-store", Some("basic".to_owned())),
+        // WebRTC's UDP would bypass the proxy.
+        (
+            "force-webrtc-ip-handling-policy",
+            Some("disable_non_proxied_udp".to_owned()),
+        ),
+        (
+            "webrtc-ip-handling-policy",
+            Some("disable_non_proxied_udp".to_owned()),
+        ),
+        ("proxy-server", Some(proxy.to_owned())),
+        // Without this, loopback addresses bypass any proxy.
+        ("proxy-bypass-list", Some("<-loopback>".to_owned())),
+    ]);
+    args
+}
+
+/// The port of `ws://127.0.0.1:PORT/devtools/browser/…`.
+fn devtools_port(ws: &str) -> Option<u16> {
+    let rest = ws.split_once("://")?.1;
+    let authority = rest.split('/').next()?;
+    authority.rsplit_once(':')?.1.parse().ok()
+}
+
+fn running_as_root() -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self").is_ok_and(|meta| meta.uid() == 0)
+            || std::env::var_os("USER").is_some_and(|user| user == "root")
+    }
+    #[cfg(not(unix))]
+    {
+        false
+    }
+}
+
+/// Creates `dir` (and its parents) readable by the owner only, and
+/// tightens it if it exists with wider permissions.
+fn private_dir(dir: &Path) -> Result<(), ToolError> {
+    let failed = |error: std::io::Error| {
+        ToolError::failed(format!(
+            "cannot create the browser profile directory {}: {error}",
+            dir.display()
+        ))
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(failed)?;
+        let meta = std::fs::metadata(dir).map_err(failed)?;
+        if meta.permissions().mode() & 0o077 != 0 {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(failed)?;
+        }
+    }
+    #[cfg(not(unix))]
+    std::fs::create_dir_all(dir).map_err(failed)?;
+    Ok(())
+}
+
+/// A directory name for a session key: its safe characters, and a hash of
+/// the whole key so that `a:b` and `a_b` stay apart.
+pub(crate) fn profile_name(key: &str) -> String {
+    let readable: String = key
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let readable = readable.trim_start_matches('.');
+    // FNV-1a: stable across builds, unlike the std hasher.
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{readable}-{:08x}", hash as u32)
+}
+
+/// The browser program: `configured`, else the first of [`PROGRAMS`] on
+/// `PATH`.
+pub fn find_executable(configured: Option<&Path>) -> Result<PathBuf, ToolError> {
+    if let Some(path) = configured {
+        return if is_executable(path) {
+            Ok(path.to_path_buf())
+        } else {
+            Err(ToolError::failed(format!(
+                "tools.browser.executable is {}, which is not an executable file; point it at \
+                 Chromium or Chrome, or remove it to search PATH",
+                path.display()
+            )))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for program in PROGRAMS {
+        for dir in std::env::split_paths(&path) {
+            let candidate = dir.join(program);
+            if is_executable(&candidate) {
+                return Ok(candidate);
+            }
+        }
+    }
+    Err(ToolError::failed(format!(
+        "no Chromium or Chrome found (looked for {} on PATH); install one (`apt install \
+         chromium` on Debian and Ubuntu) or set tools.browser.executable",
+        PROGRAMS.join(", ")
+    )))
+}
+
+fn is_executable(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path)
+            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+    }
+    #[cfg(not(unix))]
+    {
+        path.is_file()
+    }
+}
+
+/// What `<program> --version` prints (`Chromium 148.0.7778.167 built on
+/// Debian…`), for `flynn doctor`.
+pub async fn browser_version(program: &Path) -> Result<String, String> {
+    let output = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::process::Command::new(program)
+            .arg("--version")
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .map_err(|_| format!("{} --version did not answer in 10 s", program.display()))?
+    .map_err(|error| format!("cannot run {}: {error}", program.display()))?;
+    let text = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    if output.status.success() && !text.is_empty() {
+        Ok(text)
+    } else {
+        Err(format!(
+            "{} --version failed ({}): {}",
+            program.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_names_are_safe_and_distinct() {
+        let a = profile_name("telegram:12345");
+        let b = profile_name("telegram_12345");
+        assert!(a.starts_with("telegram_12345-"), "{a}");
+        assert_ne!(a, b);
+        assert_eq!(a, profile_name("telegram:12345"));
+        let odd = profile_name("../../etc/passwd");
+        assert!(!odd.contains('/') && !odd.starts_with('.'), "{odd}");
+    }
+
+    #[test]
+    fn the_devtools_port_is_read_from_the_websocket_address() {
+        assert_eq!(
+            devtools_port("ws://127.0.0.1:39671/devtools/browser/0a1b"),
+            Some(39671)
+        );
+        assert_eq!(devtools_port("nonsense"), None);
+    }
+
+    #[test]
+    fn a_configured_program_that_is_not_there_is_named() {
+        let error = find_executable(Some(Path::new("/nonexistent/chromium"))).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "tools.browser.executable is /nonexistent/chromium, which is not an executable \
+             file; point it at Chromium or Chrome, or remove it to search PATH"
+        );
+    }
+}
