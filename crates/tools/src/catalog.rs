@@ -30,6 +30,8 @@ pub const DEFAULT_DEFERRED: &[&str] = &[
     "agents.*",
     "cron.*",
     "browser.*",
+    "media.*",
+    "voice.*",
 ];
 
 /// One turn's view of the registry: the agent's policy, the deferred

@@ -612,7 +612,7 @@ fn mcp_servers_are_checked_at_their_keys() {
     assert!(loaded.secrets().contains(&"Bearer abcdefgh123".to_owned()));
     assert_error(
         "mcp:\n  servers:\n    file:\n      command: x\n",
-        "config.yaml:4:7: mcp.servers.file: server name 'file' is taken by Flynn's built-in `file.*` tools; choose another (reserved: agents, browser, cron, file, mcp, memory, process, sessions, shell, skills, tool, tools, web)",
+        "config.yaml:4:7: mcp.servers.file: server name 'file' is taken by Flynn's built-in `file.*` tools; choose another (reserved: agents, browser, cron, file, mcp, media, memory, process, sessions, shell, skills, tool, tools, voice, web)",
     );
     assert_error(
         "mcp:\n  servers:\n    git.hub:\n      command: x\n",

@@ -30,7 +30,7 @@ impl TypedTool for ToolSearch {
     }
 
     fn description(&self) -> &str {
-        "Find more tools by keyword (e.g. memory, process, list); found tools become callable."
+        "Find more tools by keyword (e.g. memory, process, browser, send file, voice); found tools become callable."
     }
 
     fn timeout(&self) -> Duration {

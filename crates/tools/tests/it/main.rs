@@ -83,6 +83,7 @@ pub const BUILTIN: &[&str] = &[
     "file.read",
     "file.search",
     "file.write",
+    "media.send",
     "process.kill",
     "process.list",
     "process.output",

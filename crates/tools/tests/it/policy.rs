@@ -172,6 +172,7 @@ fn tools_declare_their_effect_and_only_read_only_ones_run_in_parallel() {
             ("file.read", ToolEffect::ReadOnly, true),
             ("file.search", ToolEffect::ReadOnly, true),
             ("file.write", ToolEffect::WritesFiles, false),
+            ("media.send", ToolEffect::ReadOnly, false),
             ("process.kill", ToolEffect::RunsProcesses, false),
             ("process.list", ToolEffect::ReadOnly, true),
             ("process.output", ToolEffect::ReadOnly, true),
