@@ -382,7 +382,10 @@ async fn a_voice_mode_set_at_the_other_node_holds_on_the_holder() {
         flynn_protocol::config::VoiceReply::Auto
     );
     tokio::time::timeout(Duration::from_secs(10), async {
-        while !command(&a, &k, "/voice").await.contains("auto") {
+        while !command(&a, &k, "/voice")
+            .await
+            .starts_with("Voice replies: auto")
+        {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
