@@ -10,10 +10,10 @@ use flynn_context::MemoryFlush;
 
 use crate::memory::MemoryRuntime;
 use flynn_models::{ModelRouter, PriceTable};
+use flynn_protocol::config::CompactionConfig;
 use flynn_protocol::config::{
-    Autonomy, InterruptedTurns, ModelRef, SessionsConfig, ToolPolicyConfig,
+    Autonomy, InterruptedTurns, ModelRef, SessionsConfig, ToolPolicyConfig, VoiceReply,
 };
-use flynn_protocol::config::{CompactionConfig, VoiceReply};
 use flynn_protocol::{
     AgentEvent, ContentBlock, Principal, RunState, SessionKey, Tier, TurnId, TurnOutcome,
 };

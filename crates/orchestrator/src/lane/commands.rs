@@ -4,11 +4,12 @@
 
 use std::fmt::Write as _;
 
+use flynn_protocol::config::VoiceReply;
+
 use super::*;
 use crate::commands::{HELP, ModelChoice, VoiceChoice};
 use crate::compact;
 use crate::prompt::PromptContext;
-use flynn_protocol::config::VoiceReply;
 
 impl Lane {
     pub(super) async fn command(
@@ -144,8 +145,9 @@ impl Lane {
     }
 
     /// Why a guest may not run `command`, if it may not: `/trust` and
-    /// changing `/voice` (spoken answers cost more) are the owner's; `/agent` reaches only the agents routed to the guest;
-    /// `/model` only what the agent lists in `models`.
+    /// changing `/voice` (spoken answers cost more) are the owner's;
+    /// `/agent` reaches only the agents routed to the guest; `/model` only
+    /// what the agent lists in `models`.
     pub(super) fn guest_refusal(
         &self,
         command: &Command,
