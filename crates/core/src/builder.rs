@@ -377,6 +377,7 @@ impl FlynnBuilder {
                 .as_ref()
                 .map(|home| Arc::new(flynn_orchestrator::MediaStore::new(home.join("media")))),
         });
+        manager.set_voice_default(config.voice.reply);
         automation.bind(manager.clone()).await?;
         // `start: boot` servers start now, in the background; the first
         // turn that may use one waits for it (`startup_timeout_secs`).

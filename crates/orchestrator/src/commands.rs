@@ -1,7 +1,7 @@
 //! Chat commands: answered before (and instead of) the model, the same way
 //! from every entry point (CLI, chat channels, web chat).
 
-use flynn_protocol::config::ModelRef;
+use flynn_protocol::config::{ModelRef, VoiceReply};
 use flynn_protocol::{ContentBlock, Tier};
 
 /// A chat command.
@@ -20,6 +20,21 @@ pub enum Command {
     /// The owner vouches for the untrusted content in the session: tools
     /// stop asking because of it.
     Trust,
+    /// Whether the session's answers are also spoken.
+    Voice(VoiceChoice),
+}
+
+/// What `/voice` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VoiceChoice {
+    /// `/voice` or `/voice status`: the mode in force and where it comes
+    /// from.
+    Show,
+    /// `/voice on|always|auto|off`: this session's own mode.
+    Set(VoiceReply),
+    /// `/voice default`: the session follows the config's `voice.reply`
+    /// again.
+    Default,
 }
 
 /// What `/model` may set: a tier, or one model.
@@ -45,6 +60,7 @@ impl Command {
             Command::Agent(_) => "agent",
             Command::Compact => "compact",
             Command::Trust => "trust",
+            Command::Voice(_) => "voice",
         }
     }
 
@@ -76,6 +92,10 @@ impl Command {
                 Err(error) => return Some(Err(error)),
             },
             ("agent", argument) => Command::Agent(argument.map(str::to_owned)),
+            ("voice", argument) => match parse_voice(argument) {
+                Ok(choice) => Command::Voice(choice),
+                Err(error) => return Some(Err(error)),
+            },
             _ => return None,
         };
         Some(Ok(command))
@@ -93,6 +113,21 @@ fn parse_model(argument: &str) -> Result<ModelChoice, BadArgument> {
     })
 }
 
+fn parse_voice(argument: Option<&str>) -> Result<VoiceChoice, BadArgument> {
+    let Some(argument) = argument else {
+        return Ok(VoiceChoice::Show);
+    };
+    match argument.to_ascii_lowercase().as_str() {
+        "status" => Ok(VoiceChoice::Show),
+        "default" => Ok(VoiceChoice::Default),
+        mode => mode.parse().map(VoiceChoice::Set).map_err(|_| {
+            BadArgument(format!(
+                "/voice: '{argument}' is not a voice reply mode (expected on, always, auto, off, default or status)"
+            ))
+        }),
+    }
+}
+
 /// What `/help` says.
 pub const HELP: &str = "Commands:
 /help — this list
@@ -102,7 +137,8 @@ pub const HELP: &str = "Commands:
 /model [tier | provider/model] — show or set the model for this session
 /agent [name] — show the agents or switch to one
 /compact — summarise older messages now (the last turns are kept)
-/trust — vouch for the web pages and other outside content read in this session, so tools stop asking because of it";
+/trust — vouch for the web pages and other outside content read in this session, so tools stop asking because of it
+/voice [on | auto | off | default] — show or set whether answers are also spoken: on for every answer, auto to answer a voice note with one, default for the config's voice.reply";
 
 #[cfg(test)]
 mod tests {
@@ -134,6 +170,27 @@ mod tests {
             Some(Ok(Command::Agent(Some("coder".into()))))
         );
         assert_eq!(parse("/compact"), Some(Ok(Command::Compact)));
+        assert_eq!(parse("/voice"), Some(Ok(Command::Voice(VoiceChoice::Show))));
+        assert_eq!(
+            parse("/voice status"),
+            Some(Ok(Command::Voice(VoiceChoice::Show)))
+        );
+        assert_eq!(
+            parse("/voice default"),
+            Some(Ok(Command::Voice(VoiceChoice::Default)))
+        );
+        for (text, mode) in [
+            ("/voice on", VoiceReply::Always),
+            ("/voice always", VoiceReply::Always),
+            ("/voice Auto", VoiceReply::Auto),
+            ("/voice off", VoiceReply::Off),
+        ] {
+            assert_eq!(
+                parse(text),
+                Some(Ok(Command::Voice(VoiceChoice::Set(mode)))),
+                "{text}"
+            );
+        }
     }
 
     #[test]
@@ -144,6 +201,16 @@ mod tests {
         assert_eq!(
             Command::parse(&[ContentBlock::text("/help"), ContentBlock::text("more")]),
             None
+        );
+    }
+
+    #[test]
+    fn a_bad_voice_mode_says_what_was_expected() {
+        assert_eq!(
+            parse("/voice loud"),
+            Some(Err(BadArgument(
+                "/voice: 'loud' is not a voice reply mode (expected on, always, auto, off, default or status)".into()
+            )))
         );
     }
 

@@ -44,7 +44,7 @@ mod turn;
 
 pub use agents::{AgentProfile, Agents};
 pub use cluster::forget_stopped_local_nodes;
-pub use commands::{BadArgument, Command, HELP, ModelChoice};
+pub use commands::{BadArgument, Command, HELP, ModelChoice, VoiceChoice};
 pub use delegate::{AgentOrchestrator, DelegationSettings, SubAgentRequest, SubAgentResult};
 pub use error::{Error, Result};
 pub use events::{EventStream, GLOBAL_CAPACITY, SESSION_CAPACITY};

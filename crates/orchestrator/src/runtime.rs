@@ -12,7 +12,7 @@ use crate::memory::MemoryRuntime;
 use flynn_models::{ModelRouter, PriceTable};
 use flynn_protocol::config::CompactionConfig;
 use flynn_protocol::config::{
-    Autonomy, InterruptedTurns, ModelRef, SessionsConfig, ToolPolicyConfig,
+    Autonomy, InterruptedTurns, ModelRef, SessionsConfig, ToolPolicyConfig, VoiceReply,
 };
 use flynn_protocol::{
     AgentEvent, ContentBlock, Principal, RunState, SessionKey, Tier, TurnId, TurnOutcome,
@@ -247,6 +247,9 @@ pub(crate) struct Shared {
     /// Asks the owner about a guest's tool calls when the owner is not in
     /// the guest's chat (the dashboard); set by whoever serves it.
     pub(crate) owner_approver: RwLock<Option<Arc<dyn Approver>>>,
+    /// When answers are also spoken in sessions that did not choose
+    /// (`voice.reply`), set by whoever reads the config.
+    pub(crate) voice_default: RwLock<VoiceReply>,
     /// This process; owner of the turns it runs.
     pub(crate) pid: u32,
     /// The cluster this runtime is a node of, if any.
@@ -287,6 +290,13 @@ const LANE_OPS: usize = 64;
 pub const LANE_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Shared {
+    pub(crate) fn voice_default(&self) -> VoiceReply {
+        *self
+            .voice_default
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The session's lane, started if it has none.
     pub(crate) fn lane(self: &Arc<Self>, key: &SessionKey) -> LaneHandle {
         self.lane_and(key, |_| ()).0
@@ -427,6 +437,7 @@ impl SessionManager {
             bus: EventBus::new(outbox),
             channel_guest_tools: RwLock::new(HashMap::new()),
             owner_approver: RwLock::new(None),
+            voice_default: RwLock::new(VoiceReply::default()),
             pid: std::process::id(),
             cluster: parts.cluster,
             media: parts.media,
@@ -518,6 +529,29 @@ impl SessionManager {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// When answers are also spoken in sessions that did not choose with
+    /// `/voice`: the config's `voice.reply` (`off` until set).
+    pub fn set_voice_default(&self, reply: VoiceReply) {
+        *self
+            .shared
+            .voice_default
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = reply;
+    }
+
+    /// The mode [`set_voice_default`](Self::set_voice_default) set.
+    pub fn voice_default(&self) -> VoiceReply {
+        self.shared.voice_default()
+    }
+
+    /// When the session's answers are also spoken: its own choice
+    /// (`/voice`), else the default. Read from the store, so a choice
+    /// made at another node of a cluster counts at once.
+    pub async fn voice_reply(&self, session: &SessionKey) -> Result<VoiceReply> {
+        let meta = self.shared.store.metadata(session).await?;
+        Ok(meta.voice.unwrap_or_else(|| self.voice_default()))
     }
 
     /// Submits one message. A chat command is answered at once. Anything

@@ -71,7 +71,7 @@ macro_rules! row_decoders {
         mod decoders {
             use std::str::FromStr;
 
-            use flynn_protocol::config::ModelRef;
+            use flynn_protocol::config::{ModelRef, VoiceReply};
             use flynn_protocol::{Message, Role, SessionKey, Tier, TurnId};
             use sqlx::Row;
 
@@ -112,6 +112,7 @@ macro_rules! row_decoders {
             pub(crate) fn meta_from_row(row: &$row) -> Result<SessionMeta> {
                 let tier: Option<String> = row.try_get("tier")?;
                 let model: Option<String> = row.try_get("model")?;
+                let voice: Option<String> = row.try_get("voice")?;
                 Ok(SessionMeta {
                     agent: row.try_get("agent")?,
                     // Written from `Tier::as_str` and `ModelRef`'s display; anything
@@ -121,6 +122,16 @@ macro_rules! row_decoders {
                     title: row.try_get("title")?,
                     last_channel: row.try_get("last_channel")?,
                     taint: row.try_get("taint")?,
+                    // Written from `VoiceReply::as_str`; a mode this version
+                    // does not know (a newer one wrote it) leaves the choice
+                    // to the config.
+                    voice: voice.and_then(|v| match v.parse::<VoiceReply>() {
+                        Ok(voice) => Some(voice),
+                        Err(_) => {
+                            tracing::warn!(voice = %v, "a session's voice reply mode is unknown to this version; the config's voice.reply applies");
+                            None
+                        }
+                    }),
                 })
             }
 

@@ -67,6 +67,7 @@ const TABLES: &[Table] = &[
             ("title", Text),
             ("last_channel", Text),
             ("taint", Text),
+            ("voice", Text),
         ],
     },
     Table {

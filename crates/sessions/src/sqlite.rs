@@ -2,7 +2,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use async_trait::async_trait;
-use flynn_protocol::config::{CronJobConfig, ModelRef};
+use flynn_protocol::config::{CronJobConfig, ModelRef, VoiceReply};
 use flynn_protocol::{ContentBlock, Message, Purpose, Role, SessionKey, Tier, TurnId, Usage};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteRow, SqliteSynchronous,
@@ -33,7 +33,7 @@ macro_rules! info_select {
     ($tail:literal) => {
         concat!(
             "SELECT s.key, s.created_at, s.updated_at, s.agent, s.tier, s.model, s.title,
-                s.last_channel, s.taint,
+                s.last_channel, s.taint, s.voice,
                 (SELECT COUNT(*) FROM messages m WHERE m.session_key = s.key) AS message_count
              FROM sessions s ",
             $tail
@@ -1006,7 +1006,7 @@ impl Conversations for SqliteStore {
 
     async fn metadata(&self, key: &SessionKey) -> Result<SessionMeta> {
         let row = sqlx::query(
-            "SELECT agent, tier, model, title, last_channel, taint FROM sessions WHERE key = ?1",
+            "SELECT agent, tier, model, title, last_channel, taint, voice FROM sessions WHERE key = ?1",
         )
         .bind(key.as_str())
         .fetch_optional(&mut *self.reads.acquire().await?)
@@ -1023,7 +1023,8 @@ impl Conversations for SqliteStore {
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         Self::touch(&mut tx, key.as_str(), now).await?;
         sqlx::query(
-            "UPDATE sessions SET agent = ?2, tier = ?3, model = ?4, title = ?5, last_channel = ?6
+            "UPDATE sessions SET agent = ?2, tier = ?3, model = ?4, title = ?5, last_channel = ?6,
+                 voice = ?7
              WHERE key = ?1",
         )
         .bind(key.as_str())
@@ -1032,6 +1033,7 @@ impl Conversations for SqliteStore {
         .bind(meta.model.as_ref().map(ModelRef::to_string))
         .bind(meta.title.as_deref())
         .bind(meta.last_channel.as_deref())
+        .bind(meta.voice.map(VoiceReply::as_str))
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

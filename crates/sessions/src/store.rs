@@ -1,5 +1,5 @@
 use async_trait::async_trait;
-use flynn_protocol::config::ModelRef;
+use flynn_protocol::config::{ModelRef, VoiceReply};
 use flynn_protocol::{ContentBlock, Message, Principal, Purpose, SessionKey, Tier, TurnId, Usage};
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +40,10 @@ pub struct SessionMeta {
     /// Written with [`Conversations::set_taint`], never by
     /// [`Conversations::set_metadata`].
     pub taint: Option<String>,
+    /// When the session's answers are also spoken (`/voice`), over the
+    /// config's `voice.reply`; `None` leaves it to the config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voice: Option<VoiceReply>,
 }
 
 /// One stored message and where it sits.

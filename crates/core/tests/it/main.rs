@@ -411,3 +411,36 @@ async fn the_default_workspace_inside_flynn_home_is_open_to_the_file_tools() {
     assert!(!ends[1].1, "{ends:?}");
     assert!(ends[1].2.contains("outside the workspace"), "{ends:?}");
 }
+
+#[tokio::test]
+async fn the_configs_voice_reply_is_the_default_of_sessions_that_did_not_choose() {
+    use flynn_core::protocol::config::VoiceReply;
+
+    let fake = FakeOpenAi::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let mut config = config(&fake, None);
+    config.voice.reply = VoiceReply::Auto;
+    let flynn = Flynn::builder()
+        .config(config)
+        .home(home.path())
+        .workspace(home.path())
+        .build()
+        .await
+        .unwrap();
+    let manager = flynn.manager();
+    let session = "telegram:42".parse().unwrap();
+    assert_eq!(
+        manager.voice_reply(&session).await.unwrap(),
+        VoiceReply::Auto
+    );
+    let reply = manager
+        .submit(TurnRequest::text(session.clone(), "/voice off"))
+        .await
+        .unwrap();
+    assert!(matches!(reply, flynn_core::Submitted::Command { .. }));
+    assert_eq!(
+        manager.voice_reply(&session).await.unwrap(),
+        VoiceReply::Off
+    );
+    flynn.shutdown().await;
+}

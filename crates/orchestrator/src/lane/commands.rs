@@ -1,10 +1,13 @@
 //! The chat commands a lane answers itself (`/status`, `/model`, `/agent`,
-//! `/trust`, `/reset`, `/compact`…), and what a guest may not run.
+//! `/trust`, `/voice`, `/reset`, `/compact`…), and what a guest may not
+//! run.
 
 use std::fmt::Write as _;
 
+use flynn_protocol::config::VoiceReply;
+
 use super::*;
-use crate::commands::{HELP, ModelChoice};
+use crate::commands::{HELP, ModelChoice, VoiceChoice};
 use crate::compact;
 use crate::prompt::PromptContext;
 
@@ -90,7 +93,39 @@ impl Lane {
                 self.settings_changed().await;
                 Ok(format!("This session now talks to the agent '{name}'."))
             }
+            Command::Voice(VoiceChoice::Show) => Ok(format!(
+                "{}. Change it with /voice on, /voice auto or /voice off{}.",
+                self.describe_voice(),
+                if self.meta.voice.is_some() {
+                    ", or /voice default for the config's"
+                } else {
+                    ""
+                }
+            )),
+            Command::Voice(VoiceChoice::Set(mode)) => {
+                self.meta.voice = Some(mode);
+                store.set_metadata(&self.key, &self.meta).await?;
+                self.settings_changed().await;
+                Ok(format!("Voice replies: {}.", voice_mode(mode)))
+            }
+            Command::Voice(VoiceChoice::Default) => {
+                self.meta.voice = None;
+                store.set_metadata(&self.key, &self.meta).await?;
+                self.settings_changed().await;
+                Ok(format!("{}.", self.describe_voice()))
+            }
         }
+    }
+
+    /// The voice reply mode in force and where it comes from: "Voice
+    /// replies: auto — a voice note is answered with a voice note (this
+    /// session)".
+    pub(super) fn describe_voice(&self) -> String {
+        let (mode, from) = match self.meta.voice {
+            Some(mode) => (mode, "this session"),
+            None => (self.shared.voice_default(), "the config's voice.reply"),
+        };
+        format!("Voice replies: {} ({from})", voice_mode(mode))
     }
 
     /// Ends the running turn, drops the waiting ones and clears the
@@ -109,9 +144,10 @@ impl Lane {
         Ok(existed)
     }
 
-    /// Why a guest may not run `command`, if it may not: `/trust` is the
-    /// owner's; `/agent` reaches only the agents routed to the guest;
-    /// `/model` only what the agent lists in `models`.
+    /// Why a guest may not run `command`, if it may not: `/trust` and
+    /// changing `/voice` (spoken answers cost more) are the owner's;
+    /// `/agent` reaches only the agents routed to the guest; `/model` only
+    /// what the agent lists in `models`.
     pub(super) fn guest_refusal(
         &self,
         command: &Command,
@@ -121,6 +157,9 @@ impl Lane {
         match command {
             Command::Trust => {
                 Some("Only the owner can vouch for untrusted content with /trust.".to_owned())
+            }
+            Command::Voice(VoiceChoice::Set(_) | VoiceChoice::Default) => {
+                Some("Only the owner can change voice replies with /voice.".to_owned())
             }
             Command::Agent(Some(name)) => {
                 let reachable = self.shared.agents.reachable_by(channel, sender, &self.key);
@@ -282,6 +321,7 @@ impl Lane {
         let model = model.or_else(|| self.shared.router.chain(tier).first().cloned());
         let mut out = format!("Session: {}\nAgent: {}\n", self.key, agent.name);
         let _ = writeln!(out, "Model: {}", self.describe_choice());
+        let _ = writeln!(out, "{}", self.describe_voice());
         let history: Vec<Message> = store
             .history(&self.key)
             .await?
@@ -340,5 +380,14 @@ impl Lane {
             None => {}
         }
         Ok(out)
+    }
+}
+
+/// A voice reply mode and what it does, for people.
+fn voice_mode(mode: VoiceReply) -> &'static str {
+    match mode {
+        VoiceReply::Off => "off — answers are text only",
+        VoiceReply::Auto => "auto — a voice note is answered with a voice note",
+        VoiceReply::Always => "on — every answer is also spoken",
     }
 }

@@ -365,6 +365,46 @@ async fn a_model_and_a_compaction_asked_at_the_other_node_take_effect_on_the_hol
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_voice_mode_set_at_the_other_node_holds_on_the_holder() {
+    let db = TestDatabase::create().await;
+    let a = node(&db).await;
+    let b = node(&db).await;
+    let k = key("telegram:42");
+    send(&a, &k, "hello").await;
+
+    // /voice at b, which does not run the session.
+    assert_eq!(
+        command(&b, &k, "/voice auto").await,
+        "Voice replies: auto — a voice note is answered with a voice note."
+    );
+    assert_eq!(
+        a.manager.voice_reply(&k).await.unwrap(),
+        flynn_protocol::config::VoiceReply::Auto
+    );
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !command(&a, &k, "/voice")
+            .await
+            .starts_with("Voice replies: auto")
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the node running the session kept the old voice mode");
+    assert!(command(&a, &k, "/status").await.contains(
+        "\nVoice replies: auto — a voice note is answered with a voice note (this session)\n"
+    ));
+    // A setting changed at the holder keeps it: the holder read it.
+    command(&a, &k, "/agent main").await;
+    assert_eq!(
+        a.store.metadata(&k).await.unwrap().voice,
+        Some(flynn_protocol::config::VoiceReply::Auto)
+    );
+    a.manager.shutdown().await;
+    b.manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_follower_numbers_the_holders_events_in_its_own_sequence() {
     let db = TestDatabase::create().await;
     let a = node(&db).await;

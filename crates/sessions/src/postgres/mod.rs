@@ -50,7 +50,7 @@ use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use flynn_protocol::clock::now_millis;
-use flynn_protocol::config::{CronJobConfig, ModelRef};
+use flynn_protocol::config::{CronJobConfig, ModelRef, VoiceReply};
 use flynn_protocol::{ContentBlock, Message, Purpose, Role, SessionKey, Tier, TurnId};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Postgres, Row, Transaction};
@@ -81,7 +81,7 @@ macro_rules! info_select {
     ($tail:literal) => {
         concat!(
             "SELECT s.key, s.created_at, s.updated_at, s.agent, s.tier, s.model, s.title,
-                s.last_channel, s.taint,
+                s.last_channel, s.taint, s.voice,
                 (SELECT COUNT(*) FROM messages m WHERE m.session_key = s.key) AS message_count
              FROM sessions s ",
             $tail
@@ -1324,7 +1324,7 @@ impl Conversations for PgStore {
 
     async fn metadata(&self, key: &SessionKey) -> Result<SessionMeta> {
         let row = sqlx::query(
-            "SELECT agent, tier, model, title, last_channel, taint FROM sessions WHERE key = $1",
+            "SELECT agent, tier, model, title, last_channel, taint, voice FROM sessions WHERE key = $1",
         )
         .bind(key.as_str())
         .fetch_optional(&self.pool)
@@ -1342,7 +1342,8 @@ impl Conversations for PgStore {
         let result = async {
             touch(&mut tx, key.as_str(), now).await?;
             sqlx::query(
-                "UPDATE sessions SET agent = $2, tier = $3, model = $4, title = $5, last_channel = $6
+                "UPDATE sessions SET agent = $2, tier = $3, model = $4, title = $5, last_channel = $6,
+                     voice = $7
                  WHERE key = $1",
             )
             .bind(key.as_str())
@@ -1351,6 +1352,7 @@ impl Conversations for PgStore {
             .bind(opt_text(model.as_deref()))
             .bind(opt_text(meta.title.as_deref()))
             .bind(opt_text(meta.last_channel.as_deref()))
+            .bind(meta.voice.map(VoiceReply::as_str))
             .execute(&mut *tx)
             .await?;
             Ok(())

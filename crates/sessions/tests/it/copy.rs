@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use flynn_protocol::config::{CronJobConfig, Missed};
+use flynn_protocol::config::{CronJobConfig, Missed, ModelRef, VoiceReply};
 use flynn_protocol::{ContentBlock, Message, Purpose, Tier, TurnId, Usage};
 use flynn_sessions::{
-    JobKind, LastRun, RunOutcome, SessionStore, StoreLocation, StoredCronJob, ToolOutput,
-    TurnOrigin, TurnStatus, UsageRecord, copy,
+    JobKind, LastRun, RunOutcome, SessionMeta, SessionStore, StoreLocation, StoredCronJob,
+    ToolOutput, TurnOrigin, TurnStatus, UsageRecord, copy,
 };
 
 use crate::{Db, key, tool_exchange};
@@ -73,6 +73,21 @@ async fn fill(store: &dyn SessionStore) {
         .unwrap();
     store.mark_delivered(answered.id).await.unwrap();
     assert_eq!(waiting.status, TurnStatus::Pending);
+    store
+        .set_metadata(
+            &chat,
+            &SessionMeta {
+                agent: Some("main".into()),
+                tier: Some(Tier::Complex),
+                model: Some(ModelRef::new("openai", "gpt-4o-mini")),
+                title: Some("News".into()),
+                last_channel: Some("telegram".into()),
+                taint: None,
+                voice: Some(VoiceReply::Auto),
+            },
+        )
+        .await
+        .unwrap();
     store
         .set_taint(&chat, Some("web.fetch in turn 1"))
         .await
@@ -181,6 +196,9 @@ async fn a_store_moved_to_postgresql_and_back_keeps_everything() {
     let original: Arc<dyn SessionStore> = first.open().await;
     fill(&*original).await;
     let expected = contents(&*original).await;
+    // Every setting of the session is set, so one left out of the copy
+    // shows.
+    assert!(expected.contains("voice: Some(Auto)"), "{expected}");
     original.close().await;
     drop(original);
 

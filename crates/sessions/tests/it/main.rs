@@ -92,6 +92,23 @@ impl Db {
         }
     }
 
+    /// Runs `sql` on the database behind the store's back (the store
+    /// closed), as another program or version would.
+    pub async fn execute(&self, sql: &'static str) {
+        match self {
+            Db::Sqlite { path, .. } => {
+                sqlx::raw_sql(sql)
+                    .execute(&mut raw(path).await)
+                    .await
+                    .unwrap();
+            }
+            Db::Postgres { .. } => {
+                let mut conn = sqlx::PgConnection::connect(&self.url()).await.unwrap();
+                sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+            }
+        };
+    }
+
     /// A store on this database; opened again, it is a restart.
     pub async fn open(&self) -> Arc<dyn SessionStore> {
         let config = SessionsConfig {

@@ -1,6 +1,6 @@
 //! Per-session metadata.
 
-use flynn_protocol::config::ModelRef;
+use flynn_protocol::config::{ModelRef, VoiceReply};
 use flynn_protocol::{Message, Tier};
 use flynn_sessions::{Conversations, SessionMeta, SqliteStore, Turns};
 
@@ -18,6 +18,7 @@ async fn metadata_round_trips_through_the_file_and_shows_in_list_and_info(db: Db
         title: Some("Deploy plans".into()),
         last_channel: Some("telegram".into()),
         taint: None,
+        voice: Some(VoiceReply::Always),
     };
     // Setting metadata creates the session.
     store.set_metadata(&k, &meta).await.unwrap();
@@ -41,6 +42,52 @@ async fn metadata_round_trips_through_the_file_and_shows_in_list_and_info(db: Db
     };
     store.set_metadata(&k, &cleared).await.unwrap();
     assert_eq!(store.metadata(&k).await.unwrap(), cleared);
+}
+
+async fn every_voice_reply_mode_round_trips_and_none_leaves_it_to_the_config(db: Db) {
+    let store = db.open().await;
+    let k = key("telegram:42");
+    for voice in [
+        Some(VoiceReply::Off),
+        Some(VoiceReply::Auto),
+        Some(VoiceReply::Always),
+        None,
+    ] {
+        let meta = SessionMeta {
+            agent: Some("coder".into()),
+            voice,
+            ..SessionMeta::default()
+        };
+        store.set_metadata(&k, &meta).await.unwrap();
+        assert_eq!(store.metadata(&k).await.unwrap(), meta, "{voice:?}");
+        let listed = store.list().await.unwrap();
+        assert_eq!(
+            listed.iter().map(|s| s.meta.voice).collect::<Vec<_>>(),
+            [voice]
+        );
+    }
+}
+
+async fn a_voice_mode_this_version_does_not_know_reads_as_unset(db: Db) {
+    let store = db.open().await;
+    let k = key("telegram:42");
+    let meta = SessionMeta {
+        tier: Some(Tier::Fast),
+        voice: Some(VoiceReply::Always),
+        ..SessionMeta::default()
+    };
+    store.set_metadata(&k, &meta).await.unwrap();
+    store.close().await;
+    // A newer Flynn wrote a mode this one does not have.
+    db.execute("UPDATE sessions SET voice = 'whisper'").await;
+
+    let store = db.open().await;
+    let unset = SessionMeta {
+        voice: None,
+        ..meta
+    };
+    assert_eq!(store.metadata(&k).await.unwrap(), unset);
+    assert_eq!(store.info(&k).await.unwrap().unwrap().meta, unset);
 }
 
 async fn a_taint_is_kept_apart_from_the_rest_of_the_metadata_until_cleared(db: Db) {
@@ -197,6 +244,8 @@ async fn the_first_message_gives_a_session_its_title_and_a_later_one_does_not() 
 
 crate::on_both!(
     metadata_round_trips_through_the_file_and_shows_in_list_and_info,
+    every_voice_reply_mode_round_trips_and_none_leaves_it_to_the_config,
+    a_voice_mode_this_version_does_not_know_reads_as_unset,
     a_taint_is_kept_apart_from_the_rest_of_the_metadata_until_cleared,
     a_reset_forgets_metadata,
     setting_metadata_makes_the_session_the_most_recently_changed,
