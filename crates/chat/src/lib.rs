@@ -221,8 +221,13 @@ impl ChannelRouter {
 
     /// The session's voice reply mode: its `/voice` choice, else `default`.
     pub(crate) async fn voice_mode(&self, session: &SessionKey, default: VoiceReply) -> VoiceReply {
-        let _ = session;
-        default
+        match self.inner.manager.voice_reply(session).await {
+            Ok(mode) => mode,
+            Err(e) => {
+                tracing::warn!(%session, error = %e, "could not read the session's voice mode; using voice.reply");
+                default
+            }
+        }
     }
 
     /// Handles deliveries until every sender of `deliveries` is gone:

@@ -510,6 +510,11 @@ async fn a_telegram_voice_note_is_answered_with_a_voice_note() {
     crate::setup::wait_until("the typed answer", Duration::from_secs(20), &daemon, || {
         telegram.sent().iter().any(|m| m.plain == "Nothing spoken.")
     });
+    assert_eq!(
+        telegram.files_sent().len(),
+        1,
+        "no voice for a typed message"
+    );
     // ... unless the model speaks with voice.say.
     model.push(Reply::ToolCalls(vec![(
         "voice_say".into(),
@@ -521,6 +526,24 @@ async fn a_telegram_voice_note_is_answered_with_a_voice_note() {
         telegram.files_sent().len() == 2
     });
     assert_eq!(telegram.files_sent()[1].method, "sendVoice");
+    // `/voice on`: this chat's typed messages are answered aloud too.
+    telegram.push(Incoming::private(&owner, "/voice on"));
+    crate::setup::wait_until("the /voice reply", Duration::from_secs(20), &daemon, || {
+        telegram
+            .sent()
+            .iter()
+            .any(|m| m.plain.starts_with("Voice replies: on"))
+    });
+    model.push(Reply::Text("Spoken now.".into()));
+    telegram.push(Incoming::private(&owner, "typed again"));
+    crate::setup::wait_until(
+        "the spoken typed answer",
+        Duration::from_secs(30),
+        &daemon,
+        || telegram.files_sent().len() == 3,
+    );
+    assert!(telegram.sent().iter().any(|m| m.plain == "Spoken now."));
+    assert_eq!(telegram.files_sent()[2].method, "sendVoice");
     assert_eq!(telegram.violations(), Vec::<String>::new());
     assert_eq!(stt.violations(), Vec::<String>::new());
     daemon.stop(Duration::from_secs(20));
