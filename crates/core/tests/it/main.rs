@@ -163,7 +163,7 @@ async fn an_enabled_pattern_that_matches_no_tool_is_refused_at_build() {
         error.to_string(),
         format!(
             "tools.enabled: unknown tool(s) weather.*, file.raed (available: agents.spawn, {browser}cron.add, cron.list, cron.remove, file.edit, \
-             file.list, file.read, file.search, file.write, memory.read, memory.search, memory.write, process.kill, process.list, process.output, \
+             file.list, file.read, file.search, file.write, media.send, memory.read, memory.search, memory.write, process.kill, process.list, process.output, \
              process.start, process.status, sessions.history, sessions.list, sessions.send, shell.exec, skills.read, \
              tool.output, tools.search, web.fetch, web.search)"
         )

@@ -54,6 +54,7 @@ fn specs_for_lists_only_allowed_tools_sorted() {
             "file.read",
             "file.search",
             "file.write",
+            "media.send",
             "sessions.history",
             "sessions.list",
             "sessions.send",
