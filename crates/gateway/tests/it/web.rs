@@ -109,6 +109,17 @@ impl Browser {
         field.send_keys(text).await.unwrap();
     }
 
+    /// Opens `url` and signs in with the harness's token.
+    async fn sign_in(&self, url: &str) {
+        self.client().goto(url).await.unwrap();
+        self.wait_for("!document.getElementById('login').hidden")
+            .await;
+        self.type_into("#token", TOKEN).await;
+        self.click("#login-form button[type=submit]").await;
+        self.wait_for("document.getElementById('status').innerText === 'connected'")
+            .await;
+    }
+
     async fn send_message(&self, text: &str) {
         self.type_into("#input", text).await;
         self.click("#send").await;
@@ -583,15 +594,7 @@ async fn the_dashboard_shows_the_nodes_of_a_cluster() {
     assert_eq!(crate::harness::text_of(&events), "held here");
 
     let browser = Browser::start().await;
-    browser.client().goto(&first.url("/")).await.unwrap();
-    browser
-        .wait_for("!document.getElementById('login').hidden")
-        .await;
-    browser.type_into("#token", TOKEN).await;
-    browser.click("#login-form button[type=submit]").await;
-    browser
-        .wait_for("document.getElementById('status').innerText === 'connected'")
-        .await;
+    browser.sign_in(&first.url("/")).await;
     browser.click("#tab-dash").await;
     browser
         .wait_for("!document.getElementById('c-cluster').hidden && document.querySelectorAll('#d-cluster tbody tr').length === 2")
@@ -644,15 +647,7 @@ async fn the_web_chat_shows_the_files_a_turn_sends() {
     )
     .unwrap();
     let browser = Browser::start().await;
-    browser.client().goto(&harness.url("/")).await.unwrap();
-    browser
-        .wait_for("!document.getElementById('login').hidden")
-        .await;
-    browser.type_into("#token", TOKEN).await;
-    browser.click("#login-form button[type=submit]").await;
-    browser
-        .wait_for("document.getElementById('status').innerText === 'connected'")
-        .await;
+    browser.sign_in(&harness.url("/")).await;
 
     fake.push(Reply::ToolCalls(vec![(
         "media_send".into(),
@@ -764,15 +759,7 @@ async fn the_web_chat_microphone_sends_what_was_said() {
     })
     .await;
     let browser = Browser::start().await;
-    browser.client().goto(&harness.url("/")).await.unwrap();
-    browser
-        .wait_for("!document.getElementById('login').hidden")
-        .await;
-    browser.type_into("#token", TOKEN).await;
-    browser.click("#login-form button[type=submit]").await;
-    browser
-        .wait_for("document.getElementById('status').innerText === 'connected'")
-        .await;
+    browser.sign_in(&harness.url("/")).await;
 
     fake.push(Reply::Text("Booked for eight.".into()));
     browser.click("#mic").await;
