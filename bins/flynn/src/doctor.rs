@@ -122,6 +122,7 @@ async fn checks(args: &DoctorArgs) -> Vec<Check> {
     out.push(sandbox_line(&loaded).await);
     #[cfg(feature = "browser")]
     out.push(browser_line(&loaded.config).await);
+    out.extend(voice_lines(&loaded.config));
     let mut live = None;
     out.extend(gateway_lines(args, &loaded, &mut live).await);
     out.extend(channel_lines(&loaded.config, live));
@@ -663,6 +664,77 @@ async fn browser_line(config: &FlynnConfig) -> Check {
             "reinstall it (`apt install --reinstall chromium`) or point tools.browser.executable at another browser",
         ),
     }
+}
+
+/// What `voice` sets up: the speech-to-text service, the speech engine
+/// (a local program and `opusenc` looked for on the `PATH`), and a
+/// `voice.reply` with nothing to speak. Nothing when voice is not set up.
+fn voice_lines(config: &FlynnConfig) -> Vec<Check> {
+    use flynn_core::protocol::config::{TtsConfig, VoiceReply};
+    use flynn_core::voice::find_on_path;
+
+    let voice = &config.voice;
+    let mut lines = Vec::new();
+    if let Some(stt) = &voice.stt {
+        lines.push(Check::ok(
+            "voice",
+            format!(
+                "voice notes are transcribed by {} ({})",
+                stt.base_url, stt.model
+            ),
+        ));
+    }
+    match &voice.tts {
+        Some(TtsConfig::Command { command }) => {
+            let program = command.split_whitespace().next().unwrap_or_default();
+            if find_on_path(program).is_none() {
+                lines.push(Check::warn(
+                    "voice",
+                    format!("voice.tts runs `{program}`, which is not on the PATH"),
+                    "install it (`apt install espeak-ng`, or piper) or change voice.tts.command",
+                ));
+            } else if find_on_path("opusenc").is_none() {
+                lines.push(Check::warn(
+                    "voice",
+                    format!("answers are spoken by `{program}`, but without opusenc they go as WAV files, not voice notes"),
+                    "install opus-tools (`apt install opus-tools`)",
+                ));
+            } else {
+                lines.push(Check::ok(
+                    "voice",
+                    format!("answers are spoken by `{program}`, encoded by opusenc as voice notes (voice.reply: {})", voice.reply.as_str()),
+                ));
+            }
+        }
+        Some(TtsConfig::Openai {
+            base_url, model, ..
+        }) => lines.push(Check::ok(
+            "voice",
+            format!(
+                "answers are spoken by {base_url} ({model}; voice.reply: {})",
+                voice.reply.as_str()
+            ),
+        )),
+        Some(TtsConfig::Elevenlabs {
+            base_url, model, ..
+        }) => lines.push(Check::ok(
+            "voice",
+            format!(
+                "answers are spoken by {base_url} ({model}; voice.reply: {})",
+                voice.reply.as_str()
+            ),
+        )),
+        None if voice.reply != VoiceReply::Off => lines.push(Check::warn(
+            "voice",
+            format!(
+                "voice.reply is {} but nothing speaks: answers stay text",
+                voice.reply.as_str()
+            ),
+            "set voice.tts (openai, elevenlabs, or a local program such as espeak-ng)",
+        )),
+        None => {}
+    }
+    lines
 }
 
 /// The sandbox of shell and process tools, as `flynn sandbox` sees it.

@@ -75,4 +75,5 @@ pub use flynn_tools::{
     ApprovalRequest, ApproveAll, Approver, Decision, DenyAll, Tool, ToolContext, ToolError,
     TypedTool,
 };
+pub use flynn_voice as voice;
 pub use tokio_util::sync::CancellationToken;

@@ -311,3 +311,42 @@ async fn a_configured_channel_is_checked_against_what_this_build_has() {
         stdout(&output)
     );
 }
+
+/// The voice set-up: a local speech program found with opusenc, one that
+/// is missing, and `voice.reply` with nothing to speak.
+#[tokio::test]
+async fn the_voice_set_up_is_checked() {
+    let model = FakeOpenAi::start().await;
+    let voice_of = |yaml: &str| {
+        let config = crate::setup::TestConfig::new(&model).section(yaml);
+        let env = Env::new().with_config(&config);
+        let output = env.run(&["doctor", "--json"]);
+        verdicts(&output)
+            .into_iter()
+            .filter(|(check, _, _)| check == "voice")
+            .map(|(_, status, message)| (status, message))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        voice_of("voice:\n  tts:\n    provider: command\n    command: espeak-ng --stdout\n  reply: auto"),
+        [(
+            "ok".to_owned(),
+            "answers are spoken by `espeak-ng`, encoded by opusenc as voice notes (voice.reply: auto)".to_owned()
+        )]
+    );
+    assert_eq!(
+        voice_of("voice:\n  tts:\n    provider: command\n    command: no-such-speaker -o -"),
+        [(
+            "warn".to_owned(),
+            "voice.tts runs `no-such-speaker`, which is not on the PATH".to_owned()
+        )]
+    );
+    assert_eq!(
+        voice_of("voice:\n  reply: always"),
+        [(
+            "warn".to_owned(),
+            "voice.reply is always but nothing speaks: answers stay text".to_owned()
+        )]
+    );
+    assert_eq!(voice_of("voice: {}"), []);
+}
