@@ -52,7 +52,7 @@ const KEPT_SUBTYPES: &[&str] = &["file_share", "thread_broadcast"];
 /// The chat commands a slash command may name (see the guide): the
 /// daemon's own commands.
 const COMMANDS: &[&str] = &[
-    "help", "status", "reset", "cancel", "stop", "model", "agent", "compact", "trust",
+    "help", "status", "reset", "cancel", "stop", "model", "agent", "compact", "trust", "voice",
 ];
 
 #[derive(Debug, Default, Deserialize)]
@@ -439,6 +439,8 @@ mod tests {
         assert_eq!(command_text("/flynn", "what is up"), "what is up");
         assert_eq!(command_text("/status", ""), "/status");
         assert_eq!(command_text("/model", "fast"), "/model fast");
+        assert_eq!(command_text("/flynn", "voice on"), "/voice on");
+        assert_eq!(command_text("/voice", "auto"), "/voice auto");
     }
 
     #[test]
