@@ -50,7 +50,7 @@ use crate::approver::{ChannelApprover, OwnerApprover};
 use crate::inbox::{megabytes, safe_file_name, save_in_inbox};
 use flynn_orchestrator::{
     Command, Error, Followed, RecoveredTurn, Recovery, Result, SessionManager, Submitted,
-    TurnEvents, TurnHandle, TurnRequest, Undelivered,
+    TurnEvents, TurnHandle, TurnRequest, Undelivered, VoiceChoice,
 };
 use flynn_protocol::clock::now_millis;
 use flynn_protocol::sync::lock;
@@ -663,6 +663,12 @@ impl ChannelRouter {
         if lock(&self.inner.recent_commands).contains(&seen) {
             return Disposition::Duplicate;
         }
+        // `/voice on` with nothing to speak: said with its answer.
+        let unspoken = self.inner.speech.get().is_none()
+            && matches!(
+                Command::parse(&request.content),
+                Some(Ok(Command::Voice(VoiceChoice::Set(mode)))) if mode != VoiceReply::Off
+            );
         match self.inner.manager.enqueue(request).await {
             Ok(submission) => {
                 {
@@ -677,6 +683,13 @@ impl ChannelRouter {
                 let channel = channel.to_owned();
                 self.inner.tasks.spawn(async move {
                     let text = match submission.settled().await {
+                        Ok(Submitted::Command { reply, .. })
+                            if unspoken && reply.starts_with("Voice replies") =>
+                        {
+                            format!(
+                                "{reply}\n\n_Nothing speaks yet: voice.tts is not set in the daemon's config._"
+                            )
+                        }
                         Ok(Submitted::Command { reply, .. }) => reply,
                         Ok(Submitted::Turn(_)) => return,
                         Err(e) => format!("⚠️ {e}"),

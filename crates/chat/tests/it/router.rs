@@ -653,3 +653,34 @@ async fn a_redelivered_reset_runs_once_and_keeps_what_came_after_it() {
         ]
     );
 }
+
+/// `/voice on` in a daemon with no speech engine is stored, and the chat
+/// is told nothing will be spoken until `voice.tts` is set.
+#[tokio::test]
+async fn voice_on_without_a_speech_engine_says_so() {
+    let model = ScriptedModel::echo("m");
+    let h = Harness::new(vec![model.clone()], Setup::default()).await;
+    let adapter = MemoryChannel::new(4096);
+    let config = telegram_channels(|c| c.owners = vec!["42".into()]);
+    let _router = router(&h, adapter.clone(), &config).await;
+    assert_eq!(
+        adapter.deliver(dm("v1", "42", "/voice on")).await,
+        Disposition::Accepted
+    );
+    let out = adapter
+        .until(|out| {
+            sent_texts(out)
+                .iter()
+                .any(|t| t.starts_with("Voice replies"))
+        })
+        .await;
+    let said = sent_texts(&out)
+        .into_iter()
+        .find(|t| t.starts_with("Voice replies"))
+        .unwrap();
+    assert!(said.contains("voice.tts is not set"), "{said}");
+    assert_eq!(
+        h.manager.voice_reply(&key("telegram:42")).await.unwrap(),
+        flynn_protocol::config::VoiceReply::Always
+    );
+}
