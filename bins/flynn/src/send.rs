@@ -91,6 +91,10 @@ pub async fn run(args: SendArgs) -> Result<(), Failure> {
     // are free for them at once.
     if flynn.manager().cluster().is_some() {
         flynn.manager().shutdown().await;
+    } else {
+        // What the turn's tools keep running (a browser) ends with this
+        // command too: a process left behind would outlive it, orphaned.
+        flynn.manager().executor().registry().shutdown().await;
     }
     // The store is left open for the process's exit: closing it would
     // checkpoint the write-ahead log (three more syncs), which costs this

@@ -747,3 +747,40 @@ async fn a_background_process_of_an_embedded_send_is_said_to_end_with_it() {
          note: background process p1 (`sleep 30`) is stopped now: processes started by `flynn send` end with it (to keep them running, start the daemon with `flynn start` and send through it)\n"
     );
 }
+
+/// A browser a `flynn send` turn started ends with the command: no
+/// Chromium of its profile is left running after it exits.
+#[cfg(feature = "browser")]
+#[tokio::test]
+async fn a_browser_started_by_flynn_send_ends_with_it() {
+    let site = flynn_testkit::FakeSite::start(&[(
+        "/shop.html",
+        "<html><body><p>Price: 12.50 EUR</p></body></html>",
+    )]);
+    let model = FakeOpenAi::start().await;
+    model.push(Reply::ToolCalls(vec![(
+        "browser_open".into(),
+        json!({"url": site.url("/shop.html")}),
+    )]));
+    model.push(Reply::Text("12.50 EUR".into()));
+    let env = Env::new();
+    let config = crate::setup::TestConfig::new(&model)
+        .section("tools:\n  browser:\n    allow_private: [\"127.0.0.1\"]");
+    let env = env.with_config(&config);
+    let output = env.run(&["send", "--session", "cli:shop", "the price?"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stdout(&output).contains("12.50 EUR"));
+    let profiles = env.path().join("home").join("browser");
+    assert!(
+        profiles.is_dir(),
+        "the browser ran with a profile under FLYNN_HOME"
+    );
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
+        .map(|cmd| String::from_utf8_lossy(&cmd).replace('\0', " "))
+        .filter(|cmd| cmd.contains(&profiles.display().to_string()))
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "Chromium outlived flynn send");
+}
