@@ -671,7 +671,8 @@ async fn browser_line(config: &FlynnConfig) -> Check {
 /// `voice.reply` with nothing to speak. Nothing when voice is not set up.
 fn voice_lines(config: &FlynnConfig) -> Vec<Check> {
     use flynn_core::protocol::config::{TtsConfig, VoiceReply};
-    use flynn_core::voice::find_on_path;
+    use flynn_core::tools::find_program;
+    let find_on_path = |program: &str| find_program(std::path::Path::new(program));
 
     let voice = &config.voice;
     let mut lines = Vec::new();

@@ -54,4 +54,5 @@ pub use policy::{ToolPolicy, UnknownTools};
 pub use provenance::Provenance;
 pub use redact::{REDACTED, Redactor, env_secrets};
 pub use registry::{ToolRegistry, ToolSource};
+pub use sandbox::find_program;
 pub use tool::{Tool, ToolContext, TypedTool, into_dyn};

@@ -20,5 +20,5 @@ pub use stt::{Audio, OpenAiTranscriber, Transcriber, VoiceError};
 pub use tool::VoiceSay;
 pub use tts::{
     CommandSpeech, ELEVENLABS_FORMAT, ElevenLabsSpeech, MAX_SPOKEN_CHARS, OpenAiSpeech, Speech,
-    Synthesizer, find_on_path, spoken_part, synthesizer,
+    Synthesizer, spoken_part, synthesizer,
 };

@@ -350,7 +350,7 @@ impl CommandSpeech {
         CommandSpeech {
             id: format!("command {program}"),
             command: command.to_owned(),
-            opusenc: find_on_path("opusenc"),
+            opusenc: flynn_tools::find_program(Path::new("opusenc")),
         }
     }
 
@@ -435,26 +435,6 @@ async fn pipe(
         ));
     }
     Ok(Bytes::from(out))
-}
-
-/// Where `program` is on the `PATH`, if it is an executable there.
-pub fn find_on_path(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|candidate| {
-            std::fs::metadata(candidate).is_ok_and(|m| {
-                #[cfg(unix)]
-                {
-                    use std::os::unix::fs::PermissionsExt;
-                    m.is_file() && m.permissions().mode() & 0o111 != 0
-                }
-                #[cfg(not(unix))]
-                {
-                    m.is_file()
-                }
-            })
-        })
 }
 
 #[async_trait]

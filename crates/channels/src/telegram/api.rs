@@ -115,18 +115,12 @@ impl Bot {
         method: &str,
         params: &impl Serialize,
     ) -> Result<T, Error> {
-        let response = self
-            .http
-            .post(format!("{}/{method}", self.url))
-            .json(params)
-            .send()
-            .await
-            .map_err(|e| Error::Http(e.without_url()))?;
-        let input = response
-            .text()
-            .await
-            .map_err(|e| Error::Http(e.without_url()))?;
-        read(input)
+        answer(
+            self.http
+                .post(format!("{}/{method}", self.url))
+                .json(params),
+        )
+        .await
     }
 
     /// Calls `method` with `form` as its `multipart/form-data` body (a
@@ -136,19 +130,27 @@ impl Bot {
         method: &str,
         form: reqwest::multipart::Form,
     ) -> Result<T, Error> {
-        let response = self
-            .http
-            .post(format!("{}/{method}", self.url))
-            .multipart(form)
-            .send()
-            .await
-            .map_err(|e| Error::Http(e.without_url()))?;
-        let input = response
-            .text()
-            .await
-            .map_err(|e| Error::Http(e.without_url()))?;
-        read(input)
+        answer(
+            self.http
+                .post(format!("{}/{method}", self.url))
+                .multipart(form),
+        )
+        .await
     }
+}
+
+/// Sends `request` and reads its answer (the URL, which holds the token,
+/// left out of errors).
+async fn answer<T: DeserializeOwned>(request: reqwest::RequestBuilder) -> Result<T, Error> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| Error::Http(e.without_url()))?;
+    let input = response
+        .text()
+        .await
+        .map_err(|e| Error::Http(e.without_url()))?;
+    read(input)
 }
 
 // ------------------------------------------------------------ answers

@@ -857,8 +857,9 @@ fn not_found(program: &Path) -> String {
     }
 }
 
-/// Finds `program` on `PATH` (or checks it, when it is a path).
-fn find_program(program: &Path) -> Option<PathBuf> {
+/// Finds `program` on `PATH` (or checks it, when it is a path): the
+/// executable file it names.
+pub fn find_program(program: &Path) -> Option<PathBuf> {
     if program.components().count() > 1 {
         return is_executable(program).then(|| program.to_path_buf());
     }

@@ -3,7 +3,10 @@
 
 use flynn_protocol::config::TtsConfig;
 use flynn_testkit::{FakeTts, fake_audio};
-use flynn_voice::{CommandSpeech, Synthesizer, VoiceError, find_on_path, synthesizer};
+use std::path::Path;
+
+use flynn_tools::find_program;
+use flynn_voice::{CommandSpeech, Synthesizer, VoiceError, synthesizer};
 
 #[tokio::test]
 async fn openai_speech_is_asked_for_ogg_opus_with_the_model_and_voice() {
@@ -137,7 +140,10 @@ async fn a_local_program_reads_the_text_and_writes_the_audio() {
 /// The real thing: espeak-ng speaks, opusenc makes it a voice note.
 #[tokio::test]
 async fn espeak_ng_through_opusenc_makes_an_ogg_opus_voice_note() {
-    let (Some(_), Some(opusenc)) = (find_on_path("espeak-ng"), find_on_path("opusenc")) else {
+    let (Some(_), Some(opusenc)) = (
+        find_program(Path::new("espeak-ng")),
+        find_program(Path::new("opusenc")),
+    ) else {
         panic!(
             "this test needs espeak-ng and opusenc (opus-tools): run scripts/install-test-deps.sh"
         );

@@ -615,43 +615,25 @@ pub(crate) fn profile_name(key: &str) -> String {
 /// `PATH`.
 pub fn find_executable(configured: Option<&Path>) -> Result<PathBuf, ToolError> {
     if let Some(path) = configured {
-        return if is_executable(path) {
-            Ok(path.to_path_buf())
-        } else {
-            Err(ToolError::failed(format!(
+        return crate::find_program(path).ok_or_else(|| {
+            ToolError::failed(format!(
                 "tools.browser.executable is {}, which is not an executable file; point it at \
                  Chromium or Chrome, or remove it to search PATH",
                 path.display()
-            )))
-        };
+            ))
+        });
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for program in PROGRAMS {
-        for dir in std::env::split_paths(&path) {
-            let candidate = dir.join(program);
-            if is_executable(&candidate) {
-                return Ok(candidate);
-            }
-        }
+    if let Some(found) = PROGRAMS
+        .iter()
+        .find_map(|program| crate::find_program(Path::new(program)))
+    {
+        return Ok(found);
     }
     Err(ToolError::failed(format!(
         "no Chromium or Chrome found (looked for {} on PATH); install one (`apt install \
          chromium` on Debian and Ubuntu) or set tools.browser.executable",
         PROGRAMS.join(", ")
     )))
-}
-
-fn is_executable(path: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(path)
-            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-    }
-    #[cfg(not(unix))]
-    {
-        path.is_file()
-    }
 }
 
 /// What `<program> --version` prints (`Chromium 148.0.7778.167 built on
