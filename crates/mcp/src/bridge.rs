@@ -144,7 +144,14 @@ impl Tool for McpTool {
                 ToolError::Failed(call_error(&self.server_name, &self.remote, error))
             })?;
         let (text, is_error) = render(&result);
-        if is_error {
+        if is_error && self.untrusted {
+            // A server whose output is untrusted is as untrusted when it
+            // fails: its words are quoted, not spoken as Flynn's.
+            Err(ToolError::quoting(
+                format!("{} reported an error", self.name),
+                text,
+            ))
+        } else if is_error {
             Err(ToolError::Failed(format!(
                 "{} reported an error: {text}",
                 self.name

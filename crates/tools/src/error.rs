@@ -22,11 +22,27 @@ pub enum ToolError {
     /// The tool ran and failed; the message is for the model.
     #[error("{0}")]
     Failed(String),
+    /// The tool ran and failed with words from outside Flynn: a web page's
+    /// error body, an MCP server's error text. `message` is Flynn's;
+    /// `quoted` is theirs, and reaches the model wrapped as untrusted
+    /// content, marking the turn as any untrusted output does (the
+    /// executor does that; shown elsewhere, both are written as they are).
+    #[error("{message}: {quoted}")]
+    FailedQuoting { message: String, quoted: String },
 }
 
 impl ToolError {
     pub fn failed(message: impl Into<String>) -> Self {
         ToolError::Failed(message.into())
+    }
+
+    /// A failure that quotes an outside party: see
+    /// [`ToolError::FailedQuoting`].
+    pub fn quoting(message: impl Into<String>, quoted: impl Into<String>) -> Self {
+        ToolError::FailedQuoting {
+            message: message.into(),
+            quoted: quoted.into(),
+        }
     }
 
     /// The gate refused the call, so the tool never ran.

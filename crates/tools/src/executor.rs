@@ -159,21 +159,34 @@ impl ToolExecutor {
         let mut gate = GateTrace::default();
         let outcome = self.run(tool.as_ref(), call, ctx, &mut gate).await;
         let elapsed = started.elapsed();
-        let (content, is_error, label) = match outcome {
-            Ok(output) => (output, false, "ok"),
+        let (content, is_error, label, quoted) = match outcome {
+            Ok(output) => (output, false, "ok", None),
+            Err(ToolError::FailedQuoting { message, quoted }) => {
+                (message, true, "error", Some(quoted))
+            }
             Err(error) => {
                 let label = outcome_label(&error);
-                (error.to_string(), true, label)
+                (error.to_string(), true, label, None)
             }
         };
         // The model never sees a configured secret, whatever the tool read.
         let content = self.redactor.known(&content);
-        let output_bytes = content.len();
+        let mut output_bytes = content.len();
         let mut content = truncate_output(&content, self.output_limit);
-        let untrusted = !is_error && tool.as_ref().is_some_and(|tool| tool.untrusted_output());
+        let mut untrusted = !is_error && tool.as_ref().is_some_and(|tool| tool.untrusted_output());
         if untrusted {
             ctx.provenance.mark_untrusted(&call.name, &content);
             content = wrap_untrusted(&call.name, &content);
+        }
+        // What an outside party said in a failure is untrusted whatever the
+        // tool: it follows Flynn's own words, wrapped.
+        if let Some(quoted) = quoted {
+            let quoted = self.redactor.known(&quoted);
+            output_bytes += quoted.len();
+            let quoted = truncate_output(&quoted, self.output_limit);
+            ctx.provenance.mark_untrusted(&call.name, &quoted);
+            content = format!("{content}:\n{}", wrap_untrusted(&call.name, &quoted));
+            untrusted = true;
         }
         if let Some(audit) = &self.audit {
             audit.record(&AuditRecord {
@@ -370,7 +383,7 @@ fn outcome_label(error: &ToolError) -> &'static str {
         ToolError::Timeout { .. } => "timeout",
         ToolError::Cancelled { .. } => "cancelled",
         ToolError::Denied { .. } => "denied",
-        ToolError::Failed(_) => "error",
+        ToolError::Failed(_) | ToolError::FailedQuoting { .. } => "error",
     }
 }
 

@@ -53,7 +53,10 @@ async fn a_bearer_token_reaches_the_server() {
     );
     assert_eq!(
         harness.call("remote.fail", json!({})).await,
-        error("remote.fail reported an error: the fixture failed on purpose")
+        error(&format!(
+            "remote.fail reported an error:\n{}",
+            flynn_tools::wrap_untrusted("remote.fail", "the fixture failed on purpose")
+        ))
     );
     assert!(
         !fixture

@@ -129,7 +129,10 @@ async fn an_error_result_is_an_error_for_the_model_naming_the_tool() {
 
     assert_eq!(
         harness.call("fixture.fail", json!({})).await,
-        error("fixture.fail reported an error: the fixture failed on purpose")
+        error(&format!(
+            "fixture.fail reported an error:\n{}",
+            flynn_tools::wrap_untrusted("fixture.fail", "the fixture failed on purpose")
+        ))
     );
     // A protocol error (bad arguments) names the tool too.
     let bad = harness

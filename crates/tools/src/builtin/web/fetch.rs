@@ -209,15 +209,14 @@ impl WebFetch {
             ))
         })?;
         if !status.is_success() {
+            // The page's words go to the model as untrusted content: an
+            // error page can carry orders as well as any other.
             let excerpt: String = content.chars().take(500).collect();
-            return Err(ToolError::failed(format!(
-                "{final_url} answered HTTP {status}{}",
-                if excerpt.trim().is_empty() {
-                    String::new()
-                } else {
-                    format!(":\n{}", excerpt.trim())
-                }
-            )));
+            let message = format!("{final_url} answered HTTP {status}");
+            return Err(match excerpt.trim() {
+                "" => ToolError::failed(message),
+                said => ToolError::quoting(message, said),
+            });
         }
         let mut output = format!("URL: {final_url}\n");
         if let Some(title) = title {

@@ -299,15 +299,14 @@ impl WebSearch {
             (429, _) => "; rate limited, try again later",
             _ => "",
         };
-        Err(ToolError::failed(format!(
-            "{} search failed: HTTP {status}{hint}{}",
-            self.backend(),
-            if detail.is_empty() {
-                String::new()
-            } else {
-                format!(": {detail}")
-            }
-        )))
+        // The engine's own words are quoted as untrusted: a search
+        // instance is somebody else's server.
+        let message = format!("{} search failed: HTTP {status}{hint}", self.backend());
+        Err(if detail.is_empty() {
+            ToolError::failed(message)
+        } else {
+            ToolError::quoting(message, detail)
+        })
     }
 
     async fn send_json(&self, request: RequestBuilder) -> Result<Value, ToolError> {
