@@ -195,6 +195,19 @@ pub struct HistoryResult {
     /// Whether older messages exist before this page (pass the first
     /// message's `seq` as `before`).
     pub more_before: bool,
+    /// The files the turns of these messages sent to the chat (each as
+    /// its `media` event named it, served at `/media/<id>`), oldest first:
+    /// a client shows each after the last message of its turn.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<HistoryFile>,
+}
+
+/// A file a turn sent, in `sessions.history`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HistoryFile {
+    pub turn: TurnId,
+    #[serde(flatten)]
+    pub file: flynn_protocol::MediaFile,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

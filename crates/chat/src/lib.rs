@@ -293,14 +293,15 @@ impl ChannelRouter {
     /// marking is not posted a second time. Elsewhere it can be, which one
     /// message at a time per chat keeps to one message per chat and crash.
     pub fn follow_up(&self, undelivered: Vec<Undelivered>, recovered: Vec<RecoveredTurn>) {
-        let mut notes: std::collections::BTreeMap<SessionKey, Vec<(TurnId, String)>> =
+        type Owed = (TurnId, Option<String>, Vec<MediaFile>);
+        let mut notes: std::collections::BTreeMap<SessionKey, Vec<Owed>> =
             std::collections::BTreeMap::new();
         for item in undelivered {
             if self.inner.access.contains_key(item.session.channel()) {
                 notes
                     .entry(item.session)
                     .or_default()
-                    .push((item.turn, item.text));
+                    .push((item.turn, item.text, item.files));
             }
         }
         for recovered in recovered {
@@ -308,15 +309,16 @@ impl ChannelRouter {
                 continue;
             }
             match recovered.action {
-                Recovery::Reported { note } => notes
-                    .entry(recovered.session)
-                    .or_default()
-                    .push((recovered.turn, note)),
+                Recovery::Reported { note } => notes.entry(recovered.session).or_default().push((
+                    recovered.turn,
+                    Some(note),
+                    Vec::new(),
+                )),
                 Recovery::Rerun(handle) => self.answer_rerun(recovered.session, handle),
             }
         }
         for (session, mut notes) in notes {
-            notes.sort_by_key(|(turn, _)| *turn);
+            notes.sort_by_key(|(turn, _, _)| *turn);
             let channel = session.channel().to_owned();
             let target = Target::session(&session);
             let router = self.clone();
@@ -325,16 +327,26 @@ impl ChannelRouter {
                     tracing::warn!(%session, left = notes.len(), "the channel of a chat the last run left answers for is not running; they stay unsent");
                     return;
                 };
-                for (turn, text) in notes {
-                    let key = turn_key(&session, turn);
-                    match outbound::send_once(adapter.as_ref(), &target, &text, &[], &key).await {
-                        Ok(_) => {
-                            tracing::info!(%session, %turn, "sent what the last run left unsent");
-                            router.delivered(turn).await;
+                for (turn, text, files) in notes {
+                    if let Some(text) = text {
+                        let key = turn_key(&session, turn);
+                        match outbound::send_once(adapter.as_ref(), &target, &text, &[], &key)
+                            .await
+                        {
+                            Ok(_) => {
+                                tracing::info!(%session, %turn, "sent what the last run left unsent");
+                                router.delivered(turn).await;
+                            }
+                            Err(e) => {
+                                tracing::warn!(channel = adapter.name(), error = %e, %turn, "could not send what the last run left unsent; it is tried again at the next start");
+                                continue;
+                            }
                         }
-                        Err(e) => {
-                            tracing::warn!(channel = adapter.name(), error = %e, %turn, "could not send what the last run left unsent; it is tried again at the next start");
-                        }
+                    }
+                    // After the answer, as when the turn ran.
+                    for file in files {
+                        tracing::info!(%session, %turn, file = %file.name, "sending a file the last run left unsent");
+                        router.send_file(adapter.as_ref(), &target, &file).await;
                     }
                 }
             });
@@ -1224,13 +1236,19 @@ impl ChannelRouter {
     }
 
     /// Sends a file a turn sent ([`AgentEvent::Media`]) natively; a file
-    /// the platform cannot take is named in a message saying why.
+    /// the platform cannot take is named in a message saying why. Either
+    /// way it is marked sent, so the outbox leaves it alone.
     pub(crate) async fn send_file(
         &self,
         adapter: &dyn ChannelAdapter,
         target: &Target,
         file: &MediaFile,
     ) {
+        self.try_send_file(adapter, target, file).await;
+        self.inner.manager.media().mark_sent(&file.id).await;
+    }
+
+    async fn try_send_file(&self, adapter: &dyn ChannelAdapter, target: &Target, file: &MediaFile) {
         let channel = adapter.name().to_owned();
         let refused = match self.outgoing(adapter, file).await {
             Ok(outgoing) => {
@@ -1294,13 +1312,11 @@ impl ChannelRouter {
                 adapter.name()
             ));
         }
-        let Some(store) = self.inner.manager.media() else {
-            return Err("this daemon keeps no sent files".to_owned());
+        let data = match self.inner.manager.media().read(&file.id).await {
+            Ok(Some((_, data))) => data,
+            Ok(None) => return Err("it is no longer kept (files are kept for a week)".to_owned()),
+            Err(e) => return Err(format!("it could not be read ({e})")),
         };
-        let (_, data) = store
-            .read(&file.id)
-            .await
-            .map_err(|e| format!("it is no longer kept ({e})"))?;
         Ok(OutgoingFile {
             kind,
             name: file.name.clone(),

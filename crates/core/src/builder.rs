@@ -372,10 +372,6 @@ impl FlynnBuilder {
             memory_flush: self.memory_flush,
             memory: memory.clone(),
             cluster,
-            media: self
-                .home
-                .as_ref()
-                .map(|home| Arc::new(flynn_orchestrator::MediaStore::new(home.join("media")))),
         });
         manager.set_voice_default(config.voice.reply);
         automation.bind(manager.clone()).await?;

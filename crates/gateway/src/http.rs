@@ -117,16 +117,9 @@ pub(crate) async fn not_found(uri: Uri) -> Response {
 /// download, so a sent HTML or SVG file never runs as a page of the
 /// gateway's origin (a `sandbox` policy and `nosniff` besides).
 pub(crate) async fn media(State(gateway): State<Arc<Gateway>>, Path(id): Path<String>) -> Response {
-    let Some(store) = gateway.manager.media() else {
-        return crate::auth::refusal(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "this daemon keeps no sent files",
-        );
-    };
-    let (name, data) = match store.read(&id).await {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+    let (name, data) = match gateway.manager.media().read(&id).await {
+        Ok(Some((file, data))) => (file.file.name, data),
+        Ok(None) => {
             return crate::auth::refusal(
                 StatusCode::NOT_FOUND,
                 "not_found",

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use flynn_orchestrator::{Followed, Submitted, TurnRequest};
 use flynn_protocol::config::TokenScope;
-use flynn_protocol::{AgentEvent, EventEnvelope, Lagged, RunState, SessionKey, TurnOutcome};
+use flynn_protocol::{
+    AgentEvent, EventEnvelope, Lagged, RunState, SessionKey, TurnId, TurnOutcome,
+};
 use flynn_tools::{ApproveAll, Approver, Decision, DenyAll, ToolContext};
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, PendingSubscriptionSink, RpcModule, SubscriptionMessage};
@@ -562,8 +564,26 @@ async fn sessions_history(
         (page, more)
     };
     let cursor = messages.iter().map(|m| m.seq).max();
+    let mut turns: Vec<TurnId> = messages.iter().filter_map(|m| m.turn).collect();
+    turns.sort_unstable();
+    turns.dedup();
+    let files = state
+        .manager
+        .media()
+        .of_turns(&params.session, &turns)
+        .await
+        .map_err(|e| error::storage(&e))?
+        .into_iter()
+        .filter_map(|stored| {
+            stored.turn.map(|turn| HistoryFile {
+                turn,
+                file: stored.file,
+            })
+        })
+        .collect();
     Ok(HistoryResult {
         session: params.session,
+        files,
         messages: messages
             .into_iter()
             .map(|m| HistoryMessage {

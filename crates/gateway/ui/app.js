@@ -510,43 +510,61 @@ function onEvent(envelope) {
   }
 }
 
-/** Renders stored messages (the history). */
-function renderStored(messages) {
-  for (const entry of messages) {
-    const message = entry.message || {};
-    const blocks = message.content || [];
-    if (message.role === "user") {
-      const text = blocks.filter((b) => b.type === "text").map((b) => b.text).join("\n");
-      if (text) {
-        // Anyone but the owner is named on their message.
-        const sender = entry.principal && entry.principal !== "owner" ? entry.principal : null;
-        addMessage(sender
-          ? el("div", { class: "msg user", title: sender }, el("span", { class: "meta" }, sender), el("br"), text)
-          : el("div", { class: "msg user" }, text));
-      }
-      for (const block of blocks) {
-        if (block.type === "tool_result") {
-          const id = block.tool_use_id;
-          finishTool(id, state.tools.get(id)?.dataset.name || "tool", !block.is_error, block.content);
-        }
-      }
-    } else {
-      const text = blocks.filter((b) => b.type === "text").map((b) => b.text).join("\n\n");
-      const thinking = blocks.filter((b) => b.type === "thinking").map((b) => b.thinking).join("\n");
-      if (text || thinking) {
-        const bubble = addMessage(el("div", { class: "msg assistant" }));
-        if (thinking) bubble.append(el("details", { class: "thinking" }, el("summary", null, "Thinking"), el("div", null, thinking)));
-        bubble.append(markdown(text));
-      }
-      for (const block of blocks) {
-        if (block.type === "tool_use") {
-          const line = toolLine(block.id, block.name, block.input);
-          line.dataset.name = block.name;
-        }
+/** Renders stored messages (the history), and the files their turns
+ * sent, each after the last message of its turn. */
+function renderStored(messages, files = []) {
+  const last = new Map();
+  messages.forEach((entry, i) => { if (entry.turn != null) last.set(entry.turn, i); });
+  const filesOf = new Map();
+  for (const file of files) {
+    if (!filesOf.has(file.turn)) filesOf.set(file.turn, []);
+    filesOf.get(file.turn).push(file);
+  }
+  messages.forEach((entry, i) => {
+    renderEntry(entry);
+    if (entry.turn != null && last.get(entry.turn) === i) {
+      for (const file of filesOf.get(entry.turn) || []) mediaCard(file);
+      filesOf.delete(entry.turn);
+    }
+  });
+  for (const left of filesOf.values()) left.forEach(mediaCard);
+}
+
+/** Renders one stored message. */
+function renderEntry(entry) {
+  const message = entry.message || {};
+  const blocks = message.content || [];
+  if (message.role === "user") {
+    const text = blocks.filter((b) => b.type === "text").map((b) => b.text).join("\n");
+    if (text) {
+      // Anyone but the owner is named on their message.
+      const sender = entry.principal && entry.principal !== "owner" ? entry.principal : null;
+      addMessage(sender
+        ? el("div", { class: "msg user", title: sender }, el("span", { class: "meta" }, sender), el("br"), text)
+        : el("div", { class: "msg user" }, text));
+    }
+    for (const block of blocks) {
+      if (block.type === "tool_result") {
+        const id = block.tool_use_id;
+        finishTool(id, state.tools.get(id)?.dataset.name || "tool", !block.is_error, block.content);
       }
     }
-    state.cursor = Math.max(state.cursor, entry.seq || 0);
+  } else {
+    const text = blocks.filter((b) => b.type === "text").map((b) => b.text).join("\n\n");
+    const thinking = blocks.filter((b) => b.type === "thinking").map((b) => b.thinking).join("\n");
+    if (text || thinking) {
+      const bubble = addMessage(el("div", { class: "msg assistant" }));
+      if (thinking) bubble.append(el("details", { class: "thinking" }, el("summary", null, "Thinking"), el("div", null, thinking)));
+      bubble.append(markdown(text));
+    }
+    for (const block of blocks) {
+      if (block.type === "tool_use") {
+        const line = toolLine(block.id, block.name, block.input);
+        line.dataset.name = block.name;
+      }
+    }
   }
+  state.cursor = Math.max(state.cursor, entry.seq || 0);
 }
 
 async function openSession(key) {
@@ -574,7 +592,7 @@ async function reopen() {
     await state.rpc.subscribe("sessions.subscribe", { sessions: [key] }, onEvent);
     const history = await state.rpc.call("sessions.history", { session: key, limit: 200 });
     if (history.more_before) notice("older messages are not shown");
-    renderStored(history.messages);
+    renderStored(history.messages, history.files);
     const status = await state.rpc.call("agent.status", { session: key });
     if (status.running.some((r) => r.session === key)) {
       setRunning(true);

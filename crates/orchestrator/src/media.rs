@@ -1,29 +1,32 @@
 //! Files turns send to their chats (`media.send`, `voice.say`), kept
-//! where the channels and the web chat read them.
+//! in the session store ([`Files`]) where the channels, the web chat and
+//! the outbox read them.
 //!
-//! A sent file is copied once, under `<dir>/<id>/<name>`, so what the
-//! chat receives is what the agent sent even if the workspace file
-//! changes afterwards, and the gateway can serve it by id without
-//! reaching into the workspace. The id is random (a v7 UUID: its 74
-//! random bits make it unguessable) and only ever handed to those who
-//! may read the session, in its [`AgentEvent::Media`] event. Files are
-//! kept for [`KEEP`] and removed by [`MediaStore::prune`], which the
-//! store runs at most once an hour as files are added.
+//! A sent file is copied once, so what the chat receives is what the
+//! agent sent even if the workspace file changes afterwards, and the
+//! gateway can serve it by id without reaching into the workspace. Kept
+//! in the store, a file one node of a cluster kept is sent by the node
+//! holding the chat's connection, and one a process died before sending
+//! is sent at the next start. The id is random (a v7 UUID: its 74 random
+//! bits make it unguessable) and only ever handed to those who may read
+//! the session, in its [`AgentEvent::Media`] event. Files are kept for
+//! [`KEEP`] and removed by [`MediaStore::prune`], which runs at most once
+//! an hour as files are added.
 //!
 //! [`AgentEvent::Media`]: flynn_protocol::AgentEvent::Media
 
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use flynn_protocol::sync::lock;
-use flynn_protocol::{AgentEvent, MediaFile};
+use flynn_protocol::{AgentEvent, MediaFile, SessionKey, TurnId};
+use flynn_sessions::{SessionStore, StoredFile};
 use flynn_tools::ToolError;
 use flynn_tools::builtin::{MediaSender, OutgoingMedia};
 
-use crate::events::TurnPublisher;
+use crate::events::{TurnPublisher, now_millis};
 
 /// The largest file a turn may send (the Bot API's upload limit, which
 /// is the largest of the chat platforms' but Slack's).
@@ -33,103 +36,96 @@ pub const KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How often adding a file sweeps out old ones.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
-/// Where sent files are kept. Cheap to share behind an `Arc`.
-#[derive(Debug)]
+/// The files turns sent, in the session store. Cheap to share behind an
+/// `Arc`.
 pub struct MediaStore {
-    dir: PathBuf,
+    store: Arc<dyn SessionStore>,
     pruned: Mutex<Option<Instant>>,
 }
 
+impl std::fmt::Debug for MediaStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MediaStore").finish_non_exhaustive()
+    }
+}
+
 impl MediaStore {
-    /// A store under `dir` (created, 0700, when the first file comes).
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
+    pub fn new(store: Arc<dyn SessionStore>) -> Self {
         MediaStore {
-            dir: dir.into(),
+            store,
             pruned: Mutex::new(None),
         }
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// Copies `media` into the store; returns what its event says.
-    pub async fn keep(&self, media: OutgoingMedia) -> std::io::Result<MediaFile> {
+    /// Keeps `media`, sent by `turn` of `session`; returns what its event
+    /// says.
+    pub async fn keep(
+        &self,
+        session: &SessionKey,
+        turn: Option<TurnId>,
+        media: OutgoingMedia,
+    ) -> Result<MediaFile, String> {
         let size = media.data.len() as u64;
         if size > MAX_MEDIA_BYTES {
-            return Err(std::io::Error::other(format!(
+            return Err(format!(
                 "the file has {size} bytes, over the {MAX_MEDIA_BYTES} a chat file may have"
-            )));
+            ));
         }
-        let name = safe_name(&media.name);
-        let id = uuid::Uuid::now_v7().simple().to_string();
-        let folder = self.dir.join(&id);
-        let path = folder.join(&name);
-        let (root, data) = (self.dir.clone(), media.data.clone());
-        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            create_private(&root)?;
-            create_private(&folder)?;
-            std::fs::write(&path, &data)
-        })
-        .await
-        .map_err(std::io::Error::other)??;
-        self.prune_now_and_then();
-        Ok(MediaFile {
-            id,
-            name,
+        let file = MediaFile {
+            id: uuid::Uuid::now_v7().simple().to_string(),
+            name: safe_name(&media.name),
             media_type: media.media_type,
             size,
             kind: media.kind,
             caption: media.caption,
-        })
+        };
+        self.store
+            .keep_file(session, turn, &file, &media.data)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.prune_now_and_then().await;
+        Ok(file)
     }
 
-    /// The file kept under `id`: its name and bytes. `NotFound` for an
-    /// id that is not one (anything but 32 hex digits) or was pruned.
-    pub async fn read(&self, id: &str) -> std::io::Result<(String, Bytes)> {
+    /// The file kept under `id`, with its bytes; `None` for an id that is
+    /// not one (anything but 32 hex digits) or was pruned.
+    pub async fn read(&self, id: &str) -> flynn_sessions::Result<Option<(StoredFile, Bytes)>> {
         if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("{id:?} is not a media id (32 hex digits)"),
-            ));
+            return Ok(None);
         }
-        let folder = self.dir.join(id);
-        tokio::task::spawn_blocking(move || {
-            let entry = std::fs::read_dir(&folder)?
-                .next()
-                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))??;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let data = std::fs::read(entry.path())?;
-            Ok((name, Bytes::from(data)))
-        })
-        .await
-        .map_err(std::io::Error::other)?
+        Ok(self
+            .store
+            .file(id)
+            .await?
+            .map(|(file, data)| (file, Bytes::from(data))))
+    }
+
+    /// Records that a file was handed to its chat (sent, or refused and
+    /// the chat told), so the outbox does not send it again.
+    pub async fn mark_sent(&self, id: &str) {
+        if let Err(e) = self.store.mark_file_sent(id).await {
+            tracing::warn!(%id, error = %e, "could not record that a file was sent; it may be sent again at the next start");
+        }
+    }
+
+    /// The files `turns` of `session` sent, oldest first.
+    pub async fn of_turns(
+        &self,
+        session: &SessionKey,
+        turns: &[TurnId],
+    ) -> flynn_sessions::Result<Vec<StoredFile>> {
+        self.store.files_of_turns(session, turns).await
     }
 
     /// Removes files kept longer than `keep`; returns how many.
-    pub fn prune(&self, keep: Duration) -> std::io::Result<usize> {
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-            Err(e) => return Err(e),
-        };
-        let now = SystemTime::now();
-        let mut removed = 0;
-        for entry in entries.flatten() {
-            let old = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|at| now.duration_since(at).ok())
-                .is_some_and(|age| age > keep);
-            if old && std::fs::remove_dir_all(entry.path()).is_ok() {
-                removed += 1;
-            }
-        }
-        Ok(removed)
+    pub async fn prune(&self, keep: Duration) -> flynn_sessions::Result<u64> {
+        let keep = i64::try_from(keep.as_millis()).unwrap_or(i64::MAX);
+        self.store
+            .prune_files(now_millis().saturating_sub(keep))
+            .await
     }
 
-    fn prune_now_and_then(&self) {
+    async fn prune_now_and_then(&self) {
         {
             let mut pruned = lock(&self.pruned);
             if pruned.is_some_and(|at| at.elapsed() < PRUNE_EVERY) {
@@ -137,12 +133,10 @@ impl MediaStore {
             }
             *pruned = Some(Instant::now());
         }
-        match self.prune(KEEP) {
+        match self.prune(KEEP).await {
             Ok(0) => {}
             Ok(removed) => tracing::debug!(removed, "removed sent files older than a week"),
-            Err(e) => {
-                tracing::warn!(dir = %self.dir.display(), error = %e, "could not remove old sent files")
-            }
+            Err(e) => tracing::warn!(error = %e, "could not remove old sent files"),
         }
     }
 }
@@ -150,43 +144,23 @@ impl MediaStore {
 /// A turn's [`MediaSender`]: keeps the file and tells the turn's
 /// subscribers (its chat, the web chat) in a `media` event.
 pub(crate) struct TurnMedia {
-    pub(crate) store: Option<Arc<MediaStore>>,
+    pub(crate) store: Arc<MediaStore>,
+    pub(crate) session: SessionKey,
     pub(crate) events: TurnPublisher,
 }
 
 #[async_trait]
 impl MediaSender for TurnMedia {
     async fn send_media(&self, media: OutgoingMedia) -> Result<MediaFile, ToolError> {
-        let Some(store) = &self.store else {
-            return Err(ToolError::failed(
-                "this runtime keeps no files for chats (it has no FLYNN_HOME), so it cannot send one",
-            ));
-        };
-        let file = store
-            .keep(media)
+        let file = self
+            .store
+            .keep(&self.session, Some(self.events.turn), media)
             .await
             .map_err(|e| ToolError::failed(format!("could not keep the file to send: {e}")))?;
         self.events
             .publish(AgentEvent::Media { file: file.clone() });
         Ok(file)
     }
-}
-
-fn create_private(dir: &Path) -> std::io::Result<()> {
-    match std::fs::create_dir(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dir)?;
-        }
-        Err(e) => return Err(e),
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
 }
 
 /// A file name that is one path component, printable, at most 128
@@ -209,6 +183,7 @@ mod tests {
     use super::*;
 
     use flynn_protocol::MediaKind;
+    use flynn_sessions::SqliteStore;
 
     fn media(name: &str, data: &'static [u8]) -> OutgoingMedia {
         OutgoingMedia {
@@ -220,55 +195,58 @@ mod tests {
         }
     }
 
+    async fn store() -> (tempfile::TempDir, MediaStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let sessions = SqliteStore::open(&dir.path().join("sessions.db"))
+            .await
+            .unwrap();
+        (dir, MediaStore::new(Arc::new(sessions)))
+    }
+
+    fn session() -> SessionKey {
+        "telegram:42".parse().unwrap()
+    }
+
     #[tokio::test]
     async fn a_kept_file_reads_back_by_its_id_and_nothing_else_does() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = MediaStore::new(dir.path().join("media"));
+        let (_dir, store) = store().await;
         let kept = store
-            .keep(media("../../etc/chart.png", b"png bytes"))
+            .keep(&session(), None, media("../../etc/chart.png", b"png bytes"))
             .await
             .unwrap();
         assert_eq!(kept.name, "chart.png");
         assert_eq!(kept.size, 9);
-        let (name, data) = store.read(&kept.id).await.unwrap();
-        assert_eq!((name.as_str(), &data[..]), ("chart.png", &b"png bytes"[..]));
-        for bad in ["..", "../media", &"0".repeat(32), "x"] {
-            let e = store.read(bad).await.unwrap_err();
-            assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{bad}");
-        }
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(dir.path().join("media"))
-                .unwrap()
-                .permissions()
-                .mode();
-            assert_eq!(mode & 0o777, 0o700);
+        let (file, data) = store.read(&kept.id).await.unwrap().unwrap();
+        assert_eq!((&file.file, &data[..]), (&kept, &b"png bytes"[..]));
+        assert_eq!(file.session, session());
+        for bad in ["..", "../media", &"0".repeat(32), "x", "' OR 1=1 --"] {
+            assert_eq!(store.read(bad).await.unwrap(), None, "{bad}");
         }
     }
 
     #[tokio::test]
     async fn old_files_are_pruned_and_new_ones_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = MediaStore::new(dir.path());
-        let kept = store.keep(media("a.png", b"a")).await.unwrap();
-        assert_eq!(store.prune(Duration::from_secs(3600)).unwrap(), 0);
-        assert!(store.read(&kept.id).await.is_ok());
+        let (_dir, store) = store().await;
+        let kept = store
+            .keep(&session(), None, media("a.png", b"a"))
+            .await
+            .unwrap();
+        assert_eq!(store.prune(Duration::from_secs(3600)).await.unwrap(), 0);
+        assert!(store.read(&kept.id).await.unwrap().is_some());
         // Anything is older than no time at all.
-        std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(store.prune(Duration::ZERO).unwrap(), 1);
-        assert!(store.read(&kept.id).await.is_err());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(store.prune(Duration::ZERO).await.unwrap(), 1);
+        assert_eq!(store.read(&kept.id).await.unwrap(), None);
     }
 
     #[tokio::test]
     async fn a_file_over_the_limit_is_refused_with_the_limit() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = MediaStore::new(dir.path());
+        let (_dir, store) = store().await;
         let big = OutgoingMedia {
             data: Bytes::from(vec![0u8; MAX_MEDIA_BYTES as usize + 1]),
             ..media("big.bin", b"")
         };
-        let e = store.keep(big).await.unwrap_err();
-        assert!(e.to_string().contains("52428800"), "{e}");
+        let e = store.keep(&session(), None, big).await.unwrap_err();
+        assert!(e.contains("52428800"), "{e}");
     }
 }

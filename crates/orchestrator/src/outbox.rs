@@ -9,12 +9,17 @@
 //! window between the send and the mark is a few milliseconds, so an
 //! answer can still reach a chat twice if the process dies exactly there;
 //! losing one is no longer possible short of the send failing.
+//!
+//! Files a turn sent ([`Files`](flynn_sessions::Files)) are marked one by
+//! one as the router hands them to the chat; the outbox holds those never
+//! marked too, with their turn's text when that did not reach the chat
+//! either.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use flynn_protocol::{Role, SessionKey, TurnId};
-use flynn_sessions::{TurnRecord, TurnStatus};
+use flynn_protocol::{MediaFile, Role, SessionKey, TurnId};
+use flynn_sessions::{StoredFile, TurnRecord, TurnStatus};
 
 use crate::Result;
 use crate::events::now_millis;
@@ -26,13 +31,17 @@ use crate::runtime::SessionManager;
 /// than help.
 pub const OUTBOX_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// A finished turn of a chat message whose outcome never reached the
-/// chat, and the text to send it.
+/// A turn of a chat message whose outcome, or some of the files it sent,
+/// never reached the chat: what to send it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Undelivered {
     pub session: SessionKey,
     pub turn: TurnId,
-    pub text: String,
+    /// The outcome's text; `None` when it reached the chat and only files
+    /// did not.
+    pub text: Option<String>,
+    /// The files the turn sent that never reached the chat, oldest first.
+    pub files: Vec<MediaFile>,
 }
 
 impl SessionManager {
@@ -44,7 +53,8 @@ impl SessionManager {
         let window = i64::try_from(OUTBOX_WINDOW.as_millis()).unwrap_or(i64::MAX);
         let since = now_millis().saturating_sub(window);
         let turns = self.store().undelivered_turns(since).await?;
-        self.undelivered(turns).await
+        let files = self.store().unsent_files(since).await?;
+        self.undelivered(turns, files).await
     }
 
     /// In a cluster, the outbox of the nodes that are gone: answers a
@@ -58,20 +68,42 @@ impl SessionManager {
         let window = i64::try_from(OUTBOX_WINDOW.as_millis()).unwrap_or(i64::MAX);
         let since = now_millis().saturating_sub(window);
         let turns = self.store().undelivered_turns(since).await?;
-        if turns.is_empty() {
+        let files = self.store().unsent_files(since).await?;
+        if turns.is_empty() && files.is_empty() {
             return Ok(Vec::new());
         }
-        let ids: Vec<TurnId> = turns.iter().map(|t| t.id).collect();
+        let mut ids: Vec<TurnId> = turns.iter().map(|t| t.id).collect();
+        ids.extend(files.iter().filter_map(|f| f.turn));
+        ids.sort_unstable();
+        ids.dedup();
         let gone_owners = cluster.turns_of_gone_nodes(&ids).await?;
-        let gone = turns
+        let turns = turns
             .into_iter()
             .filter(|t| gone_owners.contains(&t.id))
             .collect();
-        self.undelivered(gone).await
+        let files = files
+            .into_iter()
+            .filter(|f| f.turn.is_some_and(|turn| gone_owners.contains(&turn)))
+            .collect();
+        self.undelivered(turns, files).await
     }
 
-    /// The text each of `turns` owes its chat.
-    async fn undelivered(&self, turns: Vec<TurnRecord>) -> Result<Vec<Undelivered>> {
+    /// The text each of `turns` owes its chat, and the `files` of those
+    /// and other turns.
+    async fn undelivered(
+        &self,
+        turns: Vec<TurnRecord>,
+        files: Vec<StoredFile>,
+    ) -> Result<Vec<Undelivered>> {
+        let mut files_of: BTreeMap<(SessionKey, TurnId), Vec<MediaFile>> = BTreeMap::new();
+        for stored in files {
+            if let Some(turn) = stored.turn {
+                files_of
+                    .entry((stored.session, turn))
+                    .or_default()
+                    .push(stored.file);
+            }
+        }
         let mut by_session: BTreeMap<SessionKey, Vec<TurnRecord>> = BTreeMap::new();
         for turn in turns {
             by_session
@@ -101,9 +133,21 @@ impl SessionManager {
                 out.push(Undelivered {
                     session: session.clone(),
                     turn: turn.id,
-                    text,
+                    text: Some(text),
+                    files: files_of
+                        .remove(&(session.clone(), turn.id))
+                        .unwrap_or_default(),
                 });
             }
+        }
+        // Turns whose answer reached the chat, but not every file.
+        for ((session, turn), files) in files_of {
+            out.push(Undelivered {
+                session,
+                turn,
+                text: None,
+                files,
+            });
         }
         out.sort_by_key(|u| u.turn);
         Ok(out)

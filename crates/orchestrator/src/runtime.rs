@@ -208,10 +208,6 @@ pub struct RuntimeParts {
     /// several processes (see [`crate::cluster`]); `None` runs every
     /// session it is asked to.
     pub cluster: Option<Arc<dyn Cluster>>,
-    /// Where files turns send to their chats are kept (`media.send`,
-    /// `voice.say`); without one, those tools say the runtime cannot send
-    /// files.
-    pub media: Option<Arc<MediaStore>>,
 }
 
 impl std::fmt::Debug for RuntimeParts {
@@ -254,7 +250,8 @@ pub(crate) struct Shared {
     pub(crate) pid: u32,
     /// The cluster this runtime is a node of, if any.
     pub(crate) cluster: Option<Arc<dyn Cluster>>,
-    pub(crate) media: Option<Arc<MediaStore>>,
+    /// The files turns sent, in the store.
+    pub(crate) media: Arc<MediaStore>,
     /// Where lanes hand what their recovery did, once someone listens
     /// ([`SessionManager::recovered_later`]).
     pub(crate) recovery_sink: Mutex<Option<mpsc::UnboundedSender<RecoveredTurn>>>,
@@ -419,6 +416,7 @@ impl SessionManager {
         let places = usize::try_from(parts.delegation.subagents.max_concurrent.max(1))
             .unwrap_or(usize::MAX)
             .min(Semaphore::MAX_PERMITS);
+        let media = Arc::new(MediaStore::new(parts.store.clone()));
         let shared = Shared {
             router: parts.router,
             store: parts.store,
@@ -440,7 +438,7 @@ impl SessionManager {
             voice_default: RwLock::new(VoiceReply::default()),
             pid: std::process::id(),
             cluster: parts.cluster,
-            media: parts.media,
+            media,
             recovery_sink: Mutex::new(None),
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
@@ -462,9 +460,9 @@ impl SessionManager {
         SessionManager { shared }
     }
 
-    /// Where the files turns sent are kept, if anywhere.
-    pub fn media(&self) -> Option<&Arc<MediaStore>> {
-        self.shared.media.as_ref()
+    /// The files turns sent, kept in the store.
+    pub fn media(&self) -> &Arc<MediaStore> {
+        &self.shared.media
     }
 
     /// The cluster this runtime is a node of, if any.

@@ -400,6 +400,7 @@ fn tool_context(
         guards: job.lineage.guards.clone().unwrap_or_default(),
         media: Some(Arc::new(crate::media::TurnMedia {
             store: shared.media.clone(),
+            session: job.session.clone(),
             events: job.events.clone(),
         })),
     }

@@ -1,7 +1,7 @@
 //! Conversions both stores share between the crate's types and the
 //! values of their columns.
 
-use flynn_protocol::{ContentBlock, Message, Principal};
+use flynn_protocol::{ContentBlock, MediaKind, Message, Principal};
 
 use crate::{Error, Result, TurnStatus};
 
@@ -58,6 +58,17 @@ pub(crate) fn status_from(text: &str) -> TurnStatus {
         "interrupted" => TurnStatus::Interrupted,
         // "failed"; the table's CHECK constraint admits nothing else.
         _ => TurnStatus::Failed,
+    }
+}
+
+/// A kept file's kind; one this version does not know (a newer one wrote
+/// it) is a document, which every client can offer as a download.
+pub(crate) fn media_kind_from(text: &str) -> MediaKind {
+    match text {
+        "image" => MediaKind::Image,
+        "audio" => MediaKind::Audio,
+        "voice" => MediaKind::Voice,
+        _ => MediaKind::Document,
     }
 }
 
@@ -219,11 +230,38 @@ macro_rules! row_decoders {
                     last,
                 }))
             }
+
+            /// A kept file without its bytes; `None` for a row whose session
+            /// key no longer parses.
+            pub(crate) fn file_from_row(row: &$row) -> Result<Option<$crate::StoredFile>> {
+                let key: String = row.try_get("session_key")?;
+                let Ok(session) = SessionKey::from_str(&key) else {
+                    return Ok(None);
+                };
+                let turn: Option<i64> = row.try_get("turn_id")?;
+                let kind: String = row.try_get("kind")?;
+                let sent_at: Option<i64> = row.try_get("sent_at")?;
+                Ok(Some($crate::StoredFile {
+                    session,
+                    turn: turn.map(|t| TurnId(to_u64(t))),
+                    file: flynn_protocol::MediaFile {
+                        id: row.try_get("id")?,
+                        name: row.try_get("name")?,
+                        media_type: row.try_get("media_type")?,
+                        size: to_u64(row.try_get("size")?),
+                        kind: $crate::codec::media_kind_from(&kind),
+                        caption: row.try_get("caption")?,
+                    },
+                    created_at: row.try_get("created_at")?,
+                    sent: sent_at.is_some(),
+                }))
+            }
         }
 
         #[allow(unused_imports)]
         $vis use decoders::{
-            info_from_row, meta_from_row, runs_from_row, stored_from_row, turn_from_row,
+            file_from_row, info_from_row, meta_from_row, runs_from_row, stored_from_row,
+            turn_from_row,
         };
     };
 }

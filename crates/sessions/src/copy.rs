@@ -28,6 +28,8 @@ enum Kind {
     Text,
     /// SQLite keeps 0 or 1; PostgreSQL a `BOOLEAN`.
     Bool,
+    /// SQLite's `BLOB`, PostgreSQL's `BYTEA`.
+    Blob,
 }
 
 /// One value of a row being copied.
@@ -37,6 +39,7 @@ enum Value {
     Real(Option<f64>),
     Text(Option<String>),
     Bool(Option<bool>),
+    Blob(Option<Vec<u8>>),
 }
 
 struct Table {
@@ -47,7 +50,7 @@ struct Table {
     columns: &'static [(&'static str, Kind)],
 }
 
-use Kind::{Bool, Int, Real, Text};
+use Kind::{Blob, Bool, Int, Real, Text};
 
 /// Every table of the store, parents before the rows that refer to them.
 /// `usage` is copied without its row id, which only orders it: rows are
@@ -132,6 +135,24 @@ const TABLES: &[Table] = &[
             ("tool", Text),
             ("content", Text),
             ("created_at", Int),
+        ],
+    },
+    Table {
+        name: "files",
+        label: "files sent to chats",
+        order: "id",
+        columns: &[
+            ("id", Text),
+            ("session_key", Text),
+            ("turn_id", Int),
+            ("name", Text),
+            ("media_type", Text),
+            ("kind", Text),
+            ("caption", Text),
+            ("size", Int),
+            ("data", Blob),
+            ("created_at", Int),
+            ("sent_at", Int),
         ],
     },
     Table {
@@ -453,6 +474,7 @@ fn read_sqlite(row: &sqlx::sqlite::SqliteRow, table: &Table) -> Result<Vec<Value
                 Real => Value::Real(row.try_get(i)?),
                 Text => Value::Text(row.try_get(i)?),
                 Bool => Value::Bool(row.try_get::<Option<i64>, _>(i)?.map(|n| n != 0)),
+                Blob => Value::Blob(row.try_get(i)?),
             })
         })
         .collect()
@@ -469,6 +491,7 @@ fn read_postgres(row: &sqlx::postgres::PgRow, table: &Table) -> Result<Vec<Value
                 Real => Value::Real(row.try_get(i)?),
                 Text => Value::Text(row.try_get(i)?),
                 Bool => Value::Bool(row.try_get(i)?),
+                Blob => Value::Blob(row.try_get(i)?),
             })
         })
         .collect()
@@ -484,6 +507,7 @@ async fn write(target: &mut End, insert: &str, values: Vec<Value>) -> Result<()>
                     Value::Real(v) => query.bind(v),
                     Value::Text(v) => query.bind(v),
                     Value::Bool(v) => query.bind(v.map(i64::from)),
+                    Value::Blob(v) => query.bind(v),
                 };
             }
             query.execute(conn).await?;
@@ -496,6 +520,7 @@ async fn write(target: &mut End, insert: &str, values: Vec<Value>) -> Result<()>
                     Value::Real(v) => query.bind(v),
                     Value::Text(v) => query.bind(v.map(|text| text.replace('\0', "\u{FFFD}"))),
                     Value::Bool(v) => query.bind(v),
+                    Value::Blob(v) => query.bind(v),
                 };
             }
             query.execute(conn).await?;

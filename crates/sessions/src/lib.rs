@@ -49,9 +49,9 @@ pub use pairing::{ApprovedPeer, PairingError, PairingTicket, PendingPairing};
 pub use postgres::{PgCluster, PgStore};
 pub use sqlite::SqliteStore;
 pub use store::{
-    Conversations, DayUsage, Jobs, Pairing, SessionInfo, SessionMeta, SessionStore, StoredMessage,
-    ToolOutput, TurnOrigin, TurnRecord, TurnStatus, Turns, UsageLine, UsageLog, UsageRecord,
-    UsageTotal,
+    Conversations, DayUsage, Files, Jobs, Pairing, SessionInfo, SessionMeta, SessionStore,
+    StoredFile, StoredMessage, ToolOutput, TurnOrigin, TurnRecord, TurnStatus, Turns, UsageLine,
+    UsageLog, UsageRecord, UsageTotal,
 };
 
 /// Where a session store lives.

@@ -3,7 +3,9 @@ use std::str::FromStr;
 
 use async_trait::async_trait;
 use flynn_protocol::config::{CronJobConfig, ModelRef, VoiceReply};
-use flynn_protocol::{ContentBlock, Message, Purpose, Role, SessionKey, Tier, TurnId, Usage};
+use flynn_protocol::{
+    ContentBlock, MediaFile, Message, Purpose, Role, SessionKey, Tier, TurnId, Usage,
+};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteRow, SqliteSynchronous,
 };
@@ -21,9 +23,9 @@ use crate::recent::{Kept, Newer, Recent};
 use crate::retry;
 use crate::writer::Writer;
 use crate::{
-    Conversations, DayUsage, Error, Jobs, Pairing, Result, SessionInfo, SessionMeta, StoredMessage,
-    ToolOutput, TurnOrigin, TurnRecord, TurnStatus, Turns, UsageLine, UsageLog, UsageRecord,
-    UsageTotal,
+    Conversations, DayUsage, Error, Files, Jobs, Pairing, Result, SessionInfo, SessionMeta,
+    StoredFile, StoredMessage, ToolOutput, TurnOrigin, TurnRecord, TurnStatus, Turns, UsageLine,
+    UsageLog, UsageRecord, UsageTotal,
 };
 use flynn_protocol::clock::now_millis;
 
@@ -1680,6 +1682,144 @@ impl Jobs for SqliteStore {
         .await?;
         Ok(())
     }
+}
+
+#[async_trait]
+impl Files for SqliteStore {
+    async fn keep_file(
+        &self,
+        session: &SessionKey,
+        turn: Option<TurnId>,
+        file: &MediaFile,
+        data: &[u8],
+    ) -> Result<()> {
+        let (key, file, data) = (session.as_str().to_owned(), file.clone(), data.to_vec());
+        let turn = turn.map(|t| to_i64(t.0));
+        self.writer
+            .write(move |conn| {
+                Box::pin(async move {
+                    let now = now_millis();
+                    sqlx::query(
+                        "INSERT INTO sessions (key, created_at, updated_at) VALUES (?1, ?2, ?2)
+                         ON CONFLICT (key) DO NOTHING",
+                    )
+                    .bind(&key)
+                    .bind(now)
+                    .execute(&mut *conn)
+                    .await?;
+                    sqlx::query(
+                        "INSERT INTO files (id, session_key, turn_id, name, media_type, kind,
+                             caption, size, data, created_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                    )
+                    .bind(&file.id)
+                    .bind(&key)
+                    .bind(turn)
+                    .bind(&file.name)
+                    .bind(&file.media_type)
+                    .bind(file.kind.as_str())
+                    .bind(&file.caption)
+                    .bind(to_i64(data.len() as u64))
+                    .bind(&data)
+                    .bind(now)
+                    .execute(&mut *conn)
+                    .await?;
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    async fn file(&self, id: &str) -> Result<Option<(StoredFile, Vec<u8>)>> {
+        let row = sqlx::query(
+            "SELECT id, session_key, turn_id, name, media_type, kind, caption, size, data,
+                 created_at, sent_at
+             FROM files WHERE id = ?1",
+        )
+        .bind(id)
+        .fetch_optional(&mut *self.reads.acquire().await?)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let data: Vec<u8> = row.try_get("data")?;
+        Ok(file_from_row(&row)?.map(|file| (file, data)))
+    }
+
+    async fn files_of_turns(
+        &self,
+        session: &SessionKey,
+        turns: &[TurnId],
+    ) -> Result<Vec<StoredFile>> {
+        if turns.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The ids are numbers: a JSON array bound as one parameter.
+        let ids = serde_json::to_string(&turns.iter().map(|t| t.0).collect::<Vec<_>>())
+            .unwrap_or_else(|_| "[]".to_owned());
+        let rows = sqlx::query(
+            "SELECT id, session_key, turn_id, name, media_type, kind, caption, size, created_at,
+                 sent_at
+             FROM files
+             WHERE session_key = ?1 AND turn_id IN (SELECT value FROM json_each(?2))
+             ORDER BY created_at, id",
+        )
+        .bind(session.as_str())
+        .bind(ids)
+        .fetch_all(&mut *self.reads.acquire().await?)
+        .await?;
+        files_from_rows(&rows)
+    }
+
+    async fn mark_file_sent(&self, id: &str) -> Result<()> {
+        let id = id.to_owned();
+        self.writer
+            .write(move |conn| {
+                Box::pin(async move {
+                    sqlx::query("UPDATE files SET sent_at = ?2 WHERE id = ?1 AND sent_at IS NULL")
+                        .bind(&id)
+                        .bind(now_millis())
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    async fn unsent_files(&self, since: i64) -> Result<Vec<StoredFile>> {
+        let rows = sqlx::query(
+            "SELECT f.id, f.session_key, f.turn_id, f.name, f.media_type, f.kind, f.caption,
+                 f.size, f.created_at, f.sent_at
+             FROM files f JOIN turns t ON t.id = f.turn_id
+             WHERE f.sent_at IS NULL AND f.created_at >= ?1 AND t.external_id IS NOT NULL
+             ORDER BY f.created_at, f.id",
+        )
+        .bind(since)
+        .fetch_all(&mut *self.reads.acquire().await?)
+        .await?;
+        files_from_rows(&rows)
+    }
+
+    async fn prune_files(&self, before: i64) -> Result<u64> {
+        self.writer
+            .write(move |conn| {
+                Box::pin(async move {
+                    let done = sqlx::query("DELETE FROM files WHERE created_at < ?1")
+                        .bind(before)
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(done.rows_affected())
+                })
+            })
+            .await
+    }
+}
+
+fn files_from_rows(rows: &[SqliteRow]) -> Result<Vec<StoredFile>> {
+    let mut files = Vec::with_capacity(rows.len());
+    for row in rows {
+        files.extend(file_from_row(row)?);
+    }
+    Ok(files)
 }
 
 async fn insert_usage(conn: &mut SqliteConnection, record: &UsageRecord, now: i64) -> Result<()> {

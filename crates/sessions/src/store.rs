@@ -1,6 +1,8 @@
 use async_trait::async_trait;
 use flynn_protocol::config::{ModelRef, VoiceReply};
-use flynn_protocol::{ContentBlock, Message, Principal, Purpose, SessionKey, Tier, TurnId, Usage};
+use flynn_protocol::{
+    ContentBlock, MediaFile, Message, Principal, Purpose, SessionKey, Tier, TurnId, Usage,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
@@ -513,13 +515,65 @@ pub trait Jobs: Send + Sync {
     async fn record_run(&self, kind: JobKind, name: &str, run: &LastRun) -> Result<()>;
 }
 
-/// Everything a session needs; a backend implements the five concern
-/// traits ([`Conversations`], [`Turns`], [`UsageLog`], [`Pairing`] and
-/// [`Jobs`]) and gets this one.
+/// A file a turn sent to its chat, as kept (without its bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredFile {
+    pub session: SessionKey,
+    /// The turn that sent it; `None` for a file sent outside a turn.
+    pub turn: Option<TurnId>,
+    pub file: MediaFile,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    /// Whether it was handed to its chat (sent, or refused and the chat
+    /// told): the outbox's mark, as [`Turns::mark_delivered`] is for
+    /// answers.
+    pub sent: bool,
+}
+
+/// The files turns send to their chats (`media.send`, `voice.say`):
+/// kept in the store, so any process sharing it can send or serve them,
+/// and one that dies before sending them leaves them to the next.
+#[async_trait]
+pub trait Files: Send + Sync {
+    /// Keeps `file` (its `id` new, its `size` the length of `data`), sent
+    /// by `turn` of `session`.
+    async fn keep_file(
+        &self,
+        session: &SessionKey,
+        turn: Option<TurnId>,
+        file: &MediaFile,
+        data: &[u8],
+    ) -> Result<()>;
+
+    /// The file kept under `id`, with its bytes.
+    async fn file(&self, id: &str) -> Result<Option<(StoredFile, Vec<u8>)>>;
+
+    /// The files `turns` of `session` sent, oldest first, without bytes.
+    async fn files_of_turns(
+        &self,
+        session: &SessionKey,
+        turns: &[TurnId],
+    ) -> Result<Vec<StoredFile>>;
+
+    /// Records that a file was handed to its chat.
+    async fn mark_file_sent(&self, id: &str) -> Result<()>;
+
+    /// The outbox's files: those turns of chat messages (turns with an
+    /// external id) sent since `since` that never reached their chat,
+    /// oldest first, without bytes.
+    async fn unsent_files(&self, since: i64) -> Result<Vec<StoredFile>>;
+
+    /// Removes the files kept before `before`; returns how many.
+    async fn prune_files(&self, before: i64) -> Result<u64>;
+}
+
+/// Everything a session needs; a backend implements the six concern
+/// traits ([`Conversations`], [`Turns`], [`UsageLog`], [`Pairing`],
+/// [`Jobs`] and [`Files`]) and gets this one.
 ///
 /// Code that calls a method imports the trait that holds it; code that
 /// needs one concern only can take that trait instead (an
 /// `Arc<dyn SessionStore>` upcasts to `Arc<dyn Pairing>`, say).
-pub trait SessionStore: Conversations + Turns + UsageLog + Pairing + Jobs {}
+pub trait SessionStore: Conversations + Turns + UsageLog + Pairing + Jobs + Files {}
 
-impl<T: Conversations + Turns + UsageLog + Pairing + Jobs + ?Sized> SessionStore for T {}
+impl<T: Conversations + Turns + UsageLog + Pairing + Jobs + Files + ?Sized> SessionStore for T {}

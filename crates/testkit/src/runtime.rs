@@ -62,8 +62,6 @@ pub struct Setup {
     pub extra_tools: Vec<Arc<dyn Tool>>,
     /// The cluster the runtime is a node of (a PostgreSQL store's).
     pub cluster: Option<Arc<dyn flynn_sessions::Cluster>>,
-    /// Where files turns send are kept (`media.send`); none by default.
-    pub media: Option<Arc<flynn_orchestrator::MediaStore>>,
 }
 
 impl Default for Setup {
@@ -84,7 +82,6 @@ impl Default for Setup {
             skills: None,
             extra_tools: Vec::new(),
             cluster: None,
-            media: None,
         }
     }
 }
@@ -234,7 +231,6 @@ pub fn manager_with(
         memory_flush: setup.memory_flush,
         memory: setup.memory,
         cluster: setup.cluster,
-        media: setup.media,
     })
 }
 

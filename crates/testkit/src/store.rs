@@ -14,12 +14,12 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use flynn_protocol::{ContentBlock, Message, SessionKey, Tier, TurnId};
+use flynn_protocol::{ContentBlock, MediaFile, Message, SessionKey, Tier, TurnId};
 use flynn_sessions::{
-    ApprovedPeer, Conversations, DayUsage, JobKind, JobRuns, Jobs, LastRun, Pairing, PairingError,
-    PairingTicket, PendingPairing, Result, SessionInfo, SessionMeta, SqliteStore, StoredCronJob,
-    StoredMessage, ToolOutput, TurnOrigin, TurnRecord, TurnStatus, Turns, UsageLine, UsageLog,
-    UsageRecord, UsageTotal,
+    ApprovedPeer, Conversations, DayUsage, Files, JobKind, JobRuns, Jobs, LastRun, Pairing,
+    PairingError, PairingTicket, PendingPairing, Result, SessionInfo, SessionMeta, SqliteStore,
+    StoredCronJob, StoredFile, StoredMessage, ToolOutput, TurnOrigin, TurnRecord, TurnStatus,
+    Turns, UsageLine, UsageLog, UsageRecord, UsageTotal,
 };
 use tokio::runtime::Runtime;
 
@@ -415,6 +415,52 @@ impl Pairing for RealTimeStore {
     async fn revoke_peer(&self, channel: &str, sender: &str) -> Result<bool> {
         let (channel, sender) = (channel.to_owned(), sender.to_owned());
         self.run(|s| async move { s.revoke_peer(&channel, &sender).await })
+            .await
+    }
+}
+
+#[async_trait]
+impl Files for RealTimeStore {
+    async fn keep_file(
+        &self,
+        session: &SessionKey,
+        turn: Option<TurnId>,
+        file: &MediaFile,
+        data: &[u8],
+    ) -> Result<()> {
+        let (session, file, data) = (session.clone(), file.clone(), data.to_vec());
+        self.run(|s| async move { s.keep_file(&session, turn, &file, &data).await })
+            .await
+    }
+
+    async fn file(&self, id: &str) -> Result<Option<(StoredFile, Vec<u8>)>> {
+        let id = id.to_owned();
+        self.run(|s| async move { s.file(&id).await }).await
+    }
+
+    async fn files_of_turns(
+        &self,
+        session: &SessionKey,
+        turns: &[TurnId],
+    ) -> Result<Vec<StoredFile>> {
+        let (session, turns) = (session.clone(), turns.to_vec());
+        self.run(|s| async move { s.files_of_turns(&session, &turns).await })
+            .await
+    }
+
+    async fn mark_file_sent(&self, id: &str) -> Result<()> {
+        let id = id.to_owned();
+        self.run(|s| async move { s.mark_file_sent(&id).await })
+            .await
+    }
+
+    async fn unsent_files(&self, since: i64) -> Result<Vec<StoredFile>> {
+        self.run(|s| async move { s.unsent_files(since).await })
+            .await
+    }
+
+    async fn prune_files(&self, before: i64) -> Result<u64> {
+        self.run(|s| async move { s.prune_files(before).await })
             .await
     }
 }

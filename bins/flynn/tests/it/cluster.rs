@@ -751,3 +751,111 @@ async fn an_answer_a_dead_node_stored_but_never_sent_is_sent_by_a_survivor() {
     assert_eq!(telegram.violations(), Vec::<String>::new());
     assert!(second.stop(Duration::from_secs(20)).success());
 }
+
+/// A file a turn sends is kept in the database: a turn running on one
+/// node sends a chart to a Telegram chat whose connection another node
+/// holds, and that node uploads it.
+#[cfg(feature = "telegram")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_a_turn_on_one_node_sends_reaches_the_chat_another_node_holds() {
+    use flynn_testkit::telegram::{FakeTelegram, Incoming, TgUser};
+    use serde_json::json;
+
+    use crate::setup::TestConfig;
+
+    let database = TestDatabase::create().await;
+    let url = database.url().to_owned();
+    let model = FakeOpenAi::start().await;
+    let telegram = FakeTelegram::start().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let png = [&b"\x89PNG\r\n\x1a\n"[..], &[5u8; 400][..]].concat();
+    std::fs::write(workspace.path().join("chart.png"), &png).unwrap();
+    let config = TestConfig::new(&model)
+        .telegram(&telegram, "owners: [\"4242\"]")
+        .section(&format!("sessions:\n  url: {url}"))
+        .section(&format!(
+            "tools:\n  workspace: {}",
+            workspace.path().display()
+        ));
+    // The first node takes the channel before the second starts.
+    let first_env = Env::new().with_config(&config);
+    let mut first = Daemon::start(&first_env);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !texts(
+        &url,
+        "SELECT node FROM cluster_roles WHERE name = 'channel:telegram'",
+    )
+    .await
+    .iter()
+    .any(|n| n.contains(&format!("/{}/", first.pid())))
+    {
+        assert!(Instant::now() < deadline, "{}", first.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let second_env = Env::new().with_config(&config);
+    let mut second = Daemon::start(&second_env);
+    // The chat's session runs on the second node from its first message.
+    model.push(Reply::Text("Ready.".into()));
+    let warm = second_env.run(&[
+        "send",
+        "--gateway",
+        &second.url,
+        "--session",
+        "telegram:4242",
+        "are you there?",
+    ]);
+    assert!(warm.status.success(), "{}", stderr(&warm));
+    let holder = texts(
+        &url,
+        "SELECT node FROM session_leases WHERE session_key = 'telegram:4242'",
+    )
+    .await;
+    assert!(
+        holder
+            .iter()
+            .any(|n| n.contains(&format!("/{}/", second.pid()))),
+        "{holder:?}"
+    );
+
+    model.push(Reply::ToolCalls(vec![(
+        "media_send".into(),
+        json!({"path": "chart.png", "caption": "Sales by month"}),
+    )]));
+    model.push(Reply::Text("Here is the chart.".into()));
+    telegram.push(Incoming::private(
+        &TgUser::new(4242, "Owner"),
+        "send me the chart",
+    ));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while telegram.files_sent().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the chart never reached the chat: {:#?}\n{}\n{}",
+            telegram.sent(),
+            first.log(),
+            second.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let files = telegram.files_sent();
+    assert_eq!(
+        (
+            files[0].method.as_str(),
+            files[0].file_name.as_str(),
+            files[0].caption.as_deref()
+        ),
+        ("sendPhoto", "chart.png", Some("Sales by month"))
+    );
+    assert_eq!(files[0].data, png);
+    assert!(
+        !telegram
+            .sent()
+            .iter()
+            .any(|m| m.plain.contains("could not send")),
+        "{:#?}",
+        telegram.sent()
+    );
+    assert_eq!(telegram.violations(), Vec::<String>::new());
+    assert!(second.stop(Duration::from_secs(20)).success());
+    assert!(first.stop(Duration::from_secs(20)).success());
+}

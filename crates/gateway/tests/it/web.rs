@@ -687,6 +687,28 @@ async fn the_web_chat_shows_the_files_a_turn_sends() {
         .await;
     let ids: Vec<String> = serde_json::from_value(ids).unwrap();
     assert_eq!(ids.len(), 2);
+
+    // After a reload the history shows them again, after the answer of
+    // the turn that sent them.
+    browser.client().refresh().await.unwrap();
+    browser
+        .wait_for("(() => { const i = document.querySelector('.msg.media img'); return !!i && i.complete && i.naturalWidth === 2; })()")
+        .await;
+    let shown = browser
+        .eval("return [...document.querySelectorAll('#messages .msg.assistant')].map((m) => m.dataset.media || m.innerText.trim()).filter((t) => t);")
+        .await;
+    let shown: Vec<String> = serde_json::from_value(shown).unwrap();
+    assert_eq!(
+        shown[shown.len().saturating_sub(3)..],
+        ["Here they are.", ids[0].as_str(), ids[1].as_str()],
+        "{shown:?}"
+    );
+    assert_eq!(
+        browser
+            .eval("return document.querySelector('.msg.media figcaption').innerText;")
+            .await,
+        json!("Sales by month")
+    );
     let http = reqwest::Client::new();
     let bare = http
         .get(harness.url(&format!("/media/{}", ids[0])))

@@ -51,7 +51,7 @@ use std::sync::{Arc, OnceLock};
 use async_trait::async_trait;
 use flynn_protocol::clock::now_millis;
 use flynn_protocol::config::{CronJobConfig, ModelRef, VoiceReply};
-use flynn_protocol::{ContentBlock, Message, Purpose, Role, SessionKey, Tier, TurnId};
+use flynn_protocol::{ContentBlock, MediaFile, Message, Purpose, Role, SessionKey, Tier, TurnId};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Postgres, Row, Transaction};
 
@@ -64,12 +64,13 @@ use crate::pairing::{
 use crate::recent::{Kept, Newer, Recent};
 use crate::retry;
 use crate::{
-    Conversations, DayUsage, Error, Jobs, Pairing, Result, SessionInfo, SessionMeta, StoredMessage,
-    ToolOutput, TurnOrigin, TurnRecord, TurnStatus, Turns, UsageLine, UsageLog, UsageRecord,
+    Conversations, DayUsage, Error, Files, Jobs, Pairing, Result, SessionInfo, SessionMeta,
+    StoredFile, StoredMessage, ToolOutput, TurnOrigin, TurnRecord, TurnStatus, Turns, UsageLine,
+    UsageLog, UsageRecord,
 };
 use rows::{
-    Encoded, content_len, encode, info_from_row, meta_from_row, opt_text, runs_from_row,
-    status_from, stored_from_row, text, to_i64, to_u64, turn_from_row, usage_total,
+    Encoded, content_len, encode, file_from_row, info_from_row, meta_from_row, opt_text,
+    runs_from_row, status_from, stored_from_row, text, to_i64, to_u64, turn_from_row, usage_total,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations-postgres");
@@ -2008,4 +2009,126 @@ impl Jobs for PgStore {
         .await?;
         Ok(())
     }
+}
+
+#[async_trait]
+impl Files for PgStore {
+    async fn keep_file(
+        &self,
+        session: &SessionKey,
+        turn: Option<TurnId>,
+        file: &MediaFile,
+        data: &[u8],
+    ) -> Result<()> {
+        // Under the session's lock: the session it creates, if needed, must
+        // not be deleted by a reset half-way.
+        let mut tx = self.begin_for(session).await?;
+        let result = async {
+            let now = now_millis();
+            sqlx::query(
+                "INSERT INTO sessions (key, created_at, updated_at) VALUES ($1, $2, $2)
+                 ON CONFLICT (key) DO NOTHING",
+            )
+            .bind(session.as_str())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "INSERT INTO files (id, session_key, turn_id, name, media_type, kind, caption,
+                     size, data, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            )
+            .bind(text(&file.id))
+            .bind(session.as_str())
+            .bind(turn.map(|t| to_i64(t.0)))
+            .bind(text(&file.name))
+            .bind(text(&file.media_type))
+            .bind(file.kind.as_str())
+            .bind(opt_text(file.caption.as_deref()))
+            .bind(to_i64(data.len() as u64))
+            .bind(data)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            Ok(())
+        }
+        .await;
+        settle(tx, result).await
+    }
+
+    async fn file(&self, id: &str) -> Result<Option<(StoredFile, Vec<u8>)>> {
+        let row = sqlx::query(
+            "SELECT id, session_key, turn_id, name, media_type, kind, caption, size, data,
+                 created_at, sent_at
+             FROM files WHERE id = $1",
+        )
+        .bind(text(id))
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let data: Vec<u8> = row.try_get("data")?;
+        Ok(file_from_row(&row)?.map(|file| (file, data)))
+    }
+
+    async fn files_of_turns(
+        &self,
+        session: &SessionKey,
+        turns: &[TurnId],
+    ) -> Result<Vec<StoredFile>> {
+        if turns.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = turns.iter().map(|t| to_i64(t.0)).collect();
+        let rows = sqlx::query(
+            "SELECT id, session_key, turn_id, name, media_type, kind, caption, size, created_at,
+                 sent_at
+             FROM files
+             WHERE session_key = $1 AND turn_id = ANY($2)
+             ORDER BY created_at, id",
+        )
+        .bind(session.as_str())
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await?;
+        files_from_rows(&rows)
+    }
+
+    async fn mark_file_sent(&self, id: &str) -> Result<()> {
+        sqlx::query("UPDATE files SET sent_at = $2 WHERE id = $1 AND sent_at IS NULL")
+            .bind(text(id))
+            .bind(now_millis())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn unsent_files(&self, since: i64) -> Result<Vec<StoredFile>> {
+        let rows = sqlx::query(
+            "SELECT f.id, f.session_key, f.turn_id, f.name, f.media_type, f.kind, f.caption,
+                 f.size, f.created_at, f.sent_at
+             FROM files f JOIN turns t ON t.id = f.turn_id
+             WHERE f.sent_at IS NULL AND f.created_at >= $1 AND t.external_id IS NOT NULL
+             ORDER BY f.created_at, f.id",
+        )
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await?;
+        files_from_rows(&rows)
+    }
+
+    async fn prune_files(&self, before: i64) -> Result<u64> {
+        let done = sqlx::query("DELETE FROM files WHERE created_at < $1")
+            .bind(before)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+fn files_from_rows(rows: &[sqlx::postgres::PgRow]) -> Result<Vec<StoredFile>> {
+    let mut files = Vec::with_capacity(rows.len());
+    for row in rows {
+        files.extend(file_from_row(row)?);
+    }
+    Ok(files)
 }

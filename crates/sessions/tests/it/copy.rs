@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use flynn_protocol::config::{CronJobConfig, Missed, ModelRef, VoiceReply};
-use flynn_protocol::{ContentBlock, Message, Purpose, Tier, TurnId, Usage};
+use flynn_protocol::{ContentBlock, MediaFile, MediaKind, Message, Purpose, Tier, TurnId, Usage};
 use flynn_sessions::{
     JobKind, LastRun, RunOutcome, SessionMeta, SessionStore, StoreLocation, StoredCronJob,
     ToolOutput, TurnOrigin, TurnStatus, UsageRecord, copy,
@@ -73,6 +73,25 @@ async fn fill(store: &dyn SessionStore) {
         .unwrap();
     store.mark_delivered(answered.id).await.unwrap();
     assert_eq!(waiting.status, TurnStatus::Pending);
+    // A file the answer sent, one not sent yet: bytes of every value.
+    for (id, sent) in [("0195c1", true), ("0195c2", false)] {
+        let data: Vec<u8> = (0..=255u8).rev().cycle().take(1000).collect();
+        let file = MediaFile {
+            id: id.into(),
+            name: format!("{id}.bin"),
+            media_type: "application/octet-stream".into(),
+            size: data.len() as u64,
+            kind: MediaKind::Document,
+            caption: Some("raw".into()),
+        };
+        store
+            .keep_file(&chat, Some(answered.id), &file, &data)
+            .await
+            .unwrap();
+        if sent {
+            store.mark_file_sent(id).await.unwrap();
+        }
+    }
     store
         .set_metadata(
             &chat,
@@ -178,6 +197,8 @@ async fn contents(store: &dyn SessionStore) -> String {
     }
     out += &format!("{:?}\n", store.open_turns(None).await.unwrap());
     out += &format!("{:?}\n", store.undelivered_turns(0).await.unwrap());
+    out += &format!("{:?}\n", store.file("0195c1").await.unwrap());
+    out += &format!("{:?}\n", store.unsent_files(0).await.unwrap());
     out += &format!("{:?}\n", store.usage_by_tier(None).await.unwrap());
     out += &format!("{:?}\n", store.usage_by_purpose(None).await.unwrap());
     out += &format!("{:?}\n", store.usage_by_day(0).await.unwrap());
@@ -209,7 +230,7 @@ async fn a_store_moved_to_postgresql_and_back_keeps_everything() {
     assert_eq!(there.rows_of("pairing_codes"), 1);
     assert_eq!(
         there.to_string(),
-        "1 sessions, 5 messages, 2 turns, 1 usage records, 1 kept tool outputs, 1 approved senders, 1 pairing codes, 1 cron jobs, 1 job run records"
+        "1 sessions, 5 messages, 2 turns, 1 usage records, 1 kept tool outputs, 2 files sent to chats, 1 approved senders, 1 pairing codes, 1 cron jobs, 1 job run records"
     );
     let again = copy(&location(&postgres), &location(&back)).await.unwrap();
     assert_eq!(again, there);

@@ -6,6 +6,7 @@ mod automation;
 mod channels;
 mod copy;
 mod factory;
+mod files;
 mod history;
 mod metadata;
 mod migration;
