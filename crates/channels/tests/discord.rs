@@ -1499,6 +1499,82 @@ async fn documents_and_voice_notes_go_into_a_thread_as_attachments() {
     assert_eq!(fake.violations(), Vec::<String>::new());
 }
 
+/// A small Ogg Opus stream: its head, its tags, and `frames` 20 ms
+/// frames of `len` bytes on one page.
+fn ogg_opus(frames: usize, len: usize) -> Vec<u8> {
+    let page = |granule: u64, packets: &[Vec<u8>]| {
+        let mut page = b"OggS\0\0".to_vec();
+        page.extend_from_slice(&granule.to_le_bytes());
+        page.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        page.push(packets.len() as u8);
+        page.extend(packets.iter().map(|p| p.len() as u8));
+        for packet in packets {
+            page.extend_from_slice(packet);
+        }
+        page
+    };
+    let head = b"OpusHead\x01\x01\0\0\x80\xbb\0\0\0\0\0".to_vec();
+    let mut frame = vec![31u8 << 3];
+    frame.resize(len, 0x55);
+    let mut ogg = page(0, &[head]);
+    ogg.extend(page(0, &[b"OpusTags\0\0\0\0\0\0\0\0".to_vec()]));
+    ogg.extend(page(frames as u64 * 960, &vec![frame; frames]));
+    ogg
+}
+
+/// An Ogg Opus voice note goes as Discord's voice message (its flag, its
+/// length, a waveform, no text); where the channel allows none, as an
+/// audio file.
+#[tokio::test]
+async fn an_ogg_opus_voice_note_goes_as_a_voice_message_where_allowed() {
+    let fake = FakeDiscord::start().await;
+    let adapter = sender(&fake);
+    let open = fake.guild_channel();
+    let closed = fake.guild_channel();
+    fake.forbid_voice_messages(closed);
+    let note = outgoing(
+        FileKind::Voice,
+        "answer.ogg",
+        "audio/ogg",
+        &ogg_opus(75, 40),
+    );
+    adapter
+        .send_file(&target(open, ChatKind::Group), &note)
+        .await
+        .unwrap();
+    adapter
+        .send_file(&target(closed, ChatKind::Group), &note)
+        .await
+        .unwrap();
+
+    /// A file's channel, name, and voice message length and points.
+    type Shown<'a> = (u64, &'a str, Option<(f64, usize)>);
+    let files = fake.files();
+    let sent: Vec<Shown<'_>> = files
+        .iter()
+        .map(|f| {
+            (
+                f.channel,
+                f.filename.as_str(),
+                f.voice
+                    .as_ref()
+                    .map(|v| (v.duration_secs, v.waveform.len())),
+            )
+        })
+        .collect();
+    // 75 frames of 20 ms: 1.5 s, a point per 100 ms.
+    assert_eq!(
+        sent,
+        vec![
+            (open, "voice-message.ogg", Some((1.5, 15))),
+            (closed, "answer.ogg", None),
+        ]
+    );
+    assert_eq!(files[0].data, ogg_opus(75, 40));
+    assert_eq!(fake.messages_in(open)[0].flags, 1 << 13);
+    assert_eq!(fake.violations(), Vec::<String>::new());
+}
+
 #[tokio::test]
 async fn a_file_over_the_upload_limit_is_refused_before_anything_is_sent() {
     let fake = FakeDiscord::start().await;

@@ -200,6 +200,17 @@ pub struct SentFile {
     pub data: Bytes,
     /// The message's text (the caption).
     pub content: String,
+    /// Sent as a voice message (`IS_VOICE_MESSAGE`): its length and
+    /// waveform as the attachment declared them.
+    pub voice: Option<VoiceMessage>,
+}
+
+/// What a voice message's attachment declares.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VoiceMessage {
+    pub duration_secs: f64,
+    /// The waveform, decoded: one byte per point, at most 256.
+    pub waveform: Vec<u8>,
 }
 
 /// An interaction callback the fake accepted or refused.
@@ -317,6 +328,8 @@ struct Connection {
 #[derive(Debug)]
 struct Inner {
     options: FakeDiscordOptions,
+    /// Channels whose permissions leave out SEND_VOICE_MESSAGES.
+    no_voice_messages: std::collections::HashSet<u64>,
     requests: Vec<CapturedRequest>,
     violations: Vec<String>,
     client_frames: Vec<Value>,
@@ -385,6 +398,7 @@ impl FakeDiscord {
         let state = Arc::new(State {
             inner: Mutex::new(Inner {
                 options,
+                no_voice_messages: std::collections::HashSet::new(),
                 requests: Vec::new(),
                 violations: Vec::new(),
                 client_frames: Vec::new(),
@@ -483,6 +497,14 @@ impl FakeDiscord {
     }
 
     /// A public thread under a server channel.
+    /// Takes SEND_VOICE_MESSAGES away in `channel`: a voice message
+    /// posted there is refused with code 50173.
+    pub fn forbid_voice_messages(&self, channel: u64) {
+        self.state.with(|inner| {
+            inner.no_voice_messages.insert(channel);
+        });
+    }
+
     pub fn thread(&self, parent: u64) -> u64 {
         self.state.with(|inner| {
             let id = Self::next_id(inner);
@@ -2226,6 +2248,48 @@ fn nonce_of(body: &Value) -> Option<String> {
     }
 }
 
+/// `IS_VOICE_MESSAGE`, which a bot may set on an upload.
+const IS_VOICE_MESSAGE: u64 = 1 << 13;
+
+/// A voice message's upload checked as Discord documents it: a single
+/// `audio/ogg` attachment with `duration_secs` and a base64 `waveform` of
+/// at most 256 points, no text, no other files; the error otherwise.
+fn voice_message(
+    body: &Value,
+    files: &BTreeMap<u64, &FormPart>,
+) -> Result<VoiceMessage, (&'static str, u64)> {
+    if body["content"].as_str().is_some_and(|c| !c.is_empty())
+        || body["embeds"].as_array().is_some_and(|e| !e.is_empty())
+        || body["components"].as_array().is_some_and(|c| !c.is_empty())
+    {
+        return Err(("Voice messages do not support additional content.", 50159));
+    }
+    let entries = body["attachments"].as_array().map_or(0, Vec::len);
+    let audio = files.values().all(|f| {
+        f.content_type
+            .as_deref()
+            .is_some_and(|t| t.starts_with("audio/ogg"))
+    });
+    if files.len() != 1 || entries != 1 || !audio {
+        return Err(("Voice messages must have a single audio attachment.", 50160));
+    }
+    let entry = &body["attachments"][0];
+    let duration_secs = entry["duration_secs"].as_f64().filter(|d| *d >= 0.0);
+    let waveform = entry["waveform"].as_str().and_then(|w| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.decode(w).ok()
+    });
+    match (duration_secs, waveform) {
+        (Some(duration_secs), Some(waveform)) if !waveform.is_empty() && waveform.len() <= 256 => {
+            Ok(VoiceMessage {
+                duration_secs,
+                waveform,
+            })
+        }
+        _ => Err(("Voice messages must have supporting metadata.", 50161)),
+    }
+}
+
 /// `POST /channels/{id}/messages` as `multipart/form-data`, checked as
 /// Discord's "Uploading Files" describes it: one `payload_json` part
 /// holding the message, files in `files[n]` parts with a file name, each
@@ -2300,8 +2364,29 @@ fn upload_message(
         ));
         return error(413, "Request entity too large", 40005);
     }
+    // A voice message: one Ogg audio file, its length and waveform, and
+    // nothing else (Discord's voice message rules and their codes).
+    let voice = body["flags"]
+        .as_u64()
+        .is_some_and(|flags| flags & IS_VOICE_MESSAGE != 0);
+    if voice && inner.no_voice_messages.contains(&channel) {
+        // The platform's answer, not the client's mistake: no violation.
+        return error(403, "Cannot send voice messages in this channel", 50173);
+    }
+    let voice = if voice {
+        match voice_message(body, &files) {
+            Ok(voice) => Some(voice),
+            Err((message, code)) => return refuse(inner, request, 400, message, code),
+        }
+    } else {
+        None
+    };
+    let mut checked = body.clone();
+    if let Some(flags) = body["flags"].as_u64() {
+        checked["flags"] = json!(flags & !IS_VOICE_MESSAGE);
+    }
     // Each attachments[] entry names a file part by its index.
-    let mut problems = message_problems(body, false);
+    let mut problems = message_problems(&checked, false);
     let mut named: BTreeMap<u64, String> = BTreeMap::new();
     match &body["attachments"] {
         Value::Null => {}
@@ -2378,10 +2463,15 @@ fn upload_message(
             "http://{}{cdn}?ex=6780a1b2&is=677f5032&hm=0f1e2d3c4b5a6978",
             inner.addr
         );
-        attachments.push(json!({
+        let mut attachment = json!({
             "id": file_id.to_string(), "filename": filename, "size": part.data.len(),
             "url": url, "proxy_url": url, "content_type": content_type,
-        }));
+        });
+        if let Some(voice) = &voice {
+            attachment["duration_secs"] = json!(voice.duration_secs);
+            attachment["waveform"] = body["attachments"][0]["waveform"].clone();
+        }
+        attachments.push(attachment);
         inner
             .files
             .insert(cdn, (content_type.clone(), part.data.clone()));
@@ -2400,6 +2490,7 @@ fn upload_message(
             content_type: part.content_type.clone(),
             data: part.data.clone(),
             content: content.to_owned(),
+            voice: voice.clone(),
         });
     }
     server::json(200, &message)

@@ -830,11 +830,103 @@ async fn a_telegram_answer_stored_as_the_daemon_died_is_sent_at_the_next_start()
     assert_eq!(telegram.violations(), Vec::<String>::new());
 }
 
+/// The outbox keeps files too: a chart a turn sent, whose answer and
+/// file had not reached the chat when the daemon died, is sent after the
+/// answer at the next start, once; a start after that sends nothing more.
+#[cfg(feature = "telegram")]
+#[tokio::test]
+async fn a_file_a_turn_sent_as_the_daemon_died_is_sent_at_the_next_start() {
+    use flynn_testkit::telegram::{FakeTelegram, Incoming, TgUser};
+    use serde_json::json;
+
+    let model = FakeOpenAi::start().await;
+    model.push(Reply::ToolCalls(vec![(
+        "media_send".into(),
+        json!({"path": "chart.png", "caption": "Sales by month"}),
+    )]));
+    model.push(Reply::Text("Here is the chart.".into()));
+    let telegram = FakeTelegram::start().await;
+    let env = Env::new();
+    let workspace = env.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let png = [&b"\x89PNG\r\n\x1a\n"[..], &[9u8; 300][..]].concat();
+    std::fs::write(workspace.join("chart.png"), &png).unwrap();
+    let config = TestConfig::new(&model)
+        .section(&format!("tools:\n  workspace: {}", workspace.display()))
+        .telegram(&telegram, "owners: [\"4242\"]");
+    let env = env.with_config(&config).var("FLYNN_FAULTS", "answer.send");
+    let mut daemon = Daemon::start(&env);
+    telegram.push(Incoming::private(
+        &TgUser::new(4242, "Owner"),
+        "send me the chart",
+    ));
+    crate::setup::wait_until(
+        "the answer stored and its sending stopped",
+        Duration::from_secs(30),
+        &daemon,
+        || daemon.log().contains("injected fault at answer.send"),
+    );
+    // The workspace file changes: the chat still gets what was sent.
+    std::fs::write(workspace.join("chart.png"), b"changed").unwrap();
+    assert!(telegram.files_sent().is_empty());
+    daemon.signal("KILL");
+    daemon.wait(Duration::from_secs(10));
+
+    let mut daemon = Daemon::start(&env);
+    crate::setup::wait_until(
+        "the chart sent by the next start",
+        Duration::from_secs(30),
+        &daemon,
+        || telegram.files_sent().len() == 1,
+    );
+    daemon.stop(Duration::from_secs(30));
+    let files = telegram.files_sent();
+    assert_eq!(
+        (
+            files[0].method.as_str(),
+            files[0].file_name.as_str(),
+            files[0].caption.as_deref()
+        ),
+        ("sendPhoto", "chart.png", Some("Sales by month"))
+    );
+    assert_eq!(files[0].data, png);
+    let answer = telegram
+        .sent()
+        .into_iter()
+        .find(|m| m.plain == "Here is the chart.")
+        .expect("the answer");
+    assert!(answer.message_id < files[0].message_id);
+
+    // Sent once: the next start sends neither again.
+    let mut daemon = Daemon::start(&env);
+    telegram.push(Incoming::private(&TgUser::new(4242, "Owner"), "thanks"));
+    model.push(Reply::Text("You are welcome.".into()));
+    crate::setup::wait_until("the next turn", Duration::from_secs(30), &daemon, || {
+        daemon.log().contains("injected fault at answer.send")
+    });
+    daemon.stop(Duration::from_secs(30));
+    assert_eq!(
+        telegram.files_sent().len(),
+        1,
+        "{:#?}",
+        telegram.files_sent()
+    );
+    let answers = telegram
+        .sent()
+        .into_iter()
+        .filter(|m| m.plain == "Here is the chart.")
+        .count();
+    assert_eq!(answers, 1, "{:#?}", telegram.sent());
+    assert_eq!(telegram.violations(), Vec::<String>::new());
+}
+
 /// Discord sends a voice message as an `audio/ogg` attachment: it is
-/// transcribed before its turn, as a voice note anywhere else.
+/// transcribed before its turn, as a voice note anywhere else; with
+/// `voice.reply: auto` the answer comes back as Discord's own voice
+/// message (its flag, length and waveform), spoken by espeak-ng.
 #[cfg(feature = "discord")]
 #[tokio::test]
-async fn a_discord_voice_message_is_transcribed_before_its_turn() {
+async fn a_discord_voice_message_is_transcribed_and_answered_with_one() {
     use flynn_testkit::FakeStt;
     use flynn_testkit::discord::{DiscordUser, FakeDiscord};
 
@@ -847,12 +939,19 @@ async fn a_discord_voice_message_is_transcribed_before_its_turn() {
     let dm = discord.dm_channel(&owner);
     let config = TestConfig::new(&model)
         .discord(&discord, &owners([owner.id]))
-        .section(&format!("voice:\n  stt:\n    base_url: {}", stt.base_url()));
+        .section(&format!(
+            "voice:\n  stt:\n    base_url: {}\n  tts:\n    provider: command\n    command: espeak-ng --stdout\n  reply: auto",
+            stt.base_url()
+        ));
     let env = Env::new().with_config(&config);
     let mut daemon = Daemon::start(&env);
     discord
         .post(dm, &owner, "")
-        .attach("voice-message.ogg", "audio/ogg", b"OggS\0discord".to_vec())
+        .attach(
+            "voice-message.ogg",
+            "audio/ogg",
+            voice_note("Remind me to call Ann at six."),
+        )
         .send();
     crate::setup::wait_until(
         "the answer to the voice message",
@@ -873,6 +972,34 @@ async fn a_discord_voice_message_is_transcribed_before_its_turn() {
             heard[0].media_type.as_deref()
         ),
         (1, "voice-message.ogg", Some("audio/ogg"))
+    );
+    crate::setup::wait_until(
+        "the spoken answer",
+        Duration::from_secs(30),
+        &daemon,
+        || !discord.files().is_empty(),
+    );
+    let spoken = &discord.files()[0];
+    assert_eq!(
+        (
+            spoken.channel,
+            spoken.filename.as_str(),
+            spoken.content.as_str()
+        ),
+        (dm, "voice-message.ogg", "")
+    );
+    assert!(spoken.data.starts_with(b"OggS"), "an Ogg file");
+    let voice = spoken.voice.as_ref().expect("sent as a voice message");
+    // "Calling Ann at six." takes espeak-ng about a second and a half.
+    assert!(
+        (0.5..5.0).contains(&voice.duration_secs),
+        "{}",
+        voice.duration_secs
+    );
+    assert!(
+        (5..=50).contains(&voice.waveform.len()) && voice.waveform.contains(&255),
+        "{:?}",
+        voice.waveform
     );
     assert_eq!(stt.violations(), Vec::<String>::new());
     assert_eq!(discord.violations(), Vec::<String>::new());

@@ -36,6 +36,7 @@ mod model;
 mod rest;
 mod saved;
 mod shard;
+mod voice;
 
 pub use gateway::MAX_QUEUED;
 
@@ -334,6 +335,11 @@ fn components(buttons: &[Button]) -> Value {
 const SUPPRESS_EMBEDS: u64 = 1 << 2;
 /// `EPHEMERAL`: only the person who pressed or typed sees it.
 const EPHEMERAL: u64 = 1 << 6;
+/// `IS_VOICE_MESSAGE`: shown with a player and waveform, like a voice
+/// note recorded in Discord.
+const IS_VOICE_MESSAGE: u64 = 1 << 13;
+/// "Cannot send voice messages in this channel".
+const NO_VOICE_MESSAGES: u64 = 50173;
 
 /// A message body: the text, mentions that ping nobody, no link
 /// previews (on edits too, streaming ones included), the buttons (always
@@ -351,6 +357,27 @@ fn message_body(text: &str, buttons: &[Button], edit: bool) -> Value {
 }
 
 impl DiscordAdapter {
+    /// Posts `file` as `name` with the message `payload` (multipart),
+    /// retried as messages are.
+    async fn upload(
+        &self,
+        path: &str,
+        payload: &Value,
+        name: &str,
+        file: &OutgoingFile,
+    ) -> Result<MessageId, ChannelError> {
+        let id = crate::outbound::retrying(|| {
+            let upload = rest::Upload {
+                name,
+                media_type: &file.media_type,
+                data: file.data.clone(),
+            };
+            self.rest.upload(path, payload, upload)
+        })
+        .await?;
+        Ok(MessageId(id))
+    }
+
     /// Creates a message with `body`: in answer to a slash command
     /// through its interaction while that can be used, else in the
     /// target's channel.
@@ -598,29 +625,47 @@ impl ChannelAdapter for DiscordAdapter {
             });
         }
         let channel = snowflake("channel", &to.conversation.chat)?;
-        let name = file_name(&file.name);
+        let path = format!("/channels/{channel}/messages");
         let caption = file
             .caption
             .as_deref()
             .map(caption_text)
             .unwrap_or_default();
+        // A voice note without a caption (a voice message carries nothing
+        // else) goes as Discord's own voice message when it is Ogg Opus;
+        // anything else, or where the channel allows no voice messages,
+        // as an audio file.
+        let voice = (file.kind == FileKind::Voice && caption.is_empty())
+            .then(|| voice::voice_note(&file.data))
+            .flatten();
+        if let Some(note) = voice {
+            let name = "voice-message.ogg";
+            let payload = json!({
+                "flags": IS_VOICE_MESSAGE,
+                "attachments": [{
+                    "id": 0,
+                    "filename": name,
+                    "duration_secs": note.duration_secs,
+                    "waveform": note.waveform,
+                }],
+            });
+            match self.upload(&path, &payload, name, file).await {
+                Err(ChannelError::Rejected { detail, .. })
+                    if detail.contains(&format!("(code {NO_VOICE_MESSAGES})")) =>
+                {
+                    tracing::info!(%channel, "voice messages are not allowed here; sending the voice note as an audio file");
+                }
+                sent => return sent,
+            }
+        }
+        let name = file_name(&file.name);
         let payload = json!({
             "content": caption,
             "allowed_mentions": {"parse": []},
             "flags": SUPPRESS_EMBEDS,
             "attachments": [{"id": 0, "filename": name}],
         });
-        let path = format!("/channels/{channel}/messages");
-        let id = crate::outbound::retrying(|| {
-            let upload = rest::Upload {
-                name: &name,
-                media_type: &file.media_type,
-                data: file.data.clone(),
-            };
-            self.rest.upload(&path, &payload, upload)
-        })
-        .await?;
-        Ok(MessageId(id))
+        self.upload(&path, &payload, &name, file).await
     }
 
     async fn typing(&self, to: &Target) -> Result<(), ChannelError> {
