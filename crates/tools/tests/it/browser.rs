@@ -83,6 +83,15 @@ fn shop(blocked: SocketAddr) -> Router {
             }),
         )
         .route(
+            "/long",
+            get(|| async {
+                Html(
+                    "<!doctype html><title>Long</title>\
+                     <div style=\"height: 3000px\">A tall page</div><p>The end</p>",
+                )
+            }),
+        )
+        .route(
             "/files",
             get(|| async {
                 Html(
@@ -448,23 +457,32 @@ async fn requests_to_addresses_outside_the_allow_list_are_refused_wherever_they_
         )) && opened.contains(&format!("of this page:\n- {refusal}\n")),
         "{opened}"
     );
-    // The browser's own DevTools port, though 127.0.0.1 is allowed.
-    let port = std::fs::read_to_string(
-        env.browsers
-            .profile_dir(&env.ctx("a").session)
-            .join("DevToolsActivePort"),
-    )
-    .unwrap();
-    let port = port.lines().next().unwrap();
+    // The browser has no DevTools port to reach: it is driven over a
+    // pipe, and listens on nothing.
+    let session = env.ctx("a").session;
+    let pid = env.browsers.pid(&session).await.unwrap();
+    assert_eq!(listening_ports(pid), Vec::<u16>::new());
+    assert!(
+        !env.browsers
+            .profile_dir(&session)
+            .join("DevToolsActivePort")
+            .exists()
+    );
+    // Its proxy's own port, though 127.0.0.1 is allowed.
+    let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap();
+    let port = cmdline
+        .split('\0')
+        .find_map(|arg| arg.strip_prefix("--proxy-server=http://127.0.0.1:"))
+        .unwrap_or_else(|| panic!("no --proxy-server in {cmdline:?}"));
     assert_eq!(
         env.call(
             "a",
             "browser.open",
-            json!({"url": format!("http://127.0.0.1:{port}/json/version")})
+            json!({"url": format!("http://127.0.0.1:{port}/")})
         )
         .await,
         Err(ToolError::failed(format!(
-            "refused 127.0.0.1:{port}: it is the browser's own control port, which pages may never reach"
+            "refused 127.0.0.1:{port}: it is the browser's own proxy, which pages may never reach"
         )))
     );
     assert_eq!(
@@ -524,6 +542,31 @@ async fn a_screenshot_is_a_png_file_in_the_workspace() {
             path.display()
         )
     );
+
+    // The whole of a page taller than the window.
+    env.ok(
+        "a",
+        "browser.open",
+        json!({"url": format!("http://{shop}/long")}),
+    )
+    .await;
+    let size = async |full_page: bool| {
+        let saved = env
+            .ok("a", "browser.screenshot", json!({"full_page": full_page}))
+            .await;
+        let path = saved
+            .lines()
+            .find_map(|l| l.strip_prefix("Path: "))
+            .unwrap();
+        let png = std::fs::read(path).unwrap();
+        (
+            u32::from_be_bytes(png[16..20].try_into().unwrap()),
+            u32::from_be_bytes(png[20..24].try_into().unwrap()),
+        )
+    };
+    let (_, visible) = size(false).await;
+    let (_, whole) = size(true).await;
+    assert!(visible < 3000 && whole > 3000, "{visible} px, {whole} px");
     env.browsers.shutdown().await;
 }
 
@@ -578,6 +621,142 @@ async fn each_session_keeps_its_own_cookies_in_a_private_profile() {
             "the browser is not available: Flynn is shutting down"
         ))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_that_fails_to_start_is_named_with_what_it_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("chromium");
+    // Reads the first command (so it surely was sent), then gives up.
+    std::fs::write(
+        &program,
+        "#!/bin/sh\necho 'Missing X server or $DISPLAY' >&2\nhead -c 1 <&3 >/dev/null\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let env = Env::with(|config, root| {
+        Browsers::new(
+            &BrowserToolConfig {
+                executable: Some(program.clone()),
+                ..config.clone()
+            },
+            root,
+        )
+    });
+    let program = program.display();
+    assert_eq!(
+        env.call("a", "browser.snapshot", json!({})).await,
+        Err(ToolError::failed(format!(
+            "cannot start the browser {program}: the connection to the browser closed before \
+             Target.getTargets was answered: the browser exited or crashed (it said: Missing X \
+             server or $DISPLAY); check that it runs (`{program} --headless --version`), or set \
+             tools.browser.executable"
+        )))
+    );
+    assert!(!env.browsers.is_running(&env.ctx("a").session));
+}
+
+/// Where [`helper_holding_a_browser`] keeps its browser's profiles.
+const HOLDER: &str = "FLYNN_TEST_BROWSER_HOLDER";
+
+/// Not a test of its own: run by
+/// `a_browser_ends_with_the_process_that_started_it_even_when_killed` in
+/// a child process with `FLYNN_TEST_BROWSER_HOLDER` set, it starts a
+/// browser, prints its pid and waits to be killed. Without the variable it
+/// does nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helper_holding_a_browser() {
+    let Some(root) = std::env::var_os(HOLDER) else {
+        return;
+    };
+    let browsers = Browsers::new(&config(), PathBuf::from(root));
+    let tools = browser::tools(&browsers);
+    let snapshot = tools.iter().find(|t| t.name() == "browser.snapshot");
+    let workspace = tempfile::tempdir().unwrap();
+    let mut ctx = ToolContext::new(workspace.path());
+    ctx.session = SessionKey::new("test", "held").unwrap();
+    snapshot.unwrap().call(json!({}), &ctx).await.unwrap();
+    let pid = browsers.pid(&ctx.session).await.unwrap();
+    println!("browser pid {pid}");
+    std::future::pending::<()>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_ends_with_the_process_that_started_it_even_when_killed() {
+    use std::io::BufRead;
+    require_chromium();
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join("browser");
+    let mut holder = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "browser::helper_holding_a_browser",
+            "--nocapture",
+        ])
+        .env(HOLDER, &root)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let said = std::io::BufReader::new(holder.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| line.strip_prefix("browser pid ")?.parse::<u32>().ok());
+    let Some(pid) = said else {
+        let _ = holder.kill();
+        panic!("the holder did not start a browser: {:?}", holder.wait());
+    };
+    assert_ne!(browser_processes(&root), Vec::<String>::new());
+    // SIGKILL: nothing of the holder's runs after it.
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    until(
+        Duration::from_secs(10),
+        "Chromium to end with the process that started it",
+        async || exited(pid) && browser_processes(&root).is_empty(),
+    )
+    .await;
+}
+
+/// The command lines of the processes that name `root` (Chromium's,
+/// through its `--user-data-dir`).
+fn browser_processes(root: &Path) -> Vec<String> {
+    let root = root.display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
+        .map(|cmd| String::from_utf8_lossy(&cmd).replace('\0', " "))
+        .filter(|cmd| cmd.contains(&root))
+        .collect()
+}
+
+/// The TCP ports process `pid` listens on (from `/proc/net/tcp*`, the
+/// sockets among its open files).
+fn listening_ports(pid: u32) -> Vec<u16> {
+    let sockets: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|link| {
+            let link = link.to_str()?;
+            Some(link.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+        })
+        .collect();
+    let mut ports = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // local_address, st (0A: LISTEN), inode.
+            if fields.len() > 9 && fields[3] == "0A" && sockets.iter().any(|s| s == fields[9]) {
+                let port = fields[1].rsplit(':').next().unwrap();
+                ports.push(u16::from_str_radix(port, 16).unwrap());
+            }
+        }
+    }
+    ports
 }
 
 /// Waits until `done` holds, failing after `limit`.

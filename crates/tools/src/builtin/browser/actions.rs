@@ -4,31 +4,14 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use chromiumoxide::Page;
-use chromiumoxide::cdp::browser_protocol::accessibility::{AxNode, AxValue, GetFullAxTreeParams};
-use chromiumoxide::cdp::browser_protocol::browser::{
-    DownloadProgressState, EventDownloadProgress, EventDownloadWillBegin,
-};
-use chromiumoxide::cdp::browser_protocol::dom::{
-    BackendNodeId, GetContentQuadsParams, ResolveNodeParams, ScrollIntoViewIfNeededParams,
-};
-use chromiumoxide::cdp::browser_protocol::input::{
-    DispatchKeyEventParams, DispatchKeyEventType, DispatchMouseEventParams, DispatchMouseEventType,
-    InsertTextParams, MouseButton,
-};
-use chromiumoxide::cdp::browser_protocol::page::{
-    CaptureScreenshotFormat, EventFrameStartedLoading, EventFrameStoppedLoading, GetFrameTreeParams,
-};
-use chromiumoxide::cdp::js_protocol::runtime::{
-    CallArgument, CallFunctionOnParams, RemoteObjectId,
-};
-use chromiumoxide::listeners::EventStream;
-use chromiumoxide::page::ScreenshotParams;
-use futures::StreamExt;
+use base64::Engine as _;
 use reqwest::Url;
-use serde_json::Value;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::{Value, json};
 
 use super::Direction;
+use super::cdp::{CdpError, Events, Page};
 use super::proxy::{Refusal, SETTING};
 use super::session::{Browsers, Refs, Running, Settings};
 use super::snapshot::{self, Node, Ref, shorten};
@@ -66,7 +49,8 @@ pub(crate) async fn open(
 ) -> Result<String, ToolError> {
     running.refs = None;
     let mark = running.proxy.mark();
-    let navigated = tokio::time::timeout(settings.timeout, running.page.goto(url.as_str())).await;
+    let navigated =
+        tokio::time::timeout(settings.timeout, navigate(&running.page, url.as_str())).await;
     let refusals = running.proxy.refusals_since(mark);
     match navigated {
         Err(_) => {
@@ -79,7 +63,8 @@ pub(crate) async fn open(
         Ok(Err(error)) => {
             // The page itself, or (a tunnel the guard refused) a hop of
             // its redirects.
-            let tunnel = error.to_string().contains("ERR_TUNNEL_CONNECTION_FAILED");
+            let tunnel =
+                matches!(&error, NotLoaded::Net(net) if net == "net::ERR_TUNNEL_CONNECTION_FAILED");
             let refused = refusals
                 .iter()
                 .find(|r| same_target(r, url.as_str()))
@@ -122,11 +107,16 @@ pub(crate) async fn snapshot(
     settings: &Settings,
 ) -> Result<String, ToolError> {
     let page = &running.page;
-    let tree = page
-        .execute(GetFullAxTreeParams::default())
+    #[derive(Deserialize)]
+    struct Tree {
+        nodes: Vec<Value>,
+    }
+    let tree: Tree = page
+        .call("Accessibility.getFullAXTree", json!({}))
         .await
         .map_err(|error| cdp_failed("read the page's accessibility tree", &error))?;
-    let nodes: Vec<Node> = tree.result.nodes.iter().map(node).collect();
+    // A node that does not parse is left out, not the whole page.
+    let nodes: Vec<Node> = tree.nodes.into_iter().filter_map(node).collect();
     let (url, title) = page_info(page).await;
     let header = format!(
         "URL: {url}\n{}\n",
@@ -170,39 +160,31 @@ pub(crate) async fn click(
     let target = resolve(running, element).await?;
     let object = object_of(&running.page, element, &target).await?;
     let page = &running.page;
-    let backend = BackendNodeId::new(target.backend);
+    let node = json!({"backendNodeId": target.backend});
     let _ = page
-        .execute(
-            ScrollIntoViewIfNeededParams::builder()
-                .backend_node_id(backend)
-                .build(),
-        )
+        .call::<IgnoredAny>("DOM.scrollIntoViewIfNeeded", node.clone())
         .await;
+    #[derive(Deserialize)]
+    struct Quads {
+        quads: Vec<Vec<f64>>,
+    }
     let point = page
-        .execute(
-            GetContentQuadsParams::builder()
-                .backend_node_id(backend)
-                .build(),
-        )
+        .call::<Quads>("DOM.getContentQuads", node)
         .await
         .ok()
-        .and_then(|quads| quads.result.quads.iter().find_map(|q| centre(q.inner())));
+        .and_then(|quads| quads.quads.iter().find_map(|q| centre(q)));
     let watch = Watch::start(running).await;
     let mark = running.proxy.mark();
     let page = &running.page;
     match point {
         Some((x, y)) => {
-            for kind in [
-                DispatchMouseEventType::MouseMoved,
-                DispatchMouseEventType::MousePressed,
-                DispatchMouseEventType::MouseReleased,
-            ] {
-                let mut event = DispatchMouseEventParams::new(kind.clone(), x, y);
-                if kind != DispatchMouseEventType::MouseMoved {
-                    event.button = Some(MouseButton::Left);
-                    event.click_count = Some(1);
+            for kind in ["mouseMoved", "mousePressed", "mouseReleased"] {
+                let mut event = json!({"type": kind, "x": x, "y": y});
+                if kind != "mouseMoved" {
+                    event["button"] = json!("left");
+                    event["clickCount"] = json!(1);
                 }
-                page.execute(event)
+                page.call::<IgnoredAny>("Input.dispatchMouseEvent", event)
                     .await
                     .map_err(|error| cdp_failed("click", &error))?;
             }
@@ -255,7 +237,7 @@ pub(crate) async fn type_text(
         )));
     }
     if !text.is_empty() {
-        page.execute(InsertTextParams::new(text))
+        page.call::<IgnoredAny>("Input.insertText", json!({"text": text}))
             .await
             .map_err(|error| cdp_failed("type", &error))?;
     }
@@ -267,18 +249,20 @@ pub(crate) async fn type_text(
     if submit {
         let watch = Watch::start(running).await;
         let mark = running.proxy.mark();
-        for kind in [DispatchKeyEventType::KeyDown, DispatchKeyEventType::KeyUp] {
-            let mut key = DispatchKeyEventParams::new(kind.clone());
-            key.key = Some("Enter".to_owned());
-            key.code = Some("Enter".to_owned());
-            key.windows_virtual_key_code = Some(13);
-            key.native_virtual_key_code = Some(13);
-            if kind == DispatchKeyEventType::KeyDown {
-                key.text = Some("\r".to_owned());
+        for kind in ["keyDown", "keyUp"] {
+            let mut key = json!({
+                "type": kind,
+                "key": "Enter",
+                "code": "Enter",
+                "windowsVirtualKeyCode": 13,
+                "nativeVirtualKeyCode": 13,
+            });
+            if kind == "keyDown" {
+                key["text"] = json!("\r");
             }
             running
                 .page
-                .execute(key)
+                .call::<IgnoredAny>("Input.dispatchKeyEvent", key)
                 .await
                 .map_err(|error| cdp_failed("press Enter", &error))?;
         }
@@ -377,10 +361,9 @@ pub(crate) async fn scroll(
         object_of(&running.page, element, &target).await?;
         running
             .page
-            .execute(
-                ScrollIntoViewIfNeededParams::builder()
-                    .backend_node_id(BackendNodeId::new(target.backend))
-                    .build(),
+            .call::<IgnoredAny>(
+                "DOM.scrollIntoViewIfNeeded",
+                json!({"backendNodeId": target.backend}),
             )
             .await
             .map_err(|error| cdp_failed("scroll", &error))?;
@@ -440,10 +423,21 @@ pub(crate) async fn content(
     settings: &Settings,
 ) -> Result<String, ToolError> {
     let page = &running.page;
-    let html = page
-        .content()
-        .await
-        .map_err(|error| cdp_failed("read the page", &error))?;
+    let html = evaluate(
+        page,
+        "(() => {
+            let html = '';
+            if (document.doctype) {
+                html = new XMLSerializer().serializeToString(document.doctype);
+            }
+            if (document.documentElement) {
+                html += document.documentElement.outerHTML;
+            }
+            return html;
+        })()",
+    )
+    .await?;
+    let html = html.as_str().unwrap_or_default().to_owned();
     let (url, title) = page_info(page).await;
     let page_url = url.clone();
     let extracted =
@@ -485,13 +479,7 @@ pub(crate) async fn screenshot(
     full_page: bool,
 ) -> Result<String, ToolError> {
     let page = &running.page;
-    let png = page
-        .screenshot(
-            ScreenshotParams::builder()
-                .format(CaptureScreenshotFormat::Png)
-                .full_page(full_page)
-                .build(),
-        )
+    let png = capture(page, full_page)
         .await
         .map_err(|error| cdp_failed("take a screenshot", &error))?;
     let (url, _) = page_info(page).await;
@@ -594,7 +582,7 @@ async fn resolve(running: &mut Running, element: u32) -> Result<Ref, ToolError> 
 }
 
 /// The JavaScript object of a snapshot element still on the page.
-async fn object_of(page: &Page, element: u32, target: &Ref) -> Result<RemoteObjectId, ToolError> {
+async fn object_of(page: &Page, element: u32, target: &Ref) -> Result<String, ToolError> {
     let gone = || {
         ToolError::failed(format!(
             "element {element} ({}) is no longer on the page (it changed since the snapshot); \
@@ -602,77 +590,134 @@ async fn object_of(page: &Page, element: u32, target: &Ref) -> Result<RemoteObje
             target.role
         ))
     };
-    let resolved = page
-        .execute(
-            ResolveNodeParams::builder()
-                .backend_node_id(BackendNodeId::new(target.backend))
-                .build(),
-        )
+    #[derive(Deserialize)]
+    struct Resolved {
+        object: RemoteObject,
+    }
+    let resolved: Resolved = page
+        .call("DOM.resolveNode", json!({"backendNodeId": target.backend}))
         .await
         .map_err(|_| gone())?;
-    resolved.result.object.object_id.clone().ok_or_else(gone)
+    resolved.object.object_id.ok_or_else(gone)
+}
+
+/// A JavaScript value as CDP returns it: by value, or a handle.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RemoteObject {
+    value: Option<Value>,
+    object_id: Option<String>,
+}
+
+/// What `Runtime.evaluate` and `Runtime.callFunctionOn` return.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Evaluated {
+    result: RemoteObject,
+    exception_details: Option<Exception>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Exception {
+    text: String,
 }
 
 /// Calls `function` with `this` = `object`; its result by value.
 async fn call(
     page: &Page,
-    object: &RemoteObjectId,
+    object: &str,
     function: &str,
     arguments: Vec<Value>,
 ) -> Result<Value, ToolError> {
-    let mut params = CallFunctionOnParams::new(function);
-    params.object_id = Some(object.clone());
-    params.return_by_value = Some(true);
-    params.await_promise = Some(true);
-    params.user_gesture = Some(true);
-    params.arguments = Some(
-        arguments
-            .into_iter()
-            .map(|value| CallArgument {
-                value: Some(value),
-                ..CallArgument::default()
-            })
-            .collect(),
-    );
-    let returned = page
-        .execute(params)
+    let arguments: Vec<Value> = arguments
+        .into_iter()
+        .map(|value| json!({"value": value}))
+        .collect();
+    let returned: Evaluated = page
+        .call(
+            "Runtime.callFunctionOn",
+            json!({
+                "functionDeclaration": function,
+                "objectId": object,
+                "arguments": arguments,
+                "returnByValue": true,
+                "awaitPromise": true,
+                "userGesture": true,
+            }),
+        )
         .await
         .map_err(|error| cdp_failed("act on the element", &error))?;
-    if let Some(exception) = &returned.result.exception_details {
+    if let Some(exception) = &returned.exception_details {
         return Err(ToolError::failed(format!(
             "the page refused the action: {}",
             shorten(&exception.text, 200)
         )));
     }
-    Ok(returned.result.result.value.clone().unwrap_or(Value::Null))
+    Ok(returned.result.value.unwrap_or(Value::Null))
 }
 
 /// Evaluates `expression` in the page; its result by value.
 async fn evaluate(page: &Page, expression: &str) -> Result<Value, ToolError> {
-    let evaluated = page
-        .evaluate_expression(expression)
+    let evaluated: Evaluated = page
+        .call(
+            "Runtime.evaluate",
+            json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
+        )
         .await
         .map_err(|error| cdp_failed("run a script on the page", &error))?;
-    Ok(evaluated.value().cloned().unwrap_or(Value::Null))
+    if let Some(exception) = &evaluated.exception_details {
+        return Err(ToolError::failed(format!(
+            "the browser could not run a script on the page: {}",
+            shorten(&exception.text, 200)
+        )));
+    }
+    Ok(evaluated.result.value.unwrap_or(Value::Null))
+}
+
+/// The page's main frame.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Frame {
+    id: String,
+    /// Changes with every navigation.
+    loader_id: String,
+    url: String,
+    /// `#…`, when the URL has one.
+    url_fragment: Option<String>,
+}
+
+async fn main_frame(page: &Page) -> Result<Frame, CdpError> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Tree {
+        frame_tree: FrameTree,
+    }
+    #[derive(Deserialize)]
+    struct FrameTree {
+        frame: Frame,
+    }
+    let tree: Tree = page.call("Page.getFrameTree", json!({})).await?;
+    Ok(tree.frame_tree.frame)
 }
 
 /// The main frame's loader id, which changes with every navigation.
 async fn main_loader(page: &Page) -> Result<String, ToolError> {
-    let tree = page
-        .execute(GetFrameTreeParams::default())
+    main_frame(page)
         .await
-        .map_err(|error| cdp_failed("read the page's frames", &error))?;
-    Ok(tree.result.frame_tree.frame.loader_id.inner().clone())
+        .map(|frame| frame.loader_id)
+        .map_err(|error| cdp_failed("read the page's frames", &error))
 }
 
 /// The page's URL and title.
 async fn page_info(page: &Page) -> (String, Option<String>) {
-    let url = page.url().await.ok().flatten().unwrap_or_default();
-    let title = page
-        .get_title()
+    let url = main_frame(page)
+        .await
+        .map(|frame| frame.url + frame.url_fragment.as_deref().unwrap_or_default())
+        .unwrap_or_default();
+    let title = evaluate(page, "document.title")
         .await
         .ok()
-        .flatten()
+        .and_then(|title| title.as_str().map(str::to_owned))
         .map(|t| t.split_whitespace().collect::<Vec<_>>().join(" "))
         .filter(|t| !t.is_empty());
     (url, title)
@@ -688,6 +733,97 @@ async fn status(page: &Page) -> Option<u64> {
     .ok()?
     .as_u64()
     .filter(|status| *status > 0)
+}
+
+/// Why a page did not load.
+#[derive(Debug)]
+enum NotLoaded {
+    /// Chromium's network error (`net::ERR_NAME_NOT_RESOLVED`).
+    Net(String),
+    Cdp(CdpError),
+}
+
+impl std::fmt::Display for NotLoaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotLoaded::Net(error) => f.write_str(error),
+            NotLoaded::Cdp(error) => error.fmt(f),
+        }
+    }
+}
+
+/// Navigates the page to `url` and waits for its `load` event.
+async fn navigate(page: &Page, url: &str) -> Result<(), NotLoaded> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Navigated {
+        frame_id: String,
+        /// None for a navigation within the document.
+        loader_id: Option<String>,
+        error_text: Option<String>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Lifecycle {
+        frame_id: String,
+        loader_id: String,
+        name: String,
+    }
+    let mut lifecycle: Events<Lifecycle> = page.subscribe("Page.lifecycleEvent");
+    let navigated: Navigated = page
+        .call("Page.navigate", json!({"url": url}))
+        .await
+        .map_err(NotLoaded::Cdp)?;
+    if let Some(error) = navigated.error_text.filter(|e| !e.is_empty()) {
+        return Err(NotLoaded::Net(error));
+    }
+    let Some(loader) = navigated.loader_id else {
+        return Ok(());
+    };
+    while let Some(event) = lifecycle.next().await {
+        if event.name == "load" && event.frame_id == navigated.frame_id && event.loader_id == loader
+        {
+            return Ok(());
+        }
+    }
+    Err(NotLoaded::Cdp(CdpError::Closed {
+        method: "Page.navigate",
+        reason: "the browser closed the connection while the page loaded".to_owned(),
+    }))
+}
+
+/// A PNG of the viewport, or of the whole page.
+async fn capture(page: &Page, full_page: bool) -> Result<Vec<u8>, CdpError> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Metrics {
+        css_content_size: Size,
+    }
+    #[derive(Deserialize)]
+    struct Size {
+        width: f64,
+        height: f64,
+    }
+    #[derive(Deserialize)]
+    struct Captured {
+        data: String,
+    }
+    let mut params = json!({"format": "png"});
+    if full_page {
+        let metrics: Metrics = page.call("Page.getLayoutMetrics", json!({})).await?;
+        let size = metrics.css_content_size;
+        params["captureBeyondViewport"] = json!(true);
+        params["clip"] = json!({
+            "x": 0, "y": 0, "width": size.width, "height": size.height, "scale": 1,
+        });
+    }
+    let captured: Captured = page.call("Page.captureScreenshot", params).await?;
+    base64::engine::general_purpose::STANDARD
+        .decode(captured.data.as_bytes())
+        .map_err(|error| CdpError::Unexpected {
+            method: "Page.captureScreenshot",
+            detail: format!("the image is not base64: {error}"),
+        })
 }
 
 /// Whether `refusal` was for the host and port of `url`.
@@ -737,14 +873,43 @@ fn centre(quad: &[f64]) -> Option<(f64, f64)> {
         .then(|| (xs.iter().sum::<f64>() / 4.0, ys.iter().sum::<f64>() / 4.0))
 }
 
-fn cdp_failed(what: &str, error: &chromiumoxide::error::CdpError) -> ToolError {
+fn cdp_failed(what: &str, error: &CdpError) -> ToolError {
     ToolError::failed(format!("the browser could not {what}: {error}"))
 }
 
-/// An accessibility node as the renderer takes it.
-fn node(ax: &AxNode) -> Node {
-    Node {
-        id: ax.node_id.inner().clone(),
+/// An accessibility node as the renderer takes it, unless it does not
+/// parse.
+fn node(raw: Value) -> Option<Node> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct AxNode {
+        node_id: String,
+        #[serde(default)]
+        ignored: bool,
+        role: Option<AxValue>,
+        name: Option<AxValue>,
+        value: Option<AxValue>,
+        #[serde(default)]
+        properties: Vec<AxProperty>,
+        #[serde(default)]
+        child_ids: Vec<String>,
+        #[serde(rename = "backendDOMNodeId")]
+        backend_dom_node_id: Option<i64>,
+    }
+    #[derive(Deserialize)]
+    struct AxProperty {
+        name: String,
+        value: AxValue,
+    }
+    let ax: AxNode = match serde_json::from_value(raw) {
+        Ok(ax) => ax,
+        Err(error) => {
+            tracing::debug!(%error, "browser: an accessibility node not understood");
+            return None;
+        }
+    };
+    Some(Node {
+        id: ax.node_id,
         ignored: ax.ignored,
         role: text(ax.role.as_ref()),
         name: text(ax.name.as_ref()),
@@ -752,23 +917,17 @@ fn node(ax: &AxNode) -> Node {
         properties: ax
             .properties
             .iter()
-            .flatten()
-            .map(|p| {
-                let name = serde_json::to_value(&p.name)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
-                (name, text(Some(&p.value)))
-            })
+            .map(|p| (p.name.clone(), text(Some(&p.value))))
             .collect(),
-        children: ax
-            .child_ids
-            .iter()
-            .flatten()
-            .map(|id| id.inner().clone())
-            .collect(),
-        backend: ax.backend_dom_node_id.map(|id| *id.inner()),
-    }
+        children: ax.child_ids,
+        backend: ax.backend_dom_node_id,
+    })
+}
+
+/// A value of the accessibility tree.
+#[derive(Debug, Deserialize)]
+struct AxValue {
+    value: Option<Value>,
 }
 
 fn text(value: Option<&AxValue>) -> String {
@@ -779,38 +938,46 @@ fn text(value: Option<&AxValue>) -> String {
     }
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FrameEvent {
+    frame_id: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DownloadBegins {
+    guid: String,
+    suggested_filename: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct DownloadProgress {
+    guid: String,
+    /// `inProgress`, `completed` or `canceled`.
+    state: String,
+}
+
 /// Watches for what an action sets off: a navigation of the main frame,
 /// a download.
 struct Watch {
-    started: Option<EventStream<EventFrameStartedLoading>>,
-    stopped: Option<EventStream<EventFrameStoppedLoading>>,
-    downloads: Option<EventStream<EventDownloadWillBegin>>,
-    progress: Option<EventStream<EventDownloadProgress>>,
+    started: Events<FrameEvent>,
+    stopped: Events<FrameEvent>,
+    downloads: Events<DownloadBegins>,
+    progress: Events<DownloadProgress>,
     main: Option<String>,
 }
 
 impl Watch {
     async fn start(running: &Running) -> Watch {
         let page = &running.page;
+        let browser = running.connection();
         Watch {
-            started: page.event_listener::<EventFrameStartedLoading>().await.ok(),
-            stopped: page.event_listener::<EventFrameStoppedLoading>().await.ok(),
-            downloads: running
-                .browser()
-                .event_listener::<EventDownloadWillBegin>()
-                .await
-                .ok(),
-            progress: running
-                .browser()
-                .event_listener::<EventDownloadProgress>()
-                .await
-                .ok(),
-            main: page
-                .mainframe()
-                .await
-                .ok()
-                .flatten()
-                .map(|id| id.inner().clone()),
+            started: page.subscribe("Page.frameStartedLoading"),
+            stopped: page.subscribe("Page.frameStoppedLoading"),
+            downloads: browser.subscribe("Browser.downloadWillBegin"),
+            progress: browser.subscribe("Browser.downloadProgress"),
+            main: main_frame(page).await.ok().map(|frame| frame.id),
         }
     }
 
@@ -827,29 +994,27 @@ impl Watch {
         let main = self.main.clone();
         let is_main = |frame: &str| main.as_deref().is_none_or(|m| m == frame);
         let mut navigated = false;
-        if let Some(started) = self.started.as_mut() {
-            let deadline = tokio::time::Instant::now() + SETTLE;
-            while let Ok(Some(event)) = tokio::time::timeout_at(deadline, started.next()).await {
-                if is_main(event.frame_id.inner()) {
-                    navigated = true;
-                    break;
-                }
+        let deadline = tokio::time::Instant::now() + SETTLE;
+        while let Ok(Some(event)) = tokio::time::timeout_at(deadline, self.started.next()).await {
+            if is_main(&event.frame_id) {
+                navigated = true;
+                break;
             }
         }
         let mut finished = true;
-        if navigated && let Some(stopped) = self.stopped.as_mut() {
+        if navigated {
             let deadline = tokio::time::Instant::now() + settings.timeout;
             finished = false;
-            while let Ok(Some(event)) = tokio::time::timeout_at(deadline, stopped.next()).await {
-                if is_main(event.frame_id.inner()) {
+            while let Ok(Some(event)) = tokio::time::timeout_at(deadline, self.stopped.next()).await
+            {
+                if is_main(&event.frame_id) {
                     finished = true;
                     break;
                 }
             }
         }
-        if let Some(downloads) = self.downloads.as_mut()
-            && let Ok(Some(download)) =
-                tokio::time::timeout(Duration::from_millis(50), downloads.next()).await
+        if let Ok(Some(download)) =
+            tokio::time::timeout(Duration::from_millis(50), self.downloads.next()).await
         {
             let dir = running
                 .downloads()
@@ -857,23 +1022,20 @@ impl Watch {
                 .unwrap_or_else(|| "the workspace's downloads directory".to_owned());
             let name = shorten(&download.suggested_filename, 100);
             let mut done = None;
-            if let Some(progress) = self.progress.as_mut() {
-                let deadline = tokio::time::Instant::now() + settings.timeout;
-                while let Ok(Some(event)) = tokio::time::timeout_at(deadline, progress.next()).await
-                {
-                    if event.guid == download.guid
-                        && event.state != DownloadProgressState::InProgress
-                    {
-                        done = Some(event.state.clone());
-                        break;
-                    }
+            let deadline = tokio::time::Instant::now() + settings.timeout;
+            while let Ok(Some(event)) =
+                tokio::time::timeout_at(deadline, self.progress.next()).await
+            {
+                if event.guid == download.guid && event.state != "inProgress" {
+                    done = Some(event.state);
+                    break;
                 }
             }
             let _ = writeln!(
                 output,
                 "{} {name} to {dir}.",
-                match done {
-                    Some(DownloadProgressState::Completed) => "Downloaded",
+                match done.as_deref() {
+                    Some("completed") => "Downloaded",
                     Some(_) => "The download was cancelled:",
                     None => "Still downloading",
                 }

@@ -1,6 +1,6 @@
 //! The browser tools (`browser.*`, feature `browser`): the system's
-//! Chromium or Chrome, headless, driven over the DevTools Protocol
-//! (chromiumoxide).
+//! Chromium or Chrome, headless, driven over the DevTools Protocol by
+//! [`cdp`], a small client of our own on the pipe Chromium opens.
 //!
 //! Each session that uses the browser gets its own Chromium process with
 //! its own profile (`FLYNN_HOME/browser/<session>`, 0700: cookies and
@@ -19,6 +19,7 @@
 //! other calls of a batch.
 
 mod actions;
+mod cdp;
 mod proxy;
 mod session;
 mod snapshot;

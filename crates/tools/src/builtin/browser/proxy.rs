@@ -53,15 +53,16 @@ struct Log {
     refusals: VecDeque<Refusal>,
 }
 
-/// What the connections share: the guard, the ports that are never
-/// reachable, and the log of refusals.
+/// What the connections share: the guard, the proxy's own port (never
+/// reachable), and the log of refusals.
 #[derive(Debug)]
 struct Shared {
     guard: Arc<Guard>,
-    /// The browser's DevTools port and the proxy's own: a page that
-    /// reached them could drive the browser, so they are refused even when
-    /// `allow_private` allows loopback.
-    forbidden: Mutex<Vec<u16>>,
+    /// A page that reached the proxy itself could have it connect on its
+    /// behalf, so it is refused even when `allow_private` allows
+    /// loopback. (The browser has no DevTools port: it is driven over a
+    /// pipe.)
+    own_port: u16,
     log: Mutex<Log>,
     connect_timeout: Duration,
 }
@@ -91,7 +92,7 @@ impl Proxy {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             guard,
-            forbidden: Mutex::new(vec![addr.port()]),
+            own_port: addr.port(),
             log: Mutex::new(Log::default()),
             connect_timeout,
         });
@@ -102,12 +103,6 @@ impl Proxy {
     /// What Chromium's `--proxy-server` takes.
     pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
-    }
-
-    /// Refuses `port` on every loopback address from now on (the
-    /// browser's DevTools port, known once it started).
-    pub(crate) fn forbid_port(&self, port: u16) {
-        lock(&self.shared.forbidden).push(port);
     }
 
     /// The sequence number of the last refusal so far (0 before any): a
@@ -415,14 +410,13 @@ async fn connect(shared: &Shared, host: &str, port: u16) -> Result<TcpStream, Fa
         .map_err(|error| Failure::Unreachable(format!("cannot resolve {host}: {error}")))?
         .collect(),
     };
-    let forbidden = lock(&shared.forbidden).clone();
     let mut refusal = None;
     let mut allowed = Vec::new();
     for addr in addrs {
-        if addr.ip().is_loopback() && forbidden.contains(&addr.port()) {
+        if addr.ip().is_loopback() && addr.port() == shared.own_port {
             refusal.get_or_insert_with(|| {
                 format!(
-                    "refused {host}:{port}: it is the browser's own control port, which pages may never reach"
+                    "refused {host}:{port}: it is the browser's own proxy, which pages may never reach"
                 )
             });
             continue;
@@ -537,7 +531,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn refuses_private_addresses_and_the_forbidden_ports_and_logs_them() {
+    async fn refuses_private_addresses_and_its_own_port_and_logs_them() {
         let proxy = Proxy::start(
             Arc::new(Guard::new(&["127.0.0.1".to_owned()])),
             Duration::from_secs(5),

@@ -3,20 +3,21 @@
 //! use, closed when idle, at shutdown, or to make room.
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use chromiumoxide::cdp::browser_protocol::browser::{
-    SetDownloadBehaviorBehavior, SetDownloadBehaviorParams,
-};
-use chromiumoxide::{Browser, BrowserConfig, Page};
 use flynn_protocol::SessionKey;
 use flynn_protocol::config::BrowserToolConfig;
-use futures::StreamExt;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::json;
+use tokio::process::Child;
 use tokio::task::JoinHandle;
 
+use super::cdp::{self, CdpError, Connection, Page};
 use super::proxy::Proxy;
 use super::snapshot::Ref;
 use crate::ToolError;
@@ -31,7 +32,7 @@ pub(crate) const PROGRAMS: [&str; 5] = [
     "chrome",
 ];
 
-/// How long Chromium may take to start and say where its DevTools listen.
+/// How long Chromium may take to start and answer its first command.
 const LAUNCH_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// How long a graceful close may take before the process is killed.
@@ -112,8 +113,8 @@ impl Drop for Lease {
 
 /// A started browser and what the tools keep between calls.
 pub(crate) struct Running {
-    browser: Browser,
-    handler: JoinHandle<()>,
+    child: Child,
+    connection: Connection,
     pub(crate) page: Page,
     pub(crate) proxy: Proxy,
     /// What the latest snapshot's numbers stand for, and on which
@@ -342,61 +343,57 @@ impl Browsers {
                     "cannot start the browser's network guard on loopback: {error}"
                 ))
             })?;
-        let mut config = BrowserConfig::builder()
-            .chrome_executable(&executable)
-            .user_data_dir(&profile)
-            .disable_default_args()
-            .launch_timeout(LAUNCH_TIMEOUT)
-            .request_timeout(settings.timeout)
-            .window_size(WINDOW.0, WINDOW.1)
-            .viewport(None);
-        for (name, value) in chromium_args(&proxy.url()) {
-            config = match value {
-                Some(value) => config.arg((name, value.as_str())),
-                None => config.arg(name),
-            };
-        }
+        let mut args: Vec<OsString> = chromium_args(&proxy.url())
+            .into_iter()
+            .map(|(name, value)| match value {
+                Some(value) => format!("--{name}={value}").into(),
+                None => format!("--{name}").into(),
+            })
+            .collect();
+        let mut profile_arg = OsString::from("--user-data-dir=");
+        profile_arg.push(&profile);
+        args.push(profile_arg);
+        args.push(format!("--window-size={},{}", WINDOW.0, WINDOW.1).into());
         if running_as_root() {
             // Chromium refuses to run as root with its sandbox.
-            config = config.no_sandbox();
+            args.extend(["--no-sandbox".into(), "--disable-setuid-sandbox".into()]);
         }
-        let config = config
-            .build()
-            .map_err(|error| ToolError::failed(format!("cannot configure the browser: {error}")))?;
-        let (mut browser, mut handler) = Browser::launch(config).await.map_err(|error| {
+        // The first tab, which the tools use.
+        args.push("about:blank".into());
+        let cannot_start = |error: String| {
             ToolError::failed(format!(
                 "cannot start the browser {}: {error}; check that it runs (`{} --headless --version`), \
                  or set tools.browser.executable",
                 executable.display(),
                 executable.display()
             ))
-        })?;
-        let handler = tokio::spawn(async move {
-            while let Some(event) = handler.next().await {
-                if let Err(error) = event {
-                    tracing::debug!(%error, "browser: DevTools connection");
-                }
-            }
-        });
-        let pid = browser
-            .get_mut_child()
-            .and_then(|child| child.as_mut_inner().id());
-        if let Some(port) = devtools_port(browser.websocket_address()) {
-            proxy.forbid_port(port);
-        }
-        let page = match browser.new_page("about:blank").await {
-            Ok(page) => page,
-            Err(error) => {
-                let _ = browser.kill().await;
-                handler.abort();
-                return Err(ToolError::failed(format!(
-                    "the browser started but could not open a tab: {error}"
-                )));
-            }
         };
+        let mut launched = cdp::launch(&executable, args, settings.timeout)
+            .map_err(|error| cannot_start(error.to_string()))?;
+        let pid = launched.child.id();
+        let page =
+            match tokio::time::timeout(LAUNCH_TIMEOUT, first_page(&launched.connection)).await {
+                Ok(Ok(page)) => page,
+                failed => {
+                    let _ = launched.child.kill().await;
+                    let error = match failed {
+                        Ok(Err(error)) => error.to_string(),
+                        _ => format!("it did not answer within {LAUNCH_TIMEOUT:?}"),
+                    };
+                    let said = launched.last_words().await;
+                    return Err(cannot_start(if said.is_empty() {
+                        error
+                    } else {
+                        format!("{error} (it said: {})", said.join(" / "))
+                    }));
+                }
+            };
+        let cdp::Launched {
+            child, connection, ..
+        } = launched;
         Ok(Running {
-            browser,
-            handler,
+            child,
+            connection,
             page,
             proxy,
             refs: None,
@@ -440,10 +437,56 @@ async fn reap(inner: Weak<Inner>, tick: Duration) {
     }
 }
 
+/// The tab the browser opened at start (`about:blank`), or a new one,
+/// attached as a flattened session with its page and lifecycle events on.
+async fn first_page(connection: &Connection) -> Result<Page, CdpError> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Targets {
+        target_infos: Vec<Target>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Target {
+        target_id: String,
+        #[serde(rename = "type")]
+        kind: String,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Attached {
+        session_id: String,
+    }
+    // Answered once the browser has started.
+    let targets: Targets = connection
+        .call_within(LAUNCH_TIMEOUT, "Target.getTargets", json!({}))
+        .await?;
+    let target = match targets.target_infos.into_iter().find(|t| t.kind == "page") {
+        Some(target) => target.target_id,
+        None => {
+            connection
+                .call::<Target>("Target.createTarget", json!({"url": "about:blank"}))
+                .await?
+                .target_id
+        }
+    };
+    let attached: Attached = connection
+        .call(
+            "Target.attachToTarget",
+            json!({"targetId": target, "flatten": true}),
+        )
+        .await?;
+    let page = connection.page(attached.session_id);
+    page.call::<IgnoredAny>("Page.enable", json!({})).await?;
+    page.call::<IgnoredAny>("Page.setLifecycleEventsEnabled", json!({"enabled": true}))
+        .await?;
+    Ok(page)
+}
+
 impl Running {
     /// Whether the process and its DevTools connection are still there.
     pub(crate) fn alive(&mut self) -> bool {
-        !self.handler.is_finished() && matches!(self.browser.try_wait(), Ok(None))
+        self.connection.is_open() && matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Points downloads at `<workspace>/downloads`.
@@ -452,17 +495,18 @@ impl Running {
         if self.downloads.as_ref() == Some(&dir) {
             return;
         }
-        let params = SetDownloadBehaviorParams::builder()
-            .behavior(SetDownloadBehaviorBehavior::Allow)
-            .download_path(dir.display().to_string())
-            .events_enabled(true)
-            .build();
-        match params {
-            Ok(params) => match self.browser.execute(params).await {
-                Ok(_) => self.downloads = Some(dir),
-                Err(error) => tracing::debug!(%error, "browser: cannot set the download directory"),
-            },
-            Err(error) => tracing::debug!(%error, "browser: download parameters"),
+        let params = json!({
+            "behavior": "allow",
+            "downloadPath": dir.display().to_string(),
+            "eventsEnabled": true,
+        });
+        match self
+            .connection
+            .call::<IgnoredAny>("Browser.setDownloadBehavior", params)
+            .await
+        {
+            Ok(_) => self.downloads = Some(dir),
+            Err(error) => tracing::debug!(%error, "browser: cannot set the download directory"),
         }
     }
 
@@ -471,28 +515,32 @@ impl Running {
         self.downloads.as_deref()
     }
 
-    pub(crate) fn browser(&self) -> &Browser {
-        &self.browser
+    /// The connection to the browser itself (its own events: downloads).
+    pub(crate) fn connection(&self) -> &Connection {
+        &self.connection
     }
 
     /// Closes the browser gracefully (so the profile, cookies included,
     /// is written out), or kills it.
     pub(crate) async fn close(mut self) {
         let graceful = tokio::time::timeout(CLOSE_TIMEOUT, async {
-            self.browser.close().await.ok()?;
-            self.browser.wait().await.ok()
+            // The answer may not come: the browser closes the pipe as it
+            // exits.
+            let _ = self
+                .connection
+                .call::<IgnoredAny>("Browser.close", json!({}))
+                .await;
+            self.child.wait().await.ok()
         })
         .await;
         if !matches!(graceful, Ok(Some(_))) {
-            let _ = self.browser.kill().await;
+            let _ = self.child.kill().await;
         }
-        self.handler.abort();
     }
 
     /// Kills the process (it is dead or unusable already).
     async fn kill(mut self) {
-        let _ = self.browser.kill().await;
-        self.handler.abort();
+        let _ = self.child.kill().await;
     }
 }
 
@@ -539,13 +587,6 @@ fn chromium_args(proxy: &str) -> Vec<(&'static str, Option<String>)> {
         ("proxy-bypass-list", Some("<-loopback>".to_owned())),
     ]);
     args
-}
-
-/// The port of `ws://127.0.0.1:PORT/devtools/browser/…`.
-fn devtools_port(ws: &str) -> Option<u16> {
-    let rest = ws.split_once("://")?.1;
-    let authority = rest.split('/').next()?;
-    authority.rsplit_once(':')?.1.parse().ok()
 }
 
 fn running_as_root() -> bool {
@@ -682,15 +723,6 @@ mod tests {
         assert_eq!(a, profile_name("telegram:12345"));
         let odd = profile_name("../../etc/passwd");
         assert!(!odd.contains('/') && !odd.starts_with('.'), "{odd}");
-    }
-
-    #[test]
-    fn the_devtools_port_is_read_from_the_websocket_address() {
-        assert_eq!(
-            devtools_port("ws://127.0.0.1:39671/devtools/browser/0a1b"),
-            Some(39671)
-        );
-        assert_eq!(devtools_port("nonsense"), None);
     }
 
     #[test]
