@@ -152,7 +152,7 @@ async fn an_enabled_pattern_that_matches_no_tool_is_refused_at_build() {
         .map(|_| ())
         .unwrap_err();
     // The browser tools come with the `browser` feature (on whenever the
-    // workspace builds the binaries, which turn it on).
+    // workspace builds the binaries, whose default build turns it on).
     let browser = if cfg!(feature = "browser") {
         "browser.click, browser.close, browser.content, browser.open, browser.screenshot, \
          browser.scroll, browser.select, browser.snapshot, browser.type, "

@@ -456,8 +456,8 @@ pub enum SearchProvider {
     Duckduckgo,
 }
 
-/// `browser.*` tools: a headless Chromium or Chrome (built with the
-/// `browser` feature).
+/// `browser.*` tools: a headless Chromium or Chrome (the `browser`
+/// feature, in the binaries' default build).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BrowserToolConfig {
