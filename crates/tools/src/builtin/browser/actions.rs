@@ -117,7 +117,10 @@ pub(crate) async fn snapshot(
         .map_err(|error| cdp_failed("read the page's accessibility tree", &error))?;
     // A node that does not parse is left out, not the whole page.
     let nodes: Vec<Node> = tree.nodes.into_iter().filter_map(node).collect();
-    let (url, title) = page_info(page).await;
+    // The frame's loader ties the numbers to this document.
+    let (frame, title) = tokio::join!(main_frame(page), title(page));
+    let frame = frame.map_err(|error| cdp_failed("read the page's frames", &error))?;
+    let url = frame.full_url();
     let header = format!(
         "URL: {url}\n{}\n",
         title.map(|t| format!("Title: {t}\n")).unwrap_or_default()
@@ -127,7 +130,6 @@ pub(crate) async fn snapshot(
         .saturating_sub(header.len() + 200)
         .max(128);
     let rendered = snapshot::render(&nodes, budget);
-    let loader = main_loader(page).await?;
     let mut output = header;
     if rendered.text.is_empty() {
         output.push_str("(the page shows nothing)\n");
@@ -145,7 +147,7 @@ pub(crate) async fn snapshot(
         output.push_str("No elements to click or type into.\n");
     }
     running.refs = Some(Refs {
-        loader,
+        loader: frame.loader_id,
         refs: rendered.refs,
     });
     Ok(output)
@@ -708,19 +710,31 @@ async fn main_loader(page: &Page) -> Result<String, ToolError> {
         .map_err(|error| cdp_failed("read the page's frames", &error))
 }
 
+impl Frame {
+    /// The URL, fragment included.
+    fn full_url(&self) -> String {
+        format!(
+            "{}{}",
+            self.url,
+            self.url_fragment.as_deref().unwrap_or_default()
+        )
+    }
+}
+
 /// The page's URL and title.
 async fn page_info(page: &Page) -> (String, Option<String>) {
-    let url = main_frame(page)
+    let (frame, title) = tokio::join!(main_frame(page), title(page));
+    (frame.map(|f| f.full_url()).unwrap_or_default(), title)
+}
+
+/// The document's title, its white space collapsed, unless empty.
+async fn title(page: &Page) -> Option<String> {
+    evaluate(page, "document.title")
         .await
-        .map(|frame| frame.url + frame.url_fragment.as_deref().unwrap_or_default())
-        .unwrap_or_default();
-    let title = evaluate(page, "document.title")
-        .await
-        .ok()
-        .and_then(|title| title.as_str().map(str::to_owned))
+        .ok()?
+        .as_str()
         .map(|t| t.split_whitespace().collect::<Vec<_>>().join(" "))
-        .filter(|t| !t.is_empty());
-    (url, title)
+        .filter(|t| !t.is_empty())
 }
 
 /// The main document's HTTP status, when the browser knows it.
