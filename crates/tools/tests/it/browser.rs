@@ -83,6 +83,22 @@ fn shop(blocked: SocketAddr) -> Router {
             }),
         )
         .route(
+            "/hop",
+            get(|| async {
+                Html(
+                    "<!doctype html><title>Hop</title>\
+                     <script>location.replace('/form')</script><img src=\"/slow\">",
+                )
+            }),
+        )
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                "late"
+            }),
+        )
+        .route(
             "/long",
             get(|| async {
                 Html(
@@ -496,6 +512,36 @@ async fn requests_to_addresses_outside_the_allow_list_are_refused_wherever_they_
         hits.load(Ordering::SeqCst),
         0,
         "a request reached 127.0.0.2"
+    );
+    env.browsers.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_that_moves_on_before_it_loads_opens_where_it_lands() {
+    let env = Env::new();
+    let (blocked, _) = blocked_server().await;
+    let shop = serve_on("127.0.0.1", shop(blocked)).await;
+    // /hop never loads (its image takes a minute): its script moves on
+    // to the form first.
+    let started = Instant::now();
+    let opened = env
+        .ok(
+            "a",
+            "browser.open",
+            json!({"url": format!("http://{shop}/hop")}),
+        )
+        .await;
+    assert_eq!(
+        opened,
+        format!(
+            "Opened http://{shop}/form\nTitle: Order a shirt\n\nbrowser.snapshot shows its \
+             elements to click or type into; browser.content its text."
+        )
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
     );
     env.browsers.shutdown().await;
 }

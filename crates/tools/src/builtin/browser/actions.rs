@@ -766,7 +766,9 @@ impl std::fmt::Display for NotLoaded {
     }
 }
 
-/// Navigates the page to `url` and waits for its `load` event.
+/// Navigates the page to `url` and waits for the `load` event of the
+/// document it lands on: this navigation's, or one the page moved on to
+/// before it loaded (a script's `location.replace`).
 async fn navigate(page: &Page, url: &str) -> Result<(), NotLoaded> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
@@ -783,6 +785,8 @@ async fn navigate(page: &Page, url: &str) -> Result<(), NotLoaded> {
         loader_id: String,
         name: String,
     }
+    // Whatever the page shows now may still load; that is not the end.
+    let before = main_frame(page).await.ok().map(|frame| frame.loader_id);
     let mut lifecycle: Events<Lifecycle> = page.subscribe("Page.lifecycleEvent");
     let navigated: Navigated = page
         .call("Page.navigate", json!({"url": url}))
@@ -791,11 +795,13 @@ async fn navigate(page: &Page, url: &str) -> Result<(), NotLoaded> {
     if let Some(error) = navigated.error_text.filter(|e| !e.is_empty()) {
         return Err(NotLoaded::Net(error));
     }
-    let Some(loader) = navigated.loader_id else {
+    if navigated.loader_id.is_none() {
         return Ok(());
-    };
+    }
     while let Some(event) = lifecycle.next().await {
-        if event.name == "load" && event.frame_id == navigated.frame_id && event.loader_id == loader
+        if event.name == "load"
+            && event.frame_id == navigated.frame_id
+            && before.as_ref() != Some(&event.loader_id)
         {
             return Ok(());
         }
