@@ -243,7 +243,7 @@ pub fn known_context_window(model: &str) -> Option<u32> {
 /// Models, `Qwen/Qwen2.5-7B-Instruct` on vLLM), without an Ollama tag
 /// (`llama3.1:8b`) or Bedrock version (`...-v1:0`), and without Bedrock's
 /// `us.`/`eu.`/`apac.`/`global.` and vendor prefixes.
-fn canonical(model: &str) -> String {
+pub(crate) fn canonical(model: &str) -> String {
     let lower = model.trim().to_ascii_lowercase();
     let name = lower.rsplit('/').next().unwrap_or_default();
     let mut name = name.split(':').next().unwrap_or_default();

@@ -34,6 +34,7 @@ mod probe;
 mod provider;
 mod router;
 mod tokens;
+mod vision;
 
 #[cfg(feature = "bedrock")]
 pub use bedrock::{AwsCredentials, build_bedrock_client};
@@ -57,3 +58,4 @@ pub use tokens::{
     Encoding, Estimate, IMAGE_TOKENS, MESSAGE_OVERHEAD, TokenCounter, encoding_for_model,
     token_counter,
 };
+pub use vision::known_image_input;

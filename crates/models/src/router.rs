@@ -23,7 +23,9 @@
 //! silently cut the oldest part of the prompt instead of refusing. The
 //! model is recorded as a [`Error::ContextOverflow`] attempt and the next
 //! one is tried. Windows that are only assumed (the built-in table, a
-//! kind's default) are left to the server to enforce.
+//! kind's default) are left to the server to enforce. A model that does
+//! not read images ([`ModelRouter::reads_images`]) is sent the request
+//! with a note in place of each image.
 //!
 //! Once the first event has arrived the answer belongs to the caller: a
 //! stream that fails later is not replayed (the caller has already shown
@@ -33,6 +35,7 @@
 mod backoff;
 mod breaker;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::pin::Pin;
@@ -41,7 +44,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use flynn_protocol::Tier;
-use flynn_protocol::config::{ModelRef, ModelsConfig, ProviderConfig};
+use flynn_protocol::config::{ModelRef, ModelsConfig, ProviderConfig, ProviderKind};
 use futures::{Stream, StreamExt};
 
 use backoff::Backoff;
@@ -50,6 +53,7 @@ use breaker::{Breakers, Health, Permit};
 
 use crate::context_window::{ContextWindows, WindowSource};
 use crate::tokens::token_counter;
+use crate::vision::{known_image_input, without_images};
 use crate::{Error, ModelClient, ModelRequest, ModelStream, Result, StreamEvent};
 
 /// The error when no provider is configured at all (and no local model
@@ -403,6 +407,23 @@ impl ModelRouter {
                 },
             ));
         };
+        // A model that does not read images gets a note in their place.
+        let note = format!(
+            "[an image is not shown here: {model} does not read images (set models.image_input.\"{model}\": true if it does)]"
+        );
+        let stripped = if self.reads_images(model) {
+            None
+        } else {
+            without_images(&request.messages, &note)
+        };
+        let request = match &stripped {
+            Some(messages) => ModelRequest {
+                messages: Cow::Borrowed(messages.as_slice()),
+                ..request.for_model(model.model())
+            },
+            None => request.for_model(model.model()),
+        };
+        let request = &request;
         if let Some(error) = self.too_long(client.as_ref(), model, request).await {
             return Err(failed(0, error));
         }
@@ -440,6 +461,26 @@ impl ModelRouter {
             tokio::time::sleep(wait).await;
             last_error = Some(error);
         }
+    }
+
+    /// Whether `model` reads images: `models.image_input` (by
+    /// `provider/model`, then the bare id), else never for a model run in
+    /// process (`kind: local` sees text only), else the built-in table
+    /// ([`known_image_input`]). The router replaces the images of a
+    /// request to a model that does not with a note.
+    pub fn reads_images(&self, model: &ModelRef) -> bool {
+        let configured = &self.models.image_input;
+        if let Some(reads) = configured
+            .get(&model.to_string())
+            .or_else(|| configured.get(model.model()))
+        {
+            return *reads;
+        }
+        let local = self
+            .clients
+            .get(model.provider())
+            .is_some_and(|client| client.info().kind == ProviderKind::Local);
+        !local && known_image_input(model.model())
     }
 
     /// A context overflow when `request` cannot fit a window known for sure.

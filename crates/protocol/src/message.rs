@@ -105,6 +105,60 @@ impl Message {
         out
     }
 
+    /// Whether this is a user message of tool results: at least one
+    /// result, and besides them only the images the tools attached (which
+    /// follow the results).
+    pub fn is_tool_results(&self) -> bool {
+        self.role == Role::User
+            && self
+                .content
+                .iter()
+                .any(|block| matches!(block, ContentBlock::ToolResult { .. }))
+            && self.content.iter().all(|block| {
+                matches!(
+                    block,
+                    ContentBlock::ToolResult { .. } | ContentBlock::Image { .. }
+                )
+            })
+    }
+
+    /// Whether the message holds an image.
+    pub fn has_images(&self) -> bool {
+        self.content
+            .iter()
+            .any(|block| matches!(block, ContentBlock::Image { .. }))
+    }
+
+    /// Takes the message's images out, leaving `note` in the place of
+    /// each: appended to the tool result before it (an image a tool
+    /// attached), else as a text block. Returns how many were taken out.
+    pub fn replace_images(&mut self, note: &str) -> usize {
+        let mut replaced = 0;
+        let mut content = Vec::with_capacity(self.content.len());
+        let mut last_result = None;
+        for block in std::mem::take(&mut self.content) {
+            match block {
+                ContentBlock::Image { .. } => {
+                    replaced += 1;
+                    match last_result.and_then(|at| content.get_mut(at)) {
+                        Some(ContentBlock::ToolResult { content, .. }) => {
+                            content.push('\n');
+                            content.push_str(note);
+                        }
+                        _ => content.push(ContentBlock::text(note)),
+                    }
+                }
+                ContentBlock::ToolResult { .. } => {
+                    last_result = Some(content.len());
+                    content.push(block);
+                }
+                other => content.push(other),
+            }
+        }
+        self.content = content;
+        replaced
+    }
+
     /// The tool calls this message asks for, in order.
     pub fn tool_uses(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
         self.content.iter().filter_map(|block| match block {
@@ -149,6 +203,62 @@ mod tests {
         );
         let back: Message = serde_json::from_value(json).unwrap_or_else(|_| Message::user(""));
         assert_eq!(back, message);
+    }
+
+    fn png() -> ContentBlock {
+        ContentBlock::Image {
+            source: ImageSource::Base64 {
+                media_type: "image/png".into(),
+                data: "iVBORw0KGgo=".into(),
+            },
+        }
+    }
+
+    fn result(id: &str, content: &str) -> ContentBlock {
+        ContentBlock::ToolResult {
+            tool_use_id: id.into(),
+            content: content.into(),
+            is_error: false,
+        }
+    }
+
+    #[test]
+    fn tool_results_may_carry_the_images_tools_attached() {
+        let results = |content| Message {
+            role: Role::User,
+            content,
+        };
+        assert!(results(vec![result("t1", "ok"), png()]).is_tool_results());
+        assert!(results(vec![result("t1", "ok")]).is_tool_results());
+        assert!(!results(vec![png()]).is_tool_results());
+        assert!(!results(vec![result("t1", "ok"), ContentBlock::text("hi")]).is_tool_results());
+    }
+
+    #[test]
+    fn replaced_images_leave_a_note_on_their_result_or_as_text() {
+        let mut message = Message {
+            role: Role::User,
+            content: vec![result("t1", "a"), result("t2", "b"), png()],
+        };
+        assert_eq!(message.replace_images("[no image]"), 1);
+        assert_eq!(
+            message.content,
+            vec![result("t1", "a"), result("t2", "b\n[no image]")]
+        );
+
+        let mut photo = Message {
+            role: Role::User,
+            content: vec![png(), ContentBlock::text("what is this?")],
+        };
+        assert_eq!(photo.replace_images("[no image]"), 1);
+        assert_eq!(
+            photo.content,
+            vec![
+                ContentBlock::text("[no image]"),
+                ContentBlock::text("what is this?")
+            ]
+        );
+        assert!(!photo.has_images());
     }
 
     #[test]

@@ -783,6 +783,54 @@ mod tests {
         );
     }
 
+    /// Anthropic takes other content after a message's tool results: the
+    /// images a tool attached follow them in the same user message.
+    #[test]
+    fn images_follow_the_tool_results_in_the_same_message() {
+        let request = ModelRequest::new(
+            "claude-sonnet-4-5",
+            vec![
+                Message {
+                    role: Role::Assistant,
+                    content: vec![ContentBlock::ToolUse {
+                        id: "toolu_01".into(),
+                        name: "browser.screenshot".into(),
+                        input: json!({}),
+                    }],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![
+                        ContentBlock::ToolResult {
+                            tool_use_id: "toolu_01".into(),
+                            content: "Saved a screenshot.".into(),
+                            is_error: false,
+                        },
+                        ContentBlock::Image {
+                            source: ImageSource::Base64 {
+                                media_type: "image/png".into(),
+                                data: "AAAA".into(),
+                            },
+                        },
+                    ],
+                },
+            ],
+        );
+        assert_eq!(
+            body(&request)["messages"],
+            json!([
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "toolu_01", "name": "browser_screenshot", "input": {}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_01", "content": "Saved a screenshot.", "is_error": false},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"},
+                     "cache_control": {"type": "ephemeral"}}
+                ]}
+            ])
+        );
+    }
+
     #[test]
     fn omits_what_is_not_set() {
         let request = ModelRequest::new("claude-haiku-4-5", vec![Message::user("Hello")]);

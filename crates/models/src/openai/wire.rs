@@ -649,6 +649,69 @@ mod tests {
         );
     }
 
+    /// Chat Completions takes images only in user messages: the images a
+    /// tool attached follow the `tool` messages as one user message.
+    #[test]
+    fn images_after_tool_results_become_a_user_message_after_the_tool_messages() {
+        let png = |data: &str| ContentBlock::Image {
+            source: ImageSource::Base64 {
+                media_type: "image/png".into(),
+                data: data.into(),
+            },
+        };
+        let result = |id: &str, content: &str| ContentBlock::ToolResult {
+            tool_use_id: id.into(),
+            content: content.into(),
+            is_error: false,
+        };
+        let request = ModelRequest::new(
+            "gpt-4o",
+            vec![
+                Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        ContentBlock::ToolUse {
+                            id: "call_1".into(),
+                            name: "browser.screenshot".into(),
+                            input: json!({}),
+                        },
+                        ContentBlock::ToolUse {
+                            id: "call_2".into(),
+                            name: "browser.screenshot".into(),
+                            input: json!({"full_page": true}),
+                        },
+                    ],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![
+                        result("call_1", "Saved a screenshot."),
+                        result("call_2", "Saved another."),
+                        png("AAAA"),
+                        png("BBBB"),
+                    ],
+                },
+            ],
+        );
+        assert_eq!(
+            body(ProviderKind::Openai, &request)["messages"],
+            json!([
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "browser_screenshot", "arguments": "{}"}},
+                    {"id": "call_2", "type": "function",
+                     "function": {"name": "browser_screenshot", "arguments": "{\"full_page\":true}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "Saved a screenshot."},
+                {"role": "tool", "tool_call_id": "call_2", "content": "Saved another."},
+                {"role": "user", "content": [
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,BBBB"}}
+                ]}
+            ])
+        );
+    }
+
     #[test]
     fn openai_itself_gets_max_completion_tokens() {
         let request = ModelRequest::new("gpt-5", vec![Message::user("hi")]);

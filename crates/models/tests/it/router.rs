@@ -1248,3 +1248,62 @@ async fn ollama_reported_window_is_enforced() {
         "{error}"
     );
 }
+
+/// A model that does not read images (by the table, or because
+/// `models.image_input` says so) gets a note in place of each; one that
+/// does, or that the config says does, gets them as they are.
+#[tokio::test]
+async fn images_go_only_to_models_that_read_them() {
+    let photo = Message {
+        role: flynn_protocol::Role::User,
+        content: vec![
+            flynn_protocol::ContentBlock::Image {
+                source: flynn_protocol::ImageSource::Base64 {
+                    media_type: "image/png".into(),
+                    data: "AAAA".into(),
+                },
+            },
+            flynn_protocol::ContentBlock::text("what is this?"),
+        ],
+    };
+    let model = ScriptedModel::echo("p");
+    let mut models = settings(&["p/gpt-4o"], &[]);
+    models.image_input.insert("p/my-vision".into(), true);
+    models.image_input.insert("gpt-4o-mini".into(), false);
+    let router = ModelRouter::new(
+        HashMap::from([("p".to_owned(), model.clone() as Arc<dyn ModelClient>)]),
+        models,
+    );
+    for name in ["p/gpt-4o", "p/my-vision", "p/gpt-4o-mini", "p/some-model"] {
+        let routed = within(router.stream_model(
+            &name.parse().unwrap(),
+            ModelRequest::new("", vec![photo.clone()]),
+        ))
+        .await
+        .unwrap();
+        read(routed).await;
+    }
+    let sent: Vec<Message> = model
+        .requests()
+        .into_iter()
+        .map(|request| request.messages[0].clone())
+        .collect();
+    let noted = |name: &str| Message {
+        role: flynn_protocol::Role::User,
+        content: vec![
+            flynn_protocol::ContentBlock::text(format!(
+                "[an image is not shown here: {name} does not read images (set models.image_input.\"{name}\": true if it does)]"
+            )),
+            flynn_protocol::ContentBlock::text("what is this?"),
+        ],
+    };
+    assert_eq!(
+        sent,
+        vec![
+            photo.clone(),
+            photo,
+            noted("p/gpt-4o-mini"),
+            noted("p/some-model")
+        ]
+    );
+}

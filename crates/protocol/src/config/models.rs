@@ -334,6 +334,11 @@ pub struct ModelsConfig {
     /// win over the built-in table and what the server reports.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub context_windows: BTreeMap<String, u32>,
+    /// Whether a model reads images, by `provider/model` or bare model id;
+    /// wins over the built-in table. A model that does not gets none:
+    /// each image in the history is replaced by a note.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub image_input: BTreeMap<String, bool>,
     /// Prices in USD per million tokens, by `provider/model` or bare model
     /// id; win over the built-in price table.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -354,6 +359,7 @@ impl Default for ModelsConfig {
             circuit_breaker: CircuitBreakerConfig::default(),
             local_only: true,
             context_windows: BTreeMap::new(),
+            image_input: BTreeMap::new(),
             prices: BTreeMap::new(),
             token_counting: TokenCounting::default(),
         }
