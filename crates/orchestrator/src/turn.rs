@@ -403,6 +403,7 @@ fn tool_context(
             session: job.session.clone(),
             events: job.events.clone(),
         })),
+        attachments: flynn_tools::Attachments::default(),
     }
 }
 
@@ -782,6 +783,9 @@ async fn run_tools(
             .is_some_and(|tool| tool.parallel_safe())
     };
     let mut results = Vec::with_capacity(calls.len());
+    // Images the tools attached go after every result: Anthropic wants
+    // the results first, and the other providers' mappers move them.
+    let mut images = Vec::new();
     let mut start = 0;
     while start < calls.len() {
         let mut end = start + 1;
@@ -822,9 +826,16 @@ async fn run_tools(
                 content: result.content,
                 is_error: result.is_error,
             });
+            images.extend(
+                result
+                    .images
+                    .into_iter()
+                    .map(|source| ContentBlock::Image { source }),
+            );
         }
         start = end;
     }
+    results.extend(images);
     results
 }
 
@@ -842,6 +853,7 @@ fn not_json(call: &ToolCall, text: &str) -> ToolResult {
             call.name
         ),
         is_error: true,
+        images: Vec::new(),
     }
 }
 

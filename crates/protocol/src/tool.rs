@@ -44,4 +44,9 @@ pub struct ToolResult {
     pub tool_use_id: String,
     pub content: String,
     pub is_error: bool,
+    /// Images the tool attached (`browser.screenshot`'s PNG), for models
+    /// that read images: a turn puts them after the message's tool results
+    /// as [`ContentBlock::Image`](crate::ContentBlock::Image) blocks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<crate::ImageSource>,
 }

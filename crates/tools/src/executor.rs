@@ -2,11 +2,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use base64::Engine as _;
 use flynn_protocol::config::{HookAction, ToolsConfig};
-use flynn_protocol::{ToolCall, ToolEffect, ToolResult};
+use flynn_protocol::{ImageSource, ToolCall, ToolEffect, ToolResult};
 
 use crate::gate::{ApprovalRequest, confirm};
 use crate::taint::{self, Hold};
+use crate::tool::{AttachedImage, Attachments, MAX_IMAGE_BYTES, MAX_IMAGE_SIDE};
 use crate::{
     AuditLog, AuditRecord, GuardedCall, Hooks, Redactor, Tool, ToolCatalog, ToolContext, ToolError,
     ToolPolicy, ToolRegistry, wrap_untrusted,
@@ -157,7 +159,13 @@ impl ToolExecutor {
         let started = Instant::now();
         let tool = self.registry.get(&call.name);
         let mut gate = GateTrace::default();
-        let outcome = self.run(tool.as_ref(), call, ctx, &mut gate).await;
+        // The call's own attachments: calls of one batch run together.
+        let call_ctx = ToolContext {
+            attachments: Attachments::default(),
+            ..ctx.clone()
+        };
+        let outcome = self.run(tool.as_ref(), call, &call_ctx, &mut gate).await;
+        let attached = call_ctx.attachments.take();
         let elapsed = started.elapsed();
         let (content, is_error, label, quoted) = match outcome {
             Ok(output) => (output, false, "ok", None),
@@ -188,6 +196,14 @@ impl ToolExecutor {
             content = format!("{content}:\n{}", wrap_untrusted(&call.name, &quoted));
             untrusted = true;
         }
+        // Images are data, like the text they come with (and, from an
+        // untrusted tool, just as untrusted: the turn is marked above);
+        // the notes about them are Flynn's, outside any wrapping.
+        let images = if is_error {
+            Vec::new()
+        } else {
+            images(attached, &mut content)
+        };
         if let Some(audit) = &self.audit {
             audit.record(&AuditRecord {
                 time_ms: now_ms(),
@@ -212,6 +228,7 @@ impl ToolExecutor {
             tool_use_id: call.id.clone(),
             content,
             is_error,
+            images,
         }
     }
 
@@ -374,6 +391,48 @@ impl ToolExecutor {
         }
         result
     }
+}
+
+/// The images a call attached, as they go to the model, with a note in
+/// `content` for each: attached, or left out for its size.
+fn images(attached: Vec<AttachedImage>, content: &mut String) -> Vec<ImageSource> {
+    let mut images = Vec::new();
+    for AttachedImage { media_type, data } in attached {
+        let bytes = data.len();
+        let side = png_size(&data).filter(|(w, h)| *w.max(h) > MAX_IMAGE_SIDE);
+        let note = if bytes > MAX_IMAGE_BYTES {
+            format!(
+                "[an image ({media_type}, {bytes} bytes) was not attached: images in tool results may have at most {MAX_IMAGE_BYTES} bytes]"
+            )
+        } else if let Some((w, h)) = side {
+            format!(
+                "[an image ({media_type}, {w}x{h} px) was not attached: images in tool results may have at most {MAX_IMAGE_SIDE} px a side]"
+            )
+        } else {
+            let note = format!(
+                "[an image ({media_type}, {bytes} bytes) is attached after the tool results]"
+            );
+            images.push(ImageSource::Base64 {
+                data: base64::engine::general_purpose::STANDARD.encode(&data),
+                media_type,
+            });
+            note
+        };
+        if !content.is_empty() {
+            content.push('\n');
+        }
+        content.push_str(&note);
+    }
+    images
+}
+
+/// A PNG's width and height, from its header.
+fn png_size(data: &[u8]) -> Option<(u32, u32)> {
+    if !data.starts_with(b"\x89PNG\r\n\x1a\n") || data.get(12..16)? != b"IHDR" {
+        return None;
+    }
+    let number = |at: usize| Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?));
+    Some((number(16)?, number(20)?))
 }
 
 fn outcome_label(error: &ToolError) -> &'static str {

@@ -55,4 +55,7 @@ pub use provenance::Provenance;
 pub use redact::{REDACTED, Redactor, env_secrets};
 pub use registry::{ToolRegistry, ToolSource};
 pub use sandbox::find_program;
-pub use tool::{Tool, ToolContext, TypedTool, into_dyn};
+pub use tool::{
+    AttachedImage, Attachments, MAX_IMAGE_BYTES, MAX_IMAGE_SIDE, Tool, ToolContext, TypedTool,
+    into_dyn,
+};

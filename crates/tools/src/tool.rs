@@ -1,6 +1,6 @@
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -56,6 +56,36 @@ pub struct ToolContext {
     /// Where the files `media.send` and `voice.say` send go: the turn's
     /// chat. `None` outside a turn.
     pub media: Option<Arc<dyn MediaSender>>,
+    /// Images the call hands the model beside its text
+    /// ([`attach_image`](Self::attach_image)). The executor gives every
+    /// call its own and returns them with the call's result.
+    pub attachments: Attachments,
+}
+
+/// An image a tool call attached: its media type (`image/png`) and bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachedImage {
+    pub media_type: String,
+    pub data: Vec<u8>,
+}
+
+/// The images one tool call attached, in order. Cheap to clone (shared).
+#[derive(Debug, Clone, Default)]
+pub struct Attachments(Arc<Mutex<Vec<AttachedImage>>>);
+
+impl Attachments {
+    /// Adds an image.
+    pub fn push(&self, image: AttachedImage) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(image);
+    }
+
+    /// Takes the images attached so far.
+    pub fn take(&self) -> Vec<AttachedImage> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
 }
 
 impl ToolContext {
@@ -80,9 +110,33 @@ impl ToolContext {
             host: None,
             guards: Arc::new(Guards::new()),
             media: None,
+            attachments: Attachments::default(),
         }
     }
+
+    /// Hands the model an image beside the call's text result (a
+    /// screenshot), for models that read images. The executor sends it
+    /// only when the call succeeds, and leaves out (saying so in the text)
+    /// one over [`MAX_IMAGE_BYTES`] or, for a PNG, over
+    /// [`MAX_IMAGE_SIDE`] pixels on a side; the tool's text should still
+    /// say where the image is kept, for models that get none.
+    pub fn attach_image(&self, media_type: &str, data: Vec<u8>) {
+        self.attachments.push(AttachedImage {
+            media_type: media_type.to_owned(),
+            data,
+        });
+    }
 }
+
+/// The largest image a tool result carries, in bytes (before base64):
+/// well within every provider's limit (Anthropic 5 MB, Bedrock 3.75 MB),
+/// and about as much as one screenshot should cost a request.
+pub const MAX_IMAGE_BYTES: usize = 1_500_000;
+
+/// The longest side, in pixels, of an image a tool result carries:
+/// Anthropic and Bedrock refuse larger ones (a full-page screenshot of a
+/// long page can be).
+pub const MAX_IMAGE_SIDE: u32 = 8_000;
 
 impl fmt::Debug for ToolContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -181,6 +181,7 @@ pub fn untrusted(tool: &str, content: &str) -> ToolResult {
         tool_use_id: "call_1".to_owned(),
         content: flynn_tools::wrap_untrusted(tool, content),
         is_error: false,
+        images: Vec::new(),
     }
 }
 
@@ -189,6 +190,7 @@ pub fn ok(content: &str) -> ToolResult {
         tool_use_id: "call_1".to_owned(),
         content: content.to_owned(),
         is_error: false,
+        images: Vec::new(),
     }
 }
 
@@ -197,6 +199,7 @@ pub fn error(content: &str) -> ToolResult {
         tool_use_id: "call_1".to_owned(),
         content: content.to_owned(),
         is_error: true,
+        images: Vec::new(),
     }
 }
 

@@ -557,7 +557,11 @@ async fn a_screenshot_is_a_png_file_in_the_workspace() {
         json!({"url": format!("http://{shop}/form")}),
     )
     .await;
-    let saved = env.ok("a", "browser.screenshot", json!({})).await;
+    let ctx = env.ctx("a");
+    let saved = env.tools["browser.screenshot"]
+        .call(json!({}), &ctx)
+        .await
+        .unwrap();
     let path = saved
         .lines()
         .find_map(|line| line.strip_prefix("Path: "))
@@ -575,6 +579,14 @@ async fn a_screenshot_is_a_png_file_in_the_workspace() {
     );
     let png = std::fs::read(path).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    // The same PNG goes to the model beside the text.
+    assert_eq!(
+        ctx.attachments.take(),
+        vec![flynn_tools::AttachedImage {
+            media_type: "image/png".into(),
+            data: png.clone(),
+        }]
+    );
     let width = u32::from_be_bytes(png[16..20].try_into().unwrap());
     let height = u32::from_be_bytes(png[20..24].try_into().unwrap());
     assert!(width >= 200 && height >= 200, "{width}x{height}");

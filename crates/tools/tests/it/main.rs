@@ -7,6 +7,7 @@ mod browser;
 mod files;
 mod gate;
 mod hidden;
+mod images;
 mod logs;
 mod policy;
 mod process;
@@ -104,6 +105,7 @@ fn ok(content: &str) -> ToolResult {
         tool_use_id: "call-1".into(),
         content: content.into(),
         is_error: false,
+        images: Vec::new(),
     }
 }
 
@@ -112,6 +114,7 @@ fn err(content: &str) -> ToolResult {
         tool_use_id: "call-1".into(),
         content: content.into(),
         is_error: true,
+        images: Vec::new(),
     }
 }
 

@@ -176,6 +176,7 @@ async fn shell_exec_and_process_start_run_in_the_sandbox() {
                 target.display()
             ),
             is_error: false,
+            images: Vec::new(),
         }
     );
     let started = executor

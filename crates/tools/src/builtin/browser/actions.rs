@@ -474,7 +474,8 @@ pub(crate) async fn content(
     Ok(output)
 }
 
-/// `browser.screenshot`: a PNG under `<workspace>/screenshots/`.
+/// `browser.screenshot`: a PNG under `<workspace>/screenshots/`, also
+/// attached to the result for models that read images.
 pub(crate) async fn screenshot(
     running: &mut Running,
     ctx: &ToolContext,
@@ -518,6 +519,7 @@ pub(crate) async fn screenshot(
         }
     };
     write_all(file, &png, &path).await?;
+    ctx.attach_image("image/png", png.clone());
     let size = png_size(&png)
         .map(|(w, h)| format!("{w}x{h} px, "))
         .unwrap_or_default();

@@ -459,7 +459,7 @@ impl TypedTool for BrowserScreenshot {
 
     fn description(&self) -> &str {
         "Save a PNG screenshot of the open page in the workspace (screenshots/) and return its \
-         path."
+         path; a model that reads images also sees the screenshot."
     }
 
     fn timeout(&self) -> Duration {
