@@ -29,9 +29,40 @@ use flynn_protocol::{ContentBlock, Message, Role};
 /// stopped (a crash, a kill) while the tool ran.
 pub const INTERRUPTED_RESULT: &str = "interrupted: the tool did not finish because Flynn stopped while it ran; it may or may not have had an effect";
 
-/// A stored history made ready to send: [`normalize`], then [`repair`].
+/// What an image a tool attached in an earlier turn becomes (see
+/// [`fade_tool_images`]).
+pub const FADED_IMAGE: &str =
+    "[the image that came with this result was shown in an earlier turn and is no longer sent]";
+
+/// A stored history made ready to send: [`normalize`], then [`repair`],
+/// then [`fade_tool_images`].
 pub fn prepare(history: Vec<Message>) -> Vec<Message> {
-    repair(normalize(history))
+    fade_tool_images(repair(normalize(history)))
+}
+
+/// Replaces the images tools attached in earlier turns (those in messages
+/// of tool results before the last user message that is not one) with
+/// [`FADED_IMAGE`], appended to the result before each. The model saw
+/// them in their turn; sending every old screenshot again would cost its
+/// tokens on every call. The images of the turn under way, and those a
+/// person sent, stay.
+pub fn fade_tool_images(mut history: Vec<Message>) -> Vec<Message> {
+    let Some(start) = history
+        .iter()
+        .rposition(|message| message.role == Role::User && !message.is_tool_results())
+    else {
+        return history;
+    };
+    for message in &mut history[..start] {
+        let from_tools = message
+            .content
+            .iter()
+            .any(|block| matches!(block, ContentBlock::ToolResult { .. }));
+        if from_tools {
+            message.replace_images(FADED_IMAGE);
+        }
+    }
+    history
 }
 
 /// Makes every tool call answered and every tool result asked for, as
@@ -425,6 +456,41 @@ mod tests {
                     content: vec![ContentBlock::text("first"), ContentBlock::text("second")],
                 },
                 Message::assistant("answer"),
+            ]
+        );
+    }
+
+    fn png(data: &str) -> ContentBlock {
+        ContentBlock::Image {
+            source: flynn_protocol::ImageSource::Base64 {
+                media_type: "image/png".into(),
+                data: data.into(),
+            },
+        }
+    }
+
+    #[test]
+    fn only_the_turn_under_ways_tool_images_are_sent() {
+        let photo = user(vec![png("PHOTO"), ContentBlock::text("and this?")]);
+        let history = vec![
+            Message::user("look at the page"),
+            assistant(vec![call("a")]),
+            user(vec![result("a", "saved", false), png("OLD")]),
+            Message::assistant("a login form"),
+            photo.clone(),
+            assistant(vec![call("b")]),
+            user(vec![result("b", "saved", false), png("NEW")]),
+        ];
+        assert_eq!(
+            prepare(history),
+            vec![
+                Message::user("look at the page"),
+                assistant(vec![call("a")]),
+                user(vec![result("a", &format!("saved\n{FADED_IMAGE}"), false)]),
+                Message::assistant("a login form"),
+                photo,
+                assistant(vec![call("b")]),
+                user(vec![result("b", "saved", false), png("NEW")]),
             ]
         );
     }

@@ -7,24 +7,22 @@ use std::collections::HashMap;
 
 use flynn_protocol::{ContentBlock, Message, Role};
 
-/// Whether `message` starts a turn: a user message with at least one block
-/// that is not a tool result (text, an image).
+/// Whether `message` starts a turn: a user message with a block that is
+/// not a tool result (text, an image), other than a message of tool
+/// results with the images the tools attached.
 pub(crate) fn is_turn_start(message: &Message) -> bool {
     message.role == Role::User
+        && !message.is_tool_results()
         && message
             .content
             .iter()
             .any(|block| !matches!(block, ContentBlock::ToolResult { .. }))
 }
 
-/// Whether `message` is a user message of tool results only.
+/// Whether `message` is a user message of tool results only (and the
+/// images the tools attached).
 fn is_tool_results(message: &Message) -> bool {
-    message.role == Role::User
-        && !message.content.is_empty()
-        && message
-            .content
-            .iter()
-            .all(|block| matches!(block, ContentBlock::ToolResult { .. }))
+    message.is_tool_results()
 }
 
 /// The turns and safe cut points of one history.
@@ -196,5 +194,31 @@ mod tests {
         // Keeping 3 turns would cut at 2; the latest safe cut before it is none.
         assert_eq!(cuts.keeping_turns(3), 0);
         assert_eq!(cuts.keeping_turns(2), 5);
+    }
+
+    #[test]
+    fn images_a_tool_attached_do_not_start_a_turn() {
+        let mut screenshot = results(&["a"]);
+        screenshot.content.push(ContentBlock::Image {
+            source: flynn_protocol::ImageSource::Base64 {
+                media_type: "image/png".into(),
+                data: "AAAA".into(),
+            },
+        });
+        let history = vec![
+            Message::user("look"),       // 0
+            call(&["a"]),                // 1
+            screenshot,                  // 2: results and their image
+            Message::assistant("I see"), // 3
+            Message::user("next"),       // 4
+        ];
+        let cuts = Cuts::of(&history);
+        assert_eq!(
+            cuts,
+            Cuts {
+                turn_starts: vec![0, 4],
+                safe: vec![3, 4],
+            }
+        );
     }
 }
