@@ -7,6 +7,7 @@ mod cluster;
 mod commands;
 mod compaction;
 mod delegation;
+mod images;
 mod lanes;
 mod memory;
 mod recovery;
