@@ -15,7 +15,7 @@
 //! | `extra` | exists only while toggled on |
 //! | `getenv {name}` | the value of an environment variable of the server, or `unset` |
 //! | `crash` | stdio only: exits with status 3 in the middle of the call |
-//! | `freeze` | stdio only: stops its own process (`SIGSTOP`): alive, but answering nothing, pings included |
+//! | `freeze` | stdio only: stops its own process (`SIGSTOP`): alive, but answering nothing, pings included (and never this call, even once continued) |
 //! | `list_delay {secs}` | stdio only: from now on, `tools/list` takes that long to answer |
 //! | `notify {times}` | stdio only: sends `notifications/tools/list_changed` that many times |
 //! | `whoami` | HTTP only: the `Authorization` header of the request, or `none` |
@@ -319,8 +319,13 @@ impl FixtureServer {
                     .args(["-STOP", &pid])
                     .status()
                     .await;
-                // Only reached if the stop failed, or once continued.
-                Ok(text(format!("not frozen: {stopped:?}")))
+                // Only reached if the stop failed, or once something
+                // continued the process (seen once, under load, while the
+                // client restarted it). A frozen server answers nothing,
+                // ever: the call ends only with its connection.
+                self.log
+                    .record(format!("continued after freezing: {stopped:?}"));
+                std::future::pending().await
             }
             "list_delay" if self.transport == Transport::Stdio => {
                 let secs = number(args, "secs")?.as_f64().unwrap_or_default();
