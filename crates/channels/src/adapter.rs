@@ -231,6 +231,22 @@ impl OutgoingFile {
     /// Characters of a caption every platform takes (Telegram and
     /// WhatsApp stop at 1,024).
     pub const CAPTION_MAX: usize = 1000;
+
+    /// Refuses, before anything is sent, a file over `limit` bytes or an
+    /// empty one, which no platform takes; `channel` names the platform.
+    pub fn check_size(&self, channel: &str, limit: u64) -> Result<(), ChannelError> {
+        let size = self.data.len() as u64;
+        if size > limit {
+            return Err(ChannelError::too_large(channel, size, limit));
+        }
+        if self.data.is_empty() {
+            return Err(ChannelError::Rejected {
+                channel: channel.to_owned(),
+                detail: format!("'{}' is empty, and an empty file cannot be sent", self.name),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// A message someone sent the bot.
@@ -595,6 +611,29 @@ pub trait ChannelAdapter: Send + Sync + 'static {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_over_the_limit_or_empty_is_refused_by_name() {
+        let file = |data: &'static [u8]| OutgoingFile {
+            kind: FileKind::Document,
+            name: "report.pdf".to_owned(),
+            media_type: "application/pdf".to_owned(),
+            data: Bytes::from_static(data),
+            caption: None,
+        };
+        assert!(file(b"%PDF").check_size("slack", 4).is_ok());
+        assert_eq!(
+            file(b"%PDF-")
+                .check_size("slack", 4)
+                .unwrap_err()
+                .to_string(),
+            "slack refused the request: the file has 0.0 MB, over the 0 MB limit"
+        );
+        assert_eq!(
+            file(b"").check_size("slack", 4).unwrap_err().to_string(),
+            "slack refused the request: 'report.pdf' is empty, and an empty file cannot be sent"
+        );
+    }
 
     #[test]
     fn a_display_name_cannot_pass_for_a_username() {

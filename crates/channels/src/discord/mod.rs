@@ -614,16 +614,7 @@ impl ChannelAdapter for DiscordAdapter {
     /// interaction's webhook is left to the text answer. Rate limits and
     /// outages are retried here, as the upload is sent whole each time.
     async fn send_file(&self, to: &Target, file: &OutgoingFile) -> Result<MessageId, ChannelError> {
-        let size = file.data.len() as u64;
-        if size > UPLOAD_LIMIT {
-            return Err(ChannelError::too_large(CHANNEL, size, UPLOAD_LIMIT));
-        }
-        if file.data.is_empty() {
-            return Err(ChannelError::Rejected {
-                channel: CHANNEL.to_owned(),
-                detail: format!("'{}' is empty; Discord takes no empty files", file.name),
-            });
-        }
+        file.check_size(CHANNEL, UPLOAD_LIMIT)?;
         let channel = snowflake("channel", &to.conversation.chat)?;
         let path = format!("/channels/{channel}/messages");
         let caption = file

@@ -394,16 +394,7 @@ impl ChannelAdapter for SlackAdapter {
     /// asynchronously and names no message, so the id returned is the
     /// file's (`F…`).
     async fn send_file(&self, to: &Target, file: &OutgoingFile) -> Result<MessageId, ChannelError> {
-        let size = file.data.len() as u64;
-        if size > UPLOAD_LIMIT {
-            return Err(ChannelError::too_large(CHANNEL, size, UPLOAD_LIMIT));
-        }
-        if file.data.is_empty() {
-            return Err(ChannelError::Rejected {
-                channel: CHANNEL.to_owned(),
-                detail: format!("'{}' is empty; Slack takes no empty files", file.name),
-            });
-        }
+        file.check_size(CHANNEL, UPLOAD_LIMIT)?;
         let name = file_name(&file.name);
         let id = crate::outbound::retrying(|| self.upload(&name, file)).await?;
         let mut body = json!({

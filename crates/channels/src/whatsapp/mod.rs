@@ -550,17 +550,7 @@ impl ChannelAdapter for WhatsAppAdapter {
     /// limit or an outage.
     async fn send_file(&self, to: &Target, file: &OutgoingFile) -> Result<MessageId, ChannelError> {
         self.can_send(to)?;
-        let size = file.data.len() as u64;
-        let limit = self.upload_limit(file.kind);
-        if size > limit {
-            return Err(ChannelError::too_large(CHANNEL, size, limit));
-        }
-        if file.data.is_empty() {
-            return Err(rejected(format!(
-                "'{}' is empty; WhatsApp takes no empty files",
-                file.name
-            )));
-        }
+        file.check_size(CHANNEL, self.upload_limit(file.kind))?;
         let essence = essence(&file.media_type);
         let message = media_message(file, &essence)?;
         let name = file_name(&file.name);
