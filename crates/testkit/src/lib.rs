@@ -60,6 +60,8 @@ pub mod discord;
 pub mod embeddings;
 #[cfg(feature = "providers")]
 pub mod fixtures;
+#[cfg(feature = "google")]
+pub mod google;
 #[cfg(feature = "providers")]
 mod hub;
 #[cfg(feature = "providers")]
@@ -101,6 +103,8 @@ pub use anthropic::FakeAnthropic;
 pub use bedrock::{FakeBedrock, bedrock_error};
 #[cfg(feature = "providers")]
 pub use embeddings::{FakeEmbeddings, Vendor, fake_embedding};
+#[cfg(feature = "google")]
+pub use google::{FakeGoogle, GoogleRequest, Tokens};
 #[cfg(feature = "providers")]
 pub use hub::FakeHub;
 #[cfg(feature = "providers")]
