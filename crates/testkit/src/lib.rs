@@ -11,6 +11,9 @@
 //! [`FakeHub`] is the Hugging Face hub's file downloads (redirects to a
 //! content store, checksums, byte ranges).
 //! [`FakeTailscaled`] is tailscaled's LocalAPI (`whois`) on a Unix socket.
+//! [`FakeGoogle`] is Google's OAuth endpoints (loopback and device flows)
+//! and the Gmail, Calendar, Drive, Docs and Tasks APIs on one server, with
+//! accounts whose mail, events, files and tasks live in memory.
 //!
 //! ```no_run
 //! # async fn example() {
@@ -34,9 +37,10 @@
 //! only the fakes they use: `providers` (the model providers' and embedding
 //! APIs, the hub, [`fixtures`]), `bedrock` (Bedrock's Converse API),
 //! `channels` (Telegram, Discord, Slack and WhatsApp), `search` (the search
-//! engines) and `mcp` (the MCP server and its binary). [`FakeSite`],
+//! engines), `google` (Google's OAuth and Workspace APIs) and `mcp` (the
+//! MCP server and its binary). [`FakeSite`],
 //! [`FakeRedirect`] and [`FakeTailscaled`] are always there. The default
-//! features are the four families, for this crate's own tests; the
+//! features are these families, for this crate's own tests; the
 //! workspace's dependency turns them off, and each crate names the ones it
 //! uses.
 //!

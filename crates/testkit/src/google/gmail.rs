@@ -493,23 +493,19 @@ pub(crate) fn route(st: &mut State, req: &Req, caller: &Caller, segs: &[&str]) -
             format!("Delegation denied for {}", caller.email),
         ));
     }
-    let need = |scopes: &[&str]| match caller.require(scopes, SERVICE) {
-        Some(response) => Err(Ok(response)),
-        None => Ok(()),
-    };
-    let checked = match (req.method.as_str(), rest) {
-        ("GET", ["profile" | "messages" | "history"]) => need(READ),
-        ("GET", ["messages", _] | ["messages", _, "attachments", _]) => need(READ),
-        ("POST", ["messages", "send"]) => need(SEND),
-        ("POST", ["messages", _, "modify"]) => need(MODIFY),
-        ("GET", ["labels"]) => need(LABELS_READ),
-        ("POST", ["labels"]) => need(LABELS),
-        ("POST", ["drafts"] | ["drafts", "send"]) => need(COMPOSE),
-        ("GET", ["drafts"] | ["drafts", _]) => need(DRAFT_READ),
+    let scopes = match (req.method.as_str(), rest) {
+        ("GET", ["profile" | "messages" | "history"]) => READ,
+        ("GET", ["messages", _] | ["messages", _, "attachments", _]) => READ,
+        ("POST", ["messages", "send"]) => SEND,
+        ("POST", ["messages", _, "modify"]) => MODIFY,
+        ("GET", ["labels"]) => LABELS_READ,
+        ("POST", ["labels"]) => LABELS,
+        ("POST", ["drafts"] | ["drafts", "send"]) => COMPOSE,
+        ("GET", ["drafts"] | ["drafts", _]) => DRAFT_READ,
         _ => return Err(unserved()),
     };
-    if let Err(answer) = checked {
-        return answer;
+    if let Some(response) = caller.require(scopes, SERVICE) {
+        return Ok(response);
     }
     let email = caller.email.as_str();
     match (req.method.as_str(), rest) {

@@ -345,7 +345,7 @@ fn unauthenticated(reason: &str, message: &str) -> Response {
     )
 }
 
-fn insufficient_scope(service: &str, scopes: &[&str]) -> Response {
+pub(crate) fn insufficient_scope(service: &str, scopes: &[&str]) -> Response {
     let body = json!({"error": {
         "code": 403,
         "message": "Request had insufficient authentication scopes.",
@@ -554,7 +554,7 @@ fn route(st: &mut State, req: &Req) -> Response {
         ("POST", ["revoke"]) => oauth::revoke(st, req),
         ("GET", ["v1", "userinfo"]) => match authenticate(st, req) {
             Ok(caller) => oauth::userinfo(st, &caller),
-            Err(response) => response,
+            Err(response) => *response,
         },
         (_, ["gmail", "v1", rest @ ..]) => api(st, req, rest, gmail::route),
         (_, ["calendar", "v3", rest @ ..]) => api(st, req, rest, calendar::route),
@@ -590,19 +590,22 @@ fn api(st: &mut State, req: &Req, rest: &[&str], handler: ApiHandler) -> Respons
             let answer = handler(st, req, &caller, rest);
             st.finish(req, answer)
         }
-        Err(response) => response,
+        Err(response) => *response,
     }
 }
 
 /// The caller behind the request's bearer token, or Google's 401.
-fn authenticate(st: &mut State, req: &Req) -> Result<Caller, Response> {
+fn authenticate(st: &mut State, req: &Req) -> Result<Caller, Box<Response>> {
     let Some(header) = req.header("authorization") else {
         st.violation(req, "no Authorization header");
-        return Err(unauthenticated("required", "Login Required."));
+        return Err(Box::new(unauthenticated("required", "Login Required.")));
     };
     let Some(token) = header.strip_prefix("Bearer ") else {
         st.violation(req, "the Authorization header is not `Bearer <token>`");
-        return Err(unauthenticated("authError", "Invalid Credentials"));
+        return Err(Box::new(unauthenticated(
+            "authError",
+            "Invalid Credentials",
+        )));
     };
     match st.oauth.access_token(token) {
         Some((email, scopes)) => {
@@ -611,7 +614,10 @@ fn authenticate(st: &mut State, req: &Req) -> Result<Caller, Response> {
             }
             Ok(Caller { email, scopes })
         }
-        None => Err(unauthenticated("authError", "Invalid Credentials")),
+        None => Err(Box::new(unauthenticated(
+            "authError",
+            "Invalid Credentials",
+        ))),
     }
 }
 

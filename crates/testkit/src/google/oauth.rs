@@ -356,7 +356,7 @@ pub(crate) fn authorize(st: &mut State, req: &Req) -> Response {
 }
 
 /// The form fields of a strictly `application/x-www-form-urlencoded` body.
-fn form(st: &mut State, req: &Req) -> Result<HashMap<String, String>, Response> {
+fn form(st: &mut State, req: &Req) -> Result<HashMap<String, String>, Box<Response>> {
     let typed = req
         .header("content-type")
         .is_some_and(|t| t.starts_with("application/x-www-form-urlencoded"));
@@ -365,11 +365,11 @@ fn form(st: &mut State, req: &Req) -> Result<HashMap<String, String>, Response> 
             req,
             "the body is not sent as application/x-www-form-urlencoded",
         );
-        return Err(oauth_error(
+        return Err(Box::new(oauth_error(
             400,
             "invalid_request",
             "Invalid request: the body must be application/x-www-form-urlencoded.",
-        ));
+        )));
     }
     Ok(form_urlencoded::parse(&req.body).into_owned().collect())
 }
@@ -378,7 +378,7 @@ fn form(st: &mut State, req: &Req) -> Result<HashMap<String, String>, Response> 
 pub(crate) fn token(st: &mut State, req: &Req) -> Response {
     let fields = match form(st, req) {
         Ok(fields) => fields,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let field = |name: &str| fields.get(name).map(String::as_str);
     if field("client_id") != Some(CLIENT_ID) {
@@ -521,7 +521,7 @@ fn device_grant(st: &mut State, req: &Req, fields: &HashMap<String, String>) -> 
 pub(crate) fn device_code(st: &mut State, req: &Req) -> Response {
     let fields = match form(st, req) {
         Ok(fields) => fields,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     if fields.get("client_id").map(String::as_str) != Some(CLIENT_ID) {
         return oauth_error(401, "invalid_client", "The OAuth client was not found.");
@@ -561,7 +561,7 @@ pub(crate) fn device_code(st: &mut State, req: &Req) -> Response {
 pub(crate) fn revoke(st: &mut State, req: &Req) -> Response {
     let fields = match form(st, req) {
         Ok(fields) => fields,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let token = fields
         .get("token")
