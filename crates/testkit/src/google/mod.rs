@@ -7,7 +7,7 @@
 //!   (`accounts.google.com`, `oauth2.googleapis.com`,
 //!   `openidconnect.googleapis.com`): `GET /o/oauth2/v2/auth`,
 //!   `POST /token`, `POST /device/code`, `POST /revoke`, `GET /v1/userinfo`
-//!   (see [`oauth`]);
+//!   (also at `www.googleapis.com`'s `/oauth2/v3/userinfo`; see [`oauth`]);
 //! - Gmail `/gmail/v1/users/me/…` (see [`gmail`]), Calendar
 //!   `/calendar/v3/…` (see [`calendar`]), Drive `/drive/v3/…` and
 //!   `/upload/drive/v3/files` (see [`drive`]), Docs `/v1/documents…` (see
@@ -552,7 +552,7 @@ fn route(st: &mut State, req: &Req) -> Response {
         ("POST", ["token"]) => oauth::token(st, req),
         ("POST", ["device", "code"]) => oauth::device_code(st, req),
         ("POST", ["revoke"]) => oauth::revoke(st, req),
-        ("GET", ["v1", "userinfo"]) => match authenticate(st, req) {
+        ("GET", ["v1", "userinfo"] | ["oauth2", "v3", "userinfo"]) => match authenticate(st, req) {
             Ok(caller) => oauth::userinfo(st, &caller),
             Err(response) => *response,
         },

@@ -60,6 +60,8 @@ struct Grant {
     scopes: Vec<String>,
     redirect_uri: String,
     challenge: Option<String>,
+    /// `S256`, or `plain` (a violation, but Google takes it).
+    plain: bool,
     offline: bool,
     used: bool,
 }
@@ -336,6 +338,7 @@ pub(crate) fn authorize(st: &mut State, req: &Req) -> Response {
                 scopes: scopes.clone(),
                 redirect_uri: redirect.clone(),
                 challenge,
+                plain: req.param("code_challenge_method") != Some("S256"),
                 offline: req.param("access_type") == Some("offline"),
                 used: false,
             },
@@ -452,12 +455,13 @@ fn code_grant(st: &mut State, req: &Req, fields: &HashMap<String, String>) -> Re
             && verifier
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b));
-        let hashed = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
-        if !shaped || hashed != *challenge {
-            st.violation(
-                req,
-                "code_verifier does not hash (S256) to the code_challenge",
-            );
+        let expected = if grant.plain {
+            verifier.to_owned()
+        } else {
+            URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()))
+        };
+        if !shaped || expected != *challenge {
+            st.violation(req, "code_verifier does not match the code_challenge");
             return oauth_error(400, "invalid_grant", "Invalid code verifier.");
         }
     }
@@ -557,11 +561,16 @@ pub(crate) fn device_code(st: &mut State, req: &Req) -> Response {
     super::ok(&answer)
 }
 
-/// `POST /revoke`.
+/// `POST /revoke`: the token in the form body, or in the query string as
+/// Google's own example sends it.
 pub(crate) fn revoke(st: &mut State, req: &Req) -> Response {
-    let fields = match form(st, req) {
-        Ok(fields) => fields,
-        Err(response) => return *response,
+    let fields = if req.param("token").is_some() && req.body.is_empty() {
+        HashMap::new()
+    } else {
+        match form(st, req) {
+            Ok(fields) => fields,
+            Err(response) => return *response,
+        }
     };
     let token = fields
         .get("token")
@@ -674,7 +683,9 @@ impl FakeGoogle {
         }
     }
 
-    /// The polling interval new device codes get (Google's is 5 seconds).
+    /// The polling interval new device codes get (Google's is 5 seconds;
+    /// 0 lets a test poll at once, since polls are timed on the real
+    /// clock).
     pub fn set_device_interval(&self, secs: u64) {
         self.lock().oauth.device_interval = secs;
     }
@@ -965,6 +976,33 @@ mod tests {
         );
         let (status, error) = form(&fake, "/revoke", &[("token", "nonsense")]).await;
         assert_eq!((status, &error["error"]), (400, &json!("invalid_token")));
+
+        // Revoking an access token (in the query, as Google's example
+        // does) revokes its refresh token too.
+        let other = fake.issue_tokens(OWNER, &["email"]);
+        let response = client()
+            .post(format!(
+                "{}/revoke?token={}",
+                fake.base_url(),
+                other.access_token
+            ))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        let (status, _) = form(
+            &fake,
+            "/token",
+            &[
+                ("grant_type", "refresh_token"),
+                ("refresh_token", &other.refresh_token),
+                ("client_id", CLIENT_ID),
+                ("client_secret", CLIENT_SECRET),
+            ],
+        )
+        .await;
+        assert_eq!(status, 400);
         assert_eq!(fake.violations(), Vec::<String>::new());
     }
 
