@@ -696,3 +696,69 @@ pub(crate) mod testing {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::testing::get;
+    use super::*;
+
+    #[tokio::test]
+    async fn requests_are_recorded_and_unknown_methods_are_violations() {
+        let fake = FakeGoogle::start();
+        let token = fake.issue_tokens(OWNER, &["gmail.readonly"]).access_token;
+        let (status, _) = get(
+            &fake,
+            &token,
+            "/gmail/v1/users/me/messages?q=from%3Aada&labelIds=INBOX&labelIds=UNREAD",
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            fake.requests(),
+            vec![GoogleRequest {
+                method: "GET".to_owned(),
+                path: "/gmail/v1/users/me/messages".to_owned(),
+                query: vec![
+                    ("q".to_owned(), "from:ada".to_owned()),
+                    ("labelIds".to_owned(), "INBOX".to_owned()),
+                    ("labelIds".to_owned(), "UNREAD".to_owned()),
+                ],
+                account: Some(OWNER.to_owned()),
+            }]
+        );
+        assert_eq!(fake.violations(), Vec::<String>::new());
+
+        let (status, error) = get(&fake, &token, "/gmail/v1/users/me/threads").await;
+        assert_eq!(status, 404);
+        assert_eq!(error["error"]["status"], "NOT_FOUND");
+        let (status, _) = get(&fake, &token, "/youtube/v3/videos").await;
+        assert_eq!(status, 404);
+        assert_eq!(
+            fake.violations(),
+            vec![
+                "GET /gmail/v1/users/me/threads: Not Found: the fake serves no such method"
+                    .to_owned(),
+                "GET /youtube/v3/videos: Not Found: the fake serves no such method".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn scopes_are_written_as_google_writes_them() {
+        assert_eq!(
+            expand_scope("email"),
+            "https://www.googleapis.com/auth/userinfo.email"
+        );
+        assert_eq!(
+            expand_scope("gmail.send"),
+            "https://www.googleapis.com/auth/gmail.send"
+        );
+        assert_eq!(
+            expand_scope("https://mail.google.com/"),
+            "https://mail.google.com/"
+        );
+        assert_eq!(expand_scope("openid"), "openid");
+        assert_eq!(percent_decode("owner%40example.com"), "owner@example.com");
+        assert_eq!(percent_decode("a+b%2"), "a+b%2");
+    }
+}
