@@ -22,7 +22,8 @@
 //! and the same subject up to `Re:`/`Fwd:`), else it lands in a new
 //! thread and the fake records a violation. Scopes as Gmail documents
 //! them: reading needs `gmail.readonly`, `gmail.modify` or
-//! `https://mail.google.com/`; sending `gmail.send`, `gmail.compose`,
+//! `https://mail.google.com/` (the profile and history also take
+//! `gmail.metadata`); sending `gmail.send`, `gmail.compose`,
 //! `gmail.modify` or the full scope; drafts `gmail.compose`,
 //! `gmail.modify` or the full scope; label changes `gmail.modify` (or
 //! `gmail.labels` for labels themselves) or the full scope.
@@ -39,6 +40,8 @@ use super::{
 const SERVICE: &str = "gmail.googleapis.com";
 const FULL: &str = "https://mail.google.com/";
 const READ: &[&str] = &["gmail.readonly", "gmail.modify", FULL];
+/// Profile and history also take `gmail.metadata`.
+const READ_METADATA: &[&str] = &["gmail.readonly", "gmail.metadata", "gmail.modify", FULL];
 const SEND: &[&str] = &["gmail.send", "gmail.compose", "gmail.modify", FULL];
 const COMPOSE: &[&str] = &["gmail.compose", "gmail.modify", FULL];
 const DRAFT_READ: &[&str] = &["gmail.readonly", "gmail.compose", "gmail.modify", FULL];
@@ -494,7 +497,8 @@ pub(crate) fn route(st: &mut State, req: &Req, caller: &Caller, segs: &[&str]) -
         ));
     }
     let scopes = match (req.method.as_str(), rest) {
-        ("GET", ["profile" | "messages" | "history"]) => READ,
+        ("GET", ["profile" | "history"]) => READ_METADATA,
+        ("GET", ["messages"]) => READ,
         ("GET", ["messages", _] | ["messages", _, "attachments", _]) => READ,
         ("POST", ["messages", "send"]) => SEND,
         ("POST", ["messages", _, "modify"]) => MODIFY,
