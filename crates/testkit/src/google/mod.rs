@@ -26,6 +26,19 @@
 //!
 //! The accounts' data (mail, events, files, documents, tasks) lives in
 //! memory; the control methods add to it and read it back.
+//!
+//! ```no_run
+//! use flynn_testkit::google::{FakeGoogle, Mail, OWNER};
+//!
+//! let google = FakeGoogle::start();
+//! let id = google.add_mail(OWNER, Mail { subject: "Hi".into(), ..Mail::default() });
+//! let tokens = google.issue_tokens(OWNER, &["gmail.modify"]);
+//! // ... point the client at google.base_url() with tokens.access_token,
+//! // let it read message `id` and reply ...
+//! assert_eq!(google.violations(), Vec::<String>::new());
+//! assert_eq!(google.sent(OWNER)[0].subject, "Re: Hi");
+//! # let _ = (id, tokens);
+//! ```
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
