@@ -76,6 +76,7 @@ impl Cli {
                 Command::Start(args) => args.config = config,
                 Command::Skills(args) => args.config = config,
                 Command::Token(args) => args.config = config,
+                Command::Auth(args) => args.config = config,
                 Command::Sandbox(args) => args.config = config,
                 Command::Memory(args) => args.config = config,
                 Command::Backup(args) | Command::Restore(args) => args.config = config,
@@ -124,6 +125,9 @@ pub enum Command {
     /// Gateway tokens with fewer rights than the owner's (for an IDE, a
     /// script, an OpenAI or MCP client): create, list, revoke.
     Token(TokenArgs),
+    /// The owner's accounts Flynn acts in (Google: Gmail, Calendar, Drive,
+    /// Docs, Tasks): sign in, see what is signed in, sign out, revoke.
+    Auth(AuthArgs),
     /// Tokens and cost per model tier, over every session or one.
     Usage(UsageArgs),
     /// Which OS sandbox shell and process tools run in, and why.
@@ -159,6 +163,80 @@ pub enum Command {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct AuthArgs {
+    #[command(subcommand)]
+    pub command: AuthCommand,
+    /// Set from the global `--config`.
+    #[arg(skip)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuthCommand {
+    /// Every account signed in, what Flynn may use in it, whether it stays
+    /// signed in.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Google: sign in (login), status, logout, revoke.
+    Google {
+        #[command(subcommand)]
+        command: GoogleCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GoogleCommand {
+    /// Sign in to a Google account in a browser (this machine's, or any
+    /// other: paste the address it ends on), or with --device.
+    Login(GoogleLogin),
+    /// The Google accounts signed in and what each grants.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forget an account's tokens here (the default account when none is
+    /// named); Google still lists Flynn as allowed.
+    Logout {
+        /// The account's address.
+        account: Option<String>,
+    },
+    /// Revoke an account's tokens at Google, then forget them here.
+    Revoke {
+        /// The account's address.
+        account: Option<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct GoogleLogin {
+    /// The account to sign in (suggested to Google; the sign-in is refused
+    /// if another one is picked).
+    #[arg(long)]
+    pub account: Option<String>,
+    /// The services to allow: gmail, calendar, drive, docs, tasks
+    /// (comma-separated or repeated); `google.services` by default.
+    #[arg(long = "services")]
+    pub services: Vec<String>,
+    /// Sign in with a code on another device (Google allows this only for
+    /// sign-in and Flynn's own Drive files; see docs/google.md).
+    #[arg(long, conflicts_with = "no_browser")]
+    pub device: bool,
+    /// Do not open a browser here: print the address, and wait for the
+    /// browser's return or the address pasted back.
+    #[arg(long)]
+    pub no_browser: bool,
+    /// The OAuth client's id (else `google.client_id`, GOOGLE_CLIENT_ID).
+    #[arg(long)]
+    pub client_id: Option<String>,
+    /// The OAuth client's secret (else `google.client_secret`,
+    /// GOOGLE_CLIENT_SECRET).
+    #[arg(long, requires = "client_id")]
+    pub client_secret: Option<String>,
 }
 
 #[derive(Debug, Args)]

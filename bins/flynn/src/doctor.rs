@@ -123,6 +123,7 @@ async fn checks(args: &DoctorArgs) -> Vec<Check> {
     #[cfg(feature = "browser")]
     out.push(browser_line(&loaded.config).await);
     out.extend(voice_lines(&loaded.config));
+    out.extend(google_lines(&loaded.config));
     let mut live = None;
     out.extend(gateway_lines(args, &loaded, &mut live).await);
     out.extend(channel_lines(&loaded.config, live));
@@ -130,6 +131,96 @@ async fn checks(args: &DoctorArgs) -> Vec<Check> {
     out.extend(mcp_lines(&loaded.config, &workspace.path).await);
     out.extend(security_lines(&loaded, &workspace));
     out
+}
+
+/// With `google` configured: the OAuth client, then each account signed
+/// in and what it allows, from the auth store (nothing is asked of
+/// Google).
+fn google_lines(config: &FlynnConfig) -> Vec<Check> {
+    use flynn_core::config::Env as _;
+    use flynn_core::google::{Google, service_granted};
+    use flynn_core::protocol::config::GoogleService;
+
+    let Some(block) = &config.google else {
+        return Vec::new();
+    };
+    let google = match Google::from_config(block, |name| CliEnv.var(name)) {
+        Ok(google) => google,
+        Err(error) => {
+            return vec![Check::fail(
+                "google",
+                error.to_string(),
+                "set google.auth_file, or HOME",
+            )];
+        }
+    };
+    let mut lines = Vec::new();
+    if google.client().is_none() {
+        lines.push(Check::warn(
+            "google",
+            "no OAuth client: signing in needs google.client_id and google.client_secret (or GOOGLE_CLIENT_ID and GOOGLE_CLIENT_SECRET)",
+            "make a Desktop app client in your Google Cloud project (docs/google.md, step 1)",
+        ));
+    }
+    let file = match google.store().load() {
+        Ok(file) => file,
+        Err(error) => {
+            lines.push(Check::fail(
+                "google",
+                error.to_string(),
+                "fix or move the file, then `flynn auth google login`",
+            ));
+            return lines;
+        }
+    };
+    if file.google.accounts.is_empty() {
+        lines.push(Check::warn(
+            "google",
+            format!(
+                "no account signed in ({}): the Google tools will say so",
+                google.store().path().display()
+            ),
+            "flynn auth google login",
+        ));
+        return lines;
+    }
+    for (email, account) in &file.google.accounts {
+        let scopes = account.scopes();
+        let missing: Vec<&str> = google
+            .services()
+            .iter()
+            .filter(|s| !service_granted(**s, &scopes))
+            .map(|s: &GoogleService| s.as_str())
+            .collect();
+        let can_refresh = account.grants.iter().any(|g| g.refresh_token.is_some());
+        if !can_refresh {
+            lines.push(Check::warn(
+                "google",
+                format!(
+                    "{email}: no refresh token kept; it signs out when its access token expires"
+                ),
+                format!("flynn auth google login --account {email}"),
+            ));
+        } else if missing.is_empty() {
+            lines.push(Check::ok(
+                "google",
+                format!("{email}: signed in, allows every service configured"),
+            ));
+        } else {
+            lines.push(Check::warn(
+                "google",
+                format!(
+                    "{email}: signed in, but does not allow {}",
+                    missing.join(", ")
+                ),
+                format!(
+                    "flynn auth google login --account {email} --services {}",
+                    missing.join(",")
+                ),
+            ));
+        }
+    }
+    lines
 }
 
 /// One line per MCP server of `mcp.servers`: each enabled one is started

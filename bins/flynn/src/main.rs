@@ -24,6 +24,7 @@ macro_rules! out {
 }
 
 mod approve;
+mod auth;
 mod backup;
 mod cli;
 mod config_cmd;
@@ -120,6 +121,7 @@ async fn run(command: Command) -> Result<(), Failure> {
         Command::Skills(args) => skills::run(args),
         Command::Config(args) => config_cmd::run(args),
         Command::Token(args) => token::run(args),
+        Command::Auth(args) => auth::run(args).await,
         Command::Usage(args) => sessions::usage(args).await,
         Command::Sandbox(args) => sandbox::run(args).await,
         Command::Memory(args) => memory::run(args).await,

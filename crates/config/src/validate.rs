@@ -6,7 +6,7 @@ use flynn_protocol::config::{
     AutomationConfig, CONFIG_VERSION, ChannelsConfig, EmbedderKind, FlynnConfig, MAIN_AGENT,
     McpConfig, McpTransport, ModelRef, ProviderKind, SearchProvider, SlackMode, TelegramMode,
 };
-use flynn_protocol::{BUILTIN_TOOL_FAMILIES, JobName, SessionKey, Tier};
+use flynn_protocol::{BUILTIN_TOOL_FAMILIES, GOOGLE_TOOL_FAMILIES, JobName, SessionKey, Tier};
 
 use crate::document::{Document, KeyPath, Located, NodeKind};
 use crate::error::{Problem, did_you_mean};
@@ -117,7 +117,15 @@ pub(crate) fn validate(
     check_agents(config, doc, &configured, &mut report);
     check_channels(&config.channels, &mut report);
     check_automation(config, &mut report);
-    check_mcp(&config.mcp, &mut report);
+    check_mcp(&config.mcp, config.google.is_some(), &mut report);
+    if !config.automation.gmail.is_empty() && config.google.is_none() {
+        report(
+            KeyPath::keys(&["automation", "gmail"]),
+            Problem::Other {
+                message: "a Gmail watch reads a mailbox through the `google` block, which is missing (see docs/google.md)".to_owned(),
+            },
+        );
+    }
     check_gateway(&config.gateway, &mut report);
 
     if config.agents.max_iterations < 1 {
@@ -918,8 +926,14 @@ fn check_automation(config: &FlynnConfig, report: &mut impl FnMut(KeyPath, Probl
 }
 
 /// Server names usable as tool-name prefixes, one transport each, the
-/// keys that transport needs.
-fn check_mcp(mcp: &McpConfig, report: &mut impl FnMut(KeyPath, Problem)) {
+/// keys that transport needs. The Google families are reserved only when
+/// `google` is configured: a server called `gmail` works without it.
+fn check_mcp(mcp: &McpConfig, google: bool, report: &mut impl FnMut(KeyPath, Problem)) {
+    let reserved: Vec<&str> = BUILTIN_TOOL_FAMILIES
+        .iter()
+        .copied()
+        .filter(|family| google || !GOOGLE_TOOL_FAMILIES.contains(family))
+        .collect();
     for (name, server) in &mcp.servers {
         let at = KeyPath::keys(&["mcp", "servers", name]);
         let mut other = |path: KeyPath, message: String| report(path, Problem::Other { message });
@@ -934,12 +948,12 @@ fn check_mcp(mcp: &McpConfig, report: &mut impl FnMut(KeyPath, Problem)) {
                     "server name '{name}' cannot prefix its tools: use letters, digits, `-` and `_` (its tools are offered as `<name>.<tool>`)"
                 ),
             );
-        } else if BUILTIN_TOOL_FAMILIES.contains(&name.as_str()) {
+        } else if reserved.contains(&name.as_str()) {
             other(
                 at.clone(),
                 format!(
                     "server name '{name}' is taken by Flynn's built-in `{name}.*` tools; choose another (reserved: {})",
-                    BUILTIN_TOOL_FAMILIES.join(", ")
+                    reserved.join(", ")
                 ),
             );
         }

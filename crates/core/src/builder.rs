@@ -252,6 +252,28 @@ impl FlynnBuilder {
             }
             None => None,
         };
+        // The owner's Google accounts (`google`): the tools of the services
+        // it names; each call reads the auth store for its tokens.
+        let google = match &config.google {
+            Some(block) => {
+                let google =
+                    flynn_google::Google::from_config(block, |name| std::env::var(name).ok())
+                        .map_err(|e| Error::Config(format!("google: {e}")))?;
+                let google = Arc::new(google);
+                for tool in flynn_google::tools::tools(&google) {
+                    registry.register_dyn(tool);
+                }
+                automation.set_google(google.clone());
+                Some(google)
+            }
+            None if automation.watches_gmail() => {
+                return Err(Error::Config(
+                    "automation.gmail watches a Gmail mailbox, which needs the `google` block (see docs/google.md)"
+                        .into(),
+                ));
+            }
+            None => None,
+        };
         for tool in self.tools {
             registry.register_dyn(tool);
         }
@@ -386,6 +408,7 @@ impl FlynnBuilder {
             processes,
             speech,
             transcriber,
+            google,
         })
     }
 }
@@ -401,9 +424,15 @@ pub struct Flynn {
     processes: Arc<ProcessManager>,
     speech: Option<Arc<dyn flynn_voice::Synthesizer>>,
     transcriber: Option<Arc<dyn flynn_voice::Transcriber>>,
+    google: Option<Arc<flynn_google::Google>>,
 }
 
 impl Flynn {
+    /// The owner's Google accounts, when `google` is configured.
+    pub fn google(&self) -> Option<&Arc<flynn_google::Google>> {
+        self.google.as_ref()
+    }
+
     /// The speech-to-text service `voice.stt` configures, if any.
     pub fn transcriber(&self) -> Option<&Arc<dyn flynn_voice::Transcriber>> {
         self.transcriber.as_ref()

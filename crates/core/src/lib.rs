@@ -48,6 +48,7 @@ pub use flynn_context::MemoryFlush;
 pub use flynn_cron as cron;
 #[cfg(feature = "daemon")]
 pub use flynn_gateway as gateway;
+pub use flynn_google as google;
 pub use flynn_mcp as mcp;
 pub use flynn_memory as memory;
 pub use flynn_memory::Memory;

@@ -18,12 +18,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::HEARTBEAT_JOB;
+use crate::gmail::Watch;
 use crate::job::{
     Job, JobError, JobInfo, JobOrigin, NewJob, check_channel, check_frequency, check_name,
     describe_origin, names, session_key,
 };
 use crate::run::Beat;
 use crate::tools::{CronAdd, CronList, CronRemove};
+use flynn_google::Google;
 use flynn_orchestrator::{Error, SessionManager};
 use flynn_protocol::sync::lock;
 
@@ -55,6 +57,10 @@ pub struct Automation {
 pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) heartbeat: Option<HeartbeatSettings>,
+    /// The Gmail watches (`automation.gmail`).
+    pub(crate) watches: Vec<Watch>,
+    /// The owner's Google accounts, which the watches read.
+    pub(crate) google: OnceLock<Arc<Google>>,
     /// Configured chat channels, for `deliver_to`.
     pub(crate) channels: Vec<String>,
     pub(crate) jobs: Mutex<BTreeMap<String, Job>>,
@@ -157,10 +163,23 @@ impl Automation {
         } else {
             None
         };
+        let mut watches: Vec<Watch> = Vec::new();
+        for (index, config) in config.gmail.iter().enumerate() {
+            let watch = Watch::parse(index, config, &channels).map_err(Error::Config)?;
+            if watches.iter().any(|w| w.name == watch.name) {
+                return Err(Error::Config(format!(
+                    "automation.gmail[{index}]: a second watch named '{}' (give each its own `name`)",
+                    watch.name
+                )));
+            }
+            watches.push(watch);
+        }
         Ok(Automation {
             inner: Arc::new(Inner {
                 clock,
                 heartbeat,
+                watches,
+                google: OnceLock::new(),
                 channels,
                 jobs: Mutex::new(jobs),
                 manager: OnceLock::new(),
@@ -173,6 +192,17 @@ impl Automation {
                 stop: CancellationToken::new(),
             }),
         })
+    }
+
+    /// Gives the Gmail watches the owner's Google accounts (before
+    /// [`start`](Self::start)).
+    pub fn set_google(&self, google: Arc<Google>) {
+        let _ = self.inner.google.set(google);
+    }
+
+    /// Whether the config has Gmail watches.
+    pub fn watches_gmail(&self) -> bool {
+        !self.inner.watches.is_empty()
     }
 
     /// The `cron.add`, `cron.list` and `cron.remove` tools. They work once
@@ -333,6 +363,21 @@ impl Automation {
         }
         let runner = tokio::spawn(inner.clone().run(scheduler, beat));
         *lock(&inner.runner) = Some(runner);
+        if !inner.watches.is_empty() {
+            let Some(google) = inner.google.get() else {
+                return Err(JobError::NotReady(
+                    "automation.gmail needs the `google` block (and an account signed in with `flynn auth google login`)",
+                ));
+            };
+            for watch in &inner.watches {
+                store
+                    .track_job(JobKind::Gmail, &watch.name, millis(now))
+                    .await?;
+                inner
+                    .tasks
+                    .spawn(inner.clone().watch(watch.clone(), google.clone()));
+            }
+        }
         for name in catch_up {
             tracing::info!(job = %name, "running once for the runs missed while Flynn was down");
             inner.spawn_job(&name, now);

@@ -24,6 +24,7 @@
 //! in it is due is the agent called, so an idle heartbeat costs nothing.
 
 mod automation;
+mod gmail;
 mod job;
 mod run;
 mod tools;

@@ -31,6 +31,9 @@ pub(crate) struct RunSpec {
     /// The heartbeat's: where the next beat looks back from if this
     /// run's message is refused.
     pub(crate) retry_from: Option<DateTime<Utc>>,
+    /// What makes the message untrusted content (a Gmail watch's mail):
+    /// the session is tainted from this turn on.
+    pub(crate) untrusted: Option<String>,
 }
 
 /// The heartbeat's state in the loop.
@@ -138,6 +141,7 @@ impl Inner {
             session: job.session.clone(),
             deliver_to: job.deliver_to.clone(),
             retry_from: None,
+            untrusted: None,
         };
         self.tasks.spawn(self.clone().run_once(spec, scheduled_for));
     }
@@ -204,6 +208,7 @@ impl Inner {
             session,
             deliver_to: beat.settings.deliver_to.clone(),
             retry_from: Some(since),
+            untrusted: None,
         };
         // Marked in flight before the task starts, so the next beat waits.
         lock(&self.in_flight).insert(key, None);
@@ -241,7 +246,9 @@ impl Inner {
         request.principal = Principal::automation(match spec.kind {
             JobKind::Cron => format!("cron:{}", spec.name),
             JobKind::Heartbeat => "heartbeat".to_owned(),
+            JobKind::Gmail => format!("gmail:{}", spec.name),
         });
+        request.untrusted = spec.untrusted.clone();
         request.approver = Some(Arc::new(DenyAll::new(format!(
             "{} runs unattended, so nobody can confirm it; do without it, or the owner can allow the tool with a `tools.hooks` rule",
             spec.what

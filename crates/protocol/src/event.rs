@@ -67,6 +67,12 @@ pub enum ToolEffect {
     /// anything that server can reach, so it is treated like running a
     /// program.
     External,
+    /// Acts in one of the owner's online accounts: sends mail, or creates,
+    /// changes or deletes events, documents, files, tasks or labels. Asks
+    /// first at every autonomy level (unless a hook rule names the tool),
+    /// and only a person may approve it once untrusted content is in the
+    /// session.
+    ActsOnAccount,
 }
 
 impl ToolEffect {
@@ -79,6 +85,7 @@ impl ToolEffect {
             ToolEffect::RunsProcesses => "runs_processes",
             ToolEffect::WritesMemory => "writes_memory",
             ToolEffect::External => "external",
+            ToolEffect::ActsOnAccount => "acts_on_account",
         }
     }
 
@@ -92,6 +99,7 @@ impl ToolEffect {
                 | ToolEffect::SendsMessages
                 | ToolEffect::RunsProcesses
                 | ToolEffect::External
+                | ToolEffect::ActsOnAccount
         )
     }
 

@@ -32,6 +32,8 @@ pub use principal::{Principal, PrincipalError};
 pub use session::{SessionKey, SessionKeyError};
 pub use tier::{Tier, UnknownTier};
 pub use tool::{INVALID_ARGUMENTS_KEY, ToolCall, ToolResult, ToolSpec, invalid_arguments};
-pub use tool_names::{BUILTIN_TOOL_FAMILIES, ToolNameMap, is_builtin_tool, wire_name};
+pub use tool_names::{
+    BUILTIN_TOOL_FAMILIES, GOOGLE_TOOL_FAMILIES, ToolNameMap, is_builtin_tool, wire_name,
+};
 pub use untrusted::{is_untrusted, message_is_untrusted, strip_untrusted, wrap_untrusted};
 pub use usage::{Purpose, Usage};

@@ -6,9 +6,13 @@ use crate::ToolSpec;
 /// from elsewhere (MCP servers, named `<server>.<tool>`) may not use them,
 /// so a server can never stand in for a built-in tool.
 pub const BUILTIN_TOOL_FAMILIES: &[&str] = &[
-    "agents", "browser", "cron", "file", "mcp", "media", "memory", "process", "sessions", "shell",
-    "skills", "tool", "tools", "voice", "web",
+    "agents", "browser", "calendar", "cron", "docs", "drive", "file", "gmail", "mcp", "media",
+    "memory", "process", "sessions", "shell", "skills", "tasks", "tool", "tools", "voice", "web",
 ];
+
+/// The families of the Google tools, which the policy and the hooks also
+/// match as one family, `google` (`google.*` is every one of them).
+pub const GOOGLE_TOOL_FAMILIES: &[&str] = &["gmail", "calendar", "drive", "docs", "tasks"];
 
 /// Whether `name` belongs to a built-in family (see
 /// [`BUILTIN_TOOL_FAMILIES`]); the rest come from MCP servers.

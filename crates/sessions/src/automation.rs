@@ -17,6 +17,8 @@ pub enum JobKind {
     Cron,
     /// The heartbeat (`HEARTBEAT.md`).
     Heartbeat,
+    /// A Gmail watch (`automation.gmail`).
+    Gmail,
 }
 
 impl JobKind {
@@ -24,6 +26,7 @@ impl JobKind {
         match self {
             JobKind::Cron => "cron",
             JobKind::Heartbeat => "heartbeat",
+            JobKind::Gmail => "gmail",
         }
     }
 
@@ -31,6 +34,7 @@ impl JobKind {
         match text {
             "cron" => Some(JobKind::Cron),
             "heartbeat" => Some(JobKind::Heartbeat),
+            "gmail" => Some(JobKind::Gmail),
             _ => None,
         }
     }

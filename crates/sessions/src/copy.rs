@@ -213,6 +213,7 @@ const TABLES: &[Table] = &[
             ("error", Text),
             ("session_key", Text),
             ("turn_id", Int),
+            ("cursor", Text),
         ],
     },
 ];

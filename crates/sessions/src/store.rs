@@ -513,6 +513,15 @@ pub trait Jobs: Send + Sync {
     /// ends), counting its runs from the run's start if they were not
     /// counted yet.
     async fn record_run(&self, kind: JobKind, name: &str, run: &LastRun) -> Result<()>;
+
+    /// Where a job that reads a source stopped (a Gmail watch's place in
+    /// its mailbox's history), as it wrote it; `None` before it kept one.
+    async fn job_cursor(&self, kind: JobKind, name: &str) -> Result<Option<String>>;
+
+    /// Keeps a job's cursor, counting its runs from `now` if they were
+    /// not counted yet.
+    async fn set_job_cursor(&self, kind: JobKind, name: &str, cursor: &str, now: i64)
+    -> Result<()>;
 }
 
 /// A file a turn sent to its chat, as kept (without its bytes).

@@ -498,4 +498,22 @@ impl Jobs for RealTimeStore {
         self.run(|s| async move { s.record_run(kind, &name, &run).await })
             .await
     }
+
+    async fn job_cursor(&self, kind: JobKind, name: &str) -> Result<Option<String>> {
+        let name = name.to_owned();
+        self.run(|s| async move { s.job_cursor(kind, &name).await })
+            .await
+    }
+
+    async fn set_job_cursor(
+        &self,
+        kind: JobKind,
+        name: &str,
+        cursor: &str,
+        now: i64,
+    ) -> Result<()> {
+        let (name, cursor) = (name.to_owned(), cursor.to_owned());
+        self.run(|s| async move { s.set_job_cursor(kind, &name, &cursor, now).await })
+            .await
+    }
 }

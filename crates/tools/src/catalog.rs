@@ -32,6 +32,16 @@ pub const DEFAULT_DEFERRED: &[&str] = &[
     "browser.*",
     "media.*",
     "voice.*",
+    // Google: the everyday ones stay offered (reading and sending mail,
+    // the calendar), the rest are found with tools.search.
+    "gmail.attachment",
+    "gmail.draft",
+    "gmail.label",
+    "calendar.update",
+    "calendar.delete",
+    "drive.*",
+    "docs.*",
+    "tasks.*",
 ];
 
 /// One turn's view of the registry: the agent's policy, the deferred

@@ -1,7 +1,10 @@
 //! Tool name globs (`*`, `?`), as the policy and the hooks match them.
+//! `google.<glob>` also stands for each Google family (`google.*` matches
+//! `gmail.send` and `calendar.list`).
 
 use std::fmt;
 
+use flynn_protocol::GOOGLE_TOOL_FAMILIES;
 use wildmatch::WildMatch;
 
 /// A compiled glob that remembers how it was written.
@@ -9,6 +12,8 @@ use wildmatch::WildMatch;
 pub(crate) struct Glob {
     text: String,
     matcher: WildMatch,
+    /// For `google.<rest>`: `<rest>`, matched after a Google family.
+    google: Option<WildMatch>,
 }
 
 impl Glob {
@@ -16,11 +21,17 @@ impl Glob {
         Glob {
             text: text.to_owned(),
             matcher: WildMatch::new(text),
+            google: text.strip_prefix("google.").map(WildMatch::new),
         }
     }
 
     pub(crate) fn matches(&self, name: &str) -> bool {
         self.matcher.matches(name)
+            || self.google.as_ref().is_some_and(|rest| {
+                name.split_once('.').is_some_and(|(family, tool)| {
+                    GOOGLE_TOOL_FAMILIES.contains(&family) && rest.matches(tool)
+                })
+            })
     }
 
     pub(crate) fn as_str(&self) -> &str {
@@ -60,5 +71,28 @@ mod tests {
         assert_eq!(matched("web.fetc?"), ["web.fetch"]);
         assert_eq!(matched("file"), Vec::<&str>::new());
         assert_eq!(matched("File.read"), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn google_stands_for_each_google_family() {
+        let names = [
+            "gmail.send",
+            "calendar.list",
+            "drive.read",
+            "web.fetch",
+            "google",
+        ];
+        let matched = |glob: &str| {
+            names
+                .into_iter()
+                .filter(|name| Glob::new(glob).matches(name))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            matched("google.*"),
+            ["gmail.send", "calendar.list", "drive.read"]
+        );
+        assert_eq!(matched("google.list"), ["calendar.list"]);
+        assert_eq!(matched("gmail.*"), ["gmail.send"]);
     }
 }

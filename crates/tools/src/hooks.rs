@@ -33,9 +33,11 @@ impl Hooks {
     /// What happens before `tool` runs: the first matching rule, else what
     /// the autonomy level says for its effect (`supervised` asks before
     /// writing, running or sending and is silent otherwise; `full` logs
-    /// everything; `read_only` never offers risky tools, and is silent).
+    /// everything but acting on the owner's accounts, which it asks about;
+    /// `read_only` never offers risky tools, and is silent).
     pub fn decide(&self, tool: &str, effect: ToolEffect, autonomy: Autonomy) -> HookAction {
         self.rule(tool).unwrap_or(match autonomy {
+            Autonomy::Full if effect == ToolEffect::ActsOnAccount => HookAction::Confirm,
             Autonomy::Full => HookAction::Log,
             Autonomy::Supervised if effect.is_risky() => HookAction::Confirm,
             Autonomy::Supervised | Autonomy::ReadOnly => HookAction::Silent,
@@ -105,6 +107,14 @@ mod tests {
         assert_eq!(
             decide("file.write", ToolEffect::WritesFiles, Full),
             HookAction::Log
+        );
+        assert_eq!(
+            decide("gmail.send", ToolEffect::ActsOnAccount, Full),
+            HookAction::Confirm
+        );
+        assert_eq!(
+            decide("gmail.send", ToolEffect::ActsOnAccount, Supervised),
+            HookAction::Confirm
         );
         assert_eq!(
             decide("file.read", ToolEffect::ReadOnly, Full),

@@ -284,7 +284,10 @@ fn profile_patterns(profile: ToolProfile) -> &'static [&'static str] {
         ],
         // `media.*` sends workspace files: where the files are, not for
         // the messaging profile guests get.
+        // The Google tools (offered only when `google` is configured) act
+        // for the owner: never in the messaging profile guests get.
         ToolProfile::Coding => &[
+            "google.*",
             "file.*",
             "media.*",
             "voice.*",

@@ -152,6 +152,9 @@ pub(crate) fn hold(tool: &dyn Tool, call: &ToolCall, ctx: &ToolContext) -> Hold 
                 "it could carry data out or persist it, and {because}"
             ))
         }
+        ToolEffect::ActsOnAccount => Hold::Person(format!(
+            "it acts in your account (it could send your data out or change what others see), and {because}"
+        )),
     }
 }
 
@@ -167,6 +170,7 @@ fn injection(effect: ToolEffect, arguments: &Value, ctx: &ToolContext) -> Option
             | ToolEffect::SendsMessages
             | ToolEffect::Network
             | ToolEffect::External
+            | ToolEffect::ActsOnAccount
     ) && let Some(pattern) = IGNORE_RULES.as_ref()
         && let Some(found) = texts.iter().find_map(|text| pattern.find(text))
     {

@@ -20,6 +20,8 @@ mod daemon;
 mod doctor;
 #[cfg(target_os = "linux")]
 mod faults;
+#[cfg(target_os = "linux")]
+mod google;
 mod live;
 mod mcp;
 mod memory;

@@ -19,7 +19,7 @@ fn unknown_key_suggests_the_closest_and_lists_the_valid_ones() {
     );
     assert_error(
         "version: 1\nmodel:\n  tiers: {}\n",
-        "config.yaml:2:1: model: unknown key 'model' (did you mean 'models'?), expected one of: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels, automation, mcp, voice",
+        "config.yaml:2:1: model: unknown key 'model' (did you mean 'models'?), expected one of: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels, automation, mcp, voice, google",
     );
     assert_error(
         "models:\n  tiers:\n    fats: []\n",
@@ -71,7 +71,7 @@ fn wrong_type_says_what_was_found_and_what_was_expected() {
     );
     assert_error(
         "- version: 1\n",
-        "config.yaml:1:1: found a list, expected a mapping with keys from: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels, automation, mcp, voice",
+        "config.yaml:1:1: found a list, expected a mapping with keys from: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels, automation, mcp, voice, google",
     );
 }
 
@@ -613,6 +613,17 @@ fn mcp_servers_are_checked_at_their_keys() {
     assert_error(
         "mcp:\n  servers:\n    file:\n      command: x\n",
         "config.yaml:4:7: mcp.servers.file: server name 'file' is taken by Flynn's built-in `file.*` tools; choose another (reserved: agents, browser, cron, file, mcp, media, memory, process, sessions, shell, skills, tool, tools, voice, web)",
+    );
+    assert_error(
+        "automation:\n  gmail:\n    deliver_to: telegram:1\n",
+        "config.yaml:3:5: automation.gmail: a Gmail watch reads a mailbox through the `google` block, which is missing (see docs/google.md)",
+    );
+    // A Gmail MCP server keeps its name until Flynn's own Google tools
+    // are configured.
+    assert!(parse("mcp:\n  servers:\n    gmail:\n      command: x\n").is_ok());
+    assert_error(
+        "google: {}\nmcp:\n  servers:\n    gmail:\n      command: x\n",
+        "config.yaml:5:7: mcp.servers.gmail: server name 'gmail' is taken by Flynn's built-in `gmail.*` tools; choose another (reserved: agents, browser, calendar, cron, docs, drive, file, gmail, mcp, media, memory, process, sessions, shell, skills, tasks, tool, tools, voice, web)",
     );
     assert_error(
         "mcp:\n  servers:\n    git.hub:\n      command: x\n",

@@ -53,7 +53,7 @@ fn other_yaml_errors() {
         ),
         (
             "hello\n",
-            "config.yaml:1:1: found the string 'hello', expected a mapping with keys from: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels, automation, mcp, voice",
+            "config.yaml:1:1: found the string 'hello', expected a mapping with keys from: version, providers, models, agents, tools, sessions, gateway, compaction, memory, channels, automation, mcp, voice, google",
         ),
         (
             "agents: {max_iterations: 99999999999999999999999999}\n",

@@ -730,6 +730,7 @@ fn heartbeat_config(deliver_to: Option<&str>) -> AutomationConfig {
             timezone: "UTC".to_owned(),
             deliver_to: deliver_to.map(str::to_owned),
         },
+        gmail: vec![],
     }
 }
 

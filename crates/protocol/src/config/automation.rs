@@ -13,6 +13,16 @@ pub struct AutomationConfig {
     /// listed there is due.
     #[serde(default)]
     pub heartbeat: HeartbeatConfig,
+    /// Mailboxes watched for new mail: each new message matching a watch's
+    /// query is given to its agent (as untrusted content) and the answer
+    /// delivered to a chat. One watch or a list.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "one_or_many"
+    )]
+    #[schemars(with = "Vec<GmailWatchConfig>")]
+    pub gmail: Vec<GmailWatchConfig>,
 }
 
 /// A cron job: a message sent to an agent on a schedule.
@@ -109,4 +119,70 @@ fn default_timezone() -> String {
 
 fn default_heartbeat_mins() -> u32 {
     30
+}
+
+/// A Gmail watch: the mailbox's history is read every `every_secs`; a
+/// model is asked only when a new message matches `query`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GmailWatchConfig {
+    /// A name for logs and the session (`gmail:<name>`); the account when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The account (an email address signed in with `flynn auth google
+    /// login`); `google.account` or the store's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// A Gmail search (`from:bank.example`) a new inbox message must match;
+    /// every new inbox message when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// What the agent is asked to do with each mail.
+    #[serde(default = "default_gmail_instructions")]
+    pub instructions: String,
+    /// The agent that reads the mail; `agents.default` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// Where answers are sent, as a session key `<channel>:<peer>`
+    /// (`telegram:123456789`).
+    pub deliver_to: String,
+    /// Seconds between two looks at the mailbox (at least 10).
+    #[serde(default = "default_gmail_every_secs")]
+    pub every_secs: u32,
+}
+
+fn default_gmail_instructions() -> String {
+    "A new email arrived. Tell me in two or three sentences who wrote, what they want and whether anything needs doing.".to_owned()
+}
+
+fn default_gmail_every_secs() -> u32 {
+    60
+}
+
+/// A mapping or a list of them (each error names what was wrong inside).
+fn one_or_many<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Visitor<T>(std::marker::PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visitor<T> {
+        type Value = Vec<T>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a mapping or a list of mappings")
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Vec<T>, A::Error> {
+            Vec::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Vec<T>, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(|one| vec![one])
+        }
+    }
+
+    deserializer.deserialize_any(Visitor(std::marker::PhantomData))
 }

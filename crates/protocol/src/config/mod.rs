@@ -17,6 +17,7 @@ mod automation;
 mod channels;
 mod context;
 mod gateway;
+mod google;
 mod mcp;
 mod models;
 mod sessions;
@@ -28,6 +29,7 @@ pub use automation::*;
 pub use channels::*;
 pub use context::*;
 pub use gateway::*;
+pub use google::*;
 pub use mcp::*;
 pub use models::*;
 pub use sessions::*;
@@ -83,6 +85,10 @@ pub struct FlynnConfig {
     /// Voice notes: speech to text before the turn.
     #[serde(default)]
     pub voice: VoiceConfig,
+    /// The owner's Google accounts: Gmail, Calendar, Drive, Docs and Tasks
+    /// tools; absent, none are offered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub google: Option<GoogleConfig>,
 }
 
 impl Default for FlynnConfig {
@@ -101,6 +107,7 @@ impl Default for FlynnConfig {
             automation: AutomationConfig::default(),
             mcp: McpConfig::default(),
             voice: VoiceConfig::default(),
+            google: None,
         }
     }
 }
@@ -141,6 +148,7 @@ impl FlynnConfig {
                 .map(|hook| hook.secret.clone()),
         );
         secrets.extend(self.mcp.secrets());
+        secrets.extend(self.google.iter().filter_map(|g| g.client_secret.clone()));
         secrets
     }
 }

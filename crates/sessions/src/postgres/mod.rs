@@ -2009,6 +2009,36 @@ impl Jobs for PgStore {
         .await?;
         Ok(())
     }
+
+    async fn job_cursor(&self, kind: JobKind, name: &str) -> Result<Option<String>> {
+        let cursor: Option<Option<String>> =
+            sqlx::query_scalar("SELECT cursor FROM automation_runs WHERE kind = $1 AND name = $2")
+                .bind(kind.as_str())
+                .bind(text(name))
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(cursor.flatten())
+    }
+
+    async fn set_job_cursor(
+        &self,
+        kind: JobKind,
+        name: &str,
+        cursor: &str,
+        now: i64,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO automation_runs (kind, name, since, cursor) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (kind, name) DO UPDATE SET cursor = excluded.cursor",
+        )
+        .bind(kind.as_str())
+        .bind(text(name))
+        .bind(now)
+        .bind(text(cursor))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
 }
 
 #[async_trait]

@@ -192,7 +192,57 @@ async fn tracking_keeps_the_first_time_and_runs_replace_the_last_one(db: Db) {
     assert_eq!((new.since, new.last.clone()), (1_002, Some(running)));
 }
 
+async fn a_watch_keeps_its_cursor_and_its_runs_beside_the_jobs(db: Db) {
+    {
+        let store = db.open().await;
+        assert_eq!(
+            store.job_cursor(JobKind::Gmail, "bank").await.unwrap(),
+            None
+        );
+        store
+            .set_job_cursor(JobKind::Gmail, "bank", "history 100", 2_000)
+            .await
+            .unwrap();
+        store
+            .set_job_cursor(JobKind::Gmail, "bank", "history 250", 3_000)
+            .await
+            .unwrap();
+        // A cron job of the same name is another job.
+        assert_eq!(store.job_cursor(JobKind::Cron, "bank").await.unwrap(), None);
+        let mut run = finished(5_000, RunOutcome::Ok, None);
+        run.session = Some(key("gmail:bank"));
+        store
+            .record_run(JobKind::Gmail, "bank", &run)
+            .await
+            .unwrap();
+    }
+    let store = db.open().await;
+    assert_eq!(
+        store
+            .job_cursor(JobKind::Gmail, "bank")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("history 250")
+    );
+    let runs = store.job_runs().await.unwrap();
+    let watch = runs.iter().find(|r| r.kind == JobKind::Gmail).unwrap();
+    // Counted from the first cursor kept; the run recorded after it.
+    assert_eq!(watch.since, 2_000);
+    assert_eq!(watch.last.as_ref().unwrap().scheduled_for, 5_000);
+    // Recording a run leaves the cursor alone.
+    assert_eq!(
+        store
+            .job_cursor(JobKind::Gmail, "bank")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("history 250")
+    );
+}
+
 crate::on_both!(
+    a_watch_keeps_its_cursor_and_its_runs_beside_the_jobs,
     agent_jobs_and_their_runs_survive_reopening_the_store,
     a_name_is_taken_once_and_removing_a_job_forgets_its_runs,
     tracking_keeps_the_first_time_and_runs_replace_the_last_one,
