@@ -12,6 +12,7 @@
 #   starts a throwaway server on loopback).
 #   espeak-ng and opus-tools (`opusenc`): the voice tests speak with a
 #   real local engine and encode it as an Ogg Opus voice note.
+#   poppler-utils (`pdftotext`): drive.read reads PDFs in Drive with it.
 #
 # Idempotent and quick when everything is there. Debian/Ubuntu (apt-get),
 # as root or through sudo.
@@ -29,6 +30,7 @@ command -v git >/dev/null 2>&1 || missing+=(git)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing+=(postgresql)
 command -v espeak-ng >/dev/null 2>&1 || missing+=(espeak-ng)
 command -v opusenc >/dev/null 2>&1 || missing+=(opus-tools)
+command -v pdftotext >/dev/null 2>&1 || missing+=(poppler-utils)
 
 if [ "${#missing[@]}" -eq 0 ]; then
   exit 0

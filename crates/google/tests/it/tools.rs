@@ -327,6 +327,58 @@ async fn drive_finds_reads_and_uploads() {
     setup.assert_strict();
 }
 
+/// A one-page PDF saying `text` (Helvetica, offsets computed).
+fn pdf(text: &str) -> Vec<u8> {
+    let stream = format!("BT /F1 18 Tf 72 720 Td ({text}) Tj ET");
+    let objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_owned(),
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>".to_owned(),
+        format!("<< /Length {} >>\nstream\n{stream}\nendstream", stream.len()),
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_owned(),
+    ];
+    let mut out = b"%PDF-1.4\n".to_vec();
+    let mut offsets = Vec::new();
+    for (n, object) in objects.iter().enumerate() {
+        offsets.push(out.len());
+        out.extend(format!("{} 0 obj\n{object}\nendobj\n", n + 1).bytes());
+    }
+    let xref = out.len();
+    out.extend(format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).bytes());
+    for offset in offsets {
+        out.extend(format!("{offset:010} 00000 n \n").bytes());
+    }
+    out.extend(
+        format!(
+            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+            objects.len() + 1
+        )
+        .bytes(),
+    );
+    out
+}
+
+#[tokio::test]
+async fn a_pdf_in_drive_is_read_as_text() {
+    assert!(
+        flynn_tools::find_program(std::path::Path::new("pdftotext")).is_some(),
+        "pdftotext is needed: run scripts/install-test-deps.sh (apt-get install poppler-utils)"
+    );
+    let setup = Setup::signed_in(&ALL);
+    let id = setup.fake.add_file(
+        OWNER,
+        "invoice.pdf",
+        "application/pdf",
+        &pdf("Invoice total 42 EUR"),
+    );
+    let read = run(DriveRead(setup.google.clone()), json!({"id": id}), &setup)
+        .await
+        .unwrap();
+    assert!(read.starts_with("invoice.pdf (PDF)"), "{read}");
+    assert!(read.contains("Invoice total 42 EUR"), "{read}");
+    setup.assert_strict();
+}
+
 #[tokio::test]
 async fn docs_are_made_and_added_to() {
     let setup = Setup::signed_in(&ALL);
