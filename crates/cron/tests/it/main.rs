@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod automation;
+mod gmail;
 
 pub use flynn_testkit::runtime::{Harness, Setup, key, manager_with};
 pub use flynn_testkit::scripted::{Script, ScriptedModel, last_user_text};
