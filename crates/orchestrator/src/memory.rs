@@ -175,8 +175,18 @@ pub struct MemoryWriteArgs {
     /// Replace the whole file instead of appending.
     #[serde(default)]
     replace: bool,
+    /// The same choice by name: `append` (the default) or `replace`.
+    mode: Option<WriteChoice>,
     /// To replace: the version memory.read gave.
     version: Option<String>,
+}
+
+/// `mode` of `memory.write`, the design notes' name for `replace`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum WriteChoice {
+    Append,
+    Replace,
 }
 
 #[async_trait]
@@ -201,13 +211,24 @@ impl TypedTool for MemoryWrite {
 
     async fn run(&self, args: MemoryWriteArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let namespace = resolve(&args.namespace, ctx)?;
-        if args.content.trim().is_empty() && !args.replace {
+        let replace = match (args.mode, args.replace) {
+            (Some(WriteChoice::Append), true) => {
+                return Err(ToolError::InvalidArguments {
+                    tool: MEMORY_WRITE.to_owned(),
+                    message: "mode is append but replace is true; give one of them".to_owned(),
+                });
+            }
+            (Some(WriteChoice::Replace), _) => true,
+            (Some(WriteChoice::Append), false) | (None, false) => false,
+            (None, true) => true,
+        };
+        if args.content.trim().is_empty() && !replace {
             return Err(ToolError::InvalidArguments {
                 tool: MEMORY_WRITE.to_owned(),
                 message: "content is empty; nothing to append".to_owned(),
             });
         }
-        let mode = if args.replace {
+        let mode = if replace {
             WriteMode::Replace {
                 expected: args.version,
             }

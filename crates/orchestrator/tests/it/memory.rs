@@ -289,3 +289,43 @@ async fn facts_are_extracted_after_compaction_on_the_fast_tier_without_duplicate
         .expect("memory extraction usage");
     assert_eq!(extraction.total.calls, 2);
 }
+
+#[tokio::test]
+async fn memory_write_takes_the_design_notes_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory_dir = tempfile::tempdir().unwrap();
+    let main = ScriptedModel::replies(
+        "m",
+        vec![
+            call(
+                "w1",
+                "memory.write",
+                json!({"namespace": "user", "content": "- Likes coffee", "mode": "replace"}),
+            ),
+            call(
+                "w2",
+                "memory.write",
+                json!({"namespace": "user", "content": "- Likes tea", "mode": "append"}),
+            ),
+            call(
+                "w3",
+                "memory.write",
+                json!({"namespace": "user", "content": "- x", "mode": "append", "replace": true}),
+            ),
+            Message::assistant("Saved."),
+        ],
+    );
+    let h = Harness::in_dir(dir, vec![main.clone()], setup(memory_dir.path()).await).await;
+    let (outcome, _) = h.send(&key("cli:default"), "I like coffee and tea").await;
+    assert_eq!(outcome.unwrap().reply, "Saved.");
+    let results = tool_results(&main.requests()[3].messages);
+    assert!(results[0].starts_with("created memory user"), "{results:?}");
+    assert!(results[1].starts_with("saved memory user"), "{results:?}");
+    assert!(
+        results[2].contains("mode is append but replace is true; give one of them"),
+        "{results:?}"
+    );
+    let file = std::fs::read_to_string(memory_dir.path().join("memory/user.md")).unwrap();
+    assert_eq!(file.trim(), "- Likes coffee\n- Likes tea");
+    h.manager.shutdown().await;
+}

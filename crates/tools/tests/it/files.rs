@@ -71,6 +71,30 @@ async fn write_creates_and_replaces_files_atomically_keeping_permissions() {
 }
 
 #[tokio::test]
+async fn edit_takes_the_argument_names_other_agents_use() {
+    let (_dir, ws, executor, ctx) = setup();
+    let file = ws.join("notes.md");
+    std::fs::write(&file, "one two two\n").unwrap();
+    let done = run(
+        &executor,
+        &ctx,
+        "file.edit",
+        json!({"path": "notes.md", "oldString": "one", "newString": "1"}),
+    )
+    .await;
+    assert_eq!(done, ok("replaced 1 occurrence in notes.md (line 1)"));
+    let done = run(
+        &executor,
+        &ctx,
+        "file.edit",
+        json!({"path": "notes.md", "old_string": "two", "new_string": "2", "replaceAll": true}),
+    )
+    .await;
+    assert_eq!(done, ok("replaced 2 occurrences in notes.md (line 1)"));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "1 2 2\n");
+}
+
+#[tokio::test]
 async fn edit_replaces_exactly_one_match_and_explains_missing_or_ambiguous_ones() {
     let (_dir, ws, executor, ctx) = setup();
     let file = ws.join("lib.rs");

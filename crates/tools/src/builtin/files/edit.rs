@@ -29,11 +29,13 @@ pub struct FileEditArgs {
     /// Path in the workspace.
     path: String,
     /// Exact text to find, with enough context to be unique.
+    #[serde(alias = "oldString", alias = "old_string")]
     old: String,
     /// Replacement text.
+    #[serde(alias = "newString", alias = "new_string")]
     new: String,
     /// Replace every match instead of exactly one.
-    #[serde(default)]
+    #[serde(default, alias = "replaceAll")]
     replace_all: bool,
 }
 
@@ -93,7 +95,9 @@ impl TypedTool for FileEdit {
             0 => return Err(ToolError::failed(no_match(&shown, &text, &args.old))),
             1 => {}
             n if !args.replace_all => {
-                let lines: Vec<String> = starts.iter().map(|&s| line_of(s).to_string()).collect();
+                let mut lines: Vec<String> =
+                    starts.iter().map(|&s| line_of(s).to_string()).collect();
+                lines.dedup();
                 return Err(ToolError::failed(format!(
                     "old matches {n} places in {shown} (lines {}); add surrounding text so it matches once, or set replace_all",
                     lines.join(", ")
@@ -101,7 +105,9 @@ impl TypedTool for FileEdit {
             }
             _ => {}
         }
-        let lines: Vec<String> = starts.iter().map(|&s| line_of(s).to_string()).collect();
+        // Each line once: two matches on one line are "line 3", not "lines 3, 3".
+        let mut lines: Vec<String> = starts.iter().map(|&s| line_of(s).to_string()).collect();
+        lines.dedup();
         let edited = if args.replace_all {
             text.replace(&args.old, &args.new)
         } else {
@@ -112,7 +118,7 @@ impl TypedTool for FileEdit {
             "replaced {} occurrence{} in {shown} (line{} {})",
             starts.len(),
             if starts.len() == 1 { "" } else { "s" },
-            if starts.len() == 1 { "" } else { "s" },
+            if lines.len() == 1 { "" } else { "s" },
             lines.join(", ")
         ))
     }
