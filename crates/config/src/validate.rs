@@ -923,6 +923,23 @@ fn check_automation(config: &FlynnConfig, report: &mut impl FnMut(KeyPath, Probl
             other(at.key("deliver_to"), problem);
         }
     }
+    for (name, hook) in &config.gateway.webhooks {
+        let Some(value) = &hook.deliver_to else {
+            continue;
+        };
+        let at = KeyPath::keys(&["gateway", "webhooks", name, "deliver_to"]);
+        if let Err(error) = value.parse::<SessionKey>() {
+            other(
+                at,
+                format!(
+                    "'{value}' is not a session key: {}, expected `<channel>:<peer>` (`telegram:123456789`)",
+                    error.reason
+                ),
+            );
+        } else if let Some(problem) = unknown_channel(value, &channels) {
+            other(at, problem);
+        }
+    }
 }
 
 /// Server names usable as tool-name prefixes, one transport each, the

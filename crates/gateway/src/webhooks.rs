@@ -274,15 +274,21 @@ pub(crate) async fn receive(
         .filter(|d| !d.is_empty())
         .map(|delivery| format!("webhook:{delivery}"));
     match gateway.manager.submit(request).await {
-        Ok(Submitted::Turn(handle)) => (
-            StatusCode::ACCEPTED,
-            Json(serde_json::json!({
-                "accepted": true,
-                "session": session,
-                "turn": handle.turn,
-            })),
-        )
-            .into_response(),
+        Ok(Submitted::Turn(handle)) => {
+            let turn = handle.turn;
+            if let Some(to) = &hook.deliver_to {
+                deliver_later(&gateway, &name, to, handle);
+            }
+            (
+                StatusCode::ACCEPTED,
+                Json(serde_json::json!({
+                    "accepted": true,
+                    "session": session,
+                    "turn": turn,
+                })),
+            )
+                .into_response()
+        }
         Ok(Submitted::Command { reply, .. }) => (
             StatusCode::OK,
             Json(serde_json::json!({ "session": session, "reply": reply })),
@@ -337,6 +343,41 @@ fn signature_key(signature: &str) -> String {
         .trim()
         .trim_start_matches("sha256=")
         .to_ascii_lowercase()
+}
+
+/// Sends the answer of a webhook's turn to `to` (its `deliver_to`) once the
+/// turn ends; a failure is logged, as the sender was answered already.
+fn deliver_later(gateway: &Gateway, name: &str, to: &str, handle: flynn_orchestrator::TurnHandle) {
+    let name = name.to_owned();
+    let Ok(to) = to.parse::<SessionKey>() else {
+        tracing::warn!(webhook = %name, to, "deliver_to is not a session key; the answer stays in the webhook's session");
+        return;
+    };
+    let registry = gateway.channels.clone();
+    tokio::spawn(async move {
+        let answer = match handle.outcome().await {
+            Ok(outcome) => outcome.reply,
+            Err(error) => format!("⚠️ the webhook {name} failed: {error}"),
+        };
+        if answer.trim().is_empty() {
+            return;
+        }
+        let Some(adapter) = registry.as_ref().and_then(|r| r.get(to.channel())) else {
+            tracing::warn!(webhook = %name, to = %to, "the answer could not be delivered: the channel is not running");
+            return;
+        };
+        let target = flynn_channels::Target::session(&to);
+        let sent = match adapter.can_send(&target) {
+            Ok(()) => flynn_channels::outbound::send(adapter.as_ref(), &target, &answer, &[])
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Err(error) => Err(error.to_string()),
+        };
+        if let Err(error) = sent {
+            tracing::warn!(webhook = %name, to = %to, %error, "the answer could not be delivered");
+        }
+    });
 }
 
 #[cfg(test)]

@@ -98,3 +98,60 @@ async fn a_cron_job_reports_to_telegram_through_the_daemon() {
     assert_eq!(telegram.violations(), Vec::<String>::new());
     assert_eq!(model.violations(), Vec::<String>::new());
 }
+
+#[tokio::test]
+async fn a_webhooks_answer_is_delivered_to_telegram() {
+    const SECRET: &str = "a-webhook-secret-of-at-least-32-bytes!!";
+    let model = FakeOpenAi::start().await;
+    let telegram = FakeTelegram::start().await;
+    let owner = TgUser::new(4242, "Owner");
+    let config = TestConfig::new(&model)
+        .telegram(&telegram, "allow_from: [\"4242\"]")
+        .section(&format!(
+            "gateway:\n  webhooks:\n    ci:\n      secret: \"{SECRET}\"\n      deliver_to: \"telegram:4242\""
+        ));
+    let env = Env::new().with_config(&config);
+    let daemon = Daemon::start(&env);
+    let wait = |what: &str, done: &dyn Fn(&FakeTelegram) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done(&telegram) {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; sent: {:#?}\n{}",
+                telegram.sent(),
+                daemon.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // A bot writes only to chats it knows.
+    telegram.push(Incoming::private(&owner, "/help"));
+    wait("the /help answer", &|t| !t.sent().is_empty());
+
+    model.push(Reply::Text("Build 42 failed on main.".into()));
+    let body = r#"{"build":42,"status":"failed"}"#;
+    let response = reqwest::Client::new()
+        .post(format!("{}/webhooks/ci", daemon.url))
+        .header(
+            "x-flynn-signature",
+            flynn_core::gateway::sign(SECRET.as_bytes(), body.as_bytes()),
+        )
+        .header("x-flynn-delivery", "d-1")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 202);
+    wait("the webhook's answer", &|t| {
+        t.sent()
+            .iter()
+            .any(|m| m.plain == "Build 42 failed on main.")
+    });
+    let answer = telegram
+        .sent()
+        .into_iter()
+        .find(|m| m.plain == "Build 42 failed on main.")
+        .unwrap();
+    assert_eq!(answer.chat_id, 4242);
+    assert_eq!(telegram.violations(), Vec::<String>::new());
+}

@@ -618,6 +618,10 @@ fn mcp_servers_are_checked_at_their_keys() {
         "automation:\n  gmail:\n    deliver_to: telegram:1\n",
         "config.yaml:3:5: automation.gmail: a Gmail watch reads a mailbox through the `google` block, which is missing (see docs/google.md)",
     );
+    assert_error(
+        "gateway:\n  webhooks:\n    ci:\n      secret: \"0123456789abcdef0123456789abcdef\"\n      deliver_to: slack:C1\n",
+        "config.yaml:5:19: gateway.webhooks.ci.deliver_to: 'slack:C1' names the channel 'slack', which is not configured (chat channels: none); answers are delivered through a configured chat channel: add channels.slack, or deliver to one that is",
+    );
     // A Gmail MCP server keeps its name until Flynn's own Google tools
     // are configured.
     assert!(parse("mcp:\n  servers:\n    gmail:\n      command: x\n").is_ok());

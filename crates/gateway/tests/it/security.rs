@@ -225,6 +225,7 @@ async fn a_signed_webhook_becomes_a_message_and_a_forged_one_is_refused() {
             session: None,
             agent: None,
             template: Some("CI event from {{name}}: {{body}}".into()),
+            deliver_to: None,
         },
     );
     let mut harness = Harness::with(Options {
@@ -502,6 +503,7 @@ async fn a_webhook_retried_under_its_delivery_id_runs_once_and_a_full_queue_asks
             session: None,
             agent: None,
             template: None,
+            deliver_to: None,
         },
     );
     let mut harness = Harness::with(Options {

@@ -242,6 +242,11 @@ pub struct WebhookConfig {
     /// `{{name}}` by the webhook's name (default: the body as is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
+    /// Where the answer is sent, as a session key `<channel>:<peer>` on a
+    /// configured chat channel (`telegram:123456789`); kept in the
+    /// webhook's session only when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver_to: Option<String>,
 }
 
 fn default_bind() -> String {
