@@ -515,7 +515,7 @@ impl ChannelRouter {
         {
             return Disposition::Ignored("a group not in allow_groups".to_owned());
         }
-        if group && access.require_mention && !message.mentioned {
+        if group && access.mention_required(&message.conversation.chat) && !message.mentioned {
             return Disposition::Ignored("a group message without a mention".to_owned());
         }
         let verdict = lock(&self.inner.limiters)

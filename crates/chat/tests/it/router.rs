@@ -153,6 +153,60 @@ async fn groups_need_a_mention_and_an_allowed_sender() {
     assert_eq!(model.requests().len(), 1);
 }
 
+/// `in_group`, in another group.
+fn in_group_of(group: &str, id: &str, from: &str, text: &str, mentioned: bool) -> InboundEvent {
+    let InboundEvent::Message(mut message) = in_group(id, from, text, mentioned) else {
+        unreachable!("in_group makes a message");
+    };
+    message.conversation = Conversation::group(group);
+    InboundEvent::Message(message)
+}
+
+#[tokio::test]
+async fn a_group_of_its_own_may_go_without_mentions() {
+    let model = ScriptedModel::echo("m");
+    let h = Harness::new(vec![model.clone()], Setup::default()).await;
+    let adapter = MemoryChannel::new(4096);
+    let config: ChannelsConfig = serde_json::from_value(serde_json::json!({
+        "telegram": {
+            "bot_token": "1:x",
+            "allow_from": ["42"],
+            "groups": {"-200": {"requireMention": false}, "-300": {"require_mention": true}},
+        }
+    }))
+    .unwrap();
+    let _router = router(&h, adapter.clone(), &config).await;
+    // The family group answers without a mention…
+    assert_eq!(
+        adapter
+            .deliver(in_group_of("-200", "f1", "42", "dinner at 7?", false))
+            .await,
+        Disposition::Accepted
+    );
+    adapter
+        .until(|out| final_text(out, "m0").as_deref() == Some("re: dinner at 7?"))
+        .await;
+    // …the others keep the channel's rule (and -300's own).
+    for group in ["-100", "-300"] {
+        assert!(matches!(
+            adapter.deliver(in_group_of(group, &format!("x{group}"), "42", "chatting", false)).await,
+            Disposition::Ignored(why) if why.contains("mention")
+        ));
+    }
+    // `*` sets every group's rule, a group's own entry wins over it.
+    let config: ChannelsConfig = serde_json::from_value(serde_json::json!({
+        "telegram": {
+            "bot_token": "1:x",
+            "groups": {"*": {"require_mention": false}, "-300": {"require_mention": true}},
+        }
+    }))
+    .unwrap();
+    let access = config.access().remove(0).1;
+    assert!(!access.mention_required("-100"));
+    assert!(access.mention_required("-300"));
+    assert_eq!(model.requests().len(), 1);
+}
+
 #[tokio::test]
 async fn an_unknown_sender_is_paired_and_then_answered() {
     let model = ScriptedModel::echo("m");

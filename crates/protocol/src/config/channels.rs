@@ -40,6 +40,10 @@ macro_rules! channel_config {
             /// group it is in. Senders in groups must still be allowed.
             #[serde(default, skip_serializing_if = "Vec::is_empty")]
             pub allow_groups: Vec<String>,
+            /// Settings of one group (by its id), or of every group (`*`),
+            /// over the channel's own: `require_mention` per group.
+            #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+            pub groups: BTreeMap<String, GroupSettings>,
             /// Messages one sender may send in a window before Flynn asks
             /// them to slow down.
             #[serde(default)]
@@ -68,6 +72,7 @@ macro_rules! channel_config {
                     dm_policy: self.dm_policy,
                     require_mention: self.require_mention,
                     allow_groups: self.allow_groups.clone(),
+                    groups: self.groups.clone(),
                     rate_limit: self.rate_limit,
                     owners: self.owners.clone(),
                     guest_tools: self.guest_tools.clone(),
@@ -152,6 +157,7 @@ pub struct ChannelAccess {
     pub dm_policy: DmPolicy,
     pub require_mention: bool,
     pub allow_groups: Vec<String>,
+    pub groups: BTreeMap<String, GroupSettings>,
     pub rate_limit: SenderRateLimit,
     pub owners: Vec<String>,
     pub guest_tools: Option<ToolPolicyConfig>,
@@ -166,12 +172,39 @@ impl Default for ChannelAccess {
             dm_policy: DmPolicy::default(),
             require_mention: true,
             allow_groups: Vec::new(),
+            groups: BTreeMap::new(),
             rate_limit: SenderRateLimit::default(),
             owners: Vec::new(),
             guest_tools: None,
             guest_approvals: GuestApprovals::default(),
         }
     }
+}
+
+impl ChannelAccess {
+    /// Whether a message in `group` must mention the bot: that group's
+    /// `require_mention`, else `*`'s, else the channel's.
+    pub fn mention_required(&self, group: &str) -> bool {
+        self.groups
+            .get(group)
+            .and_then(|g| g.require_mention)
+            .or_else(|| self.groups.get("*").and_then(|g| g.require_mention))
+            .unwrap_or(self.require_mention)
+    }
+}
+
+/// One group's settings (`channels.<name>.groups.<id>`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GroupSettings {
+    /// Answer only messages that mention the bot in this group; the
+    /// channel's `require_mention` when absent.
+    #[serde(
+        default,
+        alias = "requireMention",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub require_mention: Option<bool>,
 }
 
 /// Who answers the confirmations a guest's turn raises.
