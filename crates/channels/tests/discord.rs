@@ -59,8 +59,17 @@ impl Harness {
     }
 
     async fn start_with(options: FakeDiscordOptions) -> Harness {
+        Harness::start_configured(options, |_| {}).await
+    }
+
+    async fn start_configured(
+        options: FakeDiscordOptions,
+        configure: impl FnOnce(&mut DiscordConfig),
+    ) -> Harness {
         let fake = FakeDiscord::start_with(options).await;
-        let adapter = Arc::new(DiscordAdapter::new(&config(&fake, &fake.token())).unwrap());
+        let mut config = config(&fake, &fake.token());
+        configure(&mut config);
+        let adapter = Arc::new(DiscordAdapter::new(&config).unwrap());
         let (sink, rx) = flynn_channels::Inbound::detached("discord");
         let stop = CancellationToken::new();
         let task = tokio::spawn({
@@ -277,6 +286,37 @@ async fn a_direct_message_round_trip() {
     // The bot's own message came back on the gateway and was not delivered.
     assert!(h.rx.try_recv().is_err());
     h.finish().await;
+}
+
+#[tokio::test]
+async fn servers_outside_allowed_guild_ids_are_not_answered() {
+    let mut h = Harness::start_configured(FakeDiscordOptions::default(), |c| {
+        c.allowed_guild_ids = vec!["999".into()];
+    })
+    .await;
+    let channel = h.fake.guild_channel();
+    h.fake
+        .post(
+            channel,
+            &bob(),
+            &format!("<@{BOT_ID}> hello from the server"),
+        )
+        .send();
+    // A direct message after it is the next delivery: the server's was
+    // skipped.
+    let dm = h.fake.dm_channel(&alice());
+    h.fake.post(dm, &alice(), "hello in private").send();
+    let (message, delivery) = h.next_message().await;
+    assert_eq!(message.text, "hello in private");
+    delivery.settle(Disposition::Accepted);
+    h.finish().await;
+
+    let wrong = DiscordConfig {
+        allowed_guild_ids: vec!["my server".into()],
+        ..config(&FakeDiscord::start().await, "t0k3n")
+    };
+    let error = DiscordAdapter::new(&wrong).err().unwrap().to_string();
+    assert!(error.contains("'my server' is not a server id"), "{error}");
 }
 
 #[tokio::test]

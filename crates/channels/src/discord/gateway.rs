@@ -843,6 +843,10 @@ impl DiscordAdapter {
                 return None;
             }
         };
+        if !self.guild_allowed(message.guild_id.map(|g| g.0)) {
+            tracing::debug!(channel = CHANNEL, id = %message.id, "skipped a message from a server not in allowed_guild_ids");
+            return None;
+        }
         let (mut inbound, files) = match convert::message(&identity, &message) {
             Ok(converted) => converted,
             Err(skip) => {
@@ -868,6 +872,13 @@ impl DiscordAdapter {
                 return None;
             }
         };
+        if !self.guild_allowed(interaction.guild_id.map(|g| g.0)) {
+            tracing::debug!(
+                channel = CHANNEL,
+                "skipped a command from a server not in allowed_guild_ids"
+            );
+            return None;
+        }
         match convert::interaction(&interaction)? {
             Interacted::Command(message, context) => {
                 let state = self.interactions.open(&context.interaction);

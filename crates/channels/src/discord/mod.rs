@@ -103,6 +103,8 @@ pub struct DiscordAdapter {
     /// Where the gateway session is kept across restarts.
     state_file: Option<PathBuf>,
     saved: Mutex<Saved>,
+    /// `allowed_guild_ids`: the servers answered in; empty: any.
+    guilds: Vec<u64>,
 }
 
 impl DiscordAdapter {
@@ -130,7 +132,20 @@ impl DiscordAdapter {
             .as_deref()
             .map(gateway_base)
             .transpose()?;
+        let guilds = config
+            .allowed_guild_ids
+            .iter()
+            .map(|id| {
+                id.trim().parse::<u64>().map_err(|_| ChannelError::Unauthorized {
+                    channel: CHANNEL.to_owned(),
+                    detail: format!(
+                        "channels.discord.allowed_guild_ids: '{id}' is not a server id (a number: right-click the server with Developer Mode on → Copy Server ID)"
+                    ),
+                })
+            })
+            .collect::<Result<Vec<u64>, _>>()?;
         Ok(DiscordAdapter {
+            guilds,
             token: token.to_owned(),
             gateway_url,
             rest: Arc::new(Rest::new(&origin, token)?),
@@ -140,6 +155,15 @@ impl DiscordAdapter {
             state_file: None,
             saved: Mutex::new(Saved::empty(token)),
         })
+    }
+
+    /// Whether a message or command from `guild` (none: a direct message)
+    /// is answered.
+    fn guild_allowed(&self, guild: Option<u64>) -> bool {
+        match guild {
+            Some(guild) => self.guilds.is_empty() || self.guilds.contains(&guild),
+            None => true,
+        }
     }
 
     /// Keeps the gateway session, the bot's identity and the last message

@@ -312,6 +312,10 @@ channel_config! {
         /// when absent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub gateway_url: Option<String>,
+        /// Servers (guild ids) the bot answers in; empty: any server it
+        /// is in. Direct messages are not affected.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub allowed_guild_ids: Vec<String>,
     }
 }
 
