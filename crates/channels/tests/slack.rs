@@ -630,6 +630,12 @@ async fn slash_commands_become_chat_commands() {
     assert!(!fake.wait_acked(&envelope, QUIET).await);
     delivery.settle(Disposition::Accepted);
     assert!(fake.wait_acked(&envelope, WAIT).await);
+    // The design notes' `/flynn-status`, registered as its own command.
+    let payload = fake.slash_command(OWNER, DM, "/flynn-status", "");
+    fake.push_envelope("slash_commands", payload);
+    let delivery = slack.next().await;
+    assert_eq!(message(&delivery).text, "/status");
+    delivery.settle(Disposition::Accepted);
     no_violations(&fake);
     slack.stop().await;
 }

@@ -343,6 +343,12 @@ pub(super) fn slash_command(payload: &Value) -> Option<InboundMessage> {
 /// What a slash command says, as a chat message (see [`slash_command`]).
 fn command_text(command: &str, text: &str) -> String {
     let name = command.trim().trim_start_matches('/');
+    // `/flynn-reset`, `/flynn-status` (the design notes' names): the
+    // command after the prefix.
+    let name = name
+        .strip_prefix("flynn-")
+        .filter(|rest| COMMANDS.contains(rest))
+        .unwrap_or(name);
     let text = text.trim();
     if COMMANDS.contains(&name) {
         return if text.is_empty() {
@@ -441,6 +447,11 @@ mod tests {
         assert_eq!(command_text("/model", "fast"), "/model fast");
         assert_eq!(command_text("/flynn", "voice on"), "/voice on");
         assert_eq!(command_text("/voice", "auto"), "/voice auto");
+        // The design notes' own commands.
+        assert_eq!(command_text("/flynn-reset", ""), "/reset");
+        assert_eq!(command_text("/flynn-status", ""), "/status");
+        assert_eq!(command_text("/flynn-model", "fast"), "/model fast");
+        assert_eq!(command_text("/flynn-weather", ""), "/help");
     }
 
     #[test]
