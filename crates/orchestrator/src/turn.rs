@@ -254,8 +254,14 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<Ended> {
             history.push(message);
 
             if last {
+                let offer = escalation_offer(job, &route, &text);
+                if let Some(offer) = &offer {
+                    job.events.publish(AgentEvent::Warning {
+                        message: offer.clone(),
+                    });
+                }
                 return Ok(Ended {
-                    outcome: tally.outcome(text, None),
+                    outcome: tally.outcome(text, offer),
                     recorded: true,
                 });
             }
@@ -444,6 +450,42 @@ async fn call_model_compacting(
             Ok(step)
         }
     }
+}
+
+/// What an answer says when the model is unsure of it.
+const UNSURE: [&str; 10] = [
+    "i'm not sure",
+    "i am not sure",
+    "i'm not certain",
+    "i am not certain",
+    "i can't be sure",
+    "i cannot be sure",
+    "i'm not confident",
+    "i am not confident",
+    "beyond what i can",
+    "beyond my ability",
+];
+
+/// The offer of the complex tier, when the model says it is unsure and
+/// `agents.auto_escalate` is on (the turn ran on a cheaper tier that was
+/// not pinned, and the complex tier is usable): said after the answer.
+fn escalation_offer(job: &TurnJob, route: &Route, answer: &str) -> Option<String> {
+    let shared = &job.shared;
+    let complex = shared.orchestrator.tier_for(Purpose::ComplexReasoning);
+    if !shared.orchestrator.settings().auto_escalate
+        || route.model.is_some()
+        || route.tier == complex
+        || shared.router.check_tier(complex).is_err()
+    {
+        return None;
+    }
+    let answer = answer.to_lowercase().replace('’', "'");
+    UNSURE.iter().any(|marker| answer.contains(marker)).then(|| {
+        format!(
+            "the model ({} tier) says it is unsure; send `/model {complex}` and ask again for the {complex} tier (agents.auto_escalate)",
+            route.tier
+        )
+    })
 }
 
 /// Where a turn that used up its model calls goes on: once on the complex

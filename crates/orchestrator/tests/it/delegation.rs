@@ -478,6 +478,49 @@ async fn a_turn_out_of_iterations_escalates_once_to_complex_and_says_so() {
 }
 
 #[tokio::test]
+async fn an_unsure_answer_offers_the_complex_tier_when_auto_escalate_is_on() {
+    let unsure = "I’m not sure, but it might be a DNS problem.";
+    for auto_escalate in [true, false] {
+        let mut setup = three_tiers();
+        setup.agents = AgentsConfig {
+            auto_escalate,
+            ..AgentsConfig::default()
+        };
+        let main = ScriptedModel::replies(
+            "m",
+            vec![
+                Message::assistant(unsure),
+                Message::assistant("It is a DNS problem."),
+            ],
+        );
+        let big = ScriptedModel::echo("c");
+        let h = Harness::new(vec![main.clone(), big.clone()], setup).await;
+        let (outcome, events) = h.send(&key("cli:a"), "why is the site down?").await;
+        let outcome = outcome.unwrap();
+        assert_eq!(outcome.reply, unsure);
+        if auto_escalate {
+            let offer = outcome.warning.unwrap();
+            assert_eq!(
+                offer,
+                "the model (default tier) says it is unsure; send `/model complex` and ask again for the complex tier (agents.auto_escalate)"
+            );
+            assert!(
+                events
+                    .iter()
+                    .any(|e| matches!(e, AgentEvent::Warning { message } if *message == offer))
+            );
+        } else {
+            assert_eq!(outcome.warning, None);
+        }
+        // A sure answer offers nothing.
+        let (sure, _) = h.send(&key("cli:a"), "and now?").await;
+        assert_eq!(sure.unwrap().warning, None);
+        // Only an offer: the complex tier was not called.
+        assert!(big.requests().is_empty());
+    }
+}
+
+#[tokio::test]
 async fn without_auto_escalate_a_turn_stops_at_max_iterations() {
     let mut setup = three_tiers();
     setup.agents = AgentsConfig {
