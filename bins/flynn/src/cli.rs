@@ -77,6 +77,11 @@ impl Cli {
                 Command::Skills(args) => args.config = config,
                 Command::Token(args) => args.config = config,
                 Command::Auth(args) => args.config = config,
+                Command::Agent(args) => args.config = config,
+                Command::Gateway(args) => {
+                    args.config = config;
+                    take(&mut args.gateway);
+                }
                 Command::Sandbox(args) => args.config = config,
                 Command::Memory(args) => args.config = config,
                 Command::Backup(args) | Command::Restore(args) => args.config = config,
@@ -125,6 +130,10 @@ pub enum Command {
     /// Gateway tokens with fewer rights than the owner's (for an IDE, a
     /// script, an OpenAI or MCP client): create, list, revoke.
     Token(TokenArgs),
+    /// The agents the config defines: list, show.
+    Agent(AgentArgs),
+    /// The running daemon: `flynn gateway status`.
+    Gateway(GatewayArgs),
     /// The owner's accounts Flynn acts in (Google: Gmail, Calendar, Drive,
     /// Docs, Tasks): sign in, see what is signed in, sign out, revoke.
     Auth(AuthArgs),
@@ -162,6 +171,55 @@ pub enum Command {
     Completion {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    #[command(subcommand)]
+    pub command: AgentCommand,
+    /// Set from the global `--config`.
+    #[arg(skip)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    /// Every agent: what it runs on, its tools and autonomy.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One agent in full: model, tools, workspace, prompt, delegation,
+    /// the routes that lead to it.
+    Show {
+        /// The agent's name.
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct GatewayArgs {
+    #[command(subcommand)]
+    pub command: GatewayCommand,
+    /// Set from the global `--config`.
+    #[arg(skip)]
+    pub config: Option<PathBuf>,
+    /// Set from the global `--gateway`.
+    #[arg(skip)]
+    pub gateway: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GatewayCommand {
+    /// Whether the daemon answers (at `--gateway`, FLYNN_GATEWAY_URL or
+    /// `gateway.bind`), its version and uptime, turns running and
+    /// waiting, each chat channel's state, the cluster's nodes.
+    Status {
+        #[arg(long)]
+        json: bool,
     },
 }
 

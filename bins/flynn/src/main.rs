@@ -23,6 +23,7 @@ macro_rules! out {
     }};
 }
 
+mod agent;
 mod approve;
 mod auth;
 mod backup;
@@ -31,6 +32,7 @@ mod config_cmd;
 mod doctor;
 mod env;
 mod exit;
+mod gateway_cmd;
 mod mcp;
 mod memory;
 mod models;
@@ -122,6 +124,8 @@ async fn run(command: Command) -> Result<(), Failure> {
         Command::Config(args) => config_cmd::run(args),
         Command::Token(args) => token::run(args),
         Command::Auth(args) => auth::run(args).await,
+        Command::Agent(args) => agent::run(args),
+        Command::Gateway(args) => gateway_cmd::run(args).await,
         Command::Usage(args) => sessions::usage(args).await,
         Command::Sandbox(args) => sandbox::run(args).await,
         Command::Memory(args) => memory::run(args).await,

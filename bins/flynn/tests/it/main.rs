@@ -1,6 +1,7 @@
 //! The real `flynn` binary against the fake model servers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod agents;
 #[cfg(feature = "telegram")]
 mod automation;
 mod backup;
