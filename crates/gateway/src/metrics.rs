@@ -73,8 +73,11 @@ pub struct Metrics {
     first_output_seconds: Histogram,
     model_call_seconds: Histogram,
     overhead_seconds: Histogram,
+    cancel_seconds: Histogram,
     /// Turns seen starting: when, and whether output came yet.
     started: Mutex<HashMap<(SessionKey, TurnId), (Instant, bool)>>,
+    /// Turns asked to stop: when.
+    cancelling: Mutex<HashMap<(SessionKey, TurnId), Instant>>,
 }
 
 impl Metrics {
@@ -110,8 +113,27 @@ impl Metrics {
                     }
                     started.insert(key, (Instant::now(), false));
                 }
-                RunState::CancelRequested => {}
+                RunState::CancelRequested => {
+                    let mut cancelling = self
+                        .cancelling
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    if cancelling.len() > 100_000 {
+                        cancelling.clear();
+                    }
+                    cancelling.entry(key).or_insert_with(Instant::now);
+                }
                 RunState::Complete | RunState::Cancelled | RunState::Error => {
+                    // However it ended once asked to stop: how long the
+                    // stop took.
+                    let asked = self
+                        .cancelling
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .remove(&key);
+                    if let Some(at) = asked {
+                        self.cancel_seconds.observe(at.elapsed().as_secs_f64());
+                    }
                     let counter = match state {
                         RunState::Complete => &self.turns_complete,
                         RunState::Cancelled => &self.turns_cancelled,
@@ -306,6 +328,11 @@ impl Metrics {
             &mut out,
             "flynn_turn_overhead_seconds",
             "Flynn's own work in a turn: its duration less model calls, tools and compaction.",
+        );
+        self.cancel_seconds.render(
+            &mut out,
+            "flynn_cancel_latency_seconds",
+            "Time from a request to cancel a turn (/cancel, agent.cancel, a reset) to the turn's end.",
         );
 
         gauge(

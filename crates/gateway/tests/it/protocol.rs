@@ -444,6 +444,25 @@ async fn cancel_stops_a_running_turn() {
         kinds_of(&rest).last().map(String::as_str),
         Some("run_state:cancelled")
     );
+    // /metrics tells how long the stop took.
+    let metrics = reqwest::Client::new()
+        .get(harness.url("/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("flynn_cancel_latency_seconds_count 1\n"),
+        "{metrics}"
+    );
+    let under_a_second = metrics
+        .lines()
+        .find(|l| l.starts_with("flynn_cancel_latency_seconds_bucket{le=\"1\"}"))
+        .unwrap();
+    assert!(under_a_second.ends_with(" 1"), "{under_a_second}");
     harness.stop().await;
 }
 
