@@ -379,7 +379,7 @@ pub struct CalendarCreateArgs {
     location: Option<String>,
     description: Option<String>,
     /// Guests' addresses; they are sent invitations.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::string_or_list")]
     attendees: Vec<String>,
     /// The calendar (id or name); the primary one by default.
     calendar: Option<String>,

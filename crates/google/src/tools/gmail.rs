@@ -508,12 +508,13 @@ impl TypedTool for GmailAttachment {
 #[serde(deny_unknown_fields)]
 pub struct Outgoing {
     /// Recipients: addresses, `Name <address>`, comma-separated or a list.
+    #[serde(deserialize_with = "super::string_or_list")]
     to: Vec<String>,
     /// Copies.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::string_or_list")]
     cc: Vec<String>,
     /// Blind copies.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::string_or_list")]
     bcc: Vec<String>,
     /// The subject (for a reply, `Re: ` and the original's).
     subject: String,
@@ -717,10 +718,10 @@ pub struct GmailLabelArgs {
     id: String,
     /// Labels to add, by name (`STARRED`, `IMPORTANT`, or the owner's own;
     /// a new name makes a new label).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::string_or_list")]
     add: Vec<String>,
     /// Labels to take away: `UNREAD` marks it read, `INBOX` archives it.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::string_or_list")]
     remove: Vec<String>,
     /// The Google account; the default one when absent.
     account: Option<String>,

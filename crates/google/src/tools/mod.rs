@@ -114,6 +114,26 @@ pub(crate) fn quote_query(value: &str) -> String {
     value.replace('\\', "\\\\").replace('\'', "\\'")
 }
 
+/// A list of strings that a model may also give as one string
+/// (`"to": "ann@example.com"`): the schema says a list, both are taken.
+pub(crate) fn string_or_list<'de, D>(deserializer: D) -> Result<Vec<String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        One(String),
+        Many(Vec<String>),
+    }
+    use serde::Deserialize as _;
+    Ok(match Option::<Either>::deserialize(deserializer)? {
+        None => Vec::new(),
+        Some(Either::One(one)) => vec![one],
+        Some(Either::Many(many)) => many,
+    })
+}
+
 /// A path segment: ids go into URLs escaped.
 pub(crate) fn segment(id: &str) -> String {
     url::form_urlencoded::byte_serialize(id.trim().as_bytes())

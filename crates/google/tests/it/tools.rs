@@ -148,9 +148,10 @@ async fn a_reply_goes_in_the_thread_with_its_references_and_drafts_wait() {
         Some("<19@mail.example.com>")
     );
 
+    // One address as a string, as models often write it.
     let drafted = run(
         GmailDraft(g()),
-        json!({"to": ["bob@example.com"], "cc": ["carol@example.com"], "subject": "Plans", "body": "Draft only."}),
+        json!({"to": "bob@example.com", "cc": ["carol@example.com"], "subject": "Plans", "body": "Draft only."}),
         &setup,
     )
     .await
