@@ -78,6 +78,10 @@ impl Cli {
                 Command::Token(args) => args.config = config,
                 Command::Auth(args) => args.config = config,
                 Command::Agent(args) => args.config = config,
+                Command::Tui(args) => {
+                    args.config = config;
+                    take(&mut args.gateway);
+                }
                 Command::Gateway(args) => {
                     args.config = config;
                     take(&mut args.gateway);
@@ -130,6 +134,10 @@ pub enum Command {
     /// Gateway tokens with fewer rights than the owner's (for an IDE, a
     /// script, an OpenAI or MCP client): create, list, revoke.
     Token(TokenArgs),
+    /// Chat in the terminal: the full-screen client (flynn-tui, through
+    /// the daemon), or `--minimal`, a plain line-by-line conversation for
+    /// dumb terminals, screen readers and pipes.
+    Tui(TuiArgs),
     /// The agents the config defines: list, show.
     Agent(AgentArgs),
     /// The running daemon: `flynn gateway status`.
@@ -172,6 +180,28 @@ pub enum Command {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct TuiArgs {
+    /// One line in, the answer out, no screen drawing or colours; runs
+    /// embedded unless --gateway names a daemon.
+    #[arg(long)]
+    pub minimal: bool,
+    /// Conversation to continue: a name (`work` is the CLI's `cli:work`)
+    /// or `channel:peer`.
+    #[arg(long, default_value = "tui:default")]
+    pub session: String,
+    /// Approve tool calls that need confirmation (`--minimal` only;
+    /// without it, Flynn asks on the terminal).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Set from the global `--config`.
+    #[arg(skip)]
+    pub config: Option<PathBuf>,
+    /// Set from the global `--gateway`.
+    #[arg(skip)]
+    pub gateway: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -46,6 +46,7 @@ mod skills;
 mod start;
 mod store;
 mod token;
+mod tui;
 mod workspace;
 
 use std::process::ExitCode;
@@ -125,6 +126,7 @@ async fn run(command: Command) -> Result<(), Failure> {
         Command::Token(args) => token::run(args),
         Command::Auth(args) => auth::run(args).await,
         Command::Agent(args) => agent::run(args),
+        Command::Tui(args) => tui::run(args).await,
         Command::Gateway(args) => gateway_cmd::run(args).await,
         Command::Usage(args) => sessions::usage(args).await,
         Command::Sandbox(args) => sandbox::run(args).await,

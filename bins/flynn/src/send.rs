@@ -159,6 +159,13 @@ impl Printer {
         }
     }
 
+    /// No colours, whatever the terminal (`flynn tui --minimal`: dumb
+    /// terminals, screen readers).
+    pub(crate) fn plain(mut self) -> Self {
+        self.color = false;
+        self
+    }
+
     pub(crate) fn event(&mut self, event: AgentEvent) {
         match event {
             AgentEvent::ContentDelta { text } if !self.json => {

@@ -80,3 +80,61 @@ async fn gateway_status_says_what_the_daemon_is_doing_or_that_none_answers() {
     .unwrap();
     assert_eq!(json["health"]["status"], "ok");
 }
+
+#[tokio::test]
+async fn the_minimal_tui_is_a_conversation_line_by_line() {
+    use std::io::Write;
+
+    use flynn_testkit::Reply;
+
+    let model = FakeOpenAi::start().await;
+    model.push(Reply::Text("Hello! How can I help?".into()));
+    model.push(Reply::Text("You said hello first.".into()));
+    let env = Env::new().with_config(&TestConfig::new(&model));
+    let mut child = env
+        .command(&["tui", "--minimal"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello\n\n/status\nwhat did I say first?\n/quit\nnever sent\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.starts_with("Hello! How can I help?\n"), "{text}");
+    assert!(text.contains("tui:default"), "the /status answer: {text}");
+    assert!(text.trim_end().ends_with("You said hello first."), "{text}");
+    // No colours for a screen reader, and nothing after /quit.
+    assert!(!stderr(&output).contains('\u{1b}'), "{}", stderr(&output));
+    let asked: Vec<String> = model
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/chat/completions"))
+        .map(|r| r.body.to_string())
+        .collect();
+    assert_eq!(asked.len(), 2);
+    assert!(asked[1].contains("hello") && !asked[1].contains("never sent"));
+    let shown = env.run(&["sessions", "show", "tui:default"]);
+    assert!(
+        stdout(&shown).contains("user: what did I say first?"),
+        "{}",
+        stdout(&shown)
+    );
+
+    // The full screen is flynn-tui's: started when it is there (and it
+    // wants a terminal), else named with how to install it.
+    let full = env.run(&["tui"]);
+    assert_ne!(full.status.code(), Some(0));
+    let said = stderr(&full);
+    assert!(
+        said.contains("flynn-tui needs a terminal")
+            || said.contains("cargo install --path bins/flynn-tui"),
+        "{said}"
+    );
+}
