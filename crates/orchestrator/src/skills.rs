@@ -247,6 +247,10 @@ impl CallGuard for SkillGuard {
         }
         Ok(())
     }
+
+    fn offers(&self, tool: &str) -> bool {
+        self.permissions.check_tool(tool).is_ok()
+    }
 }
 
 /// Argument keys that name a file or directory, in any tool.

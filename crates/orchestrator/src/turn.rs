@@ -219,8 +219,11 @@ async fn body(job: &TurnJob, provenance: &Arc<Provenance>) -> Result<Ended> {
 
     loop {
         for _ in 0..iterations {
-            // Tools found with `tools.search` join the offer.
-            let tools = catalog.offered();
+            // Tools found with `tools.search` join the offer; a skill in
+            // use narrows it to what it declares (the executor refuses the
+            // rest anyway).
+            let mut tools = catalog.offered();
+            tools.retain(|tool| ctx.guards.offers(&tool.name));
             let step = call_model_compacting(
                 job,
                 &route,

@@ -32,6 +32,13 @@ pub trait CallGuard: Send + Sync + std::fmt::Debug {
     /// `Err` with the reason, naming what was asked and what is allowed,
     /// when the call does not fit.
     fn check(&self, call: &GuardedCall<'_>) -> Result<(), String>;
+
+    /// Whether some call of `tool` could fit: a tool no call of which
+    /// could is left out of the model's offer. Every tool by default.
+    fn offers(&self, tool: &str) -> bool {
+        let _ = tool;
+        true
+    }
 }
 
 /// Tools no guard limits: they only read Flynn's own skills, find tools or
@@ -59,6 +66,18 @@ impl Guards {
         if guards.iter().all(|g| g.name() != guard.name()) {
             guards.push(guard);
         }
+    }
+
+    /// Whether `tool` is offered to the model under these guards: the
+    /// ungated tools always, the rest when every guard could let a call of
+    /// it through.
+    pub fn offers(&self, tool: &str) -> bool {
+        UNGUARDED.contains(&tool)
+            || self
+                .guards
+                .lock()
+                .map(|guards| guards.iter().all(|g| g.offers(tool)))
+                .unwrap_or(true)
     }
 
     /// The names of the guards in force.

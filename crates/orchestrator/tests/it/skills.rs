@@ -204,6 +204,16 @@ async fn a_skill_in_use_limits_the_turn_to_what_it_declares() {
     let (allowed, is_error) = result_of(5);
     assert!(!is_error, "{allowed}");
     assert!(allowed.contains("buy milk"), "{allowed}");
+    // Once the skill is read, the model is offered only what it declares
+    // (and the tools no skill limits).
+    let offered =
+        |n: usize| -> Vec<String> { requests[n].tools.iter().map(|t| t.name.clone()).collect() };
+    assert!(
+        offered(0).iter().any(|t| t == "shell.exec"),
+        "{:?}",
+        offered(0)
+    );
+    assert_eq!(offered(1), ["file.read", "skills.read", "tools.search"]);
 
     let (result, _) = h.send(&key("cli:notes"), "and the secret?").await;
     assert_eq!(result.unwrap().reply, "Read it.");
@@ -211,6 +221,7 @@ async fn a_skill_in_use_limits_the_turn_to_what_it_declares() {
     let (content, is_error) = tool_result(requests[7].messages.last().unwrap());
     assert!(!is_error, "{content}");
     assert!(content.contains("hunter2"), "{content}");
+    assert!(requests[6].tools.iter().any(|t| t.name == "shell.exec"));
 }
 
 fn skill_with(workspace: &std::path::Path, name: &str, permissions: serde_json::Value) {
