@@ -237,7 +237,7 @@ impl CallGuard for SkillGuard {
             .map_err(|refusal| refusal.to_string())?;
         for place in places(call) {
             self.permissions
-                .check_path(&place, call.workspace)
+                .check_path(&place, call.workspace, writes(call.effect))
                 .map_err(|refusal| refusal.to_string())?;
         }
         if reaches_network(call) {
@@ -251,6 +251,17 @@ impl CallGuard for SkillGuard {
     fn offers(&self, tool: &str) -> bool {
         self.permissions.check_tool(tool).is_ok()
     }
+}
+
+/// Whether a call of this effect may change what its paths hold: it
+/// needs a place to write (commands too: they can write anywhere they may
+/// go).
+fn writes(effect: flynn_protocol::ToolEffect) -> bool {
+    use flynn_protocol::ToolEffect;
+    matches!(
+        effect,
+        ToolEffect::WritesFiles | ToolEffect::RunsProcesses | ToolEffect::External
+    )
 }
 
 /// Argument keys that name a file or directory, in any tool.

@@ -27,7 +27,7 @@ pub use error::{Error, Result};
 pub use install::{
     InstallOptions, Installed, MAX_ARCHIVE_BYTES, MAX_ARCHIVE_ENTRIES, install, remove,
 };
-pub use manifest::{DeclaredPermissions, InstallStep, Manifest, Os, Requirements};
+pub use manifest::{DeclaredPermissions, FsPermissions, InstallStep, Manifest, Os, Requirements};
 pub use permissions::{Asked, Permissions, Refusal};
 pub use set::{
     Availability, Broken, MANIFEST_FILE, READ_TOOL, SKILL_FILE, Skill, SkillSet, Sources, Tier,

@@ -80,8 +80,20 @@ pub struct DeclaredPermissions {
     /// Paths it may touch: relative to the workspace (`.` is the
     /// workspace), absolute, or under `~`. A path allows what is under it.
     pub paths: Vec<String>,
+    /// Paths by what may be done there (the design notes' `fs.read` and
+    /// `fs.write`), beside `paths` (which allows both).
+    pub fs: FsPermissions,
     /// Whether it may use the network.
     pub network: bool,
+}
+
+/// `permissions.fs`: paths to read, and paths to write (which may be read
+/// too).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FsPermissions {
+    pub read: Vec<String>,
+    pub write: Vec<String>,
 }
 
 /// A setup step (say, installing a program). Only modelled here: whoever

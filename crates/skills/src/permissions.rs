@@ -14,7 +14,10 @@ use crate::manifest::DeclaredPermissions;
 pub struct Permissions {
     skill: String,
     tools: Vec<String>,
-    paths: Vec<String>,
+    /// Where it may read: `paths`, `fs.read` and `fs.write`.
+    reads: Vec<String>,
+    /// Where it may write: `paths` and `fs.write`.
+    writes: Vec<String>,
     network: bool,
     home: Option<PathBuf>,
 }
@@ -55,7 +58,19 @@ impl Permissions {
         Permissions {
             skill: skill.to_owned(),
             tools: declared.tools.clone(),
-            paths: declared.paths.clone(),
+            reads: declared
+                .paths
+                .iter()
+                .chain(&declared.fs.read)
+                .chain(&declared.fs.write)
+                .cloned()
+                .collect(),
+            writes: declared
+                .paths
+                .iter()
+                .chain(&declared.fs.write)
+                .cloned()
+                .collect(),
             network: declared.network,
             home: home.map(Path::to_path_buf),
         }
@@ -79,14 +94,15 @@ impl Permissions {
     }
 
     /// Allows `path` (relative to `workspace`, absolute, or under `~`) when
-    /// it is one of the declared paths or under one. `..` is resolved
-    /// first, and so are symbolic links of the part that exists, so neither
-    /// leads out of an allowed directory.
-    pub fn check_path(&self, path: &Path, workspace: &Path) -> Result<(), Refusal> {
+    /// it is one of the declared paths or under one: for a call that
+    /// writes, `paths` and `fs.write`; else those and `fs.read`. `..` is
+    /// resolved first, and so are symbolic links of the part that exists,
+    /// so neither leads out of an allowed directory.
+    pub fn check_path(&self, path: &Path, workspace: &Path, writes: bool) -> Result<(), Refusal> {
         let workspace = absolute(workspace);
+        let declared = if writes { &self.writes } else { &self.reads };
         if let Some(asked) = self.resolve(path, &workspace) {
-            let allowed = self
-                .paths
+            let allowed = declared
                 .iter()
                 .filter_map(|p| self.resolve(Path::new(p), &workspace));
             for root in allowed {
@@ -95,7 +111,8 @@ impl Permissions {
                 }
             }
         }
-        Err(self.refuse(Asked::Path(path.to_path_buf()), "paths", &self.paths))
+        let kind = if writes { "paths to write" } else { "paths" };
+        Err(self.refuse(Asked::Path(path.to_path_buf()), kind, declared))
     }
 
     /// Allows network use when the manifest declares `"network": true`.
@@ -187,6 +204,7 @@ mod tests {
             tools: tools.iter().map(|s| (*s).to_owned()).collect(),
             paths: paths.iter().map(|s| (*s).to_owned()).collect(),
             network,
+            ..DeclaredPermissions::default()
         };
         Permissions::new("demo", &declared, Some(Path::new("/home/ann")))
     }
@@ -202,7 +220,7 @@ mod tests {
             "~/notes/todo.md",
             "/srv/data/x/../y",
         ] {
-            assert_eq!(p.check_path(Path::new(ok), ws), Ok(()), "{ok}");
+            assert_eq!(p.check_path(Path::new(ok), ws, false), Ok(()), "{ok}");
         }
         for refused in [
             "../other",
@@ -211,7 +229,10 @@ mod tests {
             "/srv/data/../secret",
             "src/../../x",
         ] {
-            assert!(p.check_path(Path::new(refused), ws).is_err(), "{refused}");
+            assert!(
+                p.check_path(Path::new(refused), ws, false).is_err(),
+                "{refused}"
+            );
         }
     }
 
@@ -223,7 +244,7 @@ mod tests {
         };
         let p = Permissions::new("demo", &declared, None);
         assert!(
-            p.check_path(Path::new("~/notes/a"), Path::new("/ws"))
+            p.check_path(Path::new("~/notes/a"), Path::new("/ws"), false)
                 .is_err()
         );
     }

@@ -74,10 +74,16 @@ fn paths_outside_the_declared_ones_are_refused() {
     let set = dirs.load(&linux());
     let notes = set.get("notes").unwrap().permissions(Some(&home));
     for ok in ["src", "src/lib.rs", "src/new/dir/file", "./src/../src/x"] {
-        assert_eq!(notes.check_path(Path::new(ok), &ws), Ok(()), "{ok}");
+        assert_eq!(notes.check_path(Path::new(ok), &ws, false), Ok(()), "{ok}");
     }
-    assert_eq!(notes.check_path(&home.join("notes/today.md"), &ws), Ok(()));
-    assert_eq!(notes.check_path(Path::new("~/notes/today.md"), &ws), Ok(()));
+    assert_eq!(
+        notes.check_path(&home.join("notes/today.md"), &ws, false),
+        Ok(())
+    );
+    assert_eq!(
+        notes.check_path(Path::new("~/notes/today.md"), &ws, false),
+        Ok(())
+    );
     for refused in [
         "Cargo.toml",
         "src/../Cargo.toml",
@@ -86,29 +92,69 @@ fn paths_outside_the_declared_ones_are_refused() {
         "/etc/passwd",
     ] {
         assert!(
-            notes.check_path(Path::new(refused), &ws).is_err(),
+            notes.check_path(Path::new(refused), &ws, false).is_err(),
             "{refused}"
         );
     }
     #[cfg(unix)]
     {
         let git = set.get("git").unwrap().permissions(Some(&home));
-        assert_eq!(git.check_path(Path::new("src/main.rs"), &ws), Ok(()));
-        assert!(git.check_path(Path::new("keys/id_ed25519"), &ws).is_err());
+        assert_eq!(git.check_path(Path::new("src/main.rs"), &ws, false), Ok(()));
+        assert!(
+            git.check_path(Path::new("keys/id_ed25519"), &ws, false)
+                .is_err()
+        );
     }
     assert_eq!(
         notes
-            .check_path(Path::new("/etc/passwd"), &ws)
+            .check_path(Path::new("/etc/passwd"), &ws, false)
             .unwrap_err()
             .to_string(),
         "skill 'notes' may not use the path '/etc/passwd': its manifest allows only the paths 'src', '~/notes'"
     );
     let web = set.get("web-search").unwrap().permissions(Some(&home));
     assert_eq!(
-        web.check_path(Path::new("src"), &ws)
+        web.check_path(Path::new("src"), &ws, false)
             .unwrap_err()
             .to_string(),
         "skill 'web-search' may not use the path 'src': its manifest allows no paths"
+    );
+}
+
+#[test]
+fn fs_read_and_fs_write_are_kept_apart() {
+    let dirs = Dirs::new();
+    let ws = dirs.tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    write_skill(
+        dirs.workspace(),
+        "report",
+        r#"{"name": "report", "description": "R.", "permissions": {"tools": ["file.*"], "fs": {"read": ["data"], "write": ["out"]}}}"#,
+        Some("x"),
+    );
+    let set = dirs.load(&linux());
+    let report = set.get("report").unwrap().permissions(None);
+    // Reading: data and out; writing: out only.
+    assert_eq!(
+        report.check_path(Path::new("data/q3.csv"), &ws, false),
+        Ok(())
+    );
+    assert_eq!(
+        report.check_path(Path::new("out/q3.md"), &ws, false),
+        Ok(())
+    );
+    assert_eq!(report.check_path(Path::new("out/q3.md"), &ws, true), Ok(()));
+    assert_eq!(
+        report
+            .check_path(Path::new("data/q3.csv"), &ws, true)
+            .unwrap_err()
+            .to_string(),
+        "skill 'report' may not use the path 'data/q3.csv': its manifest allows only the paths to write 'out'"
+    );
+    assert!(
+        report
+            .check_path(Path::new("secret.txt"), &ws, false)
+            .is_err()
     );
 }
 
