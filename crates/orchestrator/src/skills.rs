@@ -241,9 +241,19 @@ impl CallGuard for SkillGuard {
                 .map_err(|refusal| refusal.to_string())?;
         }
         if reaches_network(call) {
-            self.permissions
-                .check_network()
-                .map_err(|refusal| refusal.to_string())?;
+            // A call that names its URL is held to `net`'s hosts; one
+            // that names none (a command, an MCP tool) needs `network`.
+            let host = call
+                .arguments
+                .get("url")
+                .and_then(serde_json::Value::as_str)
+                .and_then(|url| url::Url::parse(url).ok())
+                .and_then(|url| url.host_str().map(str::to_owned));
+            match host {
+                Some(host) => self.permissions.check_host(&host),
+                None => self.permissions.check_network(),
+            }
+            .map_err(|refusal| refusal.to_string())?;
         }
         Ok(())
     }

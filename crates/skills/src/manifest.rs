@@ -85,6 +85,11 @@ pub struct DeclaredPermissions {
     pub fs: FsPermissions,
     /// Whether it may use the network.
     pub network: bool,
+    /// Hosts it may reach (`api.github.com`, `*.example.com`) when
+    /// `network` is off: calls that name a URL (`web.fetch`,
+    /// `browser.open`) to one of them. Commands and MCP tools, which name
+    /// no host Flynn can check, still need `network`.
+    pub net: Vec<String>,
 }
 
 /// `permissions.fs`: paths to read, and paths to write (which may be read

