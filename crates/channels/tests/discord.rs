@@ -304,6 +304,20 @@ async fn servers_outside_allowed_guild_ids_are_not_answered() {
         .send();
     // A direct message after it is the next delivery: the server's was
     // skipped.
+    // A slash command there is answered, only to its sender, and not
+    // delivered.
+    h.fake.slash_command(channel, &bob(), "status");
+    let answer = h
+        .fake
+        .wait_until("the answer to the command", |f| {
+            f.callbacks().first().cloned()
+        })
+        .await;
+    assert_eq!(answer.kind, 4);
+    assert_eq!(
+        answer.data["content"],
+        "Flynn does not answer in this server."
+    );
     let dm = h.fake.dm_channel(&alice());
     h.fake.post(dm, &alice(), "hello in private").send();
     let (message, delivery) = h.next_message().await;

@@ -877,6 +877,26 @@ impl DiscordAdapter {
                 channel = CHANNEL,
                 "skipped a command from a server not in allowed_guild_ids"
             );
+            // Answered, so Discord does not show the command as failed.
+            let answered = convert::interaction(&interaction).map(|interacted| match interacted {
+                Interacted::Command(_, context) => (
+                    context,
+                    json!({"type": 4, "data": {
+                        "content": "Flynn does not answer in this server.",
+                        "flags": super::EPHEMERAL | super::SUPPRESS_EMBEDS,
+                        "allowed_mentions": {"parse": []},
+                    }}),
+                ),
+                Interacted::Press(_, context) => (context, json!({"type": 6})),
+            });
+            if let Some((context, body)) = answered {
+                let state = self.interactions.open(&context.interaction);
+                if state.claim()
+                    && let Err(error) = callback(&self.rest, &state, &context, &body).await
+                {
+                    tracing::debug!(channel = CHANNEL, error = %error, "answering a command from another server failed");
+                }
+            }
             return None;
         }
         match convert::interaction(&interaction)? {
