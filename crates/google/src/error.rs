@@ -58,13 +58,18 @@ impl From<GoogleError> for ToolError {
 
 impl From<reqwest::Error> for GoogleError {
     fn from(error: reqwest::Error) -> Self {
-        let mut text = error.to_string();
-        let mut source = std::error::Error::source(&error);
-        while let Some(cause) = source {
-            text.push_str(": ");
-            text.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        GoogleError::Transport(format!("cannot reach Google: {text}"))
+        GoogleError::Transport(format!("cannot reach Google: {}", chain(&error)))
     }
+}
+
+/// An error with its causes, `: `-separated.
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

@@ -22,6 +22,7 @@ use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::error::chain;
 use crate::{ClientCredentials, Endpoints, GoogleError};
 
 /// The scopes Google lets the device flow ask for.
@@ -314,17 +315,6 @@ impl OAuth {
             })
         }
     }
-}
-
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 fn token_error<RE, T>(doing: &str, error: RequestTokenError<RE, T>) -> GoogleError

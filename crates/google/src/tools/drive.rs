@@ -287,32 +287,37 @@ impl TypedTool for DriveRead {
     }
 }
 
-/// A PDF's text, by `pdftotext` (poppler-utils).
+/// A PDF's text, by `pdftotext` (poppler-utils), the file given on its
+/// stdin: nothing is written to disk.
 async fn pdf_text(bytes: &[u8], name: &str) -> Result<String, ToolError> {
+    use tokio::io::AsyncWriteExt;
+
     let Some(program) = find_program(std::path::Path::new("pdftotext")) else {
         return Err(ToolError::failed(format!(
             "{name} is a PDF, and reading PDFs needs pdftotext, which is not installed (apt-get install poppler-utils)"
         )));
     };
-    let dir = std::env::temp_dir().join(format!("flynn-pdf-{}", std::process::id()));
-    tokio::fs::create_dir_all(&dir)
-        .await
-        .map_err(|e| ToolError::failed(format!("cannot make a scratch directory: {e}")))?;
-    let input = dir.join(format!("{}.pdf", uuid_like()));
-    tokio::fs::write(&input, bytes)
-        .await
-        .map_err(|e| ToolError::failed(format!("cannot keep {name} to read it: {e}")))?;
-    let output = tokio::process::Command::new(program)
-        .arg("-layout")
-        .arg("-enc")
-        .arg("UTF-8")
-        .arg(&input)
-        .arg("-")
+    let mut child = tokio::process::Command::new(program)
+        .args(["-layout", "-enc", "UTF-8", "-", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
-        .output()
-        .await;
-    let _ = tokio::fs::remove_file(&input).await;
-    let output = output.map_err(|e| ToolError::failed(format!("cannot run pdftotext: {e}")))?;
+        .spawn()
+        .map_err(|e| ToolError::failed(format!("cannot run pdftotext: {e}")))?;
+    let mut stdin = child.stdin.take();
+    let data = bytes.to_vec();
+    // Written while the output is read, so a large PDF cannot stall both.
+    let feed = tokio::spawn(async move {
+        if let Some(stdin) = stdin.as_mut() {
+            let _ = stdin.write_all(&data).await;
+        }
+    });
+    let output = child
+        .wait_with_output()
+        .await
+        .map_err(|e| ToolError::failed(format!("cannot run pdftotext: {e}")))?;
+    let _ = feed.await;
     if !output.status.success() {
         return Err(ToolError::failed(format!(
             "pdftotext could not read {name}: {}",
@@ -320,16 +325,6 @@ async fn pdf_text(bytes: &[u8], name: &str) -> Result<String, ToolError> {
         )));
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-}
-
-fn uuid_like() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "{}-{}",
-        chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
 }
 
 /// `drive.upload`.
@@ -404,7 +399,7 @@ impl TypedTool for DriveUpload {
             metadata["parents"] = json!([folder]);
         }
         // multipart/related: the metadata, then the bytes.
-        let boundary = format!("flynn-{}", uuid_like());
+        let boundary = format!("flynn-{}", uuid::Uuid::now_v7().simple());
         let mut body = format!(
             "--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{metadata}\r\n--{boundary}\r\nContent-Type: {media_type}\r\n\r\n"
         )
