@@ -241,11 +241,12 @@ impl CallGuard for SkillGuard {
                 .map_err(|refusal| refusal.to_string())?;
         }
         if reaches_network(call) {
-            // A call that names its URL is held to `net`'s hosts; one
-            // that names none (a command, an MCP tool) needs `network`.
-            let host = call
-                .arguments
-                .get("url")
+            // A network tool that names its URL is held to `net`'s hosts;
+            // anything else (a command, an MCP tool, whatever its
+            // arguments say) needs `network`.
+            let host = (call.effect == ToolEffect::Network)
+                .then(|| call.arguments.get("url"))
+                .flatten()
                 .and_then(serde_json::Value::as_str)
                 .and_then(|url| url::Url::parse(url).ok())
                 .and_then(|url| url.host_str().map(str::to_owned));

@@ -355,7 +355,7 @@ async fn a_skills_net_hosts_hold_the_urls_its_turn_fetches() {
     skill_with(
         &workspace,
         "status",
-        json!({"tools": ["web.fetch"], "net": ["localhost"]}),
+        json!({"tools": ["web.fetch", "shell.exec"], "paths": ["."], "net": ["localhost"]}),
     );
     let skills = SkillsRuntime::with_environment(
         Sources::new(&workspace.join("home"), &workspace),
@@ -376,6 +376,13 @@ async fn a_skills_net_hosts_hold_the_urls_its_turn_fetches() {
                 "t3",
                 "web.fetch",
                 json!({"url": "http://localhost:9/status"}),
+            ),
+            // A command is not a network tool: a listed `url` among its
+            // arguments does not stand for where it goes.
+            call(
+                "t4",
+                "shell.exec",
+                json!({"command": "curl http://localhost:9/", "url": "http://localhost:9/"}),
             ),
             Message::assistant("Checked."),
         ],
@@ -398,6 +405,10 @@ async fn a_skills_net_hosts_hold_the_urls_its_turn_fetches() {
         refused,
         "web.fetch was denied: skill 'status' may not reach the host 'evil.example': its manifest allows only the hosts 'localhost'"
     );
+    // A command naming a listed URL still needs `network`.
+    let (refused, is_error) = tool_result(requests[4].messages.last().unwrap());
+    assert!(is_error);
+    assert!(refused.contains("may not use the network"), "{refused}");
     // The listed host passes the skill; web.fetch's own guard speaks next.
     let (fetched, _) = tool_result(requests[3].messages.last().unwrap());
     assert!(!fetched.contains("skill 'status' may not"), "{fetched}");
